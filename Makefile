@@ -1,0 +1,23 @@
+# Every target works on a fresh machine that has Go; tests need PostgreSQL server binaries
+# (see README: Testing), which .ci/run installs.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BIN         := bin/outbox-relay
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+TEST_FLAGS  ?=
+
+.PHONY: build test lint
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// usageError marks an error in the command line itself (exit code 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "outbox-relay",
+		Short: "Relay transactional outbox rows from PostgreSQL to signed webhooks",
+		Long: `outbox-relay reads INSERTs on outbox_events from a pgoutput logical replication slot,
+delivers each row as an HMAC-signed POST (in commit order per aggregate, in parallel across
+aggregates) and confirms the slot only after delivery.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newMigrateCmd(), newVersionCmd())
+	for _, c := range root.Commands() {
+		c.Args = noArgs
+	}
+	return root
+}
+
+// noArgs rejects positional arguments as a usage error, which also catches unknown
+// subcommands of the root.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q for %q", args[0], cmd.CommandPath())}
+	}
+	return nil
+}
+
+// envFlag is a flag that falls back to an environment variable. The flag wins when both are
+// set; the variable's value never appears in --help.
+type envFlag struct {
+	name, env string
+}
+
+// stringFrom returns the flag's value if it was given, else the environment variable, else the
+// flag's default.
+func stringFrom(fs *pflag.FlagSet, f envFlag) string {
+	if fs.Changed(f.name) {
+		v, _ := fs.GetString(f.name)
+		return v
+	}
+	if v, ok := os.LookupEnv(f.env); ok && v != "" {
+		return v
+	}
+	v, _ := fs.GetString(f.name)
+	return v
+}
+
+var dsnFlag = envFlag{name: "dsn", env: "DB_DSN"}
+
+func addDSNFlag(fs *pflag.FlagSet) {
+	fs.String(dsnFlag.name, "", "PostgreSQL connection string, e.g. postgres://user@host/db (env DB_DSN; required)")
+}
+
+func requireDSN(fs *pflag.FlagSet) (string, error) {
+	dsn := stringFrom(fs, dsnFlag)
+	if dsn == "" {
+		return "", fmt.Errorf("no database: set DB_DSN or pass --dsn postgres://user@host:5432/db")
+	}
+	return dsn, nil
+}

@@ -1,0 +1,163 @@
+package migrations_test
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
+
+func TestUpIsIdempotent(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	first, err := migrations.Up(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) == 0 {
+		t.Fatal("first Up applied nothing")
+	}
+	second, err := migrations.Up(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second) != 0 {
+		t.Fatalf("second Up applied %d migrations, want 0", len(second))
+	}
+	v, err := migrations.Version(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != first[len(first)-1].Version {
+		t.Fatalf("recorded version %d, want %d", v, first[len(first)-1].Version)
+	}
+}
+
+func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	const n = 4
+	var wg sync.WaitGroup
+	applied := make([]int, n)
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r, err := migrations.Up(ctx, dsn)
+			applied[i], errs[i] = len(r), err
+		}(i)
+	}
+	wg.Wait()
+	total := 0
+	for i := range errs {
+		if errs[i] != nil {
+			t.Fatalf("process %d: %v", i, errs[i])
+		}
+		total += applied[i]
+	}
+	conn := connect(t, dsn)
+	var versions int
+	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0").Scan(&versions); err != nil {
+		t.Fatal(err)
+	}
+	if total != versions {
+		t.Fatalf("%d migrations applied across processes, %d versions recorded", total, versions)
+	}
+}
+
+func TestSchemaHasTheDesignColumns(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	want := map[string][]string{
+		"outbox_events": {
+			"id uuid NO gen_random_uuid()", "aggregate_type text NO ", "aggregate_id text NO ",
+			"event_type text NO ", "payload jsonb NO ", "dedup_key text YES ",
+			"status text NO 'pending'::text", "retries integer NO 0",
+			"available_at timestamp with time zone NO now()", "created_at timestamp with time zone NO now()",
+			"processed_at timestamp with time zone YES ",
+		},
+		"inbox_events": {
+			"id uuid NO ", "received_at timestamp with time zone NO now()",
+			"processed_at timestamp with time zone YES ", "handler_status text NO ",
+			"payload jsonb NO ", "signature text YES ",
+		},
+	}
+	for table, cols := range want {
+		got := map[string]bool{}
+		rows, err := conn.Query(ctx, `
+			SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
+			FROM information_schema.columns WHERE table_name = $1`, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			got[c] = true
+		}
+		for _, c := range cols {
+			if !got[c] {
+				t.Errorf("%s: missing column %q; have %v", table, c, list)
+			}
+		}
+	}
+	for _, idx := range []string{"uq_outbox_dedup_key", "idx_outbox_status_available", "idx_inbox_handler_status"} {
+		var def string
+		if err := conn.QueryRow(ctx, "SELECT indexdef FROM pg_indexes WHERE indexname = $1", idx).Scan(&def); err != nil {
+			t.Errorf("index %s: %v", idx, err)
+		}
+	}
+}
+
+// The seed's plain-SQL producer must keep working unchanged.
+func TestCTEProducer(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, customer text, total numeric)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := conn.Exec(ctx, `
+		with new_order as (insert into orders(customer, total) values ('ada', 42.50) returning id, customer, total)
+		insert into outbox_events(aggregate_type, aggregate_id, event_type, payload, dedup_key)
+		select 'order', id::text, 'order.created', jsonb_build_object('id', id, 'customer', customer, 'total', total), 'order.created:' || id::text
+		from new_order`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aggID, status string
+	var retries int
+	if err := conn.QueryRow(ctx, `SELECT aggregate_id, status, retries FROM outbox_events`).Scan(&aggID, &status, &retries); err != nil {
+		t.Fatal(err)
+	}
+	if aggID != "1" || status != "pending" || retries != 0 {
+		t.Fatalf("got aggregate_id=%s status=%s retries=%d", aggID, status, retries)
+	}
+}
+
+func connect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}

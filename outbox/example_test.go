@@ -1,0 +1,65 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// Write a business row and its event in one transaction: both commit, or neither does.
+func ExampleEnqueue() {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, exampleDSN())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, total numeric)`)
+
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var orderID int64
+		if err := tx.QueryRow(ctx, `INSERT INTO orders (total) VALUES (42.50) RETURNING id`).Scan(&orderID); err != nil {
+			return err
+		}
+		_, err := outbox.Enqueue(ctx, tx, outbox.Event{
+			AggregateType: "order",
+			AggregateID:   fmt.Sprint(orderID),
+			EventType:     "order.created",
+			Payload:       map[string]any{"order_id": orderID, "total": "42.50"},
+			DedupKey:      fmt.Sprintf("order.created:%d", orderID),
+		})
+		if errors.Is(err, outbox.ErrDuplicate) {
+			return nil // already enqueued: nothing more to do
+		}
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var n int
+	_ = conn.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE event_type = 'order.created'`).Scan(&n)
+	fmt.Println("events waiting for the relay:", n)
+	// Output: events waiting for the relay: 1
+}
+
+// exampleDSN makes a migrated database on the test cluster; in your code this is your DSN.
+func exampleDSN() string {
+	c := pgtest.SharedCluster()
+	ctx := context.Background()
+	name, err := c.CreateDatabase(ctx, "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	dsn := c.DSN(name)
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		log.Fatal(err)
+	}
+	return dsn
+}

@@ -1,0 +1,160 @@
+// Package outbox is the producer side: it writes an event into outbox_events inside the
+// caller's own transaction, so the event exists if and only if the business change commits.
+//
+// # Usage
+//
+// Call Enqueue with the transaction that writes the business rows (a pgx.Tx, anything with
+// pgx's QueryRow method, or a *sql.Tx wrapped with SQL). The relay picks the row up from the
+// replication stream after commit; nothing polls the table.
+//
+// # Deduplication
+//
+// An event may carry a dedup key. Enqueueing a key that already exists inserts nothing, returns
+// the existing event's id with ErrDuplicate, and leaves the transaction usable (the insert uses
+// ON CONFLICT DO NOTHING, so no error aborts it).
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrDuplicate is returned, with the existing event's id, when the dedup key already exists.
+var ErrDuplicate = errors.New("outbox: duplicate dedup key")
+
+// ErrInvalid is wrapped by every input error, detected before anything reaches the database.
+var ErrInvalid = errors.New("outbox: invalid event")
+
+// Event is one outbox row to write.
+type Event struct {
+	AggregateType string // required, e.g. "order"
+	AggregateID   string // required, e.g. the order's id
+	EventType     string // required, e.g. "order.created"
+	// Payload is the webhook body: json.RawMessage or []byte holding JSON (sent as is), or any
+	// value that encoding/json can marshal.
+	Payload any
+	// DedupKey, if not empty, makes the event unique: a second event with the same key is not
+	// written.
+	DedupKey string
+}
+
+// Querier is what Enqueue needs from a transaction. pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy
+// it; wrap a *sql.Tx with SQL.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SQL adapts a database/sql transaction (or *sql.DB, *sql.Conn) to Querier.
+func SQL(tx interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) Querier {
+	return sqlQuerier{tx}
+}
+
+type sqlQuerier struct {
+	tx interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+}
+
+func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return q.tx.QueryRowContext(ctx, query, args...)
+}
+
+const insertSQL = `
+INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dedup_key)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6)
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+RETURNING id::text`
+
+const existingSQL = `SELECT id::text FROM outbox_events WHERE dedup_key = $1`
+
+// Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
+// sort by creation time. For an existing dedup key it returns the existing id and ErrDuplicate.
+func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
+	payload, err := ev.validate()
+	if err != nil {
+		return uuid.Nil, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("outbox: new id: %w", err)
+	}
+	var dedup *string
+	if ev.DedupKey != "" {
+		dedup = &ev.DedupKey
+	}
+	var got string
+	err = q.QueryRow(ctx, insertSQL, id.String(), ev.AggregateType, ev.AggregateID, ev.EventType,
+		string(payload), dedup).Scan(&got)
+	if isNoRows(err) {
+		return existing(ctx, q, ev.DedupKey)
+	}
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("outbox: insert: %w", err)
+	}
+	return id, nil
+}
+
+// existing looks up the event that holds key. It can be invisible (a concurrent transaction
+// under REPEATABLE READ), in which case the id is uuid.Nil.
+func existing(ctx context.Context, q Querier, key string) (uuid.UUID, error) {
+	var got string
+	if err := q.QueryRow(ctx, existingSQL, key).Scan(&got); err != nil {
+		if isNoRows(err) {
+			return uuid.Nil, ErrDuplicate
+		}
+		return uuid.Nil, fmt.Errorf("outbox: look up duplicate: %w", err)
+	}
+	id, err := uuid.Parse(got)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("outbox: look up duplicate: %w", err)
+	}
+	return id, ErrDuplicate
+}
+
+func isNoRows(err error) bool {
+	return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows)
+}
+
+func (ev Event) validate() ([]byte, error) {
+	for _, f := range []struct{ name, v string }{
+		{"aggregate type", ev.AggregateType},
+		{"aggregate id", ev.AggregateID},
+		{"event type", ev.EventType},
+	} {
+		if strings.TrimSpace(f.v) == "" {
+			return nil, fmt.Errorf("%w: %s is empty", ErrInvalid, f.name)
+		}
+	}
+	return payloadJSON(ev.Payload)
+}
+
+func payloadJSON(p any) ([]byte, error) {
+	var b []byte
+	switch v := p.(type) {
+	case nil:
+		return nil, fmt.Errorf("%w: payload is nil; pass JSON or a value to marshal", ErrInvalid)
+	case json.RawMessage:
+		b = v
+	case []byte:
+		b = v
+	default:
+		m, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: payload does not marshal to JSON: %v", ErrInvalid, err)
+		}
+		return m, nil
+	}
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
+	}
+	return b, nil
+}

@@ -1,0 +1,175 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
+
+func migratedDB(t *testing.T) (string, *pgx.Conn) {
+	t.Helper()
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return dsn, conn
+}
+
+func count(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM outbox_events").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func order(id string) outbox.Event {
+	return outbox.Event{AggregateType: "order", AggregateID: id, EventType: "order.created",
+		Payload: map[string]any{"id": id}, DedupKey: "order.created:" + id}
+}
+
+func TestEnqueueWritesTheRow(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := outbox.Enqueue(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "7",
+		EventType: "order.created", Payload: json.RawMessage(`{"total": 12.5}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var agg, typ, status string
+	var payload map[string]any
+	if err := conn.QueryRow(ctx, "SELECT aggregate_id, event_type, status, payload FROM outbox_events WHERE id = $1", id.String()).
+		Scan(&agg, &typ, &status, &payload); err != nil {
+		t.Fatal(err)
+	}
+	if agg != "7" || typ != "order.created" || status != "pending" || payload["total"] != 12.5 {
+		t.Fatalf("row = %s %s %s %v", agg, typ, status, payload)
+	}
+}
+
+func TestRolledBackEnqueueLeavesNoRow(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	tx, _ := conn.Begin(ctx)
+	if _, err := outbox.Enqueue(ctx, tx, order("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn); n != 0 {
+		t.Fatalf("%d rows after rollback", n)
+	}
+}
+
+func TestDuplicateKeepsTransactionUsable(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	tx, _ := conn.Begin(ctx)
+	first, err := outbox.Enqueue(ctx, tx, order("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := outbox.Enqueue(ctx, tx, order("1"))
+	if !errors.Is(err, outbox.ErrDuplicate) {
+		t.Fatalf("second enqueue: err = %v, want ErrDuplicate", err)
+	}
+	if again != first {
+		t.Fatalf("duplicate returned id %s, want the existing %s", again, first)
+	}
+	// The transaction is still usable: a later statement and the commit succeed.
+	if _, err := outbox.Enqueue(ctx, tx, order("2")); err != nil {
+		t.Fatalf("enqueue after duplicate: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after duplicate: %v", err)
+	}
+	if n := count(t, conn); n != 2 {
+		t.Fatalf("%d rows, want 2", n)
+	}
+}
+
+func TestDatabaseSQL(t *testing.T) {
+	dsn, conn := migratedDB(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := outbox.Enqueue(ctx, outbox.SQL(tx), order("9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(ctx, outbox.SQL(tx), order("9")); !errors.Is(err, outbox.ErrDuplicate) {
+		t.Fatalf("database/sql duplicate: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if id == uuid.Nil || count(t, conn) != 1 {
+		t.Fatalf("id %s, rows %d", id, count(t, conn))
+	}
+}
+
+func TestBadInputIsRejectedBeforeTheDatabase(t *testing.T) {
+	ok := order("1")
+	cases := map[string]func(e *outbox.Event){
+		"empty aggregate type": func(e *outbox.Event) { e.AggregateType = "" },
+		"empty aggregate id":   func(e *outbox.Event) { e.AggregateID = " " },
+		"empty event type":     func(e *outbox.Event) { e.EventType = "" },
+		"nil payload":          func(e *outbox.Event) { e.Payload = nil },
+		"raw payload not JSON": func(e *outbox.Event) { e.Payload = json.RawMessage(`{"a":`) },
+		"bytes not JSON":       func(e *outbox.Event) { e.Payload = []byte("hello") },
+		"unmarshalable value":  func(e *outbox.Event) { e.Payload = make(chan int) },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			ev := ok
+			mutate(&ev)
+			// A querier that fails the test if reached proves nothing hits the database.
+			_, err := outbox.Enqueue(context.Background(), unreachable{t}, ev)
+			if !errors.Is(err, outbox.ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+type unreachable struct{ t *testing.T }
+
+func (u unreachable) QueryRow(context.Context, string, ...any) pgx.Row {
+	u.t.Fatal("invalid input reached the database")
+	return nil
+}
