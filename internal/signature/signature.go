@@ -1,0 +1,149 @@
+// Package signature computes the webhook signatures that the relay sends and the inbox checks.
+//
+// # Schemes
+//
+// X-Signature (the default): the header `X-Signature: sha256=<hex>`, where hex is the lowercase
+// hex HMAC-SHA256, keyed with the secret's bytes, of the decimal unix-seconds timestamp (the
+// X-Timestamp header) immediately followed by the exact body bytes.
+//
+// Standard Webhooks v1: the header `webhook-signature: v1,<base64>`, the standard-base64
+// HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>", keyed with the base64-decoded part
+// of a `whsec_<base64>` secret.
+//
+// # Rotation
+//
+// A Signer holds one or more keys and emits one signature per key, comma-separated for
+// X-Signature ("sha256=a,sha256=b") and space-separated for Standard Webhooks ("v1,a v1,b"). A
+// receiver that knows any one of the keys accepts.
+package signature
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Scheme selects the signature headers.
+type Scheme int
+
+const (
+	// XSignature is this project's scheme: X-Timestamp and X-Signature.
+	XSignature Scheme = iota
+	// StandardWebhooks is Standard Webhooks v1: webhook-id, webhook-timestamp, webhook-signature.
+	StandardWebhooks
+)
+
+// String returns the scheme's flag value.
+func (s Scheme) String() string {
+	if s == StandardWebhooks {
+		return "standard-webhooks"
+	}
+	return "x-signature"
+}
+
+// ParseScheme parses a --signature-scheme value.
+func ParseScheme(v string) (Scheme, error) {
+	switch v {
+	case "", "x-signature":
+		return XSignature, nil
+	case "standard-webhooks":
+		return StandardWebhooks, nil
+	}
+	return 0, fmt.Errorf("unknown signature scheme %q: use x-signature or standard-webhooks", v)
+}
+
+// ErrNoSecret means no usable secret was configured.
+var ErrNoSecret = errors.New("no webhook secret: set WEBHOOK_SECRET, --webhook-secret or --webhook-secret-file")
+
+// SplitSecrets splits a comma-separated list of secrets, dropping blanks and surrounding space.
+func SplitSecrets(list string) []string {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Keys turns secrets into HMAC keys for a scheme. X-Signature uses a secret's bytes as they are;
+// Standard Webhooks needs `whsec_<base64>` and uses the decoded bytes. Errors never contain a
+// secret.
+func Keys(scheme Scheme, secrets []string) ([][]byte, error) {
+	if len(secrets) == 0 {
+		return nil, ErrNoSecret
+	}
+	keys := make([][]byte, 0, len(secrets))
+	for i, s := range secrets {
+		if scheme != StandardWebhooks {
+			keys = append(keys, []byte(s))
+			continue
+		}
+		k, err := DecodeWhsec(s)
+		if err != nil {
+			return nil, fmt.Errorf("secret #%d: %w", i+1, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// DecodeWhsec decodes a Standard Webhooks secret `whsec_<base64>` into its key bytes.
+func DecodeWhsec(secret string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(secret, "whsec_")
+	if !ok {
+		return nil, errors.New("a standard-webhooks secret must look like whsec_<base64>")
+	}
+	k, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(k) == 0 {
+		return nil, errors.New("the part after whsec_ is not valid standard base64")
+	}
+	return k, nil
+}
+
+// MAC returns HMAC-SHA256(key, parts[0] || parts[1] || ...).
+func MAC(key []byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// AppendX appends the X-Signature header value for body sent at unix time ts, one
+// "sha256=<hex>" per key, comma-separated.
+func AppendX(dst []byte, keys [][]byte, ts int64, body []byte) []byte {
+	var tsBuf [20]byte
+	t := strconv.AppendInt(tsBuf[:0], ts, 10)
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, "sha256="...)
+		dst = hex.AppendEncode(dst, MAC(k, t, body))
+	}
+	return dst
+}
+
+// AppendStandard appends the webhook-signature header value, one "v1,<base64>" per key,
+// space-separated.
+func AppendStandard(dst []byte, keys [][]byte, id string, ts int64, body []byte) []byte {
+	var buf [64]byte
+	prefix := append(buf[:0], id...)
+	prefix = append(prefix, '.')
+	prefix = strconv.AppendInt(prefix, ts, 10)
+	prefix = append(prefix, '.')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ' ')
+		}
+		dst = append(dst, "v1,"...)
+		dst = base64.StdEncoding.AppendEncode(dst, MAC(k, prefix, body))
+	}
+	return dst
+}
