@@ -1,0 +1,279 @@
+package cdc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// OutboxTable is the table whose inserts become events.
+const OutboxTable = "outbox_events"
+
+// ErrMalformed wraps every error about bytes that are not valid pgoutput.
+var ErrMalformed = errors.New("malformed pgoutput message")
+
+// Decoder turns pgoutput (protocol version 1) messages into committed transactions. It is pure:
+// it does no I/O, and its only state is the relation cache and the open transaction. Use a new
+// Decoder for each replication connection, since relations are re-sent per connection.
+type Decoder struct {
+	relations map[uint32]*relation
+	open      *Tx
+}
+
+// relation maps the outbox table's columns to their positions in a tuple.
+type relation struct {
+	outbox bool
+	cols   columns
+}
+
+type columns struct {
+	id, aggType, aggID, evType, payload, headers, createdAt int
+}
+
+// NewDecoder returns a Decoder with an empty relation cache.
+func NewDecoder() *Decoder { return &Decoder{relations: map[uint32]*relation{}} }
+
+// InTx reports whether a transaction has begun and not yet committed.
+func (d *Decoder) InTx() bool { return d.open != nil }
+
+// Decode consumes one pgoutput message. It returns the transaction when the message is its
+// Commit, and nil otherwise. Malformed input returns an error wrapping ErrMalformed and never
+// panics. data may alias a read buffer: nothing returned refers to it.
+func (d *Decoder) Decode(data []byte) (tx *Tx, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			tx, err = nil, fmt.Errorf("%w: %v", ErrMalformed, r)
+		}
+	}()
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty message", ErrMalformed)
+	}
+	switch pglogrepl.MessageType(data[0]) {
+	case pglogrepl.MessageTypeInsert:
+		return nil, d.insert(data[1:])
+	case pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeCommit, pglogrepl.MessageTypeRelation:
+		return d.parsed(data)
+	case pglogrepl.MessageTypeOrigin, pglogrepl.MessageTypeType, pglogrepl.MessageTypeMessage,
+		pglogrepl.MessageTypeTruncate, pglogrepl.MessageTypeUpdate, pglogrepl.MessageTypeDelete:
+		// Not outbox inserts. They are not parsed at all, which also keeps pglogrepl's
+		// unchecked allocations (a Truncate's relation count) away from untrusted lengths.
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%w: unknown message type %q", ErrMalformed, data[0])
+}
+
+// parsed handles the messages that pglogrepl parses safely once their counts are checked.
+func (d *Decoder) parsed(data []byte) (*Tx, error) {
+	if data[0] == byte(pglogrepl.MessageTypeRelation) {
+		if err := checkRelation(data[1:]); err != nil {
+			return nil, err
+		}
+	}
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		return nil, d.relation(m)
+	case *pglogrepl.BeginMessage:
+		return nil, d.begin(m)
+	case *pglogrepl.CommitMessage:
+		return d.commit(m)
+	}
+	return nil, nil
+}
+
+// checkRelation bounds the column count of a Relation message by its length: each column takes
+// at least 10 bytes (flags, name terminator, type oid, modifier).
+func checkRelation(b []byte) error {
+	i := 4                   // relation id
+	for k := 0; k < 2; k++ { // namespace and name, NUL-terminated
+		n := bytes.IndexByte(b[min(i, len(b)):], 0)
+		if n < 0 {
+			return fmt.Errorf("%w: unterminated name in Relation", ErrMalformed)
+		}
+		i += n + 1
+	}
+	i++ // replica identity
+	if i+2 > len(b) {
+		return fmt.Errorf("%w: short Relation", ErrMalformed)
+	}
+	ncols := int(binary.BigEndian.Uint16(b[i:]))
+	if ncols*10 > len(b)-i-2 {
+		return fmt.Errorf("%w: Relation claims %d columns in %d bytes", ErrMalformed, ncols, len(b)-i-2)
+	}
+	return nil
+}
+
+func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
+	r := &relation{outbox: m.RelationName == OutboxTable}
+	if r.outbox {
+		cols, err := mapColumns(m)
+		if err != nil {
+			return err
+		}
+		r.cols = cols
+	}
+	d.relations[m.RelationID] = r
+	return nil
+}
+
+func mapColumns(m *pglogrepl.RelationMessage) (columns, error) {
+	c := columns{-1, -1, -1, -1, -1, -1, -1}
+	for i, col := range m.Columns {
+		switch col.Name {
+		case "id":
+			c.id = i
+		case "aggregate_type":
+			c.aggType = i
+		case "aggregate_id":
+			c.aggID = i
+		case "event_type":
+			c.evType = i
+		case "payload":
+			c.payload = i
+		case "headers":
+			c.headers = i
+		case "created_at":
+			c.createdAt = i
+		}
+	}
+	if c.id < 0 || c.aggType < 0 || c.aggID < 0 || c.evType < 0 || c.payload < 0 {
+		return c, fmt.Errorf("relation %s.%s lacks an outbox column (id, aggregate_type, aggregate_id, event_type, payload)",
+			m.Namespace, m.RelationName)
+	}
+	return c, nil
+}
+
+func (d *Decoder) begin(m *pglogrepl.BeginMessage) error {
+	if d.open != nil {
+		return fmt.Errorf("%w: BEGIN inside transaction %d", ErrMalformed, d.open.Xid)
+	}
+	d.open = &Tx{Xid: m.Xid, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
+	return nil
+}
+
+// insert decodes an Insert body: relation id, 'N', then the new tuple.
+func (d *Decoder) insert(b []byte) error {
+	if d.open == nil {
+		return fmt.Errorf("%w: INSERT outside a transaction", ErrMalformed)
+	}
+	if len(b) < 7 || b[4] != 'N' {
+		return fmt.Errorf("%w: INSERT without a new tuple", ErrMalformed)
+	}
+	relID := binary.BigEndian.Uint32(b)
+	rel, ok := d.relations[relID]
+	if !ok {
+		return fmt.Errorf("%w: INSERT for unknown relation %d", ErrMalformed, relID)
+	}
+	if !rel.outbox {
+		return nil
+	}
+	ev, err := rel.cols.event(b[5:])
+	if err != nil {
+		return err
+	}
+	ev.Index = len(d.open.Events)
+	ev.Tx = d.open
+	d.open.Events = append(d.open.Events, ev)
+	d.open.bytes += ev.Size()
+	return nil
+}
+
+func (d *Decoder) commit(m *pglogrepl.CommitMessage) (*Tx, error) {
+	tx := d.open
+	if tx == nil {
+		return nil, fmt.Errorf("%w: COMMIT outside a transaction", ErrMalformed)
+	}
+	d.open = nil
+	tx.CommitLSN, tx.EndLSN, tx.CommitTime = m.CommitLSN, m.TransactionEndLSN, m.CommitTime
+	tx.remaining = len(tx.Events)
+	return tx, nil
+}
+
+// event decodes a TupleData into an Event, copying what it keeps.
+func (c columns) event(b []byte) (*Event, error) {
+	vals, err := tupleValues(b)
+	if err != nil {
+		return nil, err
+	}
+	var f [7][]byte
+	for k, i := range [7]int{c.id, c.aggType, c.aggID, c.evType, c.payload, c.headers, c.createdAt} {
+		required := k < 5
+		switch {
+		case i < 0:
+		case i >= len(vals):
+			return nil, fmt.Errorf("%w: tuple has %d columns, need column %d", ErrMalformed, len(vals), i)
+		case vals[i] == nil && required:
+			return nil, fmt.Errorf("%w: column %d is NULL or not text", ErrMalformed, i)
+		default:
+			f[k] = vals[i]
+		}
+	}
+	return &Event{
+		ID: string(f[0]), AggregateType: string(f[1]), AggregateID: string(f[2]), EventType: string(f[3]),
+		Payload: bytes.Clone(f[4]), Headers: bytes.Clone(f[5]), CreatedAt: parseTimestamptz(f[6]),
+	}, nil
+}
+
+// tupleValues splits a TupleData (column count, then per column a kind byte and, for text and
+// binary, a length and the bytes) into the columns' text values, which alias b. NULL, unchanged
+// TOAST and binary columns are nil. Every length is checked against b.
+func tupleValues(b []byte) ([][]byte, error) {
+	if len(b) < 2 {
+		return nil, fmt.Errorf("%w: short tuple", ErrMalformed)
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	if n > len(b) { // every column takes at least one byte
+		return nil, fmt.Errorf("%w: tuple claims %d columns in %d bytes", ErrMalformed, n, len(b))
+	}
+	vals := make([][]byte, n)
+	i := 2
+	for k := 0; k < n; k++ {
+		if i >= len(b) {
+			return nil, fmt.Errorf("%w: tuple ends at column %d of %d", ErrMalformed, k, n)
+		}
+		kind := b[i]
+		i++
+		switch kind {
+		case 'n', 'u':
+			continue
+		case 't', 'b':
+		default:
+			return nil, fmt.Errorf("%w: unknown tuple column kind %q", ErrMalformed, kind)
+		}
+		if i+4 > len(b) {
+			return nil, fmt.Errorf("%w: column %d length cut short", ErrMalformed, k)
+		}
+		l := int(binary.BigEndian.Uint32(b[i:]))
+		i += 4
+		if l > len(b)-i {
+			return nil, fmt.Errorf("%w: column %d claims %d bytes, %d left", ErrMalformed, k, l, len(b)-i)
+		}
+		if kind == 't' {
+			vals[k] = b[i : i+l : i+l]
+		}
+		i += l
+	}
+	return vals, nil
+}
+
+// parseTimestamptz parses PostgreSQL's default (ISO) timestamptz output, such as
+// "2026-11-30 04:09:55.123456+00". It returns the zero time for anything else.
+func parseTimestamptz(b []byte) time.Time {
+	if b == nil {
+		return time.Time{}
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00",
+		"2006-01-02 15:04:05.999999-07:00:00"} {
+		if t, err := time.Parse(layout, string(b)); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}

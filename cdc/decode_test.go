@@ -1,0 +1,173 @@
+package cdc
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+)
+
+// pgoutput v1 message builders, following the protocol documentation's message formats.
+
+func be16(b []byte, v uint16) []byte { return binary.BigEndian.AppendUint16(b, v) }
+func be32(b []byte, v uint32) []byte { return binary.BigEndian.AppendUint32(b, v) }
+func be64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
+func cstr(b []byte, s string) []byte { return append(append(b, s...), 0) }
+
+func msgBegin(final uint64, xid uint32) []byte {
+	return be32(be64(be64([]byte{'B'}, final), 0), xid)
+}
+
+func msgCommit(commit, end uint64) []byte {
+	return be64(be64(be64([]byte{'C', 0}, commit), end), 0)
+}
+
+func msgRelation(id uint32, name string, cols ...string) []byte {
+	b := be32([]byte{'R'}, id)
+	b = cstr(cstr(b, "public"), name)
+	b = be16(append(b, 'd'), uint16(len(cols)))
+	for _, c := range cols {
+		b = be32(be32(cstr(append(b, 0), c), 25), 0xFFFFFFFF)
+	}
+	return b
+}
+
+// msgInsert encodes values as text columns; a nil entry is a NULL.
+func msgInsert(rel uint32, vals ...*string) []byte {
+	b := be16(append(be32([]byte{'I'}, rel), 'N'), uint16(len(vals)))
+	for _, v := range vals {
+		if v == nil {
+			b = append(b, 'n')
+			continue
+		}
+		b = append(be32(append(b, 't'), uint32(len(*v))), *v...)
+	}
+	return b
+}
+
+func s(v string) *string { return &v }
+
+var outboxCols = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "dedup_key", "status",
+	"retries", "available_at", "created_at", "processed_at"}
+
+func outboxRow(id, agg string) []*string {
+	return []*string{s(id), s("order"), s(agg), s("order.created"), s(`{"n": 1}`), nil, s("pending"), s("0"),
+		s("2026-11-30 04:09:55.123456+00"), s("2026-11-30 04:09:55.123456+00"), nil}
+}
+
+func TestDecodeTransaction(t *testing.T) {
+	d := NewDecoder()
+	steps := [][]byte{
+		msgRelation(16384, "outbox_events", outboxCols...),
+		msgRelation(16390, "orders", "id"),
+		msgBegin(0x1538A30, 7),
+		msgInsert(16384, outboxRow("a1", "42")...),
+		msgInsert(16390, s("1")), // another relation in the same transaction: ignored
+		msgInsert(16384, outboxRow("a2", "43")...),
+	}
+	for i, m := range steps {
+		tx, err := d.Decode(m)
+		if err != nil || tx != nil {
+			t.Fatalf("step %d: tx=%v err=%v", i, tx, err)
+		}
+	}
+	if !d.InTx() {
+		t.Fatal("InTx false inside a transaction")
+	}
+	tx, err := d.Decode(msgCommit(0x1538A30, 0x1538A60))
+	if err != nil || tx == nil {
+		t.Fatalf("commit: tx=%v err=%v", tx, err)
+	}
+	if d.InTx() {
+		t.Fatal("InTx true after commit")
+	}
+	if tx.CommitLSN != 0x1538A30 || tx.EndLSN != 0x1538A60 || tx.Xid != 7 || len(tx.Events) != 2 {
+		t.Fatalf("tx = %+v", tx)
+	}
+	ev := tx.Events[1]
+	if ev.ID != "a2" || ev.AggregateType != "order" || ev.AggregateID != "43" || ev.EventType != "order.created" ||
+		string(ev.Payload) != `{"n": 1}` || ev.Index != 1 || ev.Tx != tx || ev.Headers != nil {
+		t.Fatalf("event = %+v", ev)
+	}
+	if ev.CreatedAt.IsZero() || ev.CreatedAt.Nanosecond() != 123456000 {
+		t.Fatalf("created_at = %v", ev.CreatedAt)
+	}
+}
+
+func TestDecodeColumnsByNameNotPosition(t *testing.T) {
+	// A table whose columns were added in another order (or has more, from later migrations).
+	cols := []string{"headers", "payload", "event_type", "aggregate_id", "aggregate_type", "id", "last_error"}
+	d := NewDecoder()
+	mustDecode(t, d, msgRelation(1, "outbox_events", cols...))
+	mustDecode(t, d, msgBegin(10, 1))
+	mustDecode(t, d, msgInsert(1, s(`{"traceparent": "x"}`), s(`[1]`), s("t"), s("agg"), s("typ"), s("id1"), nil))
+	tx := mustDecode(t, d, msgCommit(10, 20))
+	ev := tx.Events[0]
+	if ev.ID != "id1" || ev.AggregateType != "typ" || ev.AggregateID != "agg" || string(ev.Payload) != "[1]" ||
+		string(ev.Headers) != `{"traceparent": "x"}` {
+		t.Fatalf("event = %+v", ev)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	cases := map[string][][]byte{
+		"insert outside tx":   {msgRelation(1, "outbox_events", outboxCols...), msgInsert(1, outboxRow("a", "b")...)},
+		"unknown relation":    {msgBegin(1, 1), msgInsert(99, s("x"))},
+		"commit outside tx":   {msgCommit(1, 2)},
+		"nested begin":        {msgBegin(1, 1), msgBegin(2, 2)},
+		"missing columns":     {msgRelation(1, "outbox_events", "id", "payload")},
+		"null required":       {msgRelation(1, "outbox_events", outboxCols...), msgBegin(1, 1), msgInsert(1, nil, s("a"), s("b"), s("c"), s("{}"))},
+		"short tuple":         {msgRelation(1, "outbox_events", outboxCols...), msgBegin(1, 1), msgInsert(1, s("only-id"))},
+		"truncated begin":     {{'B', 0, 0}},
+		"unknown message tag": {{'Z', 1, 2, 3}},
+	}
+	for name, msgs := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := NewDecoder()
+			var err error
+			for _, m := range msgs {
+				if _, err = d.Decode(m); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if name != "missing columns" && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err %v does not wrap ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func mustDecode(t *testing.T, d *Decoder, m []byte) *Tx {
+	t.Helper()
+	tx, err := d.Decode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// FuzzDecode feeds arbitrary bytes after a valid prefix: the decoder must never panic, and a
+// transaction it returns must be internally consistent.
+func FuzzDecode(f *testing.F) {
+	f.Add(msgInsert(16384, outboxRow("a1", "42")...))
+	f.Add(msgCommit(1, 2))
+	f.Add(msgRelation(16384, "outbox_events", outboxCols...))
+	f.Add([]byte{'I', 0, 0, 0x40, 0, 'N', 0xFF, 0xFF})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := NewDecoder()
+		_, _ = d.Decode(msgRelation(16384, "outbox_events", outboxCols...))
+		_, _ = d.Decode(msgBegin(100, 1))
+		_, _ = d.Decode(data)
+		tx, err := d.Decode(msgCommit(100, 200))
+		if err != nil {
+			return
+		}
+		for i, ev := range tx.Events {
+			if ev.Tx != tx || ev.Index != i {
+				t.Fatalf("inconsistent event %d: %+v", i, ev)
+			}
+		}
+	})
+}

@@ -1,0 +1,35 @@
+// Package cdc turns a PostgreSQL logical replication slot into committed outbox rows, and
+// confirms the slot's position back to the server only once those rows are delivered.
+//
+// # Slot and publication
+//
+// A publication names the tables whose changes are decoded; the relay's publication carries
+// only INSERTs on outbox_events (CREATE PUBLICATION ... FOR TABLE outbox_events WITH (publish =
+// 'insert')). A logical replication slot, decoded with the built-in pgoutput plugin, is the
+// server's durable cursor into the WAL: it keeps every WAL segment the relay has not confirmed,
+// and after a restart streaming resumes from its confirmed position. Stream creates both if they
+// are missing and never drops either.
+//
+// # What is confirmed, and when
+//
+// Rows arrive grouped by transaction, in commit order, and only after commit: a rolled-back
+// transaction never reaches the stream. Each transaction is registered with a Tracker before it
+// is handed on. The publisher acknowledges every event it delivers; when every event of a
+// transaction, and of every earlier transaction, is acknowledged, the transaction's end LSN
+// (CommitMessage.TransactionEndLSN) becomes confirmable. Stream sends that LSN as the flush
+// position of a standby status update within about 100 ms, on the server's request, and at
+// least every StatusInterval. When nothing is outstanding and no transaction is open, it also
+// confirms the position of the server's last keepalive, so a quiet outbox does not make the
+// server keep the WAL that other tables write.
+//
+// A crash therefore loses nothing: the server resends every transaction after the confirmed
+// position, and at-least-once delivery follows. Within one process, transactions that end at or
+// before what it already received are skipped after a reconnect, since a crash restart of the
+// server can move a slot back.
+//
+// # Liveness
+//
+// One goroutine owns the replication connection (pgconn is not safe for concurrent use). It
+// never blocks on the publisher: when the tracker's buffer is full (by events or bytes) it stops
+// reading WAL but keeps sending status updates, well inside wal_sender_timeout.
+package cdc
