@@ -1,0 +1,158 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Errors that no retry can fix. Each message says what to do.
+var (
+	ErrWalLevel       = errors.New("wal_level is not logical")
+	ErrNoOutboxTable  = errors.New("table outbox_events does not exist")
+	ErrNoReplication  = errors.New("role lacks the REPLICATION attribute")
+	ErrSlotInvalid    = errors.New("replication slot was invalidated")
+	ErrSlotMissing    = errors.New("replication slot disappeared")
+	ErrSlotMismatch   = errors.New("replication slot is not a pgoutput slot of this database")
+	ErrNoPrivilege    = errors.New("missing privilege")
+	errSlotActive     = errors.New("replication slot is active in another process")
+	sqlstateDuplicate = "42710"
+)
+
+// SetupResult tells what Setup found or created.
+type SetupResult struct {
+	SlotCreated        bool
+	PublicationCreated bool
+}
+
+// Setup checks that the server and database can feed the relay, and creates the publication
+// and the slot if they are missing. It never drops either. Its errors name the fix.
+func Setup(ctx context.Context, dsn, slot, publication string) (SetupResult, error) {
+	var res SetupResult
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return res, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel, checkOutboxTable, checkReplicationRole} {
+		if err := check(ctx, conn); err != nil {
+			return res, err
+		}
+	}
+	if res.PublicationCreated, err = ensurePublication(ctx, conn, publication); err != nil {
+		return res, err
+	}
+	res.SlotCreated, err = ensureSlot(ctx, conn, slot)
+	return res, err
+}
+
+func checkWalLevel(ctx context.Context, conn *pgx.Conn) error {
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("%w (it is %q): run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) "+
+			"and restart PostgreSQL; a reload is not enough", ErrWalLevel, level)
+	}
+	return nil
+}
+
+func checkOutboxTable(ctx context.Context, conn *pgx.Conn) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('outbox_events') IS NOT NULL").Scan(&exists); err != nil {
+		return fmt.Errorf("look up outbox_events: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("%w in this database (or not on search_path): run `outbox-relay migrate` first", ErrNoOutboxTable)
+	}
+	return nil
+}
+
+func checkReplicationRole(ctx context.Context, conn *pgx.Conn) error {
+	var user string
+	var ok bool
+	err := conn.QueryRow(ctx, `SELECT current_user, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`).
+		Scan(&user, &ok)
+	if err != nil {
+		return fmt.Errorf("read role attributes: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: run ALTER ROLE %s WITH REPLICATION as a superuser (and allow it in pg_hba.conf)",
+			ErrNoReplication, pgx.Identifier{user}.Sanitize())
+	}
+	return nil
+}
+
+func ensurePublication(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", name).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up publication: %w", err)
+	}
+	if exists {
+		return false, nil
+	}
+	stmt := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize() + " FOR TABLE outbox_events WITH (publish = 'insert')"
+	_, err := conn.Exec(ctx, stmt)
+	switch code := sqlstate(err); {
+	case err == nil:
+		return true, nil
+	case code == sqlstateDuplicate:
+		return false, nil // another relay created it first
+	case code == "42501":
+		return false, fmt.Errorf("%w to create the publication: run `%s` as the owner of outbox_events", ErrNoPrivilege, stmt)
+	}
+	return false, fmt.Errorf("create publication: %w", err)
+}
+
+func ensureSlot(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
+	var plugin, walStatus, db string
+	var sameDB bool
+	err := conn.QueryRow(ctx, `
+		SELECT coalesce(plugin, ''), coalesce(wal_status, ''), coalesce(database, ''), database = current_database()
+		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &walStatus, &db, &sameDB)
+	if err == nil {
+		return false, checkSlot(name, plugin, walStatus, db, sameDB)
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("look up slot: %w", err)
+	}
+	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", name)
+	switch sqlstate(err) {
+	case "":
+		return err == nil, err
+	case sqlstateDuplicate:
+		return false, nil
+	case "42501":
+		return false, fmt.Errorf("%w to create slot %q: ALTER ROLE ... WITH REPLICATION, or create it as a superuser: "+
+			"SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrNoPrivilege, name, name)
+	}
+	return false, fmt.Errorf("create slot %q: %w", name, err)
+}
+
+func checkSlot(name, plugin, walStatus, db string, sameDB bool) error {
+	if walStatus == "lost" {
+		return slotInvalidError(name)
+	}
+	if plugin != "pgoutput" || !sameDB {
+		return fmt.Errorf("%w: slot %q uses plugin %q in database %q; choose another --slot name", ErrSlotMismatch, name, plugin, db)
+	}
+	return nil
+}
+
+func slotInvalidError(name string) error {
+	return fmt.Errorf("%w: slot %q lost WAL it needed (wal_status = lost, usually max_slot_wal_keep_size); "+
+		"drop it with SELECT pg_drop_replication_slot('%s') and start the relay again, then re-deliver the pending "+
+		"rows that the lost WAL held", ErrSlotInvalid, name, name)
+}
+
+func sqlstate(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}

@@ -1,0 +1,453 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+)
+
+// Config configures a Stream.
+type Config struct {
+	// DSN is the connection string; replication=database is added to it.
+	DSN         string
+	Slot        string
+	Publication string
+	// StatusInterval is the longest gap between standby status updates. If zero, it is a third
+	// of the server's wal_sender_timeout, at most 10s.
+	StatusInterval time.Duration
+	// ConfirmDelay is how soon after delivery progress the new position is confirmed. If zero,
+	// 100ms.
+	ConfirmDelay time.Duration
+	// StandbyRetry is how often a standby instance retries a slot held by another. If zero, 2s.
+	StandbyRetry time.Duration
+	// ReconnectMax caps the reconnect backoff, which starts at 100ms. If zero, 10s.
+	ReconnectMax time.Duration
+	Logger       zerolog.Logger
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
+}
+
+func (c *Config) defaults() {
+	if c.ConfirmDelay <= 0 {
+		c.ConfirmDelay = 100 * time.Millisecond
+	}
+	if c.StandbyRetry <= 0 {
+		c.StandbyRetry = 2 * time.Second
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = 10 * time.Second
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.Discard()
+	}
+}
+
+// Stream reads committed outbox transactions from the slot and confirms what its Tracker
+// allows. Run it once; it owns its replication connection.
+type Stream struct {
+	cfg     Config
+	tracker *Tracker
+	log     zerolog.Logger
+	m       *metrics.Metrics
+
+	lastEnd   pglogrepl.LSN // highest transaction end received by this process
+	standby   bool          // said "standing by" already
+	streaming atomic.Bool
+}
+
+// Streaming reports whether the stream holds the slot and is connected.
+func (s *Stream) Streaming() bool { return s.streaming.Load() }
+
+func (s *Stream) setStreaming(on bool) {
+	s.streaming.Store(on)
+	if on {
+		s.m.Streaming.Set(1)
+	} else {
+		s.m.Streaming.Set(0)
+	}
+}
+
+// NewStream returns a Stream that registers transactions with tracker.
+func NewStream(cfg Config, tracker *Tracker) *Stream {
+	cfg.defaults()
+	return &Stream{cfg: cfg, tracker: tracker, log: cfg.Logger, m: cfg.Metrics}
+}
+
+// Run streams until ctx is done or a permanent error occurs, sending each committed transaction
+// to out after registering it with the tracker. Connection losses are retried with backoff; a
+// slot held by another process is retried every StandbyRetry.
+//
+// After ctx is done, Run stops reading but keeps the connection alive until drained is closed
+// (the publisher has finished what it had in flight), then confirms the final position, ends
+// replication cleanly and returns nil.
+func (s *Stream) Run(ctx context.Context, out chan<- *Tx, drained <-chan struct{}) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := s.session(ctx, out, drained)
+		s.setStreaming(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait, perr := s.classify(err, &backoff)
+		if perr != nil {
+			return perr
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// classify decides what follows a failed session: a wait before retrying, or a permanent error.
+func (s *Stream) classify(err error, backoff *time.Duration) (time.Duration, error) {
+	switch {
+	case errors.Is(err, errSlotActive):
+		if !s.standby {
+			s.log.Info().Str("slot", s.cfg.Slot).Dur("retry", s.cfg.StandbyRetry).
+				Msg("slot is active in another process; standing by")
+			s.standby = true
+		}
+		return s.cfg.StandbyRetry, nil
+	case errors.Is(err, ErrSlotInvalid), errors.Is(err, ErrSlotMissing), errors.Is(err, ErrNoPrivilege),
+		errors.Is(err, ErrNoReplication):
+		return 0, err
+	}
+	s.m.Reconnects.Inc()
+	wait := *backoff
+	*backoff = min(*backoff*2, s.cfg.ReconnectMax)
+	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
+	return wait, nil
+}
+
+// session runs one replication connection from START_REPLICATION to its end.
+func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan struct{}) error {
+	conn, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	interval, err := s.statusInterval(ctx, conn)
+	if err != nil {
+		return err
+	}
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
+	})
+	if err != nil {
+		return s.startError(err)
+	}
+	if s.standby {
+		s.log.Info().Str("slot", s.cfg.Slot).Msg("slot is free; taking over")
+		s.standby = false
+	}
+	s.log.Info().Str("slot", s.cfg.Slot).Str("confirmed", s.tracker.Confirmable().String()).Msg("streaming")
+	s.setStreaming(true)
+	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: interval}
+	return l.run(ctx, drained)
+}
+
+func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad DSN: %v", ErrNoPrivilege, err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "outbox-relay"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		if code := sqlstate(err); code == "42501" || code == "28000" {
+			return nil, fmt.Errorf("%w: %v: grant REPLICATION to the role and allow replication connections in pg_hba.conf",
+				ErrNoReplication, err)
+		}
+		return nil, fmt.Errorf("connect for replication: %w", err)
+	}
+	return conn, nil
+}
+
+// statusInterval is the configured interval, or a third of wal_sender_timeout capped at 10s.
+func (s *Stream) statusInterval(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
+	if s.cfg.StatusInterval > 0 {
+		return s.cfg.StatusInterval, nil
+	}
+	res, err := conn.Exec(ctx, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'").ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read wal_sender_timeout: %w", err)
+	}
+	interval := 10 * time.Second
+	if len(res) == 1 && len(res[0].Rows) == 1 {
+		if ms, err := strconv.Atoi(string(res[0].Rows[0][0])); err == nil && ms > 0 {
+			interval = min(interval, time.Duration(ms)*time.Millisecond/3)
+		}
+	}
+	return interval, nil
+}
+
+func (s *Stream) startError(err error) error {
+	switch sqlstate(err) {
+	case "55006":
+		return errSlotActive
+	case "55000":
+		return slotInvalidError(s.cfg.Slot)
+	case "42704":
+		return fmt.Errorf("%w: slot %q no longer exists; restarting the relay creates it again, and events committed "+
+			"since it was dropped must be re-delivered from the outbox table", ErrSlotMissing, s.cfg.Slot)
+	case "42501":
+		return fmt.Errorf("%w: %v", ErrNoPrivilege, err)
+	}
+	return fmt.Errorf("start replication: %w", err)
+}
+
+// loop is one connection's read loop. Only its goroutine touches conn.
+type loop struct {
+	s        *Stream
+	conn     *pgconn.PgConn
+	out      chan<- *Tx
+	dec      *Decoder
+	interval time.Duration
+
+	sent   pglogrepl.LSN // last position sent in a status update
+	sentAt time.Time
+	walEnd pglogrepl.LSN // server WAL end from the last keepalive
+}
+
+func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
+	if err := l.status(false); err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		if l.s.tracker.Full() {
+			if err := l.paused(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := l.receive(ctx); err != nil {
+			return err
+		}
+	}
+	return l.finish(drained)
+}
+
+// receive reads one message, or times out to send a status update.
+func (l *loop) receive(ctx context.Context) error {
+	if err := l.conn.Conn().SetReadDeadline(l.deadline()); err != nil {
+		return err
+	}
+	msg, err := l.conn.ReceiveMessage(context.Background())
+	if isTimeout(err) {
+		return l.maybeStatus()
+	}
+	if err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	if err := l.handle(ctx, msg); err != nil {
+		return err
+	}
+	return l.maybeStatus()
+}
+
+// deadline is when to stop waiting for a message: soon while deliveries may progress, so their
+// confirmation goes out promptly; at the next periodic update when idle.
+func (l *loop) deadline() time.Time {
+	next := l.sentAt.Add(l.interval)
+	if l.s.tracker.Outstanding() > 0 || l.s.tracker.Confirmable() != l.sent {
+		if soon := time.Now().Add(l.s.cfg.ConfirmDelay); soon.Before(next) {
+			next = soon
+		}
+	}
+	return next
+}
+
+func (l *loop) handle(ctx context.Context, msg pgproto3.BackendMessage) error {
+	switch msg := msg.(type) {
+	case *pgproto3.CopyData:
+		return l.copyData(ctx, msg.Data)
+	case *pgproto3.ErrorResponse:
+		return l.s.startError(pgconn.ErrorResponseToPgError(msg))
+	case *pgproto3.CopyDone:
+		return errors.New("server ended replication")
+	}
+	return nil
+}
+
+func (l *loop) copyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("keepalive: %w", err)
+		}
+		l.keepalive(ka.ServerWALEnd)
+		if ka.ReplyRequested {
+			return l.status(false)
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("xlog data: %w", err)
+		}
+		tx, err := l.dec.Decode(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("decode at %s: %w", xld.WALStart, err)
+		}
+		if tx != nil {
+			return l.committed(ctx, tx)
+		}
+	}
+	return nil
+}
+
+// keepalive records the server's WAL end and, when nothing is outstanding and no transaction
+// is open, lets the slot advance to it (the idle-WAL rule).
+func (l *loop) keepalive(walEnd pglogrepl.LSN) {
+	l.walEnd = max(l.walEnd, walEnd)
+	l.s.m.ServerWALEnd.Set(float64(l.walEnd))
+	if !l.dec.InTx() {
+		l.s.tracker.AdvanceIfIdle(l.walEnd)
+	}
+	l.updateLag()
+}
+
+func (l *loop) committed(ctx context.Context, tx *Tx) error {
+	s := l.s
+	if tx.EndLSN <= s.lastEnd {
+		s.m.TxSkipped.Inc()
+		return nil // received before a reconnect: already delivered or on its way
+	}
+	s.lastEnd = tx.EndLSN
+	l.walEnd = max(l.walEnd, tx.EndLSN)
+	s.tracker.Add(tx)
+	s.m.EventsReceived.Add(float64(len(tx.Events)))
+	if len(tx.Events) == 0 {
+		return nil
+	}
+	return l.handoff(ctx, tx)
+}
+
+// handoff passes tx on, pinging the server while the publisher is busy.
+func (l *loop) handoff(ctx context.Context, tx *Tx) error {
+	select {
+	case l.out <- tx:
+		return nil
+	default:
+	}
+	for {
+		select {
+		case l.out <- tx:
+			return nil
+		case <-ctx.Done():
+			return nil // not delivered: it stays unconfirmed and is resent next time
+		case <-time.After(l.interval):
+			if err := l.status(false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// paused waits, without reading, for buffer space, sending status updates meanwhile.
+func (l *loop) paused(ctx context.Context) error {
+	l.s.m.ReadPaused.Set(1)
+	defer l.s.m.ReadPaused.Set(0)
+	ticker := time.NewTicker(min(l.interval, l.s.cfg.ConfirmDelay))
+	defer ticker.Stop()
+	for l.s.tracker.Full() {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.s.tracker.Wake():
+		case <-ticker.C:
+		}
+		if err := l.maybeStatus(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish keeps the connection alive until the publisher has drained, then confirms the final
+// position and ends replication.
+func (l *loop) finish(drained <-chan struct{}) error {
+	ticker := time.NewTicker(min(l.interval, l.s.cfg.ConfirmDelay))
+	defer ticker.Stop()
+	for done := false; !done; {
+		select {
+		case <-drained:
+			done = true
+		case <-ticker.C:
+		}
+		if err := l.maybeStatus(); err != nil {
+			return err
+		}
+	}
+	if err := l.status(false); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.conn.Conn().SetReadDeadline(time.Time{}) // the read loop's deadline is stale
+	if _, err := pglogrepl.SendStandbyCopyDone(ctx, l.conn); err != nil {
+		l.s.log.Debug().Err(err).Msg("end replication")
+	}
+	l.s.log.Info().Str("confirmed", l.sent.String()).Msg("replication ended cleanly")
+	return nil
+}
+
+// maybeStatus sends an update when the periodic interval is due, or when delivery progress
+// has waited ConfirmDelay.
+func (l *loop) maybeStatus() error {
+	now := time.Now()
+	due := now.Sub(l.sentAt) >= l.interval
+	if !due && l.s.tracker.Confirmable() != l.sent && now.Sub(l.sentAt) >= l.s.cfg.ConfirmDelay {
+		due = true
+	}
+	if !due {
+		return nil
+	}
+	return l.status(false)
+}
+
+func (l *loop) status(reply bool) error {
+	pos := l.s.tracker.Confirmable()
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), l.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos,
+		ClientTime: time.Now(), ReplyRequested: reply,
+	})
+	if err != nil {
+		return fmt.Errorf("send status update: %w", err)
+	}
+	l.sent, l.sentAt = pos, time.Now()
+	l.s.m.StatusUpdates.Inc()
+	l.s.m.ConfirmedLSN.Set(float64(pos))
+	l.updateLag()
+	return nil
+}
+
+func (l *loop) updateLag() {
+	if l.walEnd > l.sent {
+		l.s.m.LagBytes.Set(float64(l.walEnd - l.sent))
+	} else {
+		l.s.m.LagBytes.Set(0)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return err != nil && (pgconn.Timeout(err) || (errors.As(err, &ne) && ne.Timeout()))
+}

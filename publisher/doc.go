@@ -1,0 +1,21 @@
+// Package publisher orders, signs, delivers and retries outbox events as webhook POSTs.
+//
+// # Ordering
+//
+// Events are queued by key, (aggregate_type, aggregate_id), in the commit order in which the
+// stream hands them over. Only the head of a key's queue is ever eligible, and it stays the head
+// until it is delivered: the next event of the same aggregate waits, while other aggregates are
+// delivered concurrently by up to MaxInFlight workers.
+//
+// # Retries
+//
+// Delivered means a 2xx answer. Anything else, a timeout or a network error schedules the same
+// event again after an exponential, jittered delay from RetryMin up to RetryMax (or the
+// receiver's Retry-After, up to RetryMax). A waiting retry holds no worker: other keys proceed.
+//
+// # Acknowledgement
+//
+// Every delivered event is acknowledged to the cdc.Tracker, which decides what the slot may
+// confirm, and queued for the status marker, which marks rows done in batches off the delivery
+// path. The marks are advisory: the slot is the source of truth.
+package publisher

@@ -1,0 +1,123 @@
+package publisher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+)
+
+// MarkerConfig configures a Marker.
+type MarkerConfig struct {
+	// Interval is the longest a delivered row waits to be marked. If zero, 200ms.
+	Interval time.Duration
+	// Batch flushes early once this many rows wait. If zero, 1000.
+	Batch int
+	// Max bounds the rows waiting while the database is unreachable; beyond it marks are
+	// dropped (the rows stay 'pending', which is only cosmetic). If zero, 1,000,000.
+	Max    int
+	Logger zerolog.Logger
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
+}
+
+// Marker marks delivered rows status='done' with processed_at and retries, in batches on its
+// own pool, off the delivery path. It is advisory: the slot's position is the truth, and a mark
+// lost in a crash leaves only a stale 'pending'.
+type Marker struct {
+	cfg     MarkerConfig
+	pool    *pgxpool.Pool
+	mu      sync.Mutex
+	pending map[int][]string // retries → ids
+	n       int
+	kick    chan struct{}
+}
+
+// NewMarker returns a Marker writing through pool.
+func NewMarker(pool *pgxpool.Pool, cfg MarkerConfig) *Marker {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 200 * time.Millisecond
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1000
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = 1_000_000
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.Discard()
+	}
+	return &Marker{cfg: cfg, pool: pool, pending: map[int][]string{}, kick: make(chan struct{}, 1)}
+}
+
+// Done queues a delivered event's row to be marked. It never blocks on the database.
+func (m *Marker) Done(id string, retries int) {
+	m.mu.Lock()
+	if m.n >= m.cfg.Max {
+		m.mu.Unlock()
+		return
+	}
+	m.pending[retries] = append(m.pending[retries], id)
+	m.n++
+	full := m.n >= m.cfg.Batch
+	m.mu.Unlock()
+	if full {
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run flushes until ctx is done, then flushes once more with a short deadline.
+func (m *Marker) Run(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			m.flush(final)
+			cancel()
+			return nil
+		case <-t.C:
+		case <-m.kick:
+		}
+		m.flush(ctx)
+	}
+}
+
+const markSQL = `UPDATE outbox_events SET status = 'done', processed_at = now(), retries = $2 WHERE id = ANY($1::uuid[])`
+
+func (m *Marker) flush(ctx context.Context) {
+	m.mu.Lock()
+	batch := m.pending
+	n := m.n
+	m.pending, m.n = map[int][]string{}, 0
+	m.mu.Unlock()
+	m.cfg.Metrics.MarkerPending.Set(float64(n))
+	if n == 0 {
+		return
+	}
+	for retries, ids := range batch {
+		if _, err := m.pool.Exec(ctx, markSQL, ids, retries); err != nil {
+			m.cfg.Metrics.MarkerErrors.Inc()
+			m.cfg.Logger.Warn().Err(err).Int("rows", len(ids)).Msg("marking delivered rows done failed; will retry")
+			m.requeue(retries, ids)
+		}
+	}
+}
+
+func (m *Marker) requeue(retries int, ids []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n+len(ids) > m.cfg.Max {
+		return
+	}
+	m.pending[retries] = append(m.pending[retries], ids...)
+	m.n += len(ids)
+}

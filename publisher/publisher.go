@@ -1,0 +1,166 @@
+package publisher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// MaxInFlight is the number of concurrent deliveries. If zero, 64.
+	MaxInFlight int
+	// RetryMin is the first retry delay. If zero, 1s.
+	RetryMin time.Duration
+	// RetryMax caps retry delays, including Retry-After. If zero, 10m.
+	RetryMax time.Duration
+	// ShutdownTimeout bounds how long Run waits for in-flight deliveries after its context is
+	// done; then they are cancelled. If zero, 10s.
+	ShutdownTimeout time.Duration
+	Logger          zerolog.Logger
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
+}
+
+func (c *Config) defaults() {
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 64
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 10 * time.Minute
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.Discard()
+	}
+}
+
+// Acker is told about every settled event; cdc.Tracker implements it.
+type Acker interface {
+	Ack(ev *cdc.Event)
+}
+
+// Marks records delivered rows; *Marker implements it. It must not block.
+type Marks interface {
+	Done(id string, retries int)
+}
+
+// Publisher delivers events in order per key with up to MaxInFlight concurrent attempts.
+type Publisher struct {
+	cfg   Config
+	hook  *Webhook
+	acker Acker
+	marks Marks
+	sched *scheduler
+	log   zerolog.Logger
+	m     *metrics.Metrics
+}
+
+// New returns a Publisher that sends through hook, acknowledges to acker and records marks.
+// marks may be nil.
+func New(cfg Config, hook *Webhook, acker Acker, marks Marks) *Publisher {
+	cfg.defaults()
+	return &Publisher{cfg: cfg, hook: hook, acker: acker, marks: marks, sched: newScheduler(),
+		log: cfg.Logger, m: cfg.Metrics}
+}
+
+// Run takes transactions from in and delivers their events until ctx is done. Then it starts
+// nothing new, lets attempts in flight finish for up to ShutdownTimeout, and returns nil.
+// Events not delivered by then stay unconfirmed, so the next run sends them.
+func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) error {
+	hard, cancelHard := context.WithCancel(context.Background())
+	defer cancelHard()
+	var wg sync.WaitGroup
+	for i := 0; i < p.cfg.MaxInFlight; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.worker(hard)
+		}()
+	}
+	p.intake(ctx, in)
+	p.sched.close()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(p.cfg.ShutdownTimeout):
+		p.log.Warn().Dur("shutdown_timeout", p.cfg.ShutdownTimeout).Msg("cancelling deliveries still in flight")
+		cancelHard()
+		<-finished
+	}
+	return nil
+}
+
+func (p *Publisher) intake(ctx context.Context, in <-chan *cdc.Tx) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case tx := <-in:
+			for _, ev := range tx.Events {
+				p.sched.add(&item{ev: ev})
+			}
+		}
+	}
+}
+
+func (p *Publisher) worker(ctx context.Context) {
+	for it := p.sched.next(); it != nil; it = p.sched.next() {
+		p.attempt(ctx, it)
+	}
+}
+
+func (p *Publisher) attempt(ctx context.Context, it *item) {
+	it.attempt++
+	p.m.Inflight.Inc()
+	start := time.Now()
+	o := p.hook.Send(ctx, it.ev, it.attempt)
+	elapsed := time.Since(start)
+	p.m.Inflight.Dec()
+	p.m.DeliveryDuration.Observe(elapsed.Seconds())
+	p.m.DeliveryAttempts.WithLabelValues(o.result).Inc()
+	if o.ok() {
+		p.delivered(it)
+		return
+	}
+	p.failed(it, o, elapsed)
+}
+
+func (p *Publisher) delivered(it *item) {
+	ev := it.ev
+	p.m.EventsDelivered.Inc()
+	if !ev.Tx.CommitTime.IsZero() {
+		p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
+	}
+	p.acker.Ack(ev)
+	if p.marks != nil {
+		p.marks.Done(ev.ID, it.attempt-1)
+	}
+	p.sched.done(it)
+}
+
+// failed logs the attempt and schedules the next one; the key stays busy meanwhile.
+func (p *Publisher) failed(it *item, o outcome, elapsed time.Duration) {
+	delay := nextDelay(it.attempt, o.retryAfter, p.cfg.RetryMin, p.cfg.RetryMax, time.Now())
+	e := p.log.Warn().Str("event_id", it.ev.ID).Str("aggregate_type", it.ev.AggregateType).
+		Str("aggregate_id", it.ev.AggregateID).Str("event_type", it.ev.EventType).Int("attempt", it.attempt).
+		Dur("duration", elapsed).Dur("retry_in", delay).Str("result", o.result)
+	if o.err != nil {
+		e = e.Str("error", o.err.Error())
+	} else {
+		e = e.Int("status_code", o.status)
+	}
+	e.Msg("delivery failed; will retry")
+	time.AfterFunc(delay, func() { p.sched.retry(it) })
+}

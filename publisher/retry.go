@@ -1,0 +1,43 @@
+package publisher
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// backoff returns the delay before attempt n+1, after n failed attempts: RetryMin·2^(n−1),
+// jittered by ±20%, never above RetryMax.
+func backoff(n int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	jittered := time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	return min(jittered, hi)
+}
+
+// retryAfter parses a Retry-After header (delay seconds or an HTTP date) relative to now.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+// nextDelay is the wait before the next attempt: the receiver's Retry-After when given, else
+// the backoff; never above hi.
+func nextDelay(attempts int, retryAfterHeader string, lo, hi time.Duration, now time.Time) time.Duration {
+	if d, ok := retryAfter(retryAfterHeader, now); ok {
+		return min(d, hi)
+	}
+	return backoff(attempts, lo, hi)
+}

@@ -1,0 +1,76 @@
+package publisher
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/signature"
+)
+
+// The public contract, with a fixed secret, timestamp and body. The expected signature was
+// computed independently: printf '1700000000{"order_id":42}' | openssl dgst -sha256 -hmac topsecret
+func TestHeadersKnownAnswer(t *testing.T) {
+	w, err := NewWebhook(WebhookConfig{URL: "http://127.0.0.1:1/hook", Secrets: []string{"topsecret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := &cdc.Tx{CommitLSN: 0x1538A30}
+	ev := &cdc.Event{ID: "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70", AggregateType: "order", AggregateID: "42",
+		EventType: "order.created", Payload: []byte(`{"order_id":42}`), Index: 3, Tx: tx}
+	h := http.Header{}
+	w.setHeaders(h, ev, 2, 1700000000)
+	want := map[string]string{
+		"Content-Type":     "application/json",
+		"X-Event-Id":       "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70",
+		"X-Event-Type":     "order.created",
+		"X-Aggregate-Type": "order",
+		"X-Aggregate-Id":   "42",
+		"X-Attempt":        "2",
+		"X-Timestamp":      "1700000000",
+		"X-Event-Sequence": "0000000001538A30-00000003",
+		"X-Signature":      "sha256=625a14baf9101a938343dbbd360883050e7583216597fcbd0a04296f22e56cb8",
+	}
+	for k, v := range want {
+		if got := h.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+func TestStandardWebhooksHeaders(t *testing.T) {
+	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	w, err := NewWebhook(WebhookConfig{URL: "https://example.com/h", Secrets: []string{secret}, Scheme: signature.StandardWebhooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &cdc.Event{ID: "msg_p5jXN8AQM9LWM0D4loKWxJek", Payload: []byte(`{"test": 2432232314}`), Tx: &cdc.Tx{}}
+	h := http.Header{}
+	w.setHeaders(h, ev, 1, 1614265330)
+	if got := h.Get("webhook-signature"); got != "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=" {
+		t.Fatalf("webhook-signature = %q", got)
+	}
+	if h.Get("webhook-id") != ev.ID || h.Get("webhook-timestamp") != "1614265330" || h.Get("X-Signature") != "" {
+		t.Fatalf("headers = %v", h)
+	}
+}
+
+func TestSequenceRisesInCommitOrder(t *testing.T) {
+	a := &cdc.Event{Tx: &cdc.Tx{CommitLSN: 0xFFFF}, Index: 9}
+	b := &cdc.Event{Tx: &cdc.Tx{CommitLSN: 0x10000}, Index: 0}
+	c := &cdc.Event{Tx: b.Tx, Index: 10}
+	if !(Sequence(a) < Sequence(b) && Sequence(b) < Sequence(c)) {
+		t.Fatalf("%s %s %s not rising", Sequence(a), Sequence(b), Sequence(c))
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, bad := range []string{"", "localhost:8080/hook", "ftp://x/y", "http://", "://nope", "/relative"} {
+		if _, err := ParseURL(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, err := ParseURL("https://consumer.example:8443/webhooks?x=1"); err != nil {
+		t.Fatal(err)
+	}
+}
