@@ -1,0 +1,69 @@
+// Package inbox is the consumer side of outbox-relay: an http.Handler that verifies each signed
+// webhook, records its event id in inbox_events and applies the event in the same PostgreSQL
+// transaction, so that at-least-once delivery becomes exactly-once effect.
+//
+// # Mounting
+//
+//	h, err := inbox.New(pool, secrets, func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO reservations (event_id) VALUES ($1)`, ev.ID)
+//		return err
+//	}, inbox.Config{Logger: log})
+//	mux.Handle("POST /webhook", h)
+//
+// The inbox_events table comes from `outbox-relay migrate`.
+//
+// # Order of checks
+//
+// Each request goes through these steps; the first that fails decides the answer.
+//
+//  1. Size: a body over Config.MaxBodyBytes (1 MiB by default) is refused, unread past the
+//     limit.
+//  2. Signature: the scheme follows from the headers (webhook-signature means Standard
+//     Webhooks, else X-Signature); any configured secret may match, each compared in constant
+//     time; the signed timestamp must be within Config.Tolerance (5 minutes by default) of now,
+//     in either direction, so a captured request cannot be replayed later.
+//  3. Content: the event id must be a uuid and the body JSON.
+//  4. One transaction: INSERT INTO inbox_events ... ON CONFLICT (id) DO NOTHING. If the id was
+//     already there the event is a duplicate: commit and answer 200 without calling the
+//     ProcessFunc. Otherwise call it with the same transaction, mark the row done, commit.
+//  5. Failure: an error or panic from the ProcessFunc, or a database error, rolls everything
+//     back. Nothing partial is ever left: no inbox row, no effect.
+//
+// Concurrent deliveries of one event are safe: the second INSERT waits for the first
+// transaction, then does nothing if it committed, or goes ahead if it rolled back.
+//
+// # Status codes
+//
+//	200  processed; or a duplicate, absorbed, with X-Inbox-Duplicate: true
+//	400  ErrMalformed: genuine signature, but the id is not a uuid, the body is not JSON (or
+//	     not storable as jsonb), the timestamp or X-Attempt is not a number; retrying won't help
+//	401  ErrMissingSignature, ErrBadSignature, ErrStaleTimestamp: not provably from the relay,
+//	     or not now (a stale timestamp is an authentication failure, hence 401, not 400)
+//	405  not a POST
+//	413  ErrBodyTooLarge
+//	500  the ProcessFunc returned an error or panicked; rolled back; the relay retries
+//	503  the database failed (with Retry-After: 5); rolled back; the relay retries
+//
+// Only a 2xx tells the relay the event is delivered; whatever it does next with another answer
+// (retry, park), it sends the same event id, so a 5xx costs a retry and never a lost or doubled
+// effect. Stats counts each kind of answer, including the duplicates absorbed.
+//
+// # Secrets and schemes
+//
+// X-Signature: `X-Signature: sha256=<hex HMAC-SHA256(secret, X-Timestamp || body)>`; the secret's
+// bytes are the key, as they are. Standard Webhooks: `webhook-signature: v1,<base64>` over
+// "<webhook-id>.<webhook-timestamp>.<body>", keyed with the decoded part of a `whsec_<base64>`
+// secret; only whsec_ secrets take part. One list may hold both kinds. During a rotation the
+// relay sends one signature per secret (`sha256=<old>,sha256=<new>`, or space-separated v1
+// entries) and a consumer that knows either secret accepts.
+//
+// Under X-Signature the event id is not covered by the signature (the contract signs the
+// timestamp and body only), so within the tolerance window a captured request could be
+// replayed under another X-Event-Id. Standard Webhooks signs the id; prefer it where that
+// matters.
+//
+// # Without PostgreSQL
+//
+// Verify checks a signature on its own, ParseEvent reads the headers, and StatusCode gives the
+// answer for their errors, for consumers that keep their idempotency elsewhere.
+package inbox

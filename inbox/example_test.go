@@ -1,0 +1,113 @@
+package inbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+// Mount the inbox at /webhook. The ProcessFunc's writes commit in the inbox's transaction, so
+// the relay's retry of an event already applied changes nothing.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, exampleDSN())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	_, _ = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS reservations (event_id uuid PRIMARY KEY, order_id text)`)
+
+	secrets := signature.SplitSecrets("topsecret") // in your code: from WEBHOOK_SECRET
+	h, err := inbox.New(pool, secrets, func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
+		_, err := tx.Exec(ctx, `INSERT INTO reservations VALUES ($1, $2)`, ev.ID, ev.AggregateID)
+		return err
+	}, inbox.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /webhook", h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	// The relay delivers an event, then delivers it again (its first answer was lost).
+	for range 2 {
+		resp, err := http.DefaultClient.Do(relayRequest(srv.URL+"/webhook", "topsecret"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status, "duplicate:", resp.Header.Get(inbox.HeaderDuplicate) == "true")
+	}
+	var n int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM reservations`).Scan(&n)
+	fmt.Println("reservations:", n, "duplicates absorbed:", h.Stats().Duplicates)
+	// Output:
+	// 200 OK duplicate: false
+	// 200 OK duplicate: true
+	// reservations: 1 duplicates absorbed: 1
+}
+
+// Check a delivery without a database, in any HTTP framework.
+func ExampleVerify() {
+	h := http.Header{}
+	h.Set("X-Timestamp", "1700000000")
+	h.Set("X-Signature", "sha256=625a14baf9101a938343dbbd360883050e7583216597fcbd0a04296f22e56cb8")
+	body := []byte(`{"order_id":42}`)
+	now := time.Unix(1700000100, 0)
+
+	fmt.Println(inbox.Verify(h, body, []string{"topsecret"}, 0, now))
+	err := inbox.Verify(h, body, []string{"wrong"}, 0, now)
+	fmt.Println(err, inbox.StatusCode(err))
+	err = inbox.Verify(h, body, []string{"topsecret"}, 0, now.Add(time.Hour))
+	fmt.Println(inbox.StatusCode(err))
+	// Output:
+	// <nil>
+	// signature does not match any configured secret (X-Signature) 401
+	// 401
+}
+
+// relayRequest builds a signed order.created delivery as the relay sends it.
+func relayRequest(url, secret string) *http.Request {
+	body := []byte(`{"order_id":"42"}`)
+	ts := time.Now().Unix()
+	keys, _ := signature.Keys(signature.XSignature, []string{secret})
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Event-Id", "0190e3c4-8d4b-7c3a-9f1e-2b5d6a7c8e9f")
+	req.Header.Set("X-Event-Type", "order.created")
+	req.Header.Set("X-Aggregate-Type", "order")
+	req.Header.Set("X-Aggregate-Id", "42")
+	req.Header.Set("X-Attempt", "1")
+	req.Header.Set("X-Timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("X-Signature", string(signature.AppendX(nil, keys, ts, body)))
+	return req
+}
+
+// exampleDSN makes a migrated database on the test cluster; in your code this is your DSN.
+func exampleDSN() string {
+	c := pgtest.SharedCluster()
+	ctx := context.Background()
+	name, err := c.CreateDatabase(ctx, "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	dsn := c.DSN(name)
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		log.Fatal(err)
+	}
+	return dsn
+}

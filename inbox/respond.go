@@ -1,0 +1,107 @@
+package inbox
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+)
+
+// Stats counts a Handler's answers since it was made.
+type Stats struct {
+	// Processed counts events applied and committed (200).
+	Processed uint64
+	// Duplicates counts deliveries of an event already committed, absorbed without running the
+	// ProcessFunc (200 with X-Inbox-Duplicate: true).
+	Duplicates uint64
+	// Failed counts deliveries whose ProcessFunc returned an error or panicked (500).
+	Failed uint64
+	// Unavailable counts deliveries that met a database error (503).
+	Unavailable uint64
+	// Rejected counts deliveries refused before the database: 400, 401 and 413.
+	Rejected uint64
+}
+
+type counters struct {
+	processed, duplicates, failed, unavailable, rejected atomic.Uint64
+}
+
+// Stats returns the counts so far. Each field is read atomically; together they are a
+// near-instant snapshot, not a transactional one.
+func (h *Handler) Stats() Stats {
+	c := &h.stats
+	return Stats{
+		Processed:   c.processed.Load(),
+		Duplicates:  c.duplicates.Load(),
+		Failed:      c.failed.Load(),
+		Unavailable: c.unavailable.Load(),
+		Rejected:    c.rejected.Load(),
+	}
+}
+
+// HeaderDuplicate is set to "true" on the 200 answer to an event the inbox had already
+// committed.
+const HeaderDuplicate = "X-Inbox-Duplicate"
+
+func (h *Handler) succeed(w http.ResponseWriter, ev Event, duplicate bool) {
+	if duplicate {
+		h.stats.duplicates.Add(1)
+		w.Header().Set(HeaderDuplicate, "true")
+		h.log.Debug().Str("event_id", ev.ID.String()).Int("attempt", ev.Attempt).Msg("inbox: duplicate absorbed")
+		ok(w, "duplicate")
+		return
+	}
+	h.stats.processed.Add(1)
+	h.log.Debug().Str("event_id", ev.ID.String()).Str("event_type", ev.Type).Msg("inbox: event processed")
+	ok(w, "processed")
+}
+
+func ok(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+// refuse answers a request refused before the database, telling the sender which check
+// failed and why (nothing in the message is secret; header values quoted in it are clipped).
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	code := StatusCode(err)
+	h.log.Warn().Err(err).Int("status", code).Str("remote", r.RemoteAddr).
+		Str("event_id", clip(r.Header.Get(headerXEventID))).Msg("inbox: delivery refused")
+	http.Error(w, err.Error(), code)
+}
+
+// fail answers a failure after verification: 500 for the ProcessFunc, 503 for the database,
+// 400 for a payload PostgreSQL refuses. Nothing of the event was committed. A 5xx answer names
+// only the class of failure: the detail, which may hold the consumer's data, goes to the log.
+func (h *Handler) fail(w http.ResponseWriter, ev Event, err error) {
+	code := StatusCode(err)
+	var e *zerolog.Event
+	switch code {
+	case http.StatusBadRequest:
+		h.stats.rejected.Add(1)
+		e = h.log.Warn()
+	case http.StatusServiceUnavailable:
+		h.stats.unavailable.Add(1)
+		w.Header().Set("Retry-After", "5")
+		e = h.log.Error()
+	default:
+		h.stats.failed.Add(1)
+		e = h.log.Error()
+	}
+	var p *panicError
+	if errors.As(err, &p) {
+		e = e.Str("stack", string(p.stack))
+	}
+	e.Err(err).Int("status", code).Str("event_id", ev.ID.String()).Str("event_type", ev.Type).
+		Int("attempt", ev.Attempt).Msg("inbox: delivery failed, rolled back")
+	msg := err.Error()
+	switch code {
+	case http.StatusServiceUnavailable:
+		msg = errDatabase.Error()
+	case http.StatusInternalServerError:
+		msg = errHandler.Error()
+	}
+	http.Error(w, msg, code)
+}
