@@ -30,7 +30,7 @@ aggregates) and confirms the slot only after delivery.`,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newMigrateCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newMigrateCmd(), newVersionCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+)
+
+func addLogFlags(fs *pflag.FlagSet) {
+	fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.String("log-format", "auto", "log format: json, console, or auto (console on a terminal, else json)")
+}
+
+// newLogger builds the process logger from --log-level and --log-format, writing to w.
+func newLogger(fs *pflag.FlagSet, w io.Writer) (zerolog.Logger, error) {
+	levelName, _ := fs.GetString("log-level")
+	level, err := zerolog.ParseLevel(levelName)
+	if err != nil || levelName == "" {
+		return zerolog.Nop(), usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", levelName)}
+	}
+	format, _ := fs.GetString("log-format")
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	case "auto":
+		if isTerminal(w) {
+			w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		}
+	default:
+		return zerolog.Nop(), usageError{fmt.Errorf("--log-format %q: use json, console or auto", format)}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

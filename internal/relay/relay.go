@@ -1,0 +1,268 @@
+// Package relay wires the data path: cdc.Stream reads committed outbox rows from the slot, the
+// publisher delivers them, and their acknowledgements flow back to the stream's Tracker, which
+// decides what the slot may confirm. It also serves /metrics, /healthz and /readyz.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/publisher"
+)
+
+// Config is everything `outbox-relay run` takes.
+type Config struct {
+	DSN               string
+	WebhookURL        string
+	Secrets           []string
+	Scheme            signature.Scheme
+	Slot              string
+	Publication       string
+	MetricsAddr       string // empty: no HTTP server
+	RetryMin          time.Duration
+	RetryMax          time.Duration
+	RequestTimeout    time.Duration
+	MaxInFlight       int
+	MaxBufferedEvents int
+	MaxBufferedBytes  int
+	ShutdownTimeout   time.Duration
+	StallTimeout      time.Duration
+	StatusInterval    time.Duration // 0: derived from wal_sender_timeout
+	Version           string
+	Commit            string
+	Logger            zerolog.Logger
+	// Registry receives the metrics; if nil, a new one is used.
+	Registry *prometheus.Registry
+	// Ready, if set, is called with the metrics server's address once it listens.
+	Ready func(metricsAddr string)
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultSlot              = "outbox_relay"
+	DefaultPublication       = "outbox_relay"
+	DefaultMaxInFlight       = 64
+	DefaultMaxBufferedEvents = 8192
+	DefaultMaxBufferedBytes  = 32 << 20
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultStallTimeout      = 3 * time.Minute
+)
+
+func (c *Config) defaults() {
+	set := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	set(&c.MaxInFlight, DefaultMaxInFlight)
+	set(&c.MaxBufferedEvents, DefaultMaxBufferedEvents)
+	set(&c.MaxBufferedBytes, DefaultMaxBufferedBytes)
+	if c.Slot == "" {
+		c.Slot = DefaultSlot
+	}
+	if c.Publication == "" {
+		c.Publication = DefaultPublication
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+}
+
+// Run runs the relay until ctx is done (then drains and returns nil) or a permanent error.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	log := cfg.Logger
+	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: cfg.WebhookURL, Secrets: cfg.Secrets,
+		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version})
+	if err != nil {
+		return err
+	}
+	m := metrics.New(cfg.Registry)
+	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.BuildInfo.WithLabelValues(cfg.Version, cfg.Commit, goVersion()).Set(1)
+
+	setup, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication)
+	if err != nil {
+		return err
+	}
+	logSetup(log, cfg, setup)
+	pool, err := pgxpool.New(ctx, cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+
+	r := newRunner(cfg, m, hook, pool)
+	return r.run(ctx)
+}
+
+func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
+	if s.PublicationCreated {
+		log.Info().Str("publication", cfg.Publication).Msg("publication created")
+	}
+	if s.SlotCreated {
+		log.Info().Str("slot", cfg.Slot).Msg("replication slot created")
+	}
+	log.Info().Str("slot", cfg.Slot).Str("publication", cfg.Publication).Int("max_in_flight", cfg.MaxInFlight).
+		Int("max_buffered_events", cfg.MaxBufferedEvents).Int("max_buffered_bytes", cfg.MaxBufferedBytes).
+		Str("signature_scheme", cfg.Scheme.String()).Msg("relay starting")
+}
+
+// runner holds the wired components of one run.
+type runner struct {
+	cfg     Config
+	m       *metrics.Metrics
+	tracker *cdc.Tracker
+	stream  *cdc.Stream
+	pub     *publisher.Publisher
+	marker  *publisher.Marker
+	lastAck atomic.Int64 // unix nanos of the last delivery
+}
+
+func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool) *runner {
+	r := &runner{cfg: cfg, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
+	r.lastAck.Store(time.Now().UnixNano())
+	r.stream = cdc.NewStream(cdc.Config{DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication,
+		StatusInterval: cfg.StatusInterval, Logger: cfg.Logger, Metrics: m}, r.tracker)
+	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
+	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
+		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m}, hook, r, r.marker)
+	return r
+}
+
+// Ack passes a settled event to the tracker and notes the time, for the stall check.
+func (r *runner) Ack(ev *cdc.Event) {
+	r.tracker.Ack(ev)
+	r.lastAck.Store(time.Now().UnixNano())
+}
+
+func (r *runner) run(ctx context.Context) error {
+	srv, err := r.listen()
+	if err != nil {
+		return err
+	}
+	txs := make(chan *cdc.Tx, 64)
+	drained := make(chan struct{})
+	// streamCtx ends on shutdown, or early when the stream fails for good.
+	streamCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	markerCtx, stopMarker := context.WithCancel(context.Background())
+	g := new(errgroup.Group)
+	g.Go(func() error {
+		err := r.stream.Run(streamCtx, txs, drained)
+		stopAll()
+		return err
+	})
+	g.Go(func() error {
+		defer close(drained)
+		return r.pub.Run(streamCtx, txs)
+	})
+	markerDone := make(chan struct{})
+	go func() { defer close(markerDone); _ = r.marker.Run(markerCtx) }()
+	go r.gauges(streamCtx)
+	err = g.Wait()
+	stopMarker()
+	<-markerDone
+	r.shutdownHTTP(srv)
+	if err == nil {
+		r.cfg.Logger.Info().Float64("delivered", counterValue(r.m.EventsDelivered)).
+			Float64("received", counterValue(r.m.EventsReceived)).Msg("relay stopped")
+	}
+	return err
+}
+
+// gauges refreshes the polled gauges once a second.
+func (r *runner) gauges(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		events, bytes := r.tracker.Buffered()
+		r.m.BufferedEvents.Set(float64(events))
+		r.m.BufferedBytes.Set(float64(bytes))
+		if oldest := r.tracker.OldestCommit(); !oldest.IsZero() {
+			r.m.OldestUndelivered.Set(time.Since(oldest).Seconds())
+		} else {
+			r.m.OldestUndelivered.Set(0)
+		}
+	}
+}
+
+// ready reports whether the relay is streaming and not stalled.
+func (r *runner) ready() (bool, string) {
+	if !r.stream.Streaming() {
+		return false, "not streaming (standing by, or reconnecting)"
+	}
+	if r.tracker.Outstanding() > 0 {
+		since := time.Since(time.Unix(0, r.lastAck.Load()))
+		if since > r.cfg.StallTimeout {
+			return false, fmt.Sprintf("stalled: events waiting and nothing delivered for %s", since.Round(time.Second))
+		}
+	}
+	return true, "ok"
+}
+
+func (r *runner) listen() (*http.Server, error) {
+	if r.cfg.MetricsAddr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", r.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %q: %w", r.cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := r.ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.cfg.Logger.Error().Err(err).Msg("metrics server")
+		}
+	}()
+	r.cfg.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+	if r.cfg.Ready != nil {
+		r.cfg.Ready(ln.Addr().String())
+	}
+	return srv, nil
+}
+
+func (r *runner) shutdownHTTP(srv *http.Server) {
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+}

@@ -1,0 +1,162 @@
+// Package relaytest holds what the relay's integration tests, benchmarks and torture runs share:
+// a webhook receiver that verifies and records deliveries, a producer that writes outbox
+// transactions (some rolled back), and the checks of the delivery guarantees.
+package relaytest
+
+import (
+	"crypto/hmac"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/signature"
+)
+
+// Delivery is one request the receiver accepted.
+type Delivery struct {
+	ID        string
+	Aggregate string // type/id
+	Seq       int    // the producer's per-aggregate sequence, from the payload
+	Attempt   int
+	At        time.Time
+}
+
+// Receiver is a real HTTP server that checks the signature of every request and records the
+// accepted ones. Fail decides, per request, whether to answer with an error status instead.
+type Receiver struct {
+	*httptest.Server
+	Secret string
+
+	// Fail returns a status code to answer instead of 200, or 0 to accept. Set before use or
+	// through SetFail.
+	fail    atomic.Pointer[func(*http.Request) int]
+	hang    atomic.Bool
+	mu      sync.Mutex
+	log     []Delivery
+	byID    map[string]int
+	badSigs atomic.Int64
+	total   atomic.Int64
+	release chan struct{}
+}
+
+// NewReceiver starts a receiver that verifies X-Signature with secret.
+func NewReceiver(secret string) *Receiver {
+	r := &Receiver{Secret: secret, byID: map[string]int{}, release: make(chan struct{})}
+	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	return r
+}
+
+// SetFail installs a failure rule (nil accepts everything).
+func (r *Receiver) SetFail(f func(*http.Request) int) {
+	if f == nil {
+		r.fail.Store(nil)
+		return
+	}
+	r.fail.Store(&f)
+}
+
+// Hang makes every request block until Unhang (or the client gives up).
+func (r *Receiver) Hang() { r.hang.Store(true) }
+
+// Unhang releases hung requests and accepts again.
+func (r *Receiver) Unhang() {
+	r.hang.Store(false)
+	r.mu.Lock()
+	close(r.release)
+	r.release = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
+	r.total.Add(1)
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return
+	}
+	if r.hang.Load() {
+		r.mu.Lock()
+		ch := r.release
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-req.Context().Done():
+			return
+		}
+	}
+	if !r.verify(req, body) {
+		r.badSigs.Add(1)
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	if f := r.fail.Load(); f != nil {
+		if code := (*f)(req); code != 0 {
+			w.WriteHeader(code)
+			return
+		}
+	}
+	r.record(req, body)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (r *Receiver) verify(req *http.Request, body []byte) bool {
+	ts := req.Header.Get("X-Timestamp")
+	var n int64
+	if _, err := fmt.Sscan(ts, &n); err != nil {
+		return false
+	}
+	want := signature.AppendX(nil, [][]byte{[]byte(r.Secret)}, n, body)
+	for _, sig := range strings.Split(req.Header.Get("X-Signature"), ",") {
+		if hmac.Equal([]byte(sig), want) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Receiver) record(req *http.Request, body []byte) {
+	var p struct {
+		Seq int `json:"seq"`
+	}
+	_ = json.Unmarshal(body, &p)
+	var attempt int
+	fmt.Sscan(req.Header.Get("X-Attempt"), &attempt)
+	d := Delivery{ID: req.Header.Get("X-Event-Id"), Seq: p.Seq, Attempt: attempt, At: time.Now(),
+		Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")}
+	r.mu.Lock()
+	r.log = append(r.log, d)
+	r.byID[d.ID]++
+	r.mu.Unlock()
+}
+
+// Deliveries returns a copy of the accepted requests, in arrival order.
+func (r *Receiver) Deliveries() []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Delivery(nil), r.log...)
+}
+
+// Unique returns the number of distinct event ids accepted.
+func (r *Receiver) Unique() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID)
+}
+
+// Has reports whether id was accepted at least once.
+func (r *Receiver) Has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id] > 0
+}
+
+// BadSignatures returns the number of requests whose signature did not verify.
+func (r *Receiver) BadSignatures() int64 { return r.badSigs.Load() }
+
+// Requests returns the number of requests received, accepted or not.
+func (r *Receiver) Requests() int64 { return r.total.Load() }
