@@ -40,6 +40,10 @@ type Metrics struct {
 	ReadPaused         prometheus.Gauge
 	MarkerPending      prometheus.Gauge
 	MarkerErrors       prometheus.Counter
+	ParkedAggregates   prometheus.Gauge
+	SlotRetainedWAL    prometheus.Gauge
+	SlotActive         prometheus.Gauge
+	OutboxRows         *prometheus.GaugeVec
 	BuildInfo          *prometheus.GaugeVec
 }
 
@@ -71,6 +75,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		ReadPaused:     gauge("read_paused", "1 while reading WAL is paused because the buffer is full."),
 		MarkerPending:  gauge("status_marks_pending", "Delivered events whose row is not yet marked done."),
 		MarkerErrors:   counter("status_mark_errors_total", "Failed batches of status marks (retried; advisory only)."),
+		ParkedAggregates: gauge("parked_aggregates", "Aggregates parked behind a dead-lettered event, waiting for a replay."),
+		SlotRetainedWAL: gauge("slot_retained_wal_bytes",
+			"WAL the server keeps for the slot (current WAL position minus restart_lsn), polled."),
+		SlotActive: gauge("slot_active", "1 when the slot is in use by some process (any instance), polled."),
+		OutboxRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "outbox_rows",
+			Help: "outbox_events rows by status (estimated cheaply), polled."}, []string{"status"}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 			Help: "Always 1; labels carry the version, commit and Go version."}, []string{"version", "commit", "goversion"}),
 	}
@@ -80,7 +90,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.LagBytes, m.OldestUndelivered, m.EventsReceived, m.EventsDelivered, m.EventsDeadLettered,
 		m.TxSkipped, m.DeliveryAttempts, m.DeliveryDuration, m.EndToEnd, m.Inflight, m.BufferedEvents,
 		m.BufferedBytes, m.ConfirmedLSN, m.ServerWALEnd, m.Streaming, m.Reconnects, m.StatusUpdates,
-		m.ReadPaused, m.MarkerPending, m.MarkerErrors, m.BuildInfo)
+		m.ReadPaused, m.MarkerPending, m.MarkerErrors, m.ParkedAggregates, m.SlotRetainedWAL, m.SlotActive,
+		m.OutboxRows, m.BuildInfo)
 	return m
 }
 

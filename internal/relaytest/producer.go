@@ -135,4 +135,3 @@ func Pool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	cfg.MaxConns = 16
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
-

@@ -55,4 +55,5 @@ func TestKeysErrors(t *testing.T) {
 		t.Fatal("unknown scheme accepted")
 	}
 }
+
 const xKnown = "625a14baf9101a938343dbbd360883050e7583216597fcbd0a04296f22e56cb8"
