@@ -13,7 +13,7 @@ import (
 
 // MarkerConfig configures a Marker.
 type MarkerConfig struct {
-	// Interval is the longest a delivered row waits to be marked. If zero, 200ms.
+	// Interval is the longest a delivered row waits to be marked. If zero, 50ms.
 	Interval time.Duration
 	// Batch flushes early once this many rows wait. If zero, 1000.
 	Batch int
@@ -40,7 +40,7 @@ type Marker struct {
 // NewMarker returns a Marker writing through pool.
 func NewMarker(pool *pgxpool.Pool, cfg MarkerConfig) *Marker {
 	if cfg.Interval <= 0 {
-		cfg.Interval = 200 * time.Millisecond
+		cfg.Interval = 50 * time.Millisecond
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1000
@@ -120,4 +120,22 @@ func (m *Marker) requeue(retries int, ids []string) {
 	}
 	m.pending[retries] = append(m.pending[retries], ids...)
 	m.n += len(ids)
+}
+
+// Delivered returns which of ids are marked done, for Resume.
+func (m *Marker) Delivered(ctx context.Context, ids []string) (map[string]bool, error) {
+	rows, err := m.pool.Query(ctx, `SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[]) AND status = 'done'`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		seen[id] = true
+	}
+	return seen, rows.Err()
 }

@@ -22,7 +22,9 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run waits for in-flight deliveries after its context is
 	// done; then they are cancelled. If zero, 10s.
 	ShutdownTimeout time.Duration
-	Logger          zerolog.Logger
+	// Resume, if set, skips events that an earlier process delivered (see Resume).
+	Resume *Resume
+	Logger zerolog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 }
@@ -108,10 +110,37 @@ func (p *Publisher) intake(ctx context.Context, in <-chan *cdc.Tx) {
 		case <-ctx.Done():
 			return
 		case tx := <-in:
-			for _, ev := range tx.Events {
-				p.sched.add(&item{ev: ev})
-			}
+			p.take(ctx, tx, in)
 		}
+	}
+}
+
+// take queues a transaction's events, after a restart first dropping those an earlier process
+// already delivered (see Resume).
+func (p *Publisher) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
+	r := p.cfg.Resume
+	if !r.active(tx) {
+		p.queue(tx, nil)
+		return
+	}
+	check, rest := r.batch(tx, in)
+	seen := r.filter(ctx, check)
+	for _, t := range check {
+		p.queue(t, seen)
+	}
+	if rest != nil {
+		p.queue(rest, nil)
+	}
+}
+
+func (p *Publisher) queue(tx *cdc.Tx, delivered map[string]bool) {
+	for _, ev := range tx.Events {
+		if delivered[ev.ID] {
+			p.m.EventsSkipped.Inc()
+			p.acker.Ack(ev)
+			continue
+		}
+		p.sched.add(&item{ev: ev})
 	}
 }
 

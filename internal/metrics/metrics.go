@@ -26,6 +26,7 @@ type Metrics struct {
 	EventsDelivered    prometheus.Counter
 	EventsDeadLettered prometheus.Counter
 	TxSkipped          prometheus.Counter
+	EventsSkipped      prometheus.Counter
 	DeliveryAttempts   *prometheus.CounterVec
 	DeliveryDuration   prometheus.Histogram
 	EndToEnd           prometheus.Histogram
@@ -58,23 +59,25 @@ func New(reg prometheus.Registerer) *Metrics {
 		EventsDeadLettered: counter("events_dead_lettered_total", "Events dead-lettered after the last allowed attempt."),
 		TxSkipped: counter("transactions_skipped_total",
 			"Transactions resent by the server after a reconnect that this process had already received, and skipped."),
+		EventsSkipped: counter("events_skipped_total",
+			"Events resent after a restart that an earlier process had already delivered (per the status marks), not sent again."),
 		DeliveryAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "delivery_attempts_total",
 			Help: "Delivery attempts by result: success, http_4xx, http_5xx, timeout or network."}, []string{"result"}),
 		DeliveryDuration: histogram("delivery_duration_seconds", "Duration of one delivery attempt.",
 			prometheus.ExponentialBuckets(0.0005, 2, 16)),
 		EndToEnd: histogram("end_to_end_seconds", "From commit timestamp to successful delivery.",
 			prometheus.ExponentialBuckets(0.0005, 2, 22)),
-		Inflight:       gauge("inflight_events", "Deliveries in flight (requests under way)."),
-		BufferedEvents: gauge("buffered_events", "Events received and not yet delivered."),
-		BufferedBytes:  gauge("buffered_bytes", "Approximate bytes of events received and not yet delivered."),
-		ConfirmedLSN:   gauge("confirmed_lsn", "The LSN last confirmed to the server (as a number)."),
-		ServerWALEnd:   gauge("server_wal_end_lsn", "The server's WAL end from its last keepalive (as a number)."),
-		Streaming:      gauge("streaming", "1 while this instance holds the slot and streams; 0 when standing by or reconnecting."),
-		Reconnects:     counter("reconnects_total", "Replication connections lost and retried."),
-		StatusUpdates:  counter("status_updates_total", "Standby status updates sent to the server."),
-		ReadPaused:     gauge("read_paused", "1 while reading WAL is paused because the buffer is full."),
-		MarkerPending:  gauge("status_marks_pending", "Delivered events whose row is not yet marked done."),
-		MarkerErrors:   counter("status_mark_errors_total", "Failed batches of status marks (retried; advisory only)."),
+		Inflight:         gauge("inflight_events", "Deliveries in flight (requests under way)."),
+		BufferedEvents:   gauge("buffered_events", "Events received and not yet delivered."),
+		BufferedBytes:    gauge("buffered_bytes", "Approximate bytes of events received and not yet delivered."),
+		ConfirmedLSN:     gauge("confirmed_lsn", "The LSN last confirmed to the server (as a number)."),
+		ServerWALEnd:     gauge("server_wal_end_lsn", "The server's WAL end from its last keepalive (as a number)."),
+		Streaming:        gauge("streaming", "1 while this instance holds the slot and streams; 0 when standing by or reconnecting."),
+		Reconnects:       counter("reconnects_total", "Replication connections lost and retried."),
+		StatusUpdates:    counter("status_updates_total", "Standby status updates sent to the server."),
+		ReadPaused:       gauge("read_paused", "1 while reading WAL is paused because the buffer is full."),
+		MarkerPending:    gauge("status_marks_pending", "Delivered events whose row is not yet marked done."),
+		MarkerErrors:     counter("status_mark_errors_total", "Failed batches of status marks (retried; advisory only)."),
 		ParkedAggregates: gauge("parked_aggregates", "Aggregates parked behind a dead-lettered event, waiting for a replay."),
 		SlotRetainedWAL: gauge("slot_retained_wal_bytes",
 			"WAL the server keeps for the slot (current WAL position minus restart_lsn), polled."),
@@ -88,7 +91,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.DeliveryAttempts.WithLabelValues(r)
 	}
 	reg.MustRegister(m.LagBytes, m.OldestUndelivered, m.EventsReceived, m.EventsDelivered, m.EventsDeadLettered,
-		m.TxSkipped, m.DeliveryAttempts, m.DeliveryDuration, m.EndToEnd, m.Inflight, m.BufferedEvents,
+		m.TxSkipped, m.EventsSkipped, m.DeliveryAttempts, m.DeliveryDuration, m.EndToEnd, m.Inflight, m.BufferedEvents,
 		m.BufferedBytes, m.ConfirmedLSN, m.ServerWALEnd, m.Streaming, m.Reconnects, m.StatusUpdates,
 		m.ReadPaused, m.MarkerPending, m.MarkerErrors, m.ParkedAggregates, m.SlotRetainedWAL, m.SlotActive,
 		m.OutboxRows, m.BuildInfo)

@@ -113,7 +113,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer pool.Close()
 
-	r := newRunner(cfg, m, hook, pool)
+	var started time.Time
+	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&started); err != nil {
+		return fmt.Errorf("read server time: %w", err)
+	}
+	r := newRunner(cfg, m, hook, pool, started)
 	return r.run(ctx)
 }
 
@@ -140,14 +144,15 @@ type runner struct {
 	lastAck atomic.Int64 // unix nanos of the last delivery
 }
 
-func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool) *runner {
+func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool, started time.Time) *runner {
 	r := &runner{cfg: cfg, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
 	r.stream = cdc.NewStream(cdc.Config{DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, Logger: cfg.Logger, Metrics: m}, r.tracker)
 	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
-		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m}, hook, r, r.marker)
+		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
+		Resume: &publisher.Resume{Since: started, Delivered: r.marker.Delivered}}, hook, r, r.marker)
 	return r
 }
 
