@@ -3,6 +3,7 @@ package cdc
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -57,8 +58,9 @@ func (d *Decoder) Decode(data []byte) (tx *Tx, err error) {
 		return nil, d.insert(data[1:])
 	case pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeCommit, pglogrepl.MessageTypeRelation:
 		return d.parsed(data)
-	case pglogrepl.MessageTypeOrigin, pglogrepl.MessageTypeType, pglogrepl.MessageTypeMessage,
-		pglogrepl.MessageTypeTruncate, pglogrepl.MessageTypeUpdate, pglogrepl.MessageTypeDelete:
+	case pglogrepl.MessageTypeMessage:
+		return nil, d.message(data[1:])
+	case pglogrepl.MessageTypeOrigin, pglogrepl.MessageTypeType, pglogrepl.MessageTypeTruncate, pglogrepl.MessageTypeUpdate, pglogrepl.MessageTypeDelete:
 		// Not outbox inserts. They are not parsed at all, which also keeps pglogrepl's
 		// unchecked allocations (a Truncate's relation count) away from untrusted lengths.
 		return nil, nil
@@ -180,6 +182,37 @@ func (d *Decoder) insert(b []byte) error {
 	}
 	ev.Index = len(d.open.Events)
 	ev.Tx = d.open
+	d.open.Events = append(d.open.Events, ev)
+	d.open.bytes += ev.Size()
+	return nil
+}
+
+// message handles a logical decoding message: flags (1 = transactional), LSN, prefix, content
+// length and content. Only transactional replay requests matter; anything else, including a
+// replay request that does not parse, is ignored, so an operator's bad message cannot stop the
+// stream.
+func (d *Decoder) message(b []byte) error {
+	if len(b) < 9 || b[0]&1 == 0 || d.open == nil {
+		return nil
+	}
+	rest := b[9:]
+	n := bytes.IndexByte(rest, 0)
+	if n < 0 || string(rest[:n]) != ReplayPrefix {
+		return nil
+	}
+	rest = rest[n+1:]
+	if len(rest) < 4 {
+		return nil
+	}
+	l := int(binary.BigEndian.Uint32(rest))
+	if l > len(rest)-4 {
+		return fmt.Errorf("%w: message content claims %d bytes, %d left", ErrMalformed, l, len(rest)-4)
+	}
+	var req ReplayRequest
+	if err := json.Unmarshal(rest[4:4+l], &req); err != nil || len(req.Aggregates) == 0 {
+		return nil
+	}
+	ev := &Event{Replay: req.Aggregates, Index: len(d.open.Events), Tx: d.open}
 	d.open.Events = append(d.open.Events, ev)
 	d.open.bytes += ev.Size()
 	return nil

@@ -171,3 +171,47 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func msgMessage(transactional bool, prefix, content string) []byte {
+	flags := byte(0)
+	if transactional {
+		flags = 1
+	}
+	b := be64([]byte{'M', flags}, 0x100)
+	b = cstr(b, prefix)
+	return append(be32(b, uint32(len(content))), content...)
+}
+
+func TestDecodeReplayRequest(t *testing.T) {
+	d := NewDecoder()
+	mustDecode(t, d, msgRelation(1, "outbox_events", outboxCols...))
+	mustDecode(t, d, msgBegin(10, 1))
+	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[{"type":"order","id":"42"}]}`))
+	mustDecode(t, d, msgMessage(true, "someone.else", `{"aggregates":[{"type":"x","id":"y"}]}`))
+	mustDecode(t, d, msgMessage(true, ReplayPrefix, `not json`))
+	tx := mustDecode(t, d, msgCommit(10, 20))
+	if len(tx.Events) != 1 || len(tx.Events[0].Replay) != 1 || tx.Events[0].Replay[0] != (Aggregate{"order", "42"}) {
+		t.Fatalf("events = %+v", tx.Events)
+	}
+	// A non-transactional message arrives outside any transaction and is ignored.
+	if tx, err := d.Decode(msgMessage(false, ReplayPrefix, `{"aggregates":[{"type":"order","id":"1"}]}`)); tx != nil || err != nil {
+		t.Fatalf("non-transactional message: %v %v", tx, err)
+	}
+}
+
+func TestTrackerGrowHoldsTheTransaction(t *testing.T) {
+	tr := NewTracker(100, 1<<20)
+	req := newTx(100, 1) // one replay request
+	tr.Add(req)
+	more := []*Event{{ID: "a", Tx: req}, {ID: "b", Tx: req}}
+	tr.Grow(req, more)
+	tr.Ack(req.Events[0])
+	if tr.Confirmable() != 0 {
+		t.Fatal("confirmed a replay before its events were delivered")
+	}
+	tr.Ack(more[0])
+	tr.Ack(more[1])
+	if tr.Confirmable() != 100 {
+		t.Fatalf("confirmable %s", tr.Confirmable())
+	}
+}

@@ -16,8 +16,33 @@ type Event struct {
 	Headers       []byte // the optional headers jsonb column, nil when absent or NULL
 	CreatedAt     time.Time
 	Index         int // position within its transaction, from 0
+	// Seq, when set, is the event's original stream position (X-Event-Sequence), kept by a
+	// replayed event; otherwise the position derives from Tx and Index.
+	Seq string
+	// Replay, when not nil, makes this a replay request (a logical decoding message written by
+	// `outbox-relay replay`), not a row: re-send the dead-lettered and parked events of these
+	// aggregates at this point of the stream.
+	Replay []Aggregate
 
 	Tx *Tx // the transaction that committed it
+}
+
+// Aggregate names an aggregate: the ordering key.
+type Aggregate struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}
+
+// Key is the aggregate's ordering key, as Event.Key.
+func (a Aggregate) Key() string { return a.Type + "\x00" + a.ID }
+
+// ReplayPrefix is the prefix of the transactional logical decoding message that requests a
+// replay; its content is a ReplayRequest in JSON.
+const ReplayPrefix = "outbox-relay.replay"
+
+// ReplayRequest is the content of a replay message.
+type ReplayRequest struct {
+	Aggregates []Aggregate `json:"aggregates"`
 }
 
 // Key is the ordering key: events with equal keys are delivered one at a time, in commit order.

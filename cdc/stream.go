@@ -144,7 +144,7 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 		return err
 	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'"},
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'", "messages 'true'"},
 	})
 	if err != nil {
 		return s.startError(err)
@@ -227,6 +227,9 @@ func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
 	if err := l.status(false); err != nil {
 		return err
 	}
+	// A read in progress ends at once on cancellation, not at its deadline.
+	stop := context.AfterFunc(ctx, func() { _ = l.conn.Conn().SetReadDeadline(time.Now()) })
+	defer stop()
 	for ctx.Err() == nil {
 		if l.s.tracker.Full() {
 			if err := l.paused(ctx); err != nil {
@@ -245,6 +248,9 @@ func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
 func (l *loop) receive(ctx context.Context) error {
 	if err := l.conn.Conn().SetReadDeadline(l.deadline()); err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		return nil // cancelled while the deadline was set: the caller's loop ends
 	}
 	msg, err := l.conn.ReceiveMessage(context.Background())
 	if isTimeout(err) {

@@ -45,6 +45,18 @@ func (t *Tracker) Add(tx *Tx) {
 	t.popLocked()
 }
 
+// Grow adds events to a transaction that is still outstanding: the events a replay request
+// (an event of tx) stands for. Call it before acknowledging the request itself.
+func (t *Tracker) Grow(tx *Tx, evs []*Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ev := range evs {
+		tx.remaining++
+		t.events++
+		t.bytes += ev.Size()
+	}
+}
+
 // Ack records that ev is settled (delivered, or durably parked) and will not be sent again by
 // this process.
 func (t *Tracker) Ack(ev *Event) {

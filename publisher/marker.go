@@ -33,6 +33,7 @@ type Marker struct {
 	pool    *pgxpool.Pool
 	mu      sync.Mutex
 	pending map[int][]string // retries → ids
+	late    []markBatch      // batches that found rows not yet visible
 	n       int
 	kick    chan struct{}
 }
@@ -104,12 +105,38 @@ func (m *Marker) flush(ctx context.Context) {
 		return
 	}
 	for retries, ids := range batch {
-		if _, err := m.pool.Exec(ctx, markSQL, ids, retries); err != nil {
-			m.cfg.Metrics.MarkerErrors.Inc()
-			m.cfg.Logger.Warn().Err(err).Int("rows", len(ids)).Msg("marking delivered rows done failed; will retry")
-			m.requeue(retries, ids)
-		}
+		m.mark(ctx, retries, ids, true)
 	}
+	m.mu.Lock()
+	late := m.late
+	m.late = nil
+	m.mu.Unlock()
+	for _, b := range late {
+		m.mark(ctx, b.retries, b.ids, false)
+	}
+}
+
+// mark updates one batch. A batch that updates fewer rows than it names is tried once more at
+// the next flush: a row handed over by logical decoding can still be invisible to other
+// sessions for a moment after its commit is flushed.
+func (m *Marker) mark(ctx context.Context, retries int, ids []string, again bool) {
+	tag, err := m.pool.Exec(ctx, markSQL, ids, retries)
+	if err != nil {
+		m.cfg.Metrics.MarkerErrors.Inc()
+		m.cfg.Logger.Warn().Err(err).Int("rows", len(ids)).Msg("marking delivered rows done failed; will retry")
+		m.requeue(retries, ids)
+		return
+	}
+	if again && tag.RowsAffected() < int64(len(ids)) {
+		m.mu.Lock()
+		m.late = append(m.late, markBatch{retries, ids})
+		m.mu.Unlock()
+	}
+}
+
+type markBatch struct {
+	retries int
+	ids     []string
 }
 
 func (m *Marker) requeue(retries int, ids []string) {

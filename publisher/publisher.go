@@ -22,6 +22,11 @@ type Config struct {
 	// ShutdownTimeout bounds how long Run waits for in-flight deliveries after its context is
 	// done; then they are cancelled. If zero, 10s.
 	ShutdownTimeout time.Duration
+	// MaxAttempts dead-letters an event after this many failed attempts and parks its
+	// aggregate. If zero, events are retried forever. Needs Store.
+	MaxAttempts int
+	// Store keeps dead letters and parked aggregates; needed for MaxAttempts and replays.
+	Store Store
 	// Resume, if set, skips events that an earlier process delivered (see Resume).
 	Resume *Resume
 	Logger zerolog.Logger
@@ -47,9 +52,11 @@ func (c *Config) defaults() {
 	}
 }
 
-// Acker is told about every settled event; cdc.Tracker implements it.
+// Acker is told about every settled event, and about the events a replay request stands for;
+// cdc.Tracker implements it.
 type Acker interface {
 	Ack(ev *cdc.Event)
+	Grow(tx *cdc.Tx, evs []*cdc.Event)
 }
 
 // Marks records delivered rows; *Marker implements it. It must not block.
@@ -64,8 +71,11 @@ type Publisher struct {
 	acker Acker
 	marks Marks
 	sched *scheduler
-	log   zerolog.Logger
-	m     *metrics.Metrics
+	// parkMu makes parking (a dead letter and the events behind it) and replaying atomic with
+	// respect to each other.
+	parkMu sync.Mutex
+	log    zerolog.Logger
+	m      *metrics.Metrics
 }
 
 // New returns a Publisher that sends through hook, acknowledges to acker and records marks.
@@ -80,6 +90,9 @@ func New(cfg Config, hook *Webhook, acker Acker, marks Marks) *Publisher {
 // nothing new, lets attempts in flight finish for up to ShutdownTimeout, and returns nil.
 // Events not delivered by then stay unconfirmed, so the next run sends them.
 func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) error {
+	if err := p.loadParked(ctx); err != nil {
+		return err
+	}
 	hard, cancelHard := context.WithCancel(context.Background())
 	defer cancelHard()
 	var wg sync.WaitGroup
@@ -120,28 +133,38 @@ func (p *Publisher) intake(ctx context.Context, in <-chan *cdc.Tx) {
 func (p *Publisher) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
 	r := p.cfg.Resume
 	if !r.active(tx) {
-		p.queue(tx, nil)
+		p.queue(ctx, tx, nil)
 		return
 	}
 	check, rest := r.batch(tx, in)
 	seen := r.filter(ctx, check)
 	for _, t := range check {
-		p.queue(t, seen)
+		p.queue(ctx, t, seen)
 	}
 	if rest != nil {
-		p.queue(rest, nil)
+		p.queue(ctx, rest, nil)
 	}
 }
 
-func (p *Publisher) queue(tx *cdc.Tx, delivered map[string]bool) {
+// queue hands a transaction's events to the scheduler in order: replay requests unpark their
+// aggregates, events of parked aggregates are parked durably, and events already delivered by
+// an earlier process are acknowledged without sending.
+func (p *Publisher) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]bool) {
+	var parked []*cdc.Event
 	for _, ev := range tx.Events {
-		if delivered[ev.ID] {
+		switch {
+		case ev.Replay != nil:
+			p.settleParked(ctx, parked)
+			parked = nil
+			p.replay(ctx, ev)
+		case delivered[ev.ID]:
 			p.m.EventsSkipped.Inc()
 			p.acker.Ack(ev)
-			continue
+		case !p.sched.add(&item{ev: ev}):
+			parked = append(parked, ev)
 		}
-		p.sched.add(&item{ev: ev})
 	}
+	p.settleParked(ctx, parked)
 }
 
 func (p *Publisher) worker(ctx context.Context) {
@@ -160,27 +183,37 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.result).Inc()
 	if o.ok() {
-		p.delivered(it)
+		p.delivered(ctx, it)
 		return
 	}
-	p.failed(it, o, elapsed)
+	p.failed(ctx, it, o, elapsed)
 }
 
-func (p *Publisher) delivered(it *item) {
+func (p *Publisher) delivered(ctx context.Context, it *item) {
 	ev := it.ev
 	p.m.EventsDelivered.Inc()
-	if !ev.Tx.CommitTime.IsZero() {
+	if !ev.Tx.CommitTime.IsZero() && !it.replay {
 		p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
 	}
-	p.acker.Ack(ev)
 	if p.marks != nil {
 		p.marks.Done(ev.ID, it.attempt-1)
 	}
-	p.sched.done(it)
+	if p.sched.done(it) {
+		agg := cdc.Aggregate{Type: ev.AggregateType, ID: ev.AggregateID}
+		p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
+		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
+		p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
+	}
+	p.acker.Ack(ev)
 }
 
-// failed logs the attempt and schedules the next one; the key stays busy meanwhile.
-func (p *Publisher) failed(it *item, o outcome, elapsed time.Duration) {
+// failed logs the attempt and schedules the next one, or dead-letters the event after
+// MaxAttempts; the key stays busy meanwhile.
+func (p *Publisher) failed(ctx context.Context, it *item, o outcome, elapsed time.Duration) {
+	if p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts && p.cfg.Store != nil {
+		p.deadLetter(ctx, it, o)
+		return
+	}
 	delay := nextDelay(it.attempt, o.retryAfter, p.cfg.RetryMin, p.cfg.RetryMax, time.Now())
 	e := p.log.Warn().Str("event_id", it.ev.ID).Str("aggregate_type", it.ev.AggregateType).
 		Str("aggregate_id", it.ev.AggregateID).Str("event_type", it.ev.EventType).Int("attempt", it.attempt).

@@ -9,30 +9,45 @@ import (
 // item is one event on its way, with its attempt count.
 type item struct {
 	ev      *cdc.Event
-	attempt int // attempts made so far
+	attempt int  // attempts made so far
+	replay  bool // re-sent by a replay request
 }
 
 // scheduler holds per-key FIFOs and the queue of ready heads. A key's head is ready, in
 // flight, or waiting for a retry timer; the events behind it wait until it is delivered.
+//
+// A parked key (its head was dead-lettered) queues nothing: add refuses its events, which the
+// caller parks durably instead, until a replay unparks it with the parked events in order.
 type scheduler struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	keys   map[string]*fifo
-	ready  fifo
-	closed bool
+	mu        sync.Mutex
+	cond      *sync.Cond
+	keys      map[string]*fifo
+	ready     fifo
+	parked    map[string]bool
+	replaying map[string]int // replayed events not yet delivered, per key
+	closed    bool
 }
 
 func newScheduler() *scheduler {
-	s := &scheduler{keys: map[string]*fifo{}}
+	s := &scheduler{keys: map[string]*fifo{}, parked: map[string]bool{}, replaying: map[string]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	return s
 }
 
-// add queues an event behind earlier events of its key.
-func (s *scheduler) add(it *item) {
+// add queues an event behind earlier events of its key. It returns false, queuing nothing,
+// when the key is parked.
+func (s *scheduler) add(it *item) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := it.ev.Key()
+	if s.parked[k] {
+		return false
+	}
+	s.enqueueLocked(k, it)
+	return true
+}
+
+func (s *scheduler) enqueueLocked(k string, it *item) {
 	q := s.keys[k]
 	if q == nil {
 		q = &fifo{}
@@ -64,18 +79,79 @@ func (s *scheduler) retry(it *item) {
 	s.pushReady(it)
 }
 
-// done removes a delivered head and makes its key's next event ready.
-func (s *scheduler) done(it *item) {
+// done removes a delivered head and makes its key's next event ready. It reports whether it was
+// the last outstanding event of a replay, whose key may now be forgotten as parked.
+func (s *scheduler) done(it *item) (lastReplay bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := it.ev.Key()
+	if it.replay {
+		s.replaying[k]--
+		if lastReplay = s.replaying[k] == 0; lastReplay {
+			delete(s.replaying, k)
+		}
+	}
 	q := s.keys[k]
 	q.pop()
 	if q.len() == 0 {
 		delete(s.keys, k)
-		return
+	} else {
+		s.pushReady(q.peek())
 	}
-	s.pushReady(q.peek())
+	return lastReplay
+}
+
+// park parks the key of a head that failed for good, and returns the events queued behind it.
+func (s *scheduler) park(it *item) []*item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := it.ev.Key()
+	s.parked[k] = true
+	delete(s.replaying, k)
+	q := s.keys[k]
+	delete(s.keys, k)
+	q.pop() // the failed head itself
+	var behind []*item
+	for q.len() > 0 {
+		behind = append(behind, q.pop())
+	}
+	return behind
+}
+
+// setParked marks keys parked, as loaded at start.
+func (s *scheduler) setParked(keys []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		s.parked[k] = true
+	}
+}
+
+// isParked reports whether k is parked.
+func (s *scheduler) isParked(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parked[k]
+}
+
+// unpark queues a parked key's replayed events, in order, ahead of anything that arrives later.
+func (s *scheduler) unpark(k string, evs []*cdc.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.parked, k)
+	for _, ev := range evs {
+		s.enqueueLocked(k, &item{ev: ev, replay: true})
+	}
+	if len(evs) > 0 {
+		s.replaying[k] += len(evs)
+	}
+}
+
+// parkedCount returns the number of parked keys.
+func (s *scheduler) parkedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.parked)
 }
 
 func (s *scheduler) pushReady(it *item) {
@@ -89,13 +165,6 @@ func (s *scheduler) close() {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.cond.Broadcast()
-}
-
-// keyCount returns the number of keys with queued events.
-func (s *scheduler) keyCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.keys)
 }
 
 // fifo is a slice-backed queue that reuses its storage.

@@ -141,6 +141,9 @@ func (w *Webhook) setHeaders(h http.Header, ev *cdc.Event, attempt int, ts int64
 // as fixed-width uppercase hex ("0000000001538A30-00000003"), so it rises strictly per aggregate
 // in commit order when compared as a string.
 func Sequence(ev *cdc.Event) string {
+	if ev.Seq != "" {
+		return ev.Seq
+	}
 	var b [25]byte
 	hexFixed(b[:16], uint64(ev.Tx.CommitLSN))
 	b[16] = '-'

@@ -84,6 +84,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := c.Start(ctx); err != nil {
+		_ = c.Kill() // a start cancelled while waiting leaves the server running
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}

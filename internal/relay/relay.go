@@ -20,32 +20,41 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // Config is everything `outbox-relay run` takes.
 type Config struct {
-	DSN               string
-	WebhookURL        string
-	Secrets           []string
-	Scheme            signature.Scheme
-	Slot              string
-	Publication       string
-	MetricsAddr       string // empty: no HTTP server
-	RetryMin          time.Duration
-	RetryMax          time.Duration
-	RequestTimeout    time.Duration
-	MaxInFlight       int
+	DSN            string
+	WebhookURL     string
+	Secrets        []string
+	Scheme         signature.Scheme
+	Slot           string
+	Publication    string
+	MetricsAddr    string // empty: no HTTP server
+	RetryMin       time.Duration
+	RetryMax       time.Duration
+	RequestTimeout time.Duration
+	MaxInFlight    int
+	// MaxAttempts dead-letters an event after this many attempts: 0 means about a day of
+	// retries at RetryMax, a negative value retries forever.
+	MaxAttempts       int
 	MaxBufferedEvents int
 	MaxBufferedBytes  int
 	ShutdownTimeout   time.Duration
 	StallTimeout      time.Duration
 	StatusInterval    time.Duration // 0: derived from wal_sender_timeout
-	Version           string
-	Commit            string
-	Logger            zerolog.Logger
+	// Retention, if positive, deletes delivered rows older than this in the background.
+	Retention time.Duration
+	// PollInterval is how often the database-only gauges are refreshed. If zero, 15s.
+	PollInterval time.Duration
+	Version      string
+	Commit       string
+	Logger       zerolog.Logger
 	// Registry receives the metrics; if nil, a new one is used.
 	Registry *prometheus.Registry
 	// Ready, if set, is called with the metrics server's address once it listens.
@@ -87,6 +96,25 @@ func (c *Config) defaults() {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = AttemptsForADay(c.RetryMin, c.RetryMax)
+	}
+}
+
+// AttemptsForADay is the number of attempts whose backoff delays add up to about 24 hours.
+func AttemptsForADay(lo, hi time.Duration) int {
+	if lo <= 0 {
+		lo = time.Second
+	}
+	if hi <= 0 {
+		hi = 10 * time.Minute
+	}
+	total, n := time.Duration(0), 1
+	for d := lo; total < 24*time.Hour; n++ {
+		total += min(d, hi)
+		d = min(d*2, hi)
+	}
+	return n
 }
 
 // Run runs the relay until ctx is done (then drains and returns nil) or a permanent error.
@@ -130,12 +158,14 @@ func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
 	}
 	log.Info().Str("slot", cfg.Slot).Str("publication", cfg.Publication).Int("max_in_flight", cfg.MaxInFlight).
 		Int("max_buffered_events", cfg.MaxBufferedEvents).Int("max_buffered_bytes", cfg.MaxBufferedBytes).
+		Int("max_attempts", cfg.MaxAttempts).
 		Str("signature_scheme", cfg.Scheme.String()).Msg("relay starting")
 }
 
 // runner holds the wired components of one run.
 type runner struct {
 	cfg     Config
+	pool    *pgxpool.Pool
 	m       *metrics.Metrics
 	tracker *cdc.Tracker
 	stream  *cdc.Stream
@@ -145,13 +175,14 @@ type runner struct {
 }
 
 func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool, started time.Time) *runner {
-	r := &runner{cfg: cfg, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
+	r := &runner{cfg: cfg, pool: pool, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
 	r.stream = cdc.NewStream(cdc.Config{DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, Logger: cfg.Logger, Metrics: m}, r.tracker)
 	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
+		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool},
 		Resume: &publisher.Resume{Since: started, Delivered: r.marker.Delivered}}, hook, r, r.marker)
 	return r
 }
@@ -161,6 +192,9 @@ func (r *runner) Ack(ev *cdc.Event) {
 	r.tracker.Ack(ev)
 	r.lastAck.Store(time.Now().UnixNano())
 }
+
+// Grow passes a replay's events to the tracker.
+func (r *runner) Grow(tx *cdc.Tx, evs []*cdc.Event) { r.tracker.Grow(tx, evs) }
 
 func (r *runner) run(ctx context.Context) error {
 	srv, err := r.listen()
@@ -186,6 +220,12 @@ func (r *runner) run(ctx context.Context) error {
 	markerDone := make(chan struct{})
 	go func() { defer close(markerDone); _ = r.marker.Run(markerCtx) }()
 	go r.gauges(streamCtx)
+	go func() {
+		_ = inspect.NewPoller(r.pool, r.cfg.Slot, r.m, r.cfg.PollInterval, r.cfg.Logger).Run(streamCtx)
+	}()
+	if r.cfg.Retention > 0 {
+		go func() { _ = r.retention().Run(streamCtx, r.pool) }()
+	}
 	err = g.Wait()
 	stopMarker()
 	<-markerDone
@@ -197,7 +237,25 @@ func (r *runner) run(ctx context.Context) error {
 	return err
 }
 
-// gauges refreshes the polled gauges once a second.
+// retention prunes delivered rows older than Retention, hourly.
+func (r *runner) retention() outbox.Retention {
+	log := r.cfg.Logger
+	return outbox.Retention{
+		PruneOptions: outbox.PruneOptions{OlderThan: r.cfg.Retention, Pause: 10 * time.Millisecond},
+		OnPrune: func(res outbox.PruneResult, err error) {
+			if err != nil {
+				log.Warn().Err(err).Int64("deleted", res.Deleted).Msg("retention prune failed")
+				return
+			}
+			if res.Deleted > 0 {
+				log.Info().Int64("deleted", res.Deleted).Int("batches", res.Batches).Time("cutoff", res.Cutoff).
+					Msg("pruned delivered outbox rows")
+			}
+		},
+	}
+}
+
+// gauges refreshes the in-process gauges once a second.
 func (r *runner) gauges(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()

@@ -1,0 +1,120 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+)
+
+// loadParked restores the parked aggregates, so parking survives restarts.
+func (p *Publisher) loadParked(ctx context.Context) error {
+	if p.cfg.Store == nil {
+		return nil
+	}
+	aggs, err := p.cfg.Store.Parked(ctx)
+	if err != nil {
+		return err
+	}
+	keys := make([]string, len(aggs))
+	for i, a := range aggs {
+		keys[i] = a.Key()
+	}
+	p.sched.setParked(keys)
+	p.m.ParkedAggregates.Set(float64(len(keys)))
+	if len(keys) > 0 {
+		p.log.Warn().Int("parked_aggregates", len(keys)).Msg("aggregates are parked behind dead letters; run `outbox-relay replay` once the endpoint accepts them")
+	}
+	return nil
+}
+
+// deadLetter records a head that failed MaxAttempts times, parks its aggregate with every event
+// queued behind it, and acknowledges them all: the slot moves on while the rows keep what a
+// replay needs.
+func (p *Publisher) deadLetter(ctx context.Context, it *item, o outcome) {
+	ev := it.ev
+	reason := o.reason()
+	p.parkMu.Lock()
+	defer p.parkMu.Unlock()
+	p.durably(ctx, "dead-letter event", func(ctx context.Context) error {
+		return p.cfg.Store.DeadLetter(ctx, ev, it.attempt, reason)
+	})
+	behind := p.sched.park(it)
+	evs := make([]*cdc.Event, len(behind))
+	for i, b := range behind {
+		evs[i] = b.ev
+	}
+	p.settleParked(ctx, evs)
+	p.m.EventsDeadLettered.Inc()
+	p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
+	p.log.Error().Str("event_id", ev.ID).Str("aggregate_type", ev.AggregateType).Str("aggregate_id", ev.AggregateID).
+		Str("event_type", ev.EventType).Int("attempt", it.attempt).Str("last_error", reason).Int("parked_behind", len(evs)).
+		Msg("event dead-lettered; its aggregate is parked until `outbox-relay replay`")
+	p.acker.Ack(ev)
+}
+
+// settleParked durably marks events of parked aggregates, then acknowledges them.
+func (p *Publisher) settleParked(ctx context.Context, evs []*cdc.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	p.durably(ctx, "park events", func(ctx context.Context) error { return p.cfg.Store.Park(ctx, evs) })
+	for _, ev := range evs {
+		p.acker.Ack(ev)
+	}
+}
+
+// replay handles a replay request at its place in the stream: each parked aggregate it names
+// gets its failed and parked events queued, in commit order, ahead of everything later.
+func (p *Publisher) replay(ctx context.Context, req *cdc.Event) {
+	p.parkMu.Lock()
+	defer p.parkMu.Unlock()
+	for _, agg := range req.Replay {
+		if !p.sched.isParked(agg.Key()) || p.cfg.Store == nil {
+			p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay request for an aggregate that is not parked; ignored")
+			continue
+		}
+		var evs []*cdc.Event
+		p.durably(ctx, "load replay", func(ctx context.Context) (err error) {
+			evs, err = p.cfg.Store.Replayable(ctx, agg, req.Tx)
+			return err
+		})
+		p.acker.Grow(req.Tx, evs)
+		p.sched.unpark(agg.Key(), evs)
+		if len(evs) == 0 {
+			p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
+		}
+		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Int("events", len(evs)).Msg("replaying")
+	}
+	p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
+	p.acker.Ack(req)
+}
+
+// durably runs a store write until it succeeds: the event it concerns must not be acknowledged
+// before it is recorded. It gives up only when ctx ends, leaving the event unconfirmed, so the
+// next run handles it again.
+func (p *Publisher) durably(ctx context.Context, what string, f func(context.Context) error) {
+	wait := 10 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		p.log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; retrying", what)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+}
+
+// reason is the last error of a failed attempt, for last_error.
+func (o outcome) reason() string {
+	if o.err != nil {
+		return o.result + ": " + o.err.Error()
+	}
+	return fmt.Sprintf("HTTP %d", o.status)
+}

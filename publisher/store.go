@@ -1,0 +1,124 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+)
+
+// Store keeps dead letters and parked aggregates durable. The publisher writes through it
+// before acknowledging an event it will not deliver now, so the slot can move past the event
+// while its row still holds everything a replay needs.
+type Store interface {
+	// Parked returns the parked aggregates, loaded at start.
+	Parked(ctx context.Context) ([]cdc.Aggregate, error)
+	// DeadLetter marks ev failed with its attempts and last error, and parks its aggregate.
+	DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, lastErr string) error
+	// Park marks events held behind a dead letter.
+	Park(ctx context.Context, evs []*cdc.Event) error
+	// Replayable returns the failed and parked events of an aggregate in commit order, as
+	// events of tx (the replay request's transaction).
+	Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*cdc.Event, error)
+	// Unpark forgets a parked aggregate once its replay is delivered.
+	Unpark(ctx context.Context, agg cdc.Aggregate) error
+}
+
+// PGStore is the Store on the outbox tables.
+type PGStore struct{ Pool *pgxpool.Pool }
+
+// Parked implements Store.
+func (s PGStore) Parked(ctx context.Context) ([]cdc.Aggregate, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT aggregate_type, aggregate_id FROM outbox_parked_aggregates`)
+	if err != nil {
+		return nil, fmt.Errorf("load parked aggregates: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[cdc.Aggregate])
+}
+
+// DeadLetter implements Store.
+func (s PGStore) DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, lastErr string) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE outbox_events SET status = 'failed', retries = $2, last_error = $3, event_sequence = $4
+			WHERE id = $1`, ev.ID, attempts-1, lastErr, Sequence(ev))
+		if err != nil {
+			return err
+		}
+		if err := visible(tag.RowsAffected(), 1); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO outbox_parked_aggregates (aggregate_type, aggregate_id, first_event_id, reason)
+			VALUES ($1, $2, $3, $4)
+			ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET first_event_id = $3, reason = $4, parked_at = now()`,
+			ev.AggregateType, ev.AggregateID, ev.ID, lastErr)
+		return err
+	})
+}
+
+// Park implements Store.
+func (s PGStore) Park(ctx context.Context, evs []*cdc.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(evs))
+	seqs := make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i], seqs[i] = ev.ID, Sequence(ev)
+	}
+	tag, err := s.Pool.Exec(ctx, `UPDATE outbox_events o SET status = 'parked', event_sequence = p.seq
+		FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) WHERE o.id = p.id`, ids, seqs)
+	if err != nil {
+		return err
+	}
+	return visible(tag.RowsAffected(), len(ids))
+}
+
+// errNotVisible means an update found fewer rows than it named. Logical decoding can hand over a
+// transaction a moment before its commit is visible to other sessions (the WAL is flushed before
+// the commit is published), so an update right after receipt can miss rows; the caller retries.
+var errNotVisible = errors.New("outbox rows not visible yet")
+
+func visible(affected int64, want int) error {
+	if affected < int64(want) {
+		return fmt.Errorf("%w: updated %d of %d", errNotVisible, affected, want)
+	}
+	return nil
+}
+
+// Replayable implements Store.
+func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*cdc.Event, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT id::text, event_type, payload::text, coalesce(headers::text, ''), coalesce(event_sequence, ''), created_at
+		FROM outbox_events
+		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked')
+		ORDER BY event_sequence, created_at`, agg.Type, agg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("load events to replay: %w", err)
+	}
+	defer rows.Close()
+	var evs []*cdc.Event
+	for rows.Next() {
+		ev := &cdc.Event{AggregateType: agg.Type, AggregateID: agg.ID, Tx: tx}
+		var payload, headers string
+		if err := rows.Scan(&ev.ID, &ev.EventType, &payload, &headers, &ev.Seq, &ev.CreatedAt); err != nil {
+			return nil, err
+		}
+		ev.Payload = []byte(payload)
+		if headers != "" {
+			ev.Headers = []byte(headers)
+		}
+		evs = append(evs, ev)
+	}
+	return evs, rows.Err()
+}
+
+// Unpark implements Store.
+func (s PGStore) Unpark(ctx context.Context, agg cdc.Aggregate) error {
+	_, err := s.Pool.Exec(ctx, `DELETE FROM outbox_parked_aggregates WHERE aggregate_type = $1 AND aggregate_id = $2`,
+		agg.Type, agg.ID)
+	return err
+}
