@@ -1,0 +1,263 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DB is what the queries need. *pgx.Conn and *pgxpool.Pool satisfy it.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ErrNoSchema is wrapped by the error Status returns when a table the relay needs is missing.
+var ErrNoSchema = errors.New("outbox schema is missing or out of date")
+
+// statuses are the values of outbox_events.status; reports always carry all four.
+var statuses = []string{"pending", "done", "failed", "parked"}
+
+// Report is the state of one slot and the outbox table, as read from the database. The JSON
+// names are a stable interface for scripts (README: Operations, status). Values the server
+// reports as NULL are nil pointers and encode as null.
+type Report struct {
+	// CheckedAt is the database's clock when the report was taken.
+	CheckedAt time.Time `json:"checked_at"`
+	Slot      Slot      `json:"slot"`
+	// Rows counts outbox_events rows by status; pending, done, failed and parked are always
+	// present. Statuses are marked about 200 ms after delivery and are advisory.
+	Rows map[string]int64 `json:"rows"`
+	// OldestPending is the pending row created first, or nil when none is pending.
+	OldestPending *Pending `json:"oldest_pending"`
+	// ParkedAggregates counts every parked aggregate; Parked lists the oldest of them.
+	ParkedAggregates int64    `json:"parked_aggregates"`
+	Parked           []Parked `json:"parked"`
+}
+
+// Slot is the row of pg_replication_slots for the relay's slot, with positions in bytes.
+type Slot struct {
+	Name   string `json:"name"`
+	Exists bool   `json:"exists"`
+	// Database and Plugin identify the slot's owner; the relay needs a pgoutput slot in the
+	// database it reads (SameDatabase).
+	Database     string `json:"database"`
+	SameDatabase bool   `json:"same_database"`
+	Plugin       string `json:"plugin"`
+	// Active is true while some process streams from the slot; ActivePID is its backend.
+	Active            bool    `json:"active"`
+	ActivePID         *int32  `json:"active_pid"`
+	ConfirmedFlushLSN *string `json:"confirmed_flush_lsn"`
+	RestartLSN        *string `json:"restart_lsn"`
+	// WALStatus is reserved, extended, unreserved or lost (PostgreSQL 13+).
+	WALStatus *string `json:"wal_status"`
+	// SafeWALSize is how many more bytes of WAL can be written before the slot is in danger of
+	// invalidation; nil when max_slot_wal_keep_size is unlimited (-1).
+	SafeWALSize *int64 `json:"safe_wal_size_bytes"`
+	// RetainedWALBytes is the current WAL position minus restart_lsn: what the slot keeps on disk.
+	RetainedWALBytes *int64 `json:"retained_wal_bytes"`
+	// LagBytes is the current WAL position minus confirmed_flush_lsn: WAL not yet confirmed as
+	// delivered (including WAL of other tables, which is confirmed once the relay is idle).
+	LagBytes *int64 `json:"lag_bytes"`
+}
+
+// Pending is the oldest row still marked pending.
+type Pending struct {
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"created_at"`
+	// AgeSeconds is CheckedAt minus CreatedAt.
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// Parked is an aggregate held back behind a dead-lettered event.
+type Parked struct {
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	// FirstEventID is the dead-lettered event; Reason is why it failed.
+	FirstEventID string    `json:"first_event_id"`
+	Reason       string    `json:"reason"`
+	ParkedAt     time.Time `json:"parked_at"`
+	// ParkedEvents counts the later events of the aggregate held with status 'parked'.
+	ParkedEvents int64 `json:"parked_events"`
+}
+
+// Status reads the report for slot, listing at most topN parked aggregates, oldest first. A
+// missing slot is not an error (see Healthy); a missing table is, wrapping ErrNoSchema.
+func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
+	r := Report{Parked: []Parked{}}
+	var err error
+	if r.CheckedAt, err = checkSchema(ctx, db); err != nil {
+		return r, err
+	}
+	if r.Slot, err = readSlot(ctx, db, slot); err != nil {
+		return r, err
+	}
+	if r.Rows, err = countRows(ctx, db); err != nil {
+		return r, err
+	}
+	if r.OldestPending, err = oldestPending(ctx, db); err != nil {
+		return r, err
+	}
+	r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN)
+	return r, err
+}
+
+// Healthy reports whether the slot can feed a running relay: it exists in this database as a
+// pgoutput slot, was not invalidated, and a process streams from it. The reason says what is
+// wrong and what to do, or is "ok".
+func (r Report) Healthy() (bool, string) {
+	s := r.Slot
+	switch {
+	case !s.Exists:
+		return false, fmt.Sprintf("slot %q does not exist: start `outbox-relay run` (it creates the slot), "+
+			"or pass the --slot name the relay uses", s.Name)
+	case !s.SameDatabase || s.Plugin != "pgoutput":
+		kind := s.Plugin
+		if kind == "" {
+			kind = "physical"
+		}
+		return false, fmt.Sprintf("slot %q is a %s slot of database %q, not a pgoutput slot of this one: "+
+			"pass the --slot name this database's relay uses", s.Name, kind, s.Database)
+	case s.WALStatus != nil && *s.WALStatus == "lost":
+		return false, fmt.Sprintf("slot %q was invalidated (wal_status lost): the server removed WAL it needed; "+
+			"drop it with SELECT pg_drop_replication_slot('%s'), restart the relay and re-deliver the pending rows",
+			s.Name, s.Name)
+	case !s.Active:
+		return false, fmt.Sprintf("slot %q is inactive: no process is streaming from it; is `outbox-relay run` up?", s.Name)
+	}
+	return true, "ok"
+}
+
+// Warnings lists conditions that do not fail the probe but need attention soon.
+func (r Report) Warnings() []string {
+	w := []string{}
+	if s := r.Slot.WALStatus; s != nil && *s == "unreserved" {
+		w = append(w, fmt.Sprintf("slot %q retains more WAL than max_slot_wal_keep_size (wal_status unreserved): "+
+			"it will be invalidated at the next checkpoint unless the relay catches up", r.Slot.Name))
+	}
+	if n := r.Rows["failed"]; n > 0 {
+		w = append(w, fmt.Sprintf("%d dead-lettered event%s (status failed)", n, plural(n)))
+	}
+	if n := r.ParkedAggregates; n > 0 {
+		w = append(w, fmt.Sprintf("%d parked aggregate%s held back until `outbox-relay replay`", n, plural(n)))
+	}
+	return w
+}
+
+func plural(n int64) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// checkSchema fails when a table is missing, saying to migrate, and returns the database clock.
+func checkSchema(ctx context.Context, db DB) (time.Time, error) {
+	var now time.Time
+	var outbox, parked bool
+	err := db.QueryRow(ctx, `SELECT now(), to_regclass('outbox_events') IS NOT NULL,
+		to_regclass('outbox_parked_aggregates') IS NOT NULL`).Scan(&now, &outbox, &parked)
+	if err != nil {
+		return now, fmt.Errorf("look up outbox tables: %w", err)
+	}
+	for _, t := range []struct {
+		name   string
+		exists bool
+	}{{"outbox_events", outbox}, {"outbox_parked_aggregates", parked}} {
+		if !t.exists {
+			return now, fmt.Errorf("%w: table %s does not exist in this database (or is not on search_path): "+
+				"run `outbox-relay migrate`", ErrNoSchema, t.name)
+		}
+	}
+	return now, nil
+}
+
+const slotSQL = `
+SELECT coalesce(database, ''), coalesce(database = current_database(), false), coalesce(plugin, ''),
+       active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+FROM pg_replication_slots WHERE slot_name = $1`
+
+func readSlot(ctx context.Context, db DB, name string) (Slot, error) {
+	s := Slot{Name: name}
+	err := db.QueryRow(ctx, slotSQL, name).Scan(&s.Database, &s.SameDatabase, &s.Plugin, &s.Active, &s.ActivePID,
+		&s.ConfirmedFlushLSN, &s.RestartLSN, &s.WALStatus, &s.SafeWALSize, &s.RetainedWALBytes, &s.LagBytes)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s, nil
+	case err != nil:
+		return s, fmt.Errorf("read slot %q: %w", name, err)
+	}
+	s.Exists = true
+	return s, nil
+}
+
+// countRows counts exactly, which scans the whole table: fine for a command, not for a poller.
+func countRows(ctx context.Context, db DB) (map[string]int64, error) {
+	counts := map[string]int64{}
+	for _, s := range statuses {
+		counts[s] = 0
+	}
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+	if err != nil {
+		return nil, fmt.Errorf("count outbox rows: %w", err)
+	}
+	var status string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("count outbox rows: %w", err)
+	}
+	return counts, nil
+}
+
+func oldestPending(ctx context.Context, db DB) (*Pending, error) {
+	var p Pending
+	err := db.QueryRow(ctx, `
+		SELECT id::text, created_at, extract(epoch FROM now() - created_at)::float8
+		FROM outbox_events WHERE status = 'pending' ORDER BY created_at LIMIT 1`).Scan(&p.ID, &p.CreatedAt, &p.AgeSeconds)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("find oldest pending row: %w", err)
+	}
+	return &p, nil
+}
+
+// parkedSQL lists parked aggregates oldest first, each with the number of its events held.
+// The count uses the status index, and only parked rows are visited.
+const parkedSQL = `
+SELECT p.aggregate_type, p.aggregate_id, p.first_event_id::text, p.reason, p.parked_at,
+       (SELECT count(*) FROM outbox_events e
+        WHERE e.status = 'parked' AND e.aggregate_type = p.aggregate_type AND e.aggregate_id = p.aggregate_id)
+FROM outbox_parked_aggregates p
+ORDER BY p.parked_at, p.aggregate_type, p.aggregate_id
+LIMIT $1`
+
+// readParked returns the number of parked aggregates and the topN oldest.
+func readParked(ctx context.Context, db DB, topN int) (int64, []Parked, error) {
+	list := []Parked{}
+	var total int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox_parked_aggregates`).Scan(&total); err != nil {
+		return 0, list, fmt.Errorf("count parked aggregates: %w", err)
+	}
+	if topN <= 0 || total == 0 {
+		return total, list, nil
+	}
+	rows, err := db.Query(ctx, parkedSQL, topN)
+	if err != nil {
+		return total, list, fmt.Errorf("list parked aggregates: %w", err)
+	}
+	var p Parked
+	_, err = pgx.ForEachRow(rows, []any{&p.AggregateType, &p.AggregateID, &p.FirstEventID, &p.Reason, &p.ParkedAt,
+		&p.ParkedEvents}, func() error { list = append(list, p); return nil })
+	if err != nil {
+		return total, list, fmt.Errorf("list parked aggregates: %w", err)
+	}
+	return total, list, nil
+}

@@ -1,0 +1,259 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// rows inserts n outbox rows with status, created age+1m ago and processed age ago (if done).
+func rows(t testing.TB, conn *pgx.Conn, n int, status string, age time.Duration) {
+	t.Helper()
+	_, err := conn.Exec(context.Background(), `
+		INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, available_at, processed_at)
+		SELECT 'order', g::text, 'order.changed', '{}', $2,
+		       now() - make_interval(secs => $3 + 60), now() - make_interval(secs => $3 + 60),
+		       CASE WHEN $2 = 'done' THEN now() - make_interval(secs => $3) END
+		FROM generate_series(1, $1) g`, n, status, age.Seconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func countByStatus(t *testing.T, conn *pgx.Conn) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	r, _ := conn.Query(context.Background(), `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+	var s string
+	var n int
+	if _, err := pgx.ForEachRow(r, []any{&s, &n}, func() error { got[s] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestPruneDeletesOldDoneRowsInBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		old, batch  int
+		wantBatches int
+	}{
+		{"2500 in batches of 1000", 2500, 1000, 3},
+		{"a last batch that finds nothing", 2000, 1000, 3},
+		{"nothing to prune", 0, 1000, 1},
+		{"default batch size", 1500, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, conn := migratedDB(t)
+			const age = 10 * 24 * time.Hour
+			rows(t, conn, tc.old, "done", age)
+			rows(t, conn, 7, "done", time.Hour) // recent
+			// ... and delivered late: created before every old row, so the index visits them first.
+			if _, err := conn.Exec(context.Background(), `UPDATE outbox_events
+				SET created_at = now() - interval '20 days', available_at = now() - interval '20 days'
+				WHERE processed_at > now() - interval '2 hours'`); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range []string{"pending", "failed", "parked"} {
+				rows(t, conn, 3, s, age)
+			}
+			// Make failed and parked rows look processed long ago too: status alone protects them.
+			if _, err := conn.Exec(context.Background(), `UPDATE outbox_events SET processed_at = now() - interval '30 days'
+				WHERE status IN ('failed', 'parked')`); err != nil {
+				t.Fatal(err)
+			}
+			opts := outbox.PruneOptions{OlderThan: 7 * 24 * time.Hour, BatchSize: tc.batch}
+
+			dry := opts
+			dry.DryRun = true
+			res, err := outbox.Prune(context.Background(), conn, dry)
+			if err != nil || res.Deleted != int64(tc.old) || res.Batches != 0 {
+				t.Fatalf("dry run: %+v %v, want %d counted and no batch", res, err, tc.old)
+			}
+			if n := count(t, conn); n != tc.old+16 {
+				t.Fatalf("dry run left %d rows, want all %d", n, tc.old+16)
+			}
+
+			res, err = outbox.Prune(context.Background(), conn, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Deleted != int64(tc.old) || res.Batches != tc.wantBatches {
+				t.Errorf("deleted %d in %d batches, want %d in %d", res.Deleted, res.Batches, tc.old, tc.wantBatches)
+			}
+			if d := time.Since(res.Cutoff) - opts.OlderThan; d < 0 || d > time.Minute {
+				t.Errorf("cutoff %s is not about now minus %s", res.Cutoff, opts.OlderThan)
+			}
+			want := map[string]int{"done": 7, "pending": 3, "failed": 3, "parked": 3}
+			if got := countByStatus(t, conn); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("left %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestPruneSkipsLockedRows(t *testing.T) {
+	dsn, conn := migratedDB(t)
+	ctx := context.Background()
+	rows(t, conn, 50, "done", 48*time.Hour)
+	other, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT id FROM outbox_events ORDER BY id LIMIT 5 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a prune that waited on the lock would hang
+	defer cancel()
+	res, err := outbox.Prune(ctx, conn, outbox.PruneOptions{OlderThan: 24 * time.Hour, BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 45 || count(t, conn) != 5 {
+		t.Fatalf("deleted %d, %d left; want 45 deleted and the 5 locked rows left", res.Deleted, count(t, conn))
+	}
+}
+
+// The relay's publication publishes inserts only, so pruning sends nothing down the stream. A
+// second publication that publishes deletes shows that the check can see them.
+func TestPruneDeletesAreNotStreamed(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	rows(t, conn, 30, "done", 48*time.Hour)
+	for _, stmt := range []string{
+		`CREATE PUBLICATION relay_pub FOR TABLE outbox_events WITH (publish = 'insert')`,
+		`CREATE PUBLICATION all_pub FOR TABLE outbox_events`,
+		`SELECT pg_create_logical_replication_slot('relay_slot', 'pgoutput')`,
+		`SELECT pg_create_logical_replication_slot('all_slot', 'pgoutput')`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := outbox.Prune(ctx, conn, outbox.PruneOptions{OlderThan: 24 * time.Hour, BatchSize: 10})
+	if err != nil || res.Deleted != 30 {
+		t.Fatalf("prune: %+v %v", res, err)
+	}
+	if _, err := outbox.Enqueue(ctx, conn, order("after-prune")); err != nil {
+		t.Fatal(err)
+	}
+	messages := func(slot, pub string) map[string]int {
+		got := map[string]int{}
+		r, _ := conn.Query(ctx, `SELECT chr(get_byte(data, 0)), count(*)
+			FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)
+			GROUP BY 1`, slot, pub)
+		var kind string
+		var n int
+		if _, err := pgx.ForEachRow(r, []any{&kind, &n}, func() error { got[kind] = n; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := messages("relay_slot", "relay_pub"); got["D"] != 0 || got["I"] != 1 {
+		t.Errorf("relay publication streamed %v: want no D (delete) and the one I (insert)", got)
+	}
+	if got := messages("all_slot", "all_pub"); got["D"] != 30 {
+		t.Errorf("control publication streamed %v: want 30 D (delete) messages", got)
+	}
+}
+
+func TestPruneWithoutTable(t *testing.T) {
+	conn, err := pgx.Connect(context.Background(), pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	_, err = outbox.Prune(context.Background(), conn, outbox.PruneOptions{OlderThan: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "outbox-relay migrate") {
+		t.Fatalf("err = %v, want one that says to migrate", err)
+	}
+}
+
+func TestPruneRejectsNoAge(t *testing.T) {
+	_, conn := migratedDB(t)
+	if _, err := outbox.Prune(context.Background(), conn, outbox.PruneOptions{}); err == nil {
+		t.Fatal("Prune without OlderThan succeeded")
+	}
+	if err := (outbox.Retention{}).Run(context.Background(), conn); err == nil {
+		t.Fatal("Retention without OlderThan succeeded")
+	}
+}
+
+func TestRetentionPrunesOnInterval(t *testing.T) {
+	dsn, conn := migratedDB(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rows(t, conn, 20, "done", 48*time.Hour)
+	results := make(chan outbox.PruneResult, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := outbox.Retention{PruneOptions: outbox.PruneOptions{OlderThan: 24 * time.Hour}, Every: 20 * time.Millisecond,
+		OnPrune: func(res outbox.PruneResult, err error) {
+			if err != nil {
+				t.Errorf("prune: %v", err)
+			}
+			results <- res
+		}}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, pool) }()
+	waitDeleted := func(n int64) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case res := <-results:
+				if res.Deleted == n {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no prune deleted %d rows within 10s", n)
+			}
+		}
+	}
+	waitDeleted(20)
+	rows(t, conn, 5, "done", 48*time.Hour)
+	waitDeleted(5)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
+	}
+}
+
+// Delete delivered events older than a week, a thousand rows per transaction.
+func ExamplePrune() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, exampleDSN())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	_, _ = pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status,
+		created_at, available_at, processed_at)
+		SELECT 'order', g::text, 'order.created', '{}', 'done', now() - interval '9 days', now() - interval '9 days',
+		       now() - interval '8 days'
+		FROM generate_series(1, 2500) g`)
+
+	res, err := outbox.Prune(ctx, pool, outbox.PruneOptions{OlderThan: 7 * 24 * time.Hour, BatchSize: 1000})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("deleted %d rows in %d batches\n", res.Deleted, res.Batches)
+	// Output: deleted 2500 rows in 3 batches
+}
