@@ -30,7 +30,7 @@ aggregates) and confirms the slot only after delivery.`,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newMigrateCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newMigrateCmd(), newReplayCmd(), newDemoCmd(), newVersionCmd(), newStatusCmd(), newPruneCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}

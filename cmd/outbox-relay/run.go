@@ -45,11 +45,13 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Duration("retry-min", time.Second, "first retry delay")
 	fs.Duration("retry-max", 10*time.Minute, "retry delay cap (also caps Retry-After)")
 	fs.Duration("request-timeout", 10*time.Second, "timeout of one delivery attempt")
+	fs.Int("max-attempts", 0, "dead-letter an event after this many attempts and park its aggregate; 0 = about a day of retries at --retry-max, -1 = retry forever")
 	fs.Int("max-in-flight", relay.DefaultMaxInFlight, "concurrent deliveries (across aggregates)")
 	fs.Int("max-buffered-events", relay.DefaultMaxBufferedEvents, "undelivered events held before reading WAL pauses")
 	fs.Int("max-buffered-bytes", relay.DefaultMaxBufferedBytes, "undelivered bytes held before reading WAL pauses")
 	fs.Duration("shutdown-timeout", relay.DefaultShutdownTimeout, "how long SIGTERM waits for in-flight deliveries")
 	fs.Duration("stall-timeout", relay.DefaultStallTimeout, "/readyz fails when events wait and nothing was delivered for this long")
+	fs.Duration("retention", 0, "delete delivered (done) rows older than this, hourly in the background; 0 = keep them")
 	fs.Duration("status-interval", 0, "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s")
 	addLogFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -97,11 +99,13 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	cfg.RetryMax, _ = fs.GetDuration("retry-max")
 	cfg.RequestTimeout, _ = fs.GetDuration("request-timeout")
 	cfg.MaxInFlight, _ = fs.GetInt("max-in-flight")
+	cfg.MaxAttempts, _ = fs.GetInt("max-attempts")
 	cfg.MaxBufferedEvents, _ = fs.GetInt("max-buffered-events")
 	cfg.MaxBufferedBytes, _ = fs.GetInt("max-buffered-bytes")
 	cfg.ShutdownTimeout, _ = fs.GetDuration("shutdown-timeout")
 	cfg.StallTimeout, _ = fs.GetDuration("stall-timeout")
 	cfg.StatusInterval, _ = fs.GetDuration("status-interval")
+	cfg.Retention, _ = fs.GetDuration("retention")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {
 		return cfg, usageError{fmt.Errorf("--retry-min must be positive and no more than --retry-max")}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+func newPruneCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Delete delivered outbox rows older than --older-than, in batches",
+		Long: `Deletes outbox_events rows with status 'done' whose processed_at is older than --older-than,
+at most --batch-size rows per transaction, until none is left. Pending, failed and parked rows
+are never touched. Rows locked by others are skipped. The deletes are not sent to the webhook:
+the relay's publication publishes inserts only. Ctrl-C stops between batches.`,
+		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay prune --older-than 168h
+  outbox-relay prune --older-than 720h --dry-run`,
+	}
+	fs := cmd.Flags()
+	addDSNFlag(fs)
+	fs.Duration("older-than", 0, "delete done rows processed longer ago than this, e.g. 168h for a week (required)")
+	fs.Int("batch-size", outbox.DefaultPruneBatchSize, "rows deleted per transaction")
+	fs.Duration("batch-pause", 0, "pause between batches, to spread the load")
+	fs.Bool("dry-run", false, "count the rows that would be deleted; delete nothing")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		opts, err := pruneOptions(cmd)
+		if err != nil {
+			return err
+		}
+		dsn, err := requireDSN(fs)
+		if err != nil {
+			return err
+		}
+		conn, err := pgx.Connect(cmd.Context(), dsn)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer conn.Close(context.Background())
+		res, err := outbox.Prune(cmd.Context(), conn, opts)
+		out := cmd.OutOrStdout()
+		switch {
+		case opts.DryRun && err == nil:
+			fmt.Fprintf(out, "would delete %d done rows processed before %s\n", res.Deleted, clock(res.Cutoff))
+		case !opts.DryRun && (err == nil || res.Deleted > 0):
+			fmt.Fprintf(out, "deleted %d done rows processed before %s in %d batches\n", res.Deleted,
+				clock(res.Cutoff), res.Batches)
+		}
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted; run prune again to delete the rest")
+		}
+		return err
+	}
+	return cmd
+}
+
+func pruneOptions(cmd *cobra.Command) (outbox.PruneOptions, error) {
+	fs := cmd.Flags()
+	var o outbox.PruneOptions
+	o.OlderThan, _ = fs.GetDuration("older-than")
+	o.BatchSize, _ = fs.GetInt("batch-size")
+	o.Pause, _ = fs.GetDuration("batch-pause")
+	o.DryRun, _ = fs.GetBool("dry-run")
+	switch {
+	case o.OlderThan <= 0:
+		return o, usageError{errors.New("--older-than is required and must be positive, e.g. --older-than 168h")}
+	case o.BatchSize <= 0:
+		return o, usageError{errors.New("--batch-size must be positive")}
+	case o.Pause < 0:
+		return o, usageError{errors.New("--batch-pause must not be negative")}
+	}
+	return o, nil
+}

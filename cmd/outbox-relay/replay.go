@@ -1,0 +1,101 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/publisher"
+)
+
+func newReplayCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Re-send dead-lettered events and unpark their aggregates, in order",
+		Long: `Re-sends the failed and parked events of the chosen parked aggregates, in their original
+commit order and with their original event ids (so an inbox deduplicates them), then unparks the
+aggregates. The request is written into the WAL, so the running relay meets it in commit order:
+events of the aggregate committed later are delivered after the replay. Needs a relay running
+(now or later) on the slot.`,
+		Example: `  outbox-relay replay --aggregate order/42 --dry-run
+  outbox-relay replay --all`,
+	}
+	fs := cmd.Flags()
+	addDSNFlag(fs)
+	fs.Bool("all", false, "replay every parked aggregate")
+	fs.StringArray("aggregate", nil, "replay this aggregate, as TYPE/ID (repeatable)")
+	fs.String("event", "", "replay the aggregate of this failed or parked event id")
+	fs.Bool("dry-run", false, "list what would be re-sent, and send nothing")
+	fs.Bool("json", false, "print the plan as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		dsn, err := requireDSN(fs)
+		if err != nil {
+			return err
+		}
+		sel, err := replaySelection(fs)
+		if err != nil {
+			return err
+		}
+		conn, err := pgx.Connect(cmd.Context(), dsn)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer conn.Close(cmd.Context())
+		dry, _ := fs.GetBool("dry-run")
+		plans, err := publisher.RequestReplay(cmd.Context(), conn, sel, dry)
+		if err != nil {
+			return err
+		}
+		asJSON, _ := fs.GetBool("json")
+		return printReplay(cmd.OutOrStdout(), plans, dry, asJSON)
+	}
+	return cmd
+}
+
+func replaySelection(fs *pflag.FlagSet) (publisher.ReplaySelection, error) {
+	var sel publisher.ReplaySelection
+	sel.All, _ = fs.GetBool("all")
+	sel.EventID, _ = fs.GetString("event")
+	aggs, _ := fs.GetStringArray("aggregate")
+	for _, a := range aggs {
+		typ, id, ok := strings.Cut(a, "/")
+		if !ok || typ == "" || id == "" {
+			return sel, usageError{fmt.Errorf("--aggregate %q: use TYPE/ID, e.g. order/42", a)}
+		}
+		sel.Aggregates = append(sel.Aggregates, cdc.Aggregate{Type: typ, ID: id})
+	}
+	if !sel.All && sel.EventID == "" && len(sel.Aggregates) == 0 {
+		return sel, usageError{errors.New("choose what to replay: --all, --aggregate TYPE/ID or --event ID")}
+	}
+	return sel, nil
+}
+
+func printReplay(w io.Writer, plans []publisher.ReplayPlan, dry, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"dry_run": dry, "aggregates": plans})
+	}
+	events := 0
+	for _, p := range plans {
+		fmt.Fprintf(w, "%s/%s (parked: %s)\n", p.Aggregate.Type, p.Aggregate.ID, p.Reason)
+		for _, e := range p.Events {
+			fmt.Fprintf(w, "  %s  %-7s  %s\n", e.ID, e.Status, e.EventType)
+		}
+		events += len(p.Events)
+	}
+	if dry {
+		fmt.Fprintf(w, "dry run: would re-send %d events of %d aggregates\n", events, len(plans))
+		return nil
+	}
+	fmt.Fprintf(w, "replay requested: %d events of %d aggregates; the relay re-sends them in order, then unparks them\n",
+		events, len(plans))
+	return nil
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+func newStatusCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Report the slot, lag, outbox rows and parked aggregates; exit 1 when unhealthy",
+		Long: `Reads the replication slot and the outbox tables (no running relay needed) and prints the
+slot's positions and WAL retention, the lag, outbox rows by status, the oldest pending row and
+the oldest parked aggregates with the reason they were parked.
+
+Exit codes: 0 healthy; 1 unhealthy (the slot is missing, invalidated, belongs to another
+database, or no process streams from it) or the check failed (no connection, tables missing:
+run 'outbox-relay migrate'); 2 bad command line. The report is printed in every case where it
+could be read, so it works as a probe and for scripts (--json).`,
+		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay status
+  outbox-relay status --json --top 50 | jq '.rows.pending'`,
+	}
+	fs := cmd.Flags()
+	addDSNFlag(fs)
+	fs.String("slot", relay.DefaultSlot, "logical replication slot name")
+	fs.Bool("json", false, "print the report as JSON (stable field names; see README)")
+	fs.Int("top", 10, "parked aggregates to list, oldest first")
+	fs.Duration("timeout", 10*time.Second, "give up after this long")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		dsn, err := requireDSN(fs)
+		if err != nil {
+			return err
+		}
+		slot, _ := fs.GetString("slot")
+		asJSON, _ := fs.GetBool("json")
+		top, _ := fs.GetInt("top")
+		timeout, _ := fs.GetDuration("timeout")
+		if top < 0 || timeout <= 0 {
+			return usageError{fmt.Errorf("--top must be 0 or more and --timeout positive")}
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+		defer cancel()
+		rep, err := readStatus(ctx, dsn, slot, top)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			err = writeStatusJSON(cmd.OutOrStdout(), rep)
+		} else {
+			err = writeStatusTable(cmd.OutOrStdout(), rep)
+		}
+		if err != nil {
+			return err
+		}
+		if ok, why := rep.Healthy(); !ok {
+			return fmt.Errorf("unhealthy: %s", why)
+		}
+		return nil
+	}
+	return cmd
+}
+
+func readStatus(ctx context.Context, dsn, slot string, top int) (inspect.Report, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return inspect.Report{}, fmt.Errorf("bad DSN: %w", err)
+	}
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "outbox-relay status"
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return inspect.Report{}, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	return inspect.Status(ctx, conn, slot, top)
+}
+
+// statusJSON is the --json document: the health verdict, then the report's fields.
+type statusJSON struct {
+	Healthy  bool     `json:"healthy"`
+	Reason   string   `json:"reason"`
+	Warnings []string `json:"warnings"`
+	inspect.Report
+}
+
+func writeStatusJSON(w io.Writer, r inspect.Report) error {
+	ok, why := r.Healthy()
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(statusJSON{Healthy: ok, Reason: why, Warnings: r.Warnings(), Report: r})
+}
+
+func writeStatusTable(w io.Writer, r inspect.Report) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	if ok, why := r.Healthy(); ok {
+		row("health", "healthy")
+	} else {
+		row("health", "UNHEALTHY: "+why)
+	}
+	for _, warn := range r.Warnings() {
+		row("warning", warn)
+	}
+	writeSlot(row, r.Slot)
+	row("")
+	row("OUTBOX ROWS")
+	for _, s := range sortedStatuses(r.Rows) {
+		row("  "+s, fmt.Sprint(r.Rows[s]))
+	}
+	if p := r.OldestPending; p != nil {
+		row("  oldest pending", fmt.Sprintf("%s old (id %s, created %s)", age(p.AgeSeconds), p.ID, clock(p.CreatedAt)))
+	} else {
+		row("  oldest pending", "none")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeParked(w, r)
+}
+
+func writeSlot(row func(...string), s inspect.Slot) {
+	row("")
+	row("SLOT", s.Name)
+	if !s.Exists {
+		row("  exists", "no")
+		return
+	}
+	if !s.SameDatabase || s.Plugin != "pgoutput" {
+		row("  owner", fmt.Sprintf("%s slot of database %s", s.Plugin, s.Database))
+	}
+	active := "no"
+	if s.Active && s.ActivePID != nil {
+		active = fmt.Sprintf("yes (pid %d)", *s.ActivePID)
+	}
+	row("  active", active)
+	row("  wal_status", orNull(s.WALStatus))
+	row("  confirmed_flush_lsn", orNull(s.ConfirmedFlushLSN))
+	row("  restart_lsn", orNull(s.RestartLSN))
+	row("  retained WAL", bytesOrNull(s.RetainedWALBytes))
+	if s.SafeWALSize == nil {
+		row("  safe_wal_size", "unlimited")
+	} else {
+		row("  safe_wal_size", humanBytes(*s.SafeWALSize))
+	}
+	row("  lag", bytesOrNull(s.LagBytes))
+}
+
+func writeParked(w io.Writer, r inspect.Report) error {
+	fmt.Fprintln(w)
+	if r.ParkedAggregates == 0 {
+		_, err := fmt.Fprintln(w, "PARKED AGGREGATES  none")
+		return err
+	}
+	fmt.Fprintf(w, "PARKED AGGREGATES  %d (oldest %d shown)\n", r.ParkedAggregates, len(r.Parked))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  AGGREGATE\tPARKED AT\tHELD\tFIRST EVENT\tREASON")
+	for _, p := range r.Parked {
+		fmt.Fprintf(tw, "  %s/%s\t%s\t%d\t%s\t%s\n", p.AggregateType, p.AggregateID, clock(p.ParkedAt), p.ParkedEvents,
+			p.FirstEventID, oneLine(p.Reason, 100))
+	}
+	return tw.Flush()
+}
+
+// sortedStatuses lists the four known statuses in lifecycle order, then any others.
+func sortedStatuses(rows map[string]int64) []string {
+	list := []string{"pending", "done", "failed", "parked"}
+	for s := range rows {
+		if s != "pending" && s != "done" && s != "failed" && s != "parked" {
+			list = append(list, s)
+		}
+	}
+	return list
+}
+
+func orNull(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return *s
+}
+
+func bytesOrNull(n *int64) string {
+	if n == nil {
+		return "null"
+	}
+	return humanBytes(*n)
+}
+
+// humanBytes formats n in binary units, e.g. "1.5 MiB".
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for (v >= unit || v <= -unit) && i < 5 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTPE"[i])
+}
+
+func age(seconds float64) string {
+	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+}
+
+func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+// oneLine flattens s to one line of at most n runes, for a table cell.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

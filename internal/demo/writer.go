@@ -1,0 +1,62 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// placeOrder is the producer: one statement, so one transaction, writes the order and its
+// outbox event together. It is the README's plain-SQL example with parameters.
+const placeOrder = `with new_order as (insert into orders(customer, total) values ($1, $2) returning id, customer, total)
+insert into outbox_events(aggregate_type, aggregate_id, event_type, payload, dedup_key)
+select 'order', id::text, 'order.created', jsonb_build_object('order_id', id, 'customer', customer, 'total', total), 'order.created:' || id::text
+from new_order`
+
+var customers = []string{"ada", "grace", "linus", "barbara", "ken", "margaret", "dennis", "frances"}
+
+// writer places orders at a steady rate.
+type writer struct {
+	pool    *pgxpool.Pool
+	rate    float64 // orders per second
+	written atomic.Int64
+}
+
+// run places orders until ctx is done. It keeps to the rate over the whole run: after a slow
+// moment it writes what is due as fast as it can.
+func (w *writer) run(ctx context.Context) error {
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		due := int64(w.rate * time.Since(start).Seconds())
+		for w.written.Load() < due && ctx.Err() == nil {
+			if err := w.place(ctx); err != nil {
+				return err
+			}
+			w.written.Add(1)
+		}
+	}
+}
+
+// place writes one order. Once sent, the statement is not cancelled with ctx, so that an order
+// that commits is always counted.
+func (w *writer) place(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	customer := customers[rand.IntN(len(customers))]
+	total := fmt.Sprintf("%d.%02d", 5+rand.IntN(495), rand.IntN(100))
+	if _, err := w.pool.Exec(ctx, placeOrder, customer, total); err != nil {
+		return fmt.Errorf("place order: %w", err)
+	}
+	return nil
+}
