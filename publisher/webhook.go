@@ -1,7 +1,9 @@
 package publisher
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
@@ -29,6 +30,8 @@ type WebhookConfig struct {
 	MaxConns int
 	// UserAgent, if set, is sent as User-Agent.
 	UserAgent string
+	// TLS, if set, configures https connections (for example a private CA's RootCAs).
+	TLS *tls.Config
 }
 
 // Webhook sends one signed POST per attempt.
@@ -38,7 +41,8 @@ type Webhook struct {
 	scheme  signature.Scheme
 	timeout time.Duration
 	ua      string
-	client  *http.Client
+	raw     *rawClient   // direct connections
+	client  *http.Client // when a proxy applies
 }
 
 // ParseURL checks that a webhook URL is an absolute http or https URL with a host.
@@ -47,16 +51,26 @@ func ParseURL(raw string) (*url.URL, error) {
 		return nil, errors.New("no webhook URL: set WEBHOOK_URL or --webhook-url, e.g. https://consumer.example/webhooks")
 	}
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("webhook URL %q is malformed: it must be an absolute http:// or https:// URL with a host, "+
-			"e.g. https://consumer.example/webhooks", raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return nil, fmt.Errorf("webhook URL %q is malformed: it must be an absolute http:// or https:// URL with a host "+
+			"and no user:password, e.g. https://consumer.example/webhooks", redactURL(raw))
 	}
 	return u, nil
 }
 
-// NewWebhook validates the URL and secrets and builds the client.
+// redactURL hides a password in a URL that is about to be shown.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "(unparseable)"
+}
+
+// NewWebhook validates the URL and secrets and builds the client: a lean HTTP/1.1 client for
+// direct connections, or net/http's when the environment's proxy settings apply to the URL.
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
-	if _, err := ParseURL(cfg.URL); err != nil {
+	u, err := ParseURL(cfg.URL)
+	if err != nil {
 		return nil, err
 	}
 	keys, err := signature.Keys(cfg.Scheme, cfg.Secrets)
@@ -69,14 +83,28 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 64
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = cfg.MaxConns * 2
-	tr.MaxIdleConnsPerHost = cfg.MaxConns * 2
-	tr.ResponseHeaderTimeout = cfg.Timeout
-	return &Webhook{
-		url: cfg.URL, keys: keys, scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent,
-		client: &http.Client{Transport: tr, CheckRedirect: noRedirects},
-	}, nil
+	w := &Webhook{url: cfg.URL, keys: keys, scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent}
+	if proxy, _ := http.ProxyFromEnvironment(&http.Request{URL: u}); proxy != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns = cfg.MaxConns * 2
+		tr.MaxIdleConnsPerHost = cfg.MaxConns * 2
+		tr.ResponseHeaderTimeout = cfg.Timeout
+		tr.TLSClientConfig = cfg.TLS
+		w.client = &http.Client{Transport: tr, CheckRedirect: noRedirects}
+	} else {
+		w.raw = newRawClient(u, cfg.TLS, cfg.Timeout, cfg.MaxConns)
+	}
+	return w, nil
+}
+
+// Close releases idle connections.
+func (w *Webhook) Close() {
+	if w.raw != nil {
+		w.raw.close()
+	}
+	if w.client != nil {
+		w.client.CloseIdleConnections()
+	}
 }
 
 // noRedirects makes a 3xx a failed attempt, as Standard Webhooks advises, instead of following
@@ -95,46 +123,70 @@ func (o outcome) ok() bool { return o.err == nil && o.status >= 200 && o.status 
 
 // Send makes one attempt (1-based) to deliver ev.
 func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) outcome {
+	ts := time.Now().Unix()
+	if w.raw != nil {
+		status, retryAfter, err := w.raw.post(ctx, func(b []byte) []byte {
+			w.eachHeader(ev, attempt, ts, func(k, v string) {
+				b = append(append(append(append(b, k...), ": "...), v...), "\r\n"...)
+			})
+			return b
+		}, ev.Payload)
+		return result(ctx, status, retryAfter, err)
+	}
+	return w.sendStd(ctx, ev, attempt, ts)
+}
+
+// sendStd sends through net/http (used when a proxy applies).
+func (w *Webhook) sendStd(ctx context.Context, ev *cdc.Event, attempt int, ts int64) outcome {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, strings.NewReader(string(ev.Payload)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(ev.Payload))
 	if err != nil {
 		return outcome{err: err, result: metrics.ResultNetwork}
 	}
-	w.setHeaders(req.Header, ev, attempt, time.Now().Unix())
+	w.eachHeader(ev, attempt, ts, func(k, v string) { req.Header[k] = []string{v} })
 	resp, err := w.client.Do(req)
+	if err != nil {
+		return result(ctx, 0, "", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	resp.Body.Close()
+	return result(ctx, resp.StatusCode, resp.Header.Get("Retry-After"), nil)
+}
+
+func result(ctx context.Context, status int, retryAfter string, err error) outcome {
 	if err != nil {
 		return outcome{err: err, result: errorResult(ctx, err)}
 	}
-	// Drain (bounded) and close, so the connection is reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	o := outcome{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), result: statusResult(resp.StatusCode)}
-	return o
+	return outcome{status: status, retryAfter: retryAfter, result: statusResult(status)}
 }
 
-// setHeaders writes the public contract: metadata headers and the signature of this attempt.
-func (w *Webhook) setHeaders(h http.Header, ev *cdc.Event, attempt int, ts int64) {
-	set := func(k, v string) { h[k] = []string{v} } // keys are already canonical
-	set("Content-Type", "application/json")
-	set("X-Event-Id", ev.ID)
-	set("X-Event-Type", ev.EventType)
-	set("X-Aggregate-Type", ev.AggregateType)
-	set("X-Aggregate-Id", ev.AggregateID)
-	set("X-Attempt", strconv.Itoa(attempt))
-	set("X-Event-Sequence", Sequence(ev))
+// eachHeader calls f with every header of one attempt, canonical names first-letter uppercase:
+// the public contract, the signature of this attempt, then headers forwarded from the row's
+// headers column. Values from the row are made safe for a header line.
+func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, f func(k, v string)) {
+	f("Content-Type", "application/json")
+	f("X-Event-Id", headerValue(ev.ID))
+	f("X-Event-Type", headerValue(ev.EventType))
+	f("X-Aggregate-Type", headerValue(ev.AggregateType))
+	f("X-Aggregate-Id", headerValue(ev.AggregateID))
+	f("X-Attempt", strconv.Itoa(attempt))
+	f("X-Event-Sequence", Sequence(ev))
 	if w.ua != "" {
-		set("User-Agent", w.ua)
+		f("User-Agent", w.ua)
 	}
 	tsText := strconv.FormatInt(ts, 10)
 	if w.scheme == signature.StandardWebhooks {
-		set("Webhook-Id", ev.ID)
-		set("Webhook-Timestamp", tsText)
-		set("Webhook-Signature", string(signature.AppendStandard(nil, w.keys, ev.ID, ts, ev.Payload)))
-		return
+		f("Webhook-Id", headerValue(ev.ID))
+		f("Webhook-Timestamp", tsText)
+		f("Webhook-Signature", string(signature.AppendStandard(nil, w.keys, ev.ID, ts, ev.Payload)))
+	} else {
+		f("X-Timestamp", tsText)
+		f("X-Signature", string(signature.AppendX(nil, w.keys, ts, ev.Payload)))
 	}
-	set("X-Timestamp", tsText)
-	set("X-Signature", string(signature.AppendX(nil, w.keys, ts, ev.Payload)))
+	if len(ev.Headers) > 0 {
+		forwardHeaders(ev.Headers, f)
+	}
 }
 
 // Sequence is the X-Event-Sequence value: the commit LSN and the index within the transaction,

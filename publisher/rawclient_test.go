@@ -1,0 +1,127 @@
+package publisher
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+)
+
+func testEvent() *cdc.Event {
+	return &cdc.Event{ID: "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70", AggregateType: "order", AggregateID: "42",
+		EventType: "order.created", Payload: []byte(`{"order_id":42}`), Tx: &cdc.Tx{CommitLSN: 7}}
+}
+
+// The lean client sends what net/http would: the path and query, Host, the body and every
+// header, and reuses one connection.
+func TestRawClientRequestAndReuse(t *testing.T) {
+	var conns atomic.Int32
+	var got *http.Request
+	var body []byte
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		body, _ = io.ReadAll(r.Body)
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte(strings.Repeat("x", 10000))) // a body to drain
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	w, err := NewWebhook(WebhookConfig{URL: srv.URL + "/hooks/in?tenant=a", Secrets: []string{"s"}, UserAgent: "outbox-relay/test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.raw == nil {
+		t.Fatal("direct URL did not get the lean client")
+	}
+	for i := 1; i <= 3; i++ {
+		o := w.Send(context.Background(), testEvent(), i)
+		if !o.ok() || o.status != http.StatusAccepted || o.retryAfter != "3" {
+			t.Fatalf("attempt %d: %+v", i, o)
+		}
+	}
+	if got.URL.RequestURI() != "/hooks/in?tenant=a" || got.Method != http.MethodPost || got.Host != strings.TrimPrefix(srv.URL, "http://") {
+		t.Fatalf("request %s %s host %s", got.Method, got.URL, got.Host)
+	}
+	if string(body) != `{"order_id":42}` || got.Header.Get("X-Attempt") != "3" || got.Header.Get("User-Agent") != "outbox-relay/test" ||
+		!strings.HasPrefix(got.Header.Get("X-Signature"), "sha256=") || got.ContentLength != int64(len(body)) {
+		t.Fatalf("body %q headers %v", body, got.Header)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 3 requests, want 1 kept alive", n)
+	}
+}
+
+// A kept-alive connection the server closed while idle is retried on a new one, without
+// costing the event an attempt.
+func TestRawClientRetriesAStaleConnection(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	w, _ := NewWebhook(WebhookConfig{URL: srv.URL, Secrets: []string{"s"}})
+	if o := w.Send(context.Background(), testEvent(), 1); !o.ok() {
+		t.Fatalf("first: %+v", o)
+	}
+	srv.CloseClientConnections()
+	time.Sleep(50 * time.Millisecond)
+	if o := w.Send(context.Background(), testEvent(), 2); !o.ok() {
+		t.Fatalf("after the server closed the idle connection: %+v", o)
+	}
+}
+
+func TestRawClientTimeoutAndTLS(t *testing.T) {
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer slow.Close()
+	defer close(release)
+	w, _ := NewWebhook(WebhookConfig{URL: slow.URL, Secrets: []string{"s"}, Timeout: 200 * time.Millisecond})
+	if o := w.Send(context.Background(), testEvent(), 1); o.result != metrics.ResultTimeout {
+		t.Fatalf("hung receiver: %+v, want a timeout", o)
+	}
+
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	}))
+	defer tlsSrv.Close()
+	roots := tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	w, _ = NewWebhook(WebhookConfig{URL: tlsSrv.URL, Secrets: []string{"s"}, TLS: &tls.Config{RootCAs: roots}})
+	if o := w.Send(context.Background(), testEvent(), 1); !o.ok() {
+		t.Fatalf("https with the server's CA: %+v", o)
+	}
+	w, _ = NewWebhook(WebhookConfig{URL: tlsSrv.URL, Secrets: []string{"s"}})
+	if o := w.Send(context.Background(), testEvent(), 1); o.ok() || o.result != metrics.ResultNetwork {
+		t.Fatalf("https with an unknown CA: %+v, want a network error", o)
+	}
+}
+
+func TestRawClientCancel(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	w, _ := NewWebhook(WebhookConfig{URL: srv.URL, Secrets: []string{"s"}, Timeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	if o := w.Send(ctx, testEvent(), 1); o.ok() {
+		t.Fatal("a cancelled attempt succeeded")
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatal("cancellation did not end the attempt")
+	}
+}
