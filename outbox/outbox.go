@@ -43,6 +43,12 @@ type Event struct {
 	// DedupKey, if not empty, makes the event unique: a second event with the same key is not
 	// written.
 	DedupKey string
+	// TraceParent, if set, is a W3C traceparent (for example from the span of the business
+	// transaction); the relay sends it as the webhook's traceparent header, linking the two.
+	TraceParent string
+	// Headers are extra request headers the relay forwards: tracestate and X-* names (the
+	// contract's own headers cannot be overridden). They are not signed.
+	Headers map[string]string
 }
 
 // Querier is what Enqueue needs from a transaction. pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy
@@ -74,6 +80,14 @@ VALUES ($1, $2, $3, $4, $5::jsonb, $6)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id::text`
 
+// insertWithHeadersSQL also writes the headers column (migration 3); it is used only when the
+// event has headers, so producers on an older schema keep working.
+const insertWithHeadersSQL = `
+INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dedup_key, headers)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+RETURNING id::text`
+
 const existingSQL = `SELECT id::text FROM outbox_events WHERE dedup_key = $1`
 
 // Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
@@ -91,9 +105,13 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 	if ev.DedupKey != "" {
 		dedup = &ev.DedupKey
 	}
+	args := []any{id.String(), ev.AggregateType, ev.AggregateID, ev.EventType, string(payload), dedup}
+	query := insertSQL
+	if headers := ev.headers(); headers != nil {
+		query, args = insertWithHeadersSQL, append(args, string(headers))
+	}
 	var got string
-	err = q.QueryRow(ctx, insertSQL, id.String(), ev.AggregateType, ev.AggregateID, ev.EventType,
-		string(payload), dedup).Scan(&got)
+	err = q.QueryRow(ctx, query, args...).Scan(&got)
 	if isNoRows(err) {
 		return existing(ctx, q, ev.DedupKey)
 	}
@@ -120,6 +138,22 @@ func existing(ctx context.Context, q Querier, key string) (uuid.UUID, error) {
 	return id, ErrDuplicate
 }
 
+// headers is the headers column's JSON, or nil when there are none.
+func (ev Event) headers() []byte {
+	if ev.TraceParent == "" && len(ev.Headers) == 0 {
+		return nil
+	}
+	h := make(map[string]string, len(ev.Headers)+1)
+	for k, v := range ev.Headers {
+		h[k] = v
+	}
+	if ev.TraceParent != "" {
+		h["traceparent"] = ev.TraceParent
+	}
+	b, _ := json.Marshal(h) // a map of strings always marshals
+	return b
+}
+
 func isNoRows(err error) bool {
 	return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows)
 }
@@ -134,7 +168,26 @@ func (ev Event) validate() ([]byte, error) {
 			return nil, fmt.Errorf("%w: %s is empty", ErrInvalid, f.name)
 		}
 	}
+	if ev.TraceParent != "" && !validTraceParent(ev.TraceParent) {
+		return nil, fmt.Errorf("%w: trace parent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", ErrInvalid, ev.TraceParent)
+	}
 	return payloadJSON(ev.Payload)
+}
+
+// validTraceParent checks the W3C trace context shape: version-traceid-parentid-flags.
+func validTraceParent(s string) bool {
+	parts := strings.Split(s, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+		return false
+	}
+	for _, p := range parts[:4] {
+		for _, c := range p {
+			if !strings.ContainsRune("0123456789abcdef", c) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func payloadJSON(p any) ([]byte, error) {

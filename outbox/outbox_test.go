@@ -173,3 +173,28 @@ func (u unreachable) QueryRow(context.Context, string, ...any) pgx.Row {
 	u.t.Fatal("invalid input reached the database")
 	return nil
 }
+
+func TestTraceParentIsStoredForTheRelay(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ev := order("5")
+	ev.TraceParent = tp
+	ev.Headers = map[string]string{"tracestate": "congo=t61rcWkgMzE"}
+	id, err := outbox.Enqueue(ctx, conn, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]string
+	if err := conn.QueryRow(ctx, "SELECT headers FROM outbox_events WHERE id = $1", id.String()).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got["traceparent"] != tp || got["tracestate"] != "congo=t61rcWkgMzE" {
+		t.Fatalf("headers = %v", got)
+	}
+	bad := order("6")
+	bad.TraceParent = "not-a-trace"
+	if _, err := outbox.Enqueue(ctx, unreachable{t}, bad); !errors.Is(err, outbox.ErrInvalid) {
+		t.Fatalf("bad traceparent: %v", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
@@ -210,3 +211,20 @@ var testLogLevel = func() zerolog.Level {
 	}
 	return zerolog.WarnLevel
 }()
+
+// A trace context given to outbox.Enqueue arrives as the webhook's traceparent.
+func TestTraceParentReachesTheWebhook(t *testing.T) {
+	e := newEnv(t)
+	e.start(nil)
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	id, err := outbox.Enqueue(context.Background(), e.pool, outbox.Event{AggregateType: "order", AggregateID: "1",
+		EventType: "order.created", Payload: map[string]int{"seq": 1}, TraceParent: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := relaytest.Result{Committed: []relaytest.Committed{{ID: id.String(), Aggregate: "order/1", Seq: 1}}}
+	requireOK(t, e.waitDelivered(res, 10*time.Second))
+	if got := e.recv.Deliveries()[0].Trace; got != tp {
+		t.Fatalf("traceparent %q, want %q", got, tp)
+	}
+}
