@@ -8,7 +8,7 @@ COMMIT      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_FLAGS  ?=
 
-.PHONY: build test lint
+.PHONY: build test lint demo bench
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
@@ -21,3 +21,13 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+# A throwaway PostgreSQL, the relay and the example consumer in one process, with a live status;
+# Ctrl-C stops it and removes everything. Needs the server binaries (or DB_DSN), like the tests.
+demo:
+	$(GO) run ./cmd/outbox-relay demo
+
+# Benchmark suite (issues 3 and 7): prints a Markdown table. Sizes scale with BENCH_EVENTS
+# (default 100000); see cmd/outbox-bench for BENCH_STEADY, BENCH_ONLY, BENCH_DURABLE, BENCH_RELAY.
+bench:
+	$(GO) run ./cmd/outbox-bench

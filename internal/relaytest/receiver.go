@@ -129,7 +129,7 @@ func (r *Receiver) record(req *http.Request, body []byte) {
 	var attempt int
 	fmt.Sscan(req.Header.Get("X-Attempt"), &attempt)
 	d := Delivery{ID: req.Header.Get("X-Event-Id"), Seq: p.Seq, Attempt: attempt, At: time.Now(),
-		Sequence:  req.Header.Get("X-Event-Sequence"), Trace: req.Header.Get("Traceparent"),
+		Sequence: req.Header.Get("X-Event-Sequence"), Trace: req.Header.Get("Traceparent"),
 		Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")}
 	r.mu.Lock()
 	r.log = append(r.log, d)
