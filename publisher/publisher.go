@@ -29,6 +29,9 @@ type Config struct {
 	Store Store
 	// Resume, if set, skips events that an earlier process delivered (see Resume).
 	Resume *Resume
+	// LogPayloads adds the event's payload to the log line of a failed attempt. Off by
+	// default: payloads may hold personal data.
+	LogPayloads bool
 	Logger zerolog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
@@ -223,6 +226,9 @@ func (p *Publisher) failed(ctx context.Context, it *item, o outcome, elapsed tim
 	} else {
 		e = e.Int("status_code", o.status)
 	}
-	e.Msg("delivery failed; will retry")
+	if p.cfg.LogPayloads {
+		e = e.RawJSON("payload", it.ev.Payload)
+	}
+	e.Str("lsn", it.ev.Tx.CommitLSN.String()).Msg("delivery failed; will retry")
 	time.AfterFunc(delay, func() { p.sched.retry(it) })
 }

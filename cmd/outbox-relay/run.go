@@ -54,6 +54,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Duration("retention", 0, "delete delivered (done) rows older than this, hourly in the background; 0 = keep them")
 	fs.Duration("status-interval", 0, "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s")
 	addLogFlags(fs)
+	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -106,6 +107,7 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	cfg.StallTimeout, _ = fs.GetDuration("stall-timeout")
 	cfg.StatusInterval, _ = fs.GetDuration("status-interval")
 	cfg.Retention, _ = fs.GetDuration("retention")
+	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {
 		return cfg, usageError{fmt.Errorf("--retry-min must be positive and no more than --retry-max")}

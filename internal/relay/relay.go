@@ -50,6 +50,8 @@ type Config struct {
 	StatusInterval    time.Duration // 0: derived from wal_sender_timeout
 	// Retention, if positive, deletes delivered rows older than this in the background.
 	Retention time.Duration
+	// LogPayloads logs the payload of failed attempts.
+	LogPayloads bool
 	// PollInterval is how often the database-only gauges are refreshed. If zero, 15s.
 	PollInterval time.Duration
 	Version      string
@@ -182,7 +184,7 @@ func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pg
 	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
-		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool},
+		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
 		Resume: &publisher.Resume{Since: started, Delivered: r.marker.Delivered}}, hook, r, r.marker)
 	return r
 }
@@ -281,7 +283,9 @@ func (r *runner) ready() (bool, string) {
 	if !r.stream.Streaming() {
 		return false, "not streaming (standing by, or reconnecting)"
 	}
-	if r.tracker.Outstanding() > 0 {
+	// Stalled: an event has waited longer than StallTimeout and nothing was delivered meanwhile.
+	oldest := r.tracker.OldestCommit()
+	if !oldest.IsZero() && time.Since(oldest) > r.cfg.StallTimeout {
 		since := time.Since(time.Unix(0, r.lastAck.Load()))
 		if since > r.cfg.StallTimeout {
 			return false, fmt.Sprintf("stalled: events waiting and nothing delivered for %s", since.Round(time.Second))
