@@ -32,7 +32,7 @@ type Config struct {
 	// LogPayloads adds the event's payload to the log line of a failed attempt. Off by
 	// default: payloads may hold personal data.
 	LogPayloads bool
-	Logger zerolog.Logger
+	Logger      zerolog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 }

@@ -46,7 +46,11 @@ func get(t *testing.T, addr *atomic.Value, path string) (int, string) {
 func TestReadiness(t *testing.T) {
 	e := newEnv(t)
 	var leaderAddr, standbyAddr atomic.Value
-	leader := e.start(func(c *Config) { withHTTP(&leaderAddr)(c); c.StallTimeout = time.Second; c.RequestTimeout = time.Minute })
+	leader := e.start(func(c *Config) {
+		withHTTP(&leaderAddr)(c)
+		c.StallTimeout = time.Second
+		c.RequestTimeout = time.Minute
+	})
 	waitFor(t, 10*time.Second, "leader ready", func() bool { code, _ := get(t, &leaderAddr, "/readyz"); return code == 200 })
 	e.start(withHTTP(&standbyAddr))
 	waitFor(t, 10*time.Second, "standby not ready", func() bool {
