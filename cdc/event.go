@@ -64,6 +64,9 @@ type Tx struct {
 	EndLSN     pglogrepl.LSN // end of the commit record: what is confirmed once delivered
 	CommitTime time.Time
 	Events     []*Event
+	// Backfill marks a batch of rows read from the table, not the stream (see the publisher's
+	// backfill): the Tracker does not track it.
+	Backfill bool
 
 	remaining int // undelivered events, guarded by the Tracker
 	bytes     int

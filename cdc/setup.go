@@ -26,11 +26,25 @@ var (
 type SetupResult struct {
 	SlotCreated        bool
 	PublicationCreated bool
+	SlotRecreated      bool // an invalidated slot was dropped and created again
+	Backfill           int  // pending rows recorded for backfill
+}
+
+// SetupOptions are Setup's choices beyond the names.
+type SetupOptions struct {
+	// Backfill, when the slot is created, records the pending rows that exist at that moment
+	// (read in the slot's exported snapshot, so exactly the rows the stream will not carry) for
+	// the publisher to deliver first.
+	Backfill bool
+	// RecreateSlot drops an invalidated slot (wal_status = lost) and creates it again, with a
+	// backfill.
+	RecreateSlot bool
 }
 
 // Setup checks that the server and database can feed the relay, and creates the publication
-// and the slot if they are missing. It never drops either. Its errors name the fix.
-func Setup(ctx context.Context, dsn, slot, publication string) (SetupResult, error) {
+// and the slot if they are missing. It never drops either, except an invalidated slot when
+// opts.RecreateSlot asks for it. Its errors name the fix.
+func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions) (SetupResult, error) {
 	var res SetupResult
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -45,8 +59,53 @@ func Setup(ctx context.Context, dsn, slot, publication string) (SetupResult, err
 	if res.PublicationCreated, err = ensurePublication(ctx, conn, publication); err != nil {
 		return res, err
 	}
+	if opts.RecreateSlot {
+		if res.SlotRecreated, err = dropIfLost(ctx, conn, slot); err != nil {
+			return res, err
+		}
+		opts.Backfill = opts.Backfill || res.SlotRecreated
+	}
+	if opts.Backfill {
+		return setupWithBackfill(ctx, dsn, conn, slot, res)
+	}
 	res.SlotCreated, err = ensureSlot(ctx, conn, slot)
 	return res, err
+}
+
+func setupWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot string, res SetupResult) (SetupResult, error) {
+	exists, err := slotExists(ctx, conn, slot)
+	if err != nil || exists {
+		res.SlotCreated = false
+		if err == nil {
+			_, err = ensureSlot(ctx, conn, slot) // checks it
+		}
+		return res, err
+	}
+	res.Backfill, err = createSlotWithBackfill(ctx, dsn, conn, slot)
+	res.SlotCreated = err == nil
+	return res, err
+}
+
+func slotExists(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+	var n int
+	err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&n)
+	return n > 0, err
+}
+
+// dropIfLost drops slot when it is invalidated, and reports whether it did.
+func dropIfLost(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+	var status string
+	err := conn.QueryRow(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && status != "lost") {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up slot: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
+		return false, fmt.Errorf("drop invalidated slot %q: %w", slot, err)
+	}
+	return true, nil
 }
 
 func checkWalLevel(ctx context.Context, conn *pgx.Conn) error {

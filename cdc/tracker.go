@@ -60,6 +60,9 @@ func (t *Tracker) Grow(tx *Tx, evs []*Event) {
 // Ack records that ev is settled (delivered, or durably parked) and will not be sent again by
 // this process.
 func (t *Tracker) Ack(ev *Event) {
+	if ev.Tx.Backfill {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ev.Tx.remaining--

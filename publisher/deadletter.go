@@ -51,7 +51,7 @@ func (p *Publisher) deadLetter(ctx context.Context, it *item, o outcome) {
 	p.log.Error().Str("event_id", ev.ID).Str("aggregate_type", ev.AggregateType).Str("aggregate_id", ev.AggregateID).
 		Str("event_type", ev.EventType).Int("attempt", it.attempt).Str("last_error", reason).Int("parked_behind", len(evs)).
 		Msg("event dead-lettered; its aggregate is parked until `outbox-relay replay`")
-	p.acker.Ack(ev)
+	p.settle(ev)
 }
 
 // settleParked durably marks events of parked aggregates, then acknowledges them.
@@ -61,7 +61,7 @@ func (p *Publisher) settleParked(ctx context.Context, evs []*cdc.Event) {
 	}
 	p.durably(ctx, "park events", func(ctx context.Context) error { return p.cfg.Store.Park(ctx, evs) })
 	for _, ev := range evs {
-		p.acker.Ack(ev)
+		p.settle(ev)
 	}
 }
 

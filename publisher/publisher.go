@@ -29,6 +29,8 @@ type Config struct {
 	Store Store
 	// Resume, if set, skips events that an earlier process delivered (see Resume).
 	Resume *Resume
+	// Backfill, if set, is the slot whose recorded backfill is delivered before the stream.
+	BackfillSlot string
 	// LogPayloads adds the event's payload to the log line of a failed attempt. Off by
 	// default: payloads may hold personal data.
 	LogPayloads bool
@@ -77,7 +79,9 @@ type Publisher struct {
 	// parkMu makes parking (a dead letter and the events behind it) and replaying atomic with
 	// respect to each other.
 	parkMu sync.Mutex
-	log    zerolog.Logger
+	// backfillLeft counts backfill events of the current page not yet settled.
+	backfillLeft sync.WaitGroup
+	log          zerolog.Logger
 	m      *metrics.Metrics
 }
 
@@ -105,6 +109,9 @@ func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) error {
 			defer wg.Done()
 			p.worker(hard)
 		}()
+	}
+	if err := p.backfill(ctx); err != nil {
+		p.log.Error().Err(err).Msg("backfill stopped; it resumes at the next start")
 	}
 	p.intake(ctx, in)
 	p.sched.close()
@@ -162,7 +169,7 @@ func (p *Publisher) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]
 			p.replay(ctx, ev)
 		case delivered[ev.ID]:
 			p.m.EventsSkipped.Inc()
-			p.acker.Ack(ev)
+			p.settle(ev)
 		case !p.sched.add(&item{ev: ev}):
 			parked = append(parked, ev)
 		}
@@ -207,7 +214,7 @@ func (p *Publisher) delivered(ctx context.Context, it *item) {
 		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
 		p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
 	}
-	p.acker.Ack(ev)
+	p.settle(ev)
 }
 
 // failed logs the attempt and schedules the next one, or dead-letters the event after

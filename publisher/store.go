@@ -26,6 +26,11 @@ type Store interface {
 	Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*cdc.Event, error)
 	// Unpark forgets a parked aggregate once its replay is delivered.
 	Unpark(ctx context.Context, agg cdc.Aggregate) error
+	// BackfillPage returns up to limit still-pending backfill events of slot after position
+	// after, in order, as events of tx, and the last position read.
+	BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*cdc.Event, int64, error)
+	// BackfillDone forgets a slot's backfill.
+	BackfillDone(ctx context.Context, slot string) error
 }
 
 // PGStore is the Store on the outbox tables.
@@ -120,5 +125,41 @@ func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) 
 func (s PGStore) Unpark(ctx context.Context, agg cdc.Aggregate) error {
 	_, err := s.Pool.Exec(ctx, `DELETE FROM outbox_parked_aggregates WHERE aggregate_type = $1 AND aggregate_id = $2`,
 		agg.Type, agg.ID)
+	return err
+}
+
+// BackfillPage implements Store.
+func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*cdc.Event, int64, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT b.position, e.id::text, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text,
+		       coalesce(e.headers::text, ''), e.created_at
+		FROM outbox_backfill b JOIN outbox_events e ON e.id = b.event_id
+		WHERE b.slot = $1 AND b.position > $2 AND e.status = 'pending'
+		ORDER BY b.position LIMIT $3`, slot, after, limit)
+	if err != nil {
+		return nil, after, fmt.Errorf("read backfill: %w", err)
+	}
+	defer rows.Close()
+	var evs []*cdc.Event
+	last := after
+	for rows.Next() {
+		ev := &cdc.Event{Tx: tx}
+		var payload, headers string
+		var pos int64
+		if err := rows.Scan(&pos, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType, &payload, &headers, &ev.CreatedAt); err != nil {
+			return nil, after, err
+		}
+		ev.Payload, ev.Index, last = []byte(payload), int(pos), pos
+		if headers != "" {
+			ev.Headers = []byte(headers)
+		}
+		evs = append(evs, ev)
+	}
+	return evs, last, rows.Err()
+}
+
+// BackfillDone implements Store.
+func (s PGStore) BackfillDone(ctx context.Context, slot string) error {
+	_, err := s.Pool.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, slot)
 	return err
 }

@@ -301,7 +301,7 @@ func TestSetupErrorsNameTheFix(t *testing.T) {
 	ctx := context.Background()
 	t.Run("missing table", func(t *testing.T) {
 		dsn := pgtest.NewDB(t)
-		_, err := cdc.Setup(ctx, dsn, "s_missing", "p_missing")
+		_, err := cdc.Setup(ctx, dsn, "s_missing", "p_missing", cdc.SetupOptions{})
 		wantErr(t, err, cdc.ErrNoOutboxTable, "outbox-relay migrate")
 	})
 	t.Run("role without REPLICATION", func(t *testing.T) {
@@ -317,7 +317,7 @@ func TestSetupErrorsNameTheFix(t *testing.T) {
 		_, _ = conn.Exec(ctx, `DROP ROLE IF EXISTS plain_app; CREATE ROLE plain_app LOGIN`)
 		defer conn.Exec(ctx, `DROP OWNED BY plain_app; DROP ROLE plain_app`)
 		plain := strings.Replace(dsn, "postgres://postgres@", "postgres://plain_app@", 1)
-		_, err = cdc.Setup(ctx, plain, "s_role", "p_role")
+		_, err = cdc.Setup(ctx, plain, "s_role", "p_role", cdc.SetupOptions{})
 		wantErr(t, err, cdc.ErrNoReplication, "ALTER ROLE")
 	})
 	t.Run("wal_level replica", func(t *testing.T) {
@@ -326,7 +326,7 @@ func TestSetupErrorsNameTheFix(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		_, err = cdc.Setup(ctx, c.DSN("postgres"), "s", "p")
+		_, err = cdc.Setup(ctx, c.DSN("postgres"), "s", "p", cdc.SetupOptions{})
 		wantErr(t, err, cdc.ErrWalLevel, "restart")
 	})
 	t.Run("invalidated slot", func(t *testing.T) {
@@ -340,7 +340,7 @@ func TestSetupErrorsNameTheFix(t *testing.T) {
 		if _, err := migrations.Up(ctx, dsn); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cdc.Setup(ctx, dsn, "doomed", "pub"); err != nil {
+		if _, err := cdc.Setup(ctx, dsn, "doomed", "pub", cdc.SetupOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		conn, err := pgx.Connect(ctx, dsn)
@@ -355,7 +355,7 @@ func TestSetupErrorsNameTheFix(t *testing.T) {
 			_ = conn.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'doomed'`).Scan(&status)
 			return status == "lost"
 		})
-		_, err = cdc.Setup(ctx, dsn, "doomed", "pub")
+		_, err = cdc.Setup(ctx, dsn, "doomed", "pub", cdc.SetupOptions{})
 		wantErr(t, err, cdc.ErrSlotInvalid, "pg_drop_replication_slot")
 	})
 }

@@ -50,6 +50,10 @@ type Config struct {
 	StatusInterval    time.Duration // 0: derived from wal_sender_timeout
 	// Retention, if positive, deletes delivered rows older than this in the background.
 	Retention time.Duration
+	// Backfill records the pending rows when the slot is created, and delivers them first.
+	Backfill bool
+	// RecreateSlot drops an invalidated slot and creates it again, with a backfill.
+	RecreateSlot bool
 	// LogPayloads logs the payload of failed attempts.
 	LogPayloads bool
 	// PollInterval is how often the database-only gauges are refreshed. If zero, 15s.
@@ -132,7 +136,8 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.BuildInfo.WithLabelValues(cfg.Version, cfg.Commit, goVersion()).Set(1)
 
-	setup, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication)
+	setup, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
+		cdc.SetupOptions{Backfill: cfg.Backfill, RecreateSlot: cfg.RecreateSlot})
 	if err != nil {
 		return err
 	}
@@ -155,8 +160,12 @@ func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
 	if s.PublicationCreated {
 		log.Info().Str("publication", cfg.Publication).Msg("publication created")
 	}
+	if s.SlotRecreated {
+		log.Warn().Str("slot", cfg.Slot).Int("backfill", s.Backfill).
+			Msg("INVALIDATED SLOT DROPPED AND RECREATED (--recreate-slot); pending rows are backfilled, and events delivered but not yet marked done may arrive again")
+	}
 	if s.SlotCreated {
-		log.Info().Str("slot", cfg.Slot).Msg("replication slot created")
+		log.Info().Str("slot", cfg.Slot).Int("backfill", s.Backfill).Msg("replication slot created")
 	}
 	log.Info().Str("slot", cfg.Slot).Str("publication", cfg.Publication).Int("max_in_flight", cfg.MaxInFlight).
 		Int("max_buffered_events", cfg.MaxBufferedEvents).Int("max_buffered_bytes", cfg.MaxBufferedBytes).
@@ -185,6 +194,7 @@ func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pg
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
 		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
+		BackfillSlot: cfg.Slot,
 		Resume: &publisher.Resume{Since: started, Delivered: r.marker.Delivered}}, hook, r, r.marker)
 	return r
 }
