@@ -82,7 +82,7 @@ type Publisher struct {
 	// backfillLeft counts backfill events of the current page not yet settled.
 	backfillLeft sync.WaitGroup
 	log          zerolog.Logger
-	m      *metrics.Metrics
+	m            *metrics.Metrics
 }
 
 // New returns a Publisher that sends through hook, acknowledges to acker and records marks.

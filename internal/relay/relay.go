@@ -195,7 +195,7 @@ func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pg
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
 		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
 		BackfillSlot: cfg.Slot,
-		Resume: &publisher.Resume{Since: started, Delivered: r.marker.Delivered}}, hook, r, r.marker)
+		Resume:       &publisher.Resume{Since: started, Delivered: r.marker.Delivered}}, hook, r, r.marker)
 	return r
 }
 
