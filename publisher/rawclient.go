@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strconv"
 	"syscall"
@@ -15,7 +14,7 @@ import (
 )
 
 // rawClient posts over kept-alive HTTP/1.1 connections, writing each request (head and body)
-// in one call and reading the answer with http.ReadResponse. It does what net/http's client
+// in one call and reading the answer with readResponse. It does what net/http's client
 // does for this one shape of request at about half the CPU per request, which on a machine
 // shared with PostgreSQL and the receiver is most of the relay's cost. It is used only for a
 // direct connection: when a proxy applies to the URL, the Webhook uses net/http instead.
@@ -102,19 +101,17 @@ func (rc *rawClient) roundTrip(ctx context.Context, conn *rawConn, appendHead fu
 		conn.c.Close()
 		return 0, "", err
 	}
-	resp, err := http.ReadResponse(conn.br, nil)
+	resp, err := readResponse(conn.br)
 	if err != nil {
 		conn.c.Close()
 		return 0, "", err
 	}
-	n, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain+1))
-	resp.Body.Close()
-	if resp.Close || n > maxDrain || ctx.Err() != nil {
+	if !resp.keepAlive || ctx.Err() != nil {
 		conn.c.Close()
 	} else {
 		rc.put(conn)
 	}
-	return resp.StatusCode, resp.Header.Get("Retry-After"), nil
+	return resp.status, resp.retryAfter, nil
 }
 
 func (rc *rawClient) get(ctx context.Context) (*rawConn, error) {

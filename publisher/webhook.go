@@ -37,7 +37,7 @@ type WebhookConfig struct {
 // Webhook sends one signed POST per attempt.
 type Webhook struct {
 	url     string
-	keys    [][]byte
+	signer  *signature.Signer
 	scheme  signature.Scheme
 	timeout time.Duration
 	ua      string
@@ -83,7 +83,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 64
 	}
-	w := &Webhook{url: cfg.URL, keys: keys, scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent}
+	w := &Webhook{url: cfg.URL, signer: signature.NewSigner(keys), scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent}
 	if proxy, _ := http.ProxyFromEnvironment(&http.Request{URL: u}); proxy != nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConns = cfg.MaxConns * 2
@@ -126,10 +126,9 @@ func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) outcome 
 	ts := time.Now().Unix()
 	if w.raw != nil {
 		status, retryAfter, err := w.raw.post(ctx, func(b []byte) []byte {
-			w.eachHeader(ev, attempt, ts, func(k, v string) {
-				b = append(append(append(append(b, k...), ": "...), v...), "\r\n"...)
-			})
-			return b
+			h := rawHead{b}
+			w.eachHeader(ev, attempt, ts, &h)
+			return h.b
 		}, ev.Payload)
 		return result(ctx, status, retryAfter, err)
 	}
@@ -144,7 +143,7 @@ func (w *Webhook) sendStd(ctx context.Context, ev *cdc.Event, attempt int, ts in
 	if err != nil {
 		return outcome{err: err, result: metrics.ResultNetwork}
 	}
-	w.eachHeader(ev, attempt, ts, func(k, v string) { req.Header[k] = []string{v} })
+	w.eachHeader(ev, attempt, ts, stdHead(req.Header))
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return result(ctx, 0, "", err)
@@ -161,31 +160,57 @@ func result(ctx context.Context, status int, retryAfter string, err error) outco
 	return outcome{status: status, retryAfter: retryAfter, result: statusResult(status)}
 }
 
-// eachHeader calls f with every header of one attempt, canonical names first-letter uppercase:
-// the public contract, the signature of this attempt, then headers forwarded from the row's
-// headers column. Values from the row are made safe for a header line.
-func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, f func(k, v string)) {
-	f("Content-Type", "application/json")
-	f("X-Event-Id", headerValue(ev.ID))
-	f("X-Event-Type", headerValue(ev.EventType))
-	f("X-Aggregate-Type", headerValue(ev.AggregateType))
-	f("X-Aggregate-Id", headerValue(ev.AggregateID))
-	f("X-Attempt", strconv.Itoa(attempt))
-	f("X-Event-Sequence", Sequence(ev))
+// headerSink receives request headers; names are canonical.
+type headerSink interface {
+	add(k, v string)
+	addBytes(k string, v []byte)
+}
+
+// rawHead appends header lines to a request being written.
+type rawHead struct{ b []byte }
+
+func (h *rawHead) add(k, v string) {
+	h.b = append(append(append(append(h.b, k...), ": "...), v...), "\r\n"...)
+}
+
+func (h *rawHead) addBytes(k string, v []byte) {
+	h.b = append(append(append(append(h.b, k...), ": "...), v...), "\r\n"...)
+}
+
+// stdHead sets headers on a net/http request.
+type stdHead http.Header
+
+func (h stdHead) add(k, v string)             { h[k] = append(h[k], v) }
+func (h stdHead) addBytes(k string, v []byte) { h[k] = append(h[k], string(v)) }
+
+// eachHeader passes every header of one attempt to h: the public contract, the signature of this
+// attempt, then headers forwarded from the row's headers column. Values from the row are made
+// safe for a header line.
+func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, h headerSink) {
+	h.add("Content-Type", "application/json")
+	h.add("X-Event-Id", headerValue(ev.ID))
+	h.add("X-Event-Type", headerValue(ev.EventType))
+	h.add("X-Aggregate-Type", headerValue(ev.AggregateType))
+	h.add("X-Aggregate-Id", headerValue(ev.AggregateID))
+	var num [20]byte
+	h.addBytes("X-Attempt", strconv.AppendInt(num[:0], int64(attempt), 10))
+	var seq [25]byte
+	h.addBytes("X-Event-Sequence", appendSequence(seq[:0], ev))
 	if w.ua != "" {
-		f("User-Agent", w.ua)
+		h.add("User-Agent", w.ua)
 	}
-	tsText := strconv.FormatInt(ts, 10)
+	tsText := strconv.AppendInt(num[:0], ts, 10)
+	var sig [160]byte
 	if w.scheme == signature.StandardWebhooks {
-		f("Webhook-Id", headerValue(ev.ID))
-		f("Webhook-Timestamp", tsText)
-		f("Webhook-Signature", string(signature.AppendStandard(nil, w.keys, ev.ID, ts, ev.Payload)))
+		h.add("Webhook-Id", headerValue(ev.ID))
+		h.addBytes("Webhook-Timestamp", tsText)
+		h.addBytes("Webhook-Signature", w.signer.AppendStandard(sig[:0], ev.ID, ts, ev.Payload))
 	} else {
-		f("X-Timestamp", tsText)
-		f("X-Signature", string(signature.AppendX(nil, w.keys, ts, ev.Payload)))
+		h.addBytes("X-Timestamp", tsText)
+		h.addBytes("X-Signature", w.signer.AppendX(sig[:0], ts, ev.Payload))
 	}
 	if len(ev.Headers) > 0 {
-		forwardHeaders(ev.Headers, f)
+		forwardHeaders(ev.Headers, h.add)
 	}
 }
 
@@ -193,14 +218,19 @@ func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, f func(k, v s
 // as fixed-width uppercase hex ("0000000001538A30-00000003"), so it rises strictly per aggregate
 // in commit order when compared as a string.
 func Sequence(ev *cdc.Event) string {
+	var b [25]byte
+	return string(appendSequence(b[:0], ev))
+}
+
+func appendSequence(dst []byte, ev *cdc.Event) []byte {
 	if ev.Seq != "" {
-		return ev.Seq
+		return append(dst, ev.Seq...)
 	}
 	var b [25]byte
 	hexFixed(b[:16], uint64(ev.Tx.CommitLSN))
 	b[16] = '-'
 	hexFixed(b[17:], uint64(ev.Index))
-	return string(b[:])
+	return append(dst, b[:]...)
 }
 
 // hexFixed writes v as uppercase hex filling dst, most significant digit first.

@@ -24,8 +24,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Scheme selects the signature headers.
@@ -144,6 +146,66 @@ func AppendStandard(dst []byte, keys [][]byte, id string, ts int64, body []byte)
 		}
 		dst = append(dst, "v1,"...)
 		dst = base64.StdEncoding.AppendEncode(dst, MAC(k, prefix, body))
+	}
+	return dst
+}
+
+// Signer signs with a fixed set of keys, reusing HMAC state across calls; it is safe for
+// concurrent use. It produces the same values as AppendX and AppendStandard.
+type Signer struct {
+	pools []sync.Pool
+}
+
+// NewSigner returns a Signer for keys.
+func NewSigner(keys [][]byte) *Signer {
+	s := &Signer{pools: make([]sync.Pool, len(keys))}
+	for i, k := range keys {
+		k := k
+		s.pools[i].New = func() any { return hmac.New(sha256.New, k) }
+	}
+	return s
+}
+
+func (s *Signer) sum(i int, dst []byte, parts ...[]byte) []byte {
+	m := s.pools[i].Get().(hash.Hash)
+	m.Reset()
+	for _, p := range parts {
+		m.Write(p)
+	}
+	dst = m.Sum(dst)
+	s.pools[i].Put(m)
+	return dst
+}
+
+// AppendX appends the X-Signature header value, as the function AppendX.
+func (s *Signer) AppendX(dst []byte, ts int64, body []byte) []byte {
+	var tsBuf [20]byte
+	t := strconv.AppendInt(tsBuf[:0], ts, 10)
+	var mac [sha256.Size]byte
+	for i := range s.pools {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, "sha256="...)
+		dst = hex.AppendEncode(dst, s.sum(i, mac[:0], t, body))
+	}
+	return dst
+}
+
+// AppendStandard appends the webhook-signature header value, as the function AppendStandard.
+func (s *Signer) AppendStandard(dst []byte, id string, ts int64, body []byte) []byte {
+	var buf [64]byte
+	prefix := append(buf[:0], id...)
+	prefix = append(prefix, '.')
+	prefix = strconv.AppendInt(prefix, ts, 10)
+	prefix = append(prefix, '.')
+	var mac [sha256.Size]byte
+	for i := range s.pools {
+		if i > 0 {
+			dst = append(dst, ' ')
+		}
+		dst = append(dst, "v1,"...)
+		dst = base64.StdEncoding.AppendEncode(dst, s.sum(i, mac[:0], prefix, body))
 	}
 	return dst
 }

@@ -57,3 +57,27 @@ func TestKeysErrors(t *testing.T) {
 }
 
 const xKnown = "625a14baf9101a938343dbbd360883050e7583216597fcbd0a04296f22e56cb8"
+
+func TestSignerMatchesTheFunctions(t *testing.T) {
+	keys := [][]byte{[]byte("old"), []byte("new")}
+	s := NewSigner(keys)
+	body := []byte(`{"a":1}`)
+	for i := 0; i < 3; i++ { // reused state must give the same answer
+		if got, want := string(s.AppendX(nil, 1700000000, body)), string(AppendX(nil, keys, 1700000000, body)); got != want {
+			t.Fatalf("Signer.AppendX = %s, want %s", got, want)
+		}
+		if got, want := string(s.AppendStandard(nil, "id", 5, body)), string(AppendStandard(nil, keys, "id", 5, body)); got != want {
+			t.Fatalf("Signer.AppendStandard = %s, want %s", got, want)
+		}
+	}
+}
+
+func BenchmarkSignerAppendX(b *testing.B) {
+	s := NewSigner([][]byte{[]byte("topsecret")})
+	body := []byte(`{"order_id":42,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+	buf := make([]byte, 0, 128)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		buf = s.AppendX(buf[:0], 1700000000, body)
+	}
+}
