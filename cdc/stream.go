@@ -75,6 +75,7 @@ func (s *Stream) setStreaming(on bool) {
 		s.m.Streaming.Set(1)
 	} else {
 		s.m.Streaming.Set(0)
+		s.m.LagBytes.Set(0) // not ours to report while another instance (or nobody) streams
 	}
 }
 
