@@ -8,7 +8,7 @@ COMMIT      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_FLAGS  ?=
 
-.PHONY: build test lint demo bench
+.PHONY: build test lint demo bench torture
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
@@ -31,3 +31,9 @@ demo:
 # (default 100000); see cmd/outbox-bench for BENCH_STEADY, BENCH_ONLY, BENCH_DURABLE, BENCH_RELAY.
 bench:
 	$(GO) run ./cmd/outbox-bench
+
+# Fault-injection run (issue 7): the real relay against a throwaway PostgreSQL under relay kills,
+# failovers, crash restarts and a misbehaving receiver; prints a Markdown summary and fails if an
+# invariant breaks. Scale with TORTURE_EVENTS, TORTURE_DURATION; TORTURE_SEED replays a schedule.
+torture:
+	$(GO) run ./cmd/outbox-torture

@@ -143,6 +143,6 @@ func tuneGC() {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(96 << 20)
+		debug.SetMemoryLimit(64 << 20)
 	}
 }
