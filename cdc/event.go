@@ -67,6 +67,11 @@ type Tx struct {
 	// Backfill marks a batch of rows read from the table, not the stream (see the publisher's
 	// backfill): the Tracker does not track it.
 	Backfill bool
+	// Session numbers the streaming session (connection) that received the transaction, from 1.
+	Session uint64
+	// Resent reports that the transaction committed before its session started, so another
+	// session or process may already have delivered it and not confirmed it yet.
+	Resent bool
 
 	remaining int // undelivered events, guarded by the Tracker
 	bytes     int

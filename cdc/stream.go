@@ -63,6 +63,7 @@ type Stream struct {
 
 	lastEnd   pglogrepl.LSN // highest transaction end received by this process
 	standby   bool          // said "standing by" already
+	sessions  uint64        // streaming sessions started
 	streaming atomic.Bool
 }
 
@@ -140,7 +141,7 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 		return err
 	}
 	defer conn.Close(context.Background())
-	interval, err := s.statusInterval(ctx, conn)
+	interval, started, err := s.sessionSettings(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -156,7 +157,8 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("confirmed", s.tracker.Confirmable().String()).Msg("streaming")
 	s.setStreaming(true)
-	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: interval}
+	s.sessions++
+	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: interval, session: s.sessions, started: started}
 	return l.run(ctx, drained)
 }
 
@@ -178,22 +180,28 @@ func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	return conn, nil
 }
 
-// statusInterval is the configured interval, or a third of wal_sender_timeout capped at 10s.
-func (s *Stream) statusInterval(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
-	if s.cfg.StatusInterval > 0 {
-		return s.cfg.StatusInterval, nil
-	}
-	res, err := conn.Exec(ctx, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'").ReadAll()
+// sessionSettings returns the status interval (the configured one, or a third of
+// wal_sender_timeout capped at 10s) and the server's clock as the session starts.
+func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (time.Duration, time.Time, error) {
+	res, err := conn.Exec(ctx, `SELECT setting, (extract(epoch FROM now()) * 1000000)::bigint
+		FROM pg_settings WHERE name = 'wal_sender_timeout'`).ReadAll()
 	if err != nil {
-		return 0, fmt.Errorf("read wal_sender_timeout: %w", err)
+		return 0, time.Time{}, fmt.Errorf("read wal_sender_timeout: %w", err)
 	}
-	interval := 10 * time.Second
+	interval, started := 10*time.Second, time.Now()
 	if len(res) == 1 && len(res[0].Rows) == 1 {
-		if ms, err := strconv.Atoi(string(res[0].Rows[0][0])); err == nil && ms > 0 {
+		row := res[0].Rows[0]
+		if ms, err := strconv.Atoi(string(row[0])); err == nil && ms > 0 {
 			interval = min(interval, time.Duration(ms)*time.Millisecond/3)
 		}
+		if us, err := strconv.ParseInt(string(row[1]), 10, 64); err == nil {
+			started = time.UnixMicro(us)
+		}
 	}
-	return interval, nil
+	if s.cfg.StatusInterval > 0 {
+		interval = s.cfg.StatusInterval
+	}
+	return interval, started, nil
 }
 
 func (s *Stream) startError(err error) error {
@@ -218,6 +226,8 @@ type loop struct {
 	out      chan<- *Tx
 	dec      *Decoder
 	interval time.Duration
+	session  uint64
+	started  time.Time // server clock at the session's start
 
 	sent   pglogrepl.LSN // last position sent in a status update
 	sentAt time.Time
@@ -338,6 +348,7 @@ func (l *loop) committed(ctx context.Context, tx *Tx) error {
 		return nil // received before a reconnect: already delivered or on its way
 	}
 	s.lastEnd = tx.EndLSN
+	tx.Session, tx.Resent = l.session, tx.CommitTime.Before(l.started)
 	l.walEnd = max(l.walEnd, tx.EndLSN)
 	s.tracker.Add(tx)
 	s.m.EventsReceived.Add(float64(len(tx.Events)))

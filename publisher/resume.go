@@ -2,31 +2,29 @@ package publisher
 
 import (
 	"context"
-	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 )
 
-// Resume skips, after a restart, events that an earlier process delivered but could not confirm
-// before it died: the server resends everything after the slot's confirmed position, and the
-// status marks say which of those rows already got a 2xx. It only looks at transactions that
-// committed before this process started, and stops looking at the first batch with nothing
-// marked. It reduces duplicates; correctness never depends on it (marks are written only after
-// delivery, so a marked row was delivered).
+// Resume skips events that another session delivered but had not confirmed when it ended: a
+// killed relay, the leader before a failover, or this process before the server's crash restart
+// moved the slot back. The server resends everything after the slot's confirmed position, and
+// the status marks say which of those rows already got a 2xx. Only transactions committed
+// before their streaming session started (cdc.Tx.Resent) are checked, and each session stops
+// checking at its first batch with nothing marked. It reduces duplicates; correctness never
+// depends on it (marks are written only after delivery, so a marked row was delivered).
 type Resume struct {
-	// Since is the server's clock when this process started; later commits are never checked.
-	Since time.Time
 	// Delivered returns which of ids are marked delivered.
 	Delivered func(ctx context.Context, ids []string) (map[string]bool, error)
 	// Batch is the most events checked per query. If zero, 1000.
 	Batch int
 
-	done bool
+	doneSession uint64 // the session that found nothing more to skip
 }
 
 // active reports whether tx may hold events delivered by an earlier process.
 func (r *Resume) active(tx *cdc.Tx) bool {
-	return r != nil && !r.done && r.Delivered != nil && tx.CommitTime.Before(r.Since)
+	return r != nil && r.Delivered != nil && tx.Resent && tx.Session != r.doneSession
 }
 
 // filter returns, for a batch of transactions, the events already delivered.
@@ -42,7 +40,7 @@ func (r *Resume) filter(ctx context.Context, txs []*cdc.Tx) map[string]bool {
 		return nil // deliver them again: duplicates are allowed, loss is not
 	}
 	if len(seen) == 0 {
-		r.done = true
+		r.doneSession = txs[len(txs)-1].Session
 	}
 	return seen
 }

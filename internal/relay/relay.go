@@ -148,11 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer pool.Close()
 
-	var started time.Time
-	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&started); err != nil {
-		return fmt.Errorf("read server time: %w", err)
-	}
-	r := newRunner(cfg, m, hook, pool, started)
+	r := newRunner(cfg, m, hook, pool)
 	return r.run(ctx)
 }
 
@@ -185,7 +181,7 @@ type runner struct {
 	lastAck atomic.Int64 // unix nanos of the last delivery
 }
 
-func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool, started time.Time) *runner {
+func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool) *runner {
 	r := &runner{cfg: cfg, pool: pool, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
 	r.stream = cdc.NewStream(cdc.Config{DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication,
@@ -195,7 +191,7 @@ func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pg
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
 		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
 		BackfillSlot: cfg.Slot,
-		Resume:       &publisher.Resume{Since: started, Delivered: r.marker.Delivered}}, hook, r, r.marker)
+		Resume:       &publisher.Resume{Delivered: r.marker.Delivered}}, hook, r, r.marker)
 	return r
 }
 
