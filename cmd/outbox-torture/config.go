@@ -1,0 +1,128 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config sizes one run. parseConfig fills it from the environment; tests build it directly.
+type config struct {
+	// Events is how many committed events the writers aim for (TORTURE_EVENTS).
+	Events int
+	// Duration caps the load phase (TORTURE_DURATION). Writers are paced to reach Events at
+	// about Duration, so both limits matter; faults slow them down, and then Duration ends it.
+	Duration time.Duration
+	// Seed drives the workload and the fault schedule (TORTURE_SEED).
+	Seed uint64
+	// Writers is the number of concurrent writers (TORTURE_WRITERS).
+	Writers int
+	// Aggregates are spread over the writers; MaxTxSize bounds the events per transaction
+	// (uniform from 1); Rollback is the share of transactions rolled back.
+	Aggregates int
+	MaxTxSize  int
+	Rollback   float64
+	// GapMin and GapMax bound the pause between two faults (TORTURE_FAULT_GAP).
+	GapMin, GapMax time.Duration
+	// Drain is how long the end of the run waits for the last deliveries (TORTURE_DRAIN).
+	Drain time.Duration
+	// Relay, if set, is the relay binary to run instead of building one (TORTURE_RELAY).
+	Relay string
+	// KeepLogs keeps the relays' and the server's logs even when the run passes
+	// (TORTURE_KEEP_LOGS); a failed run always keeps them.
+	KeepLogs bool
+}
+
+func defaultConfig() config {
+	return config{Events: 20_000, Duration: 60 * time.Second, Writers: 4, Aggregates: 200, MaxTxSize: 20,
+		Rollback: 0.05, GapMin: time.Second, GapMax: 4 * time.Second, Drain: 3 * time.Minute}
+}
+
+// parseConfig reads the TORTURE_* variables through getenv, rejecting bad values with an
+// error that says what to set.
+func parseConfig(getenv func(string) string) (config, error) {
+	cfg := defaultConfig()
+	if v := getenv("TORTURE_EVENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 10 {
+			return cfg, fmt.Errorf("TORTURE_EVENTS=%q: set a whole number of events, at least 10 (default 20000)", v)
+		}
+		cfg.Events = n
+	}
+	if v := getenv("TORTURE_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return cfg, fmt.Errorf("TORTURE_DURATION=%q: set a duration of at least 1s, e.g. 60s", v)
+		}
+		cfg.Duration = d
+	}
+	if v := getenv("TORTURE_WRITERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			return cfg, fmt.Errorf("TORTURE_WRITERS=%q: set 1 to 64 (default 4)", v)
+		}
+		cfg.Writers = n
+	}
+	if v := getenv("TORTURE_FAULT_GAP"); v != "" {
+		lo, hi, err := parseRange(v)
+		if err != nil {
+			return cfg, fmt.Errorf("TORTURE_FAULT_GAP=%q: %v; set min-max, e.g. 1s-4s", v, err)
+		}
+		cfg.GapMin, cfg.GapMax = lo, hi
+	}
+	if v := getenv("TORTURE_DRAIN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return cfg, fmt.Errorf("TORTURE_DRAIN=%q: set a duration of at least 1s, e.g. 3m", v)
+		}
+		cfg.Drain = d
+	}
+	cfg.Relay = getenv("TORTURE_RELAY")
+	if v := getenv("TORTURE_KEEP_LOGS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("TORTURE_KEEP_LOGS=%q: set 1 or 0", v)
+		}
+		cfg.KeepLogs = b
+	}
+	if v := getenv("TORTURE_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cfg, fmt.Errorf("TORTURE_SEED=%q: set the unsigned number a previous run printed", v)
+		}
+		cfg.Seed = n
+	} else {
+		cfg.Seed = randomSeed()
+	}
+	return cfg, nil
+}
+
+// parseRange reads "min-max" durations, such as "1s-4s"; one duration means min = max.
+func parseRange(v string) (time.Duration, time.Duration, error) {
+	lo, hi, found := strings.Cut(v, "-")
+	a, err := time.ParseDuration(strings.TrimSpace(lo))
+	if err != nil {
+		return 0, 0, err
+	}
+	b := a
+	if found {
+		if b, err = time.ParseDuration(strings.TrimSpace(hi)); err != nil {
+			return 0, 0, err
+		}
+	}
+	if a < 100*time.Millisecond || b < a {
+		return 0, 0, fmt.Errorf("need 100ms <= min <= max")
+	}
+	return a, b, nil
+}
+
+// randomSeed is a fresh seed, kept below 2^53 so that it survives any tool that reads numbers
+// as floats on its way back into TORTURE_SEED.
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) >> 11
+}

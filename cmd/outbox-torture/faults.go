@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// faultKind is one kind of injected fault.
+type faultKind int
+
+const (
+	faultRelayKill faultKind = iota
+	faultFailover
+	faultPGRestart
+	faultRecv500
+	faultRecvHang
+	faultRecvReset
+	faultRecvDropAck
+	faultRecvSlow
+	faultKinds
+)
+
+var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "recv-500", "recv-hang",
+	"recv-reset", "recv-drop-ack", "recv-slow"}
+
+func (k faultKind) String() string { return faultNames[k] }
+
+// receiverMode is the receiver's treatment for a receiver fault, modeNormal for the others.
+func (k faultKind) receiverMode() mode {
+	switch k {
+	case faultRecv500:
+		return mode500
+	case faultRecvHang:
+		return modeHang
+	case faultRecvReset:
+		return modeReset
+	case faultRecvDropAck:
+		return modeDropAck
+	case faultRecvSlow:
+		return modeSlow
+	}
+	return modeNormal
+}
+
+// fault is one planned injection.
+type fault struct {
+	Gap  time.Duration // pause before it
+	Kind faultKind
+	// For receiver faults: how long the episode lasts and the share of requests it hits. For a
+	// failover: Hold is how long the standby runs beside the leader before the leader dies.
+	Hold  time.Duration
+	Share float64
+}
+
+func (f fault) String() string {
+	switch {
+	case f.Kind.receiverMode() != modeNormal:
+		return fmt.Sprintf("%s for %s on %.0f%% of requests", f.Kind, f.Hold.Round(time.Millisecond), 100*f.Share)
+	case f.Kind == faultFailover:
+		return fmt.Sprintf("%s after %s beside a standby", f.Kind, f.Hold.Round(time.Millisecond))
+	}
+	return f.Kind.String()
+}
+
+// plan is the fault schedule: a pure function of the seed, so a failing run's schedule can be
+// replayed with TORTURE_SEED. The first faults are every kind once, in a shuffled order; after
+// that kinds are drawn at random, receiver faults as often as process faults.
+type plan struct {
+	rng            *rand.Rand
+	gapMin, gapMax time.Duration
+	first          []faultKind
+}
+
+func newPlan(seed uint64, gapMin, gapMax time.Duration) *plan {
+	// A stream of its own (the second word), apart from the writers', so that changing the
+	// writer count keeps the schedule.
+	rng := rand.New(rand.NewPCG(seed, 0xfa))
+	first := make([]faultKind, faultKinds)
+	for i := range first {
+		first[i] = faultKind(i)
+	}
+	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	return &plan{rng: rng, gapMin: gapMin, gapMax: gapMax, first: first}
+}
+
+func (p *plan) next() fault {
+	f := fault{Gap: p.between(p.gapMin, p.gapMax)}
+	if len(p.first) > 0 {
+		f.Kind, p.first = p.first[0], p.first[1:]
+	} else if p.rng.IntN(2) == 0 {
+		f.Kind = faultKind(p.rng.IntN(int(faultPGRestart) + 1))
+	} else {
+		f.Kind = faultRecv500 + faultKind(p.rng.IntN(int(faultKinds-faultRecv500)))
+	}
+	switch {
+	case f.Kind.receiverMode() != modeNormal:
+		f.Hold = p.between(500*time.Millisecond, 3*time.Second)
+		f.Share = 0.3 + 0.7*p.rng.Float64()
+	case f.Kind == faultFailover:
+		f.Hold = p.between(300*time.Millisecond, 2*time.Second)
+	}
+	return f
+}
+
+func (p *plan) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(p.rng.Int64N(int64(hi-lo)))
+}
+
+// takeoverLimit is how long a relay may take to stream again after the leader dies. A standby
+// retries every 2s, so this leaves plenty.
+const takeoverLimit = 30 * time.Second
+
+// faultStats is what the injections did.
+type faultStats struct {
+	Counts    [faultKinds]int
+	Takeovers []time.Duration // leader killed → another streams, per failover
+	Recovery  []time.Duration // leader killed → a relay streams again, per relay-kill
+	PGDown    []time.Duration // restart call, kill to ready
+	Failures  []string        // a fault that did not heal
+	Log       []injected      // every fault, in order
+}
+
+// injected is one fault as it happened.
+type injected struct {
+	At   time.Time
+	Kind faultKind
+	What string
+}
+
+// inject runs one fault. Process faults finish before it returns; a receiver fault only starts.
+func (t *harness) inject(ctx context.Context, f fault) {
+	t.faults.Counts[f.Kind]++
+	t.faults.Log = append(t.faults.Log, injected{At: time.Now(), Kind: f.Kind, What: f.String()})
+	switch f.Kind {
+	case faultRelayKill:
+		t.relayKill(ctx)
+	case faultFailover:
+		t.failover(ctx, f.Hold)
+	case faultPGRestart:
+		start := time.Now()
+		if err := t.cluster.Restart(ctx); err != nil {
+			t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("pg-restart: %v", err))
+			return
+		}
+		t.faults.PGDown = append(t.faults.PGDown, time.Since(start))
+	default:
+		t.recv.fault(f.Kind.receiverMode(), f.Share, f.Hold)
+	}
+}
+
+// relayKill SIGKILLs the streaming relay (the oldest one if none streams right now) and starts
+// another at once.
+func (t *harness) relayKill(ctx context.Context) {
+	victim := t.fleet.leader(ctx)
+	if victim == nil {
+		if alive := t.fleet.alive(); len(alive) > 0 {
+			victim = alive[0]
+		}
+	}
+	if victim != nil {
+		t.fleet.kill(victim)
+	}
+	start := time.Now()
+	if _, err := t.fleet.start(); err != nil {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("relay-kill: restart: %v", err))
+		return
+	}
+	if _, err := t.fleet.waitLeader(ctx, takeoverLimit); err != nil {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("relay-kill: %v", err))
+		return
+	}
+	t.faults.Recovery = append(t.faults.Recovery, time.Since(start))
+}
+
+// failover runs a standby beside the leader for hold, SIGKILLs the leader, waits for the
+// standby to take the slot over, and starts a new standby.
+func (t *harness) failover(ctx context.Context, hold time.Duration) {
+	leader, err := t.fleet.waitLeader(ctx, takeoverLimit)
+	if err != nil {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("failover: before: %v", err))
+		return
+	}
+	if len(t.fleet.alive()) < 2 {
+		if _, err := t.fleet.start(); err != nil {
+			t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("failover: standby: %v", err))
+			return
+		}
+	}
+	if !sleep(ctx, hold) {
+		return
+	}
+	t.fleet.kill(leader)
+	start := time.Now()
+	if _, err := t.fleet.waitLeader(ctx, takeoverLimit); err != nil {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("failover: the standby did not take over: %v", err))
+	} else {
+		t.faults.Takeovers = append(t.faults.Takeovers, time.Since(start))
+	}
+	if _, err := t.fleet.start(); err != nil {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("failover: new standby: %v", err))
+	}
+}
+
+// blame attributes each duplicate delivery to the latest process fault (relay-kill, failover,
+// pg-restart) injected before it, and returns the faults with the most, as "n after fault k
+// (what)", most first. Receiver faults are left out: the receiver never answers 2xx to a
+// request it faults, so only a relay that resends after a restart or a takeover acknowledges
+// an event twice.
+func blame(all []injected, ds []delivery, top int) []string {
+	var log []injected
+	num := map[int]int{} // index in log → fault number
+	for i, f := range all {
+		if f.Kind.receiverMode() == modeNormal {
+			num[len(log)] = i + 1
+			log = append(log, f)
+		}
+	}
+	counts := make([]int, len(log)+1) // index 0: before any process fault
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if !seen[d.ID] {
+			seen[d.ID] = true
+			continue
+		}
+		k := sort.Search(len(log), func(i int) bool { return log[i].At.After(d.At) })
+		counts[k]++
+	}
+	order := make([]int, len(counts))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return counts[order[a]] > counts[order[b]] })
+	var out []string
+	for _, k := range order[:min(top, len(order))] {
+		if counts[k] == 0 {
+			break
+		}
+		if k == 0 {
+			out = append(out, fmt.Sprintf("%d before any process fault", counts[k]))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d after fault %d (%s)", counts[k], num[k-1], log[k-1].What))
+	}
+	return out
+}

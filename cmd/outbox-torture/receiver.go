@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/inbox"
+)
+
+// mode is how the receiver treats a request.
+type mode int
+
+const (
+	modeNormal  mode = iota
+	mode500          // answer 500 without touching the inbox
+	modeHang         // hold the request until the relay gives up, then drop the connection
+	modeReset        // reset the connection without an answer
+	modeDropAck      // apply the event in the inbox, then reset instead of answering
+	modeSlow         // answer after 50–200 ms
+	modeCount
+)
+
+// hangLimit bounds a held request, in case the relay never gives up on it.
+const hangLimit = 5 * time.Second
+
+// episode is a receiver fault: until when, in which mode, for what share of requests.
+type episode struct {
+	mode  mode
+	share float64
+	until time.Time
+}
+
+// delivery is one request the receiver answered with a 2xx.
+type delivery struct {
+	ID        string
+	Aggregate string // X-Aggregate-Type/X-Aggregate-Id
+	Seq       int    // the writer's per-aggregate sequence, from the payload
+	Sequence  string // X-Event-Sequence: commit LSN and index in the transaction
+	Attempt   int
+	At        time.Time
+}
+
+// receiver is the webhook endpoint: it verifies each request, applies faults, passes the rest
+// to an inbox.Handler and records every delivery it answers with a 2xx — before the answer
+// leaves, so that whatever the relay saw acknowledged is in the log.
+type receiver struct {
+	URL      string
+	srv      *http.Server
+	verifier *inbox.Verifier
+	inbox    *inbox.Handler
+	episode  atomic.Pointer[episode]
+
+	requests, badSignatures, inboxRefusals atomic.Int64
+	faulted                                [modeCount]atomic.Int64
+
+	mu   sync.Mutex
+	log  []delivery
+	seen map[string]struct{}
+}
+
+// applySQL is the consumer's effect: a count per event, which must end at exactly 1.
+const applySQL = `INSERT INTO applied (event_id, n) VALUES ($1, 1)
+	ON CONFLICT (event_id) DO UPDATE SET n = applied.n + 1`
+
+// startReceiver serves on a loopback port, storing through pool (the consumer's database).
+func startReceiver(pool *pgxpool.Pool, secret string) (*receiver, error) {
+	v, err := inbox.NewVerifier([]string{secret}, 0)
+	if err != nil {
+		return nil, err
+	}
+	h, err := inbox.New(pool, []string{secret}, func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
+		_, err := tx.Exec(ctx, applySQL, ev.ID)
+		return err
+	}, inbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	r := &receiver{URL: "http://" + ln.Addr().String() + "/hook", verifier: v, inbox: h, seen: map[string]struct{}{}}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: log.New(io.Discard, "", 0)} // resets make the server complain
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+// Close stops serving, waiting a little for requests in progress.
+func (r *receiver) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), hangLimit+time.Second)
+	defer cancel()
+	if err := r.srv.Shutdown(ctx); err != nil {
+		_ = r.srv.Close()
+	}
+}
+
+// fault starts an episode; a later one replaces it.
+func (r *receiver) fault(m mode, share float64, d time.Duration) {
+	r.episode.Store(&episode{mode: m, share: share, until: time.Now().Add(d)})
+}
+
+// heal ends any episode.
+func (r *receiver) heal() { r.episode.Store(nil) }
+
+// modeFor picks the treatment of one request. The per-request draw is not seeded: which
+// request meets the fault depends on timing anyway.
+func (r *receiver) modeFor() mode {
+	ep := r.episode.Load()
+	if ep == nil || time.Now().After(ep.until) || rand.Float64() >= ep.share {
+		return modeNormal
+	}
+	return ep.mode
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	r.requests.Add(1)
+	body, err := io.ReadAll(io.LimitReader(req.Body, inbox.DefaultMaxBodyBytes))
+	if err != nil {
+		return
+	}
+	if err := r.verifier.Verify(req.Header, body, time.Now()); err != nil {
+		r.badSignatures.Add(1)
+		http.Error(w, err.Error(), inbox.StatusCode(err))
+		return
+	}
+	m := r.modeFor()
+	r.faulted[m].Add(1)
+	switch m {
+	case mode500:
+		http.Error(w, "torture: injected failure", http.StatusInternalServerError)
+		return
+	case modeHang:
+		select {
+		case <-req.Context().Done(): // the relay gave up
+		case <-time.After(hangLimit):
+		}
+		reset(w)
+		return
+	case modeReset:
+		reset(w)
+		return
+	case modeSlow:
+		time.Sleep(time.Duration(50+rand.IntN(151)) * time.Millisecond)
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	var resp bufferedResponse
+	r.inbox.ServeHTTP(&resp, req)
+	ok := resp.code >= 200 && resp.code < 300
+	if m == modeDropAck {
+		reset(w) // applied (or not), but the relay never hears of it
+		return
+	}
+	if ok {
+		r.record(req, body)
+	} else {
+		r.inboxRefusals.Add(1)
+	}
+	resp.copyTo(w)
+}
+
+// reset drops the request's connection with a TCP reset, without an answer.
+func reset(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func (r *receiver) record(req *http.Request, body []byte) {
+	var p struct {
+		Seq int `json:"seq"`
+	}
+	_ = json.Unmarshal(body, &p)
+	attempt, _ := strconv.Atoi(req.Header.Get("X-Attempt"))
+	d := delivery{ID: req.Header.Get("X-Event-Id"), Seq: p.Seq, Attempt: attempt,
+		Sequence:  req.Header.Get("X-Event-Sequence"),
+		Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")}
+	r.mu.Lock()
+	d.At = time.Now()
+	r.log = append(r.log, d)
+	r.seen[d.ID] = struct{}{}
+	r.mu.Unlock()
+}
+
+// mark is the number of deliveries recorded so far: deliveries at a lower index of the log were
+// recorded, and so answered, no later than now.
+func (r *receiver) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.log)
+}
+
+// missing counts the ids not delivered yet.
+func (r *receiver) missing(ids []string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if _, ok := r.seen[id]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// deliveries returns a copy of the log, in the order recorded.
+func (r *receiver) deliveries() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]delivery(nil), r.log...)
+}
+
+// bufferedResponse holds the inbox's answer until the delivery is recorded.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header {
+	if b.header == nil {
+		b.header = http.Header{}
+	}
+	return b.header
+}
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	return b.body.Write(p)
+}
+
+func (b *bufferedResponse) copyTo(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(max(b.code, http.StatusOK))
+	_, _ = w.Write(b.body.Bytes())
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// examples is how many items of a failed check the summary lists.
+const examples = 5
+
+// writeSummary prints the run as a Markdown table, then the details of anything that failed.
+func writeSummary(w io.Writer, r *result) {
+	c, v := r.Config, r.Verdict
+	fmt.Fprintf(w, "## outbox-relay torture run\n\n")
+	fmt.Fprintf(w, "TORTURE_SEED=%d TORTURE_EVENTS=%d TORTURE_DURATION=%s: %d writers over %d aggregates, "+
+		"transactions of 1–%d events, %.0f%% rolled back; a fault every %s–%s.\n\n",
+		r.Seed, c.Events, c.Duration, c.Writers, c.Aggregates, c.MaxTxSize, 100*c.Rollback, c.GapMin, c.GapMax)
+	fmt.Fprintln(w, "| Check | Value | Verdict |")
+	fmt.Fprintln(w, "| --- | --- | --- |")
+	row := func(name, value string, ok *bool) {
+		verdict := ""
+		if ok != nil {
+			verdict = "ok"
+			if !*ok {
+				verdict = "**FAIL**"
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", name, value, verdict)
+	}
+	is := func(b bool) *bool { return &b }
+	phantoms := len(v.PhantomsRolledBack) + len(v.PhantomsAborted) + len(v.PhantomsUnknown)
+	row("events committed", fmt.Sprintf("%d in %d transactions", v.Committed, r.CommittedTxs), nil)
+	row("rolled back", fmt.Sprintf("%d events in %d transactions", r.RolledBackEvents, r.RolledBackTxs), nil)
+	row("cut off by faults, retried", fmt.Sprintf("%d events in %d transactions; %d COMMIT outcomes settled by look-up",
+		r.AbortedEvents, r.AbortedTxs, r.Settled), nil)
+	row("faults", faultCounts(r), nil)
+	row("receiver answers", receiverAnswers(r), nil)
+	row("lost", fmt.Sprint(len(v.Lost)), is(len(v.Lost) == 0 && r.Drained))
+	row("phantoms", fmt.Sprintf("%d (rolled back %d, cut off %d, never written %d)", phantoms,
+		len(v.PhantomsRolledBack), len(v.PhantomsAborted), len(v.PhantomsUnknown)), is(phantoms == 0))
+	row("order violations", fmt.Sprint(len(v.OrderViolations)), is(len(v.OrderViolations) == 0))
+	inbox := len(v.NotApplied) + len(v.ForeignApplied) + len(v.InboxMismatch)
+	row("inbox double-applies", fmt.Sprintf("%d; applied rows %d, inbox_events rows %d, committed %d (mismatches %d)",
+		len(v.DoubleApplied), v.AppliedRows, v.InboxRows, v.Committed, inbox),
+		is(len(v.DoubleApplied)+inbox == 0))
+	row("confirm violations", fmt.Sprintf("%d over %d samples (by commit LSN from X-Event-Sequence: %d); "+
+		"the slot moved back %d times", len(v.ConfirmViolations), v.Samples, len(v.ConfirmSeqViolations), v.Backward),
+		is(len(v.ConfirmViolations)+len(v.ConfirmSeqViolations) == 0))
+	row("X-Event-Sequence and payload consistency", fmt.Sprintf("%d errors", len(v.SequenceErrors)),
+		is(len(v.SequenceErrors) == 0))
+	dups := fmt.Sprintf("%d (%.2f%%) acknowledged twice; %d reached the inbox again (%.2f%%)", v.Duplicates,
+		pct(v.Duplicates, v.Committed), r.InboxDups, pct(int(r.InboxDups), v.Committed))
+	if len(r.DupSources) > 0 {
+		dups += "; most after: " + strings.Join(r.DupSources, ", ")
+	}
+	row("duplicates", dups, nil)
+	row("bad signatures", fmt.Sprint(r.BadSignatures), is(r.BadSignatures == 0))
+	row("takeovers", takeovers(r), is(len(r.Faults.Failures) == 0))
+	row("relay crashes, unclean shutdowns", fmt.Sprintf("%d, %d (of %d relays started)", len(r.Crashes),
+		len(r.Shutdown), r.RelaysStarted), is(len(r.Crashes)+len(r.Shutdown) == 0))
+	caught := "not checked (not drained)"
+	if r.Drained {
+		caught = fmt.Sprintf("%s after the last delivery", r.CaughtUp.Round(time.Millisecond))
+		if !r.CaughtUpOK {
+			caught = fmt.Sprintf("not within %s", catchUpLimit)
+		}
+	}
+	row("slot caught up", caught, is(r.CaughtUpOK))
+	row("time", fmt.Sprintf("%s (load %s, drain %s)", r.Total.Round(100*time.Millisecond),
+		r.Load.Round(100*time.Millisecond), r.Drain.Round(100*time.Millisecond)), nil)
+	row("seed", fmt.Sprint(r.Seed), nil)
+	result := "**PASS**"
+	if !r.OK() {
+		result = "**FAIL**"
+	}
+	row("result", result, nil)
+	writeDetails(w, r)
+}
+
+func faultCounts(r *result) string {
+	parts := make([]string, 0, faultKinds)
+	total := 0
+	for k := faultKind(0); k < faultKinds; k++ {
+		parts = append(parts, fmt.Sprintf("%s %d", k, r.Faults.Counts[k]))
+		total += r.Faults.Counts[k]
+	}
+	if len(r.Faults.PGDown) > 0 {
+		parts[faultPGRestart] += fmt.Sprintf(" (down at most %s)", maxDuration(r.Faults.PGDown).Round(10*time.Millisecond))
+	}
+	return fmt.Sprintf("%d: %s", total, strings.Join(parts, ", "))
+}
+
+func receiverAnswers(r *result) string {
+	names := [modeCount]string{"normal", "500", "hung", "reset", "applied then reset", "slow"}
+	parts := []string{fmt.Sprintf("%d requests", r.Requests)}
+	for m := mode500; m < modeCount; m++ {
+		parts = append(parts, fmt.Sprintf("%s %d", names[m], r.Faulted[m]))
+	}
+	parts = append(parts, fmt.Sprintf("inbox refused %d", r.InboxRefusals))
+	return strings.Join(parts, ", ")
+}
+
+func takeovers(r *result) string {
+	s := fmt.Sprintf("%d failovers, max %s; %d relay kills, back in at most %s", len(r.Faults.Takeovers),
+		maxDuration(r.Faults.Takeovers).Round(10*time.Millisecond), len(r.Faults.Recovery),
+		maxDuration(r.Faults.Recovery).Round(10*time.Millisecond))
+	if n := len(r.Faults.Failures); n > 0 {
+		s += fmt.Sprintf("; %d did not heal", n)
+	}
+	return s
+}
+
+// writeDetails lists a few examples of each failure.
+func writeDetails(w io.Writer, r *result) {
+	v := r.Verdict
+	lists := []struct {
+		name  string
+		items []string
+	}{
+		{"lost", v.Lost},
+		{"phantoms from rolled-back transactions", v.PhantomsRolledBack},
+		{"phantoms from transactions cut off by a fault", v.PhantomsAborted},
+		{"phantoms never written", v.PhantomsUnknown},
+		{"order violations", v.OrderViolations},
+		{"inbox double-applies", v.DoubleApplied},
+		{"committed but never applied", v.NotApplied},
+		{"applied but never committed", v.ForeignApplied},
+		{"inbox_events mismatches", v.InboxMismatch},
+		{"confirm violations", v.ConfirmViolations},
+		{"confirm violations by commit LSN", v.ConfirmSeqViolations},
+		{"X-Event-Sequence and payload errors", v.SequenceErrors},
+		{"faults that did not heal", r.Faults.Failures},
+		{"relay crashes", r.Crashes},
+		{"unclean shutdowns", r.Shutdown},
+		{"writer errors", r.WriterErrors},
+	}
+	for _, l := range lists {
+		if len(l.items) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s (%d):\n", l.name, len(l.items))
+		for _, it := range l.items[:min(len(l.items), examples)] {
+			fmt.Fprintf(w, "- %s\n", it)
+		}
+	}
+	if !r.OK() {
+		fmt.Fprintf(w, "\nReproduce the schedule with TORTURE_SEED=%d TORTURE_EVENTS=%d TORTURE_DURATION=%s; logs in %s\n",
+			r.Seed, r.Config.Events, r.Config.Duration, r.LogDir)
+	}
+}
+
+func pct(n, of int) float64 {
+	if of == 0 {
+		return 0
+	}
+	return 100 * float64(n) / float64(of)
+}
+
+func maxDuration(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return slices.Max(ds)
+}

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/migrations"
+)
+
+const (
+	secret     = "torture-secret"
+	slotName   = "torture"
+	sampleTick = 100 * time.Millisecond
+	// catchUpLimit is how long the slot may take, once everything is delivered, to confirm the
+	// last delivered transaction.
+	catchUpLimit = 30 * time.Second
+)
+
+// result is one run's outcome.
+type result struct {
+	Seed   uint64
+	Config config
+	LogDir string // relay and server logs; kept when the run fails
+
+	Load, Drain, Total time.Duration
+	Drained            bool // every committed event delivered within the drain timeout
+
+	CommittedTxs, RolledBackEvents, RolledBackTxs, AbortedEvents, AbortedTxs, Settled int
+
+	Faults        faultStats
+	Requests      int64
+	Faulted       [modeCount]int64 // requests answered by each receiver mode
+	BadSignatures int64
+	InboxRefusals int64 // non-2xx answers from the inbox handler (database away, client gone)
+	RelaysStarted int
+
+	Verdict      verdict
+	DupSources   []string      // the faults most duplicates followed
+	InboxDups    uint64        // deliveries the inbox absorbed as already applied
+	CaughtUp     time.Duration // everything delivered → slot confirmed the last commit
+	CaughtUpOK   bool
+	Crashes      []string // relay exits we did not cause
+	Shutdown     []string // relays that did not exit 0 on SIGTERM
+	WriterErrors []string
+}
+
+// OK reports whether every invariant held and every fault healed.
+func (r *result) OK() bool {
+	return r.Verdict.invariantsOK() && r.Drained && r.CaughtUpOK && r.BadSignatures == 0 &&
+		len(r.Faults.Failures)+len(r.Crashes)+len(r.Shutdown)+len(r.WriterErrors) == 0
+}
+
+// harness is the state of one torture run.
+type harness struct {
+	cfg      config
+	logMu    sync.Mutex
+	progress io.Writer
+	start    time.Time
+	cluster  *pgtest.Cluster
+	outDSN   string
+	recv     *receiver
+	fleet    *fleet
+	ledger   ledger
+	faults   faultStats
+
+	drainedAt time.Time
+}
+
+func (t *harness) logf(format string, args ...any) {
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	fmt.Fprintf(t.progress, "[%6.1fs] %s\n", time.Since(t.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// torture runs everything and returns the result. An error means the run could not be carried
+// out (no PostgreSQL, no relay build, interrupted); failed invariants are in the result.
+func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, err error) {
+	t := &harness{cfg: cfg, progress: progress, start: time.Now()}
+	t.logf("seed %d (TORTURE_SEED=%d reproduces the workload and fault schedule); %d events within %s, %d writers",
+		cfg.Seed, cfg.Seed, cfg.Events, cfg.Duration, cfg.Writers)
+	logDir, err := os.MkdirTemp("", "outbox-torture-")
+	if err != nil {
+		return nil, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = os.RemoveAll(logDir)
+		}
+	}()
+	bin := cfg.Relay
+	if bin == "" {
+		binDir, err := os.MkdirTemp("", "outbox-torture-bin-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(binDir)
+		t.logf("building the relay")
+		if bin, err = buildRelay(ctx, binDir); err != nil {
+			return nil, err
+		}
+	}
+	t.logf("starting PostgreSQL")
+	if t.cluster, err = pgtest.Start(ctx, pgtest.Options{}); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if keep {
+			_ = copyFile(filepath.Join(t.cluster.Dir, "server.log"), filepath.Join(logDir, "postgres.log"))
+		}
+		_ = t.cluster.Close()
+	}()
+	if err := t.producerDB(ctx); err != nil {
+		return nil, err
+	}
+	inPool, err := t.consumerDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer inPool.Close()
+	if t.recv, err = startReceiver(inPool, secret); err != nil {
+		return nil, err
+	}
+	defer t.recv.Close()
+	t.fleet = newFleet(bin, logDir, relayArgs(t.outDSN, t.recv.URL, secret, slotName))
+	defer t.fleet.killAll()
+
+	res, err = t.execute(ctx, inPool)
+	if res != nil {
+		res.LogDir = logDir
+	}
+	keep = err != nil && !errors.Is(err, context.Canceled) || res != nil && (!res.OK() || cfg.KeepLogs)
+	if keep {
+		t.logf("relay and server logs kept in %s", logDir)
+	}
+	return res, err
+}
+
+// producerDB creates and migrates the producer's database, where the outbox and the slot live.
+func (t *harness) producerDB(ctx context.Context) error {
+	name, err := t.cluster.CreateDatabase(ctx, "torture_outbox")
+	if err != nil {
+		return err
+	}
+	t.outDSN = t.cluster.DSN(name)
+	if _, err := migrations.Up(ctx, t.outDSN); err != nil {
+		return fmt.Errorf("migrate %s: %w", name, err)
+	}
+	return nil
+}
+
+// consumerDB creates the consumer's database: the migrations (for inbox_events) and applied.
+func (t *harness) consumerDB(ctx context.Context) (*pgxpool.Pool, error) {
+	name, err := t.cluster.CreateDatabase(ctx, "torture_inbox")
+	if err != nil {
+		return nil, err
+	}
+	dsn := t.cluster.DSN(name)
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		return nil, fmt.Errorf("migrate %s: %w", name, err)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE applied (event_id uuid PRIMARY KEY, n int NOT NULL)`); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// execute runs the load with faults, drains, stops the relays and checks.
+func (t *harness) execute(ctx context.Context, inPool *pgxpool.Pool) (*result, error) {
+	res := &result{Seed: t.cfg.Seed, Config: t.cfg}
+	// The slot must exist before the first event is written, or that event is not in it.
+	if _, err := t.fleet.start(); err != nil {
+		return nil, err
+	}
+	if _, err := t.fleet.waitLeader(ctx, 60*time.Second); err != nil {
+		return nil, fmt.Errorf("first relay: %w; its log ends:\n%s", err, t.fleetLogTail())
+	}
+	bg, stopBG := context.WithCancel(ctx)
+	var samples []sample
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); samples = sampleSlot(bg, t.outDSN, slotName, t.recv, sampleTick) }()
+	go func() { defer wg.Done(); t.supervise(bg) }()
+	go func() { defer wg.Done(); t.status(bg) }()
+	defer func() { stopBG(); wg.Wait() }()
+
+	t.load(ctx, res)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	res.Drained = t.drain(ctx, res)
+	if res.Drained {
+		res.CaughtUp, res.CaughtUpOK = t.catchUp(ctx)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	stopBG()
+	wg.Wait()
+	res.Shutdown = t.fleet.stop(15 * time.Second)
+	res.Crashes = t.fleet.crashList()
+	res.RelaysStarted = t.fleet.started()
+
+	rec, err := t.collect(ctx, inPool, samples)
+	if err != nil {
+		return nil, err
+	}
+	res.Verdict = check(rec)
+	res.DupSources = blame(t.faults.Log, rec.Deliveries, 3)
+	t.fill(res)
+	res.Total = time.Since(t.start)
+	return res, nil
+}
+
+// load runs the writers and the fault schedule until the writers are done.
+func (t *harness) load(ctx context.Context, res *result) {
+	loadCtx, stopLoad := context.WithTimeout(ctx, t.cfg.Duration)
+	defer stopLoad()
+	start := time.Now()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < t.cfg.Writers; i++ {
+		w := newWriter(i, t.outDSN, t.cfg, &t.ledger)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.run(loadCtx, ctx); err != nil && ctx.Err() == nil {
+				mu.Lock()
+				res.WriterErrors = append(res.WriterErrors, err.Error())
+				mu.Unlock()
+			}
+		}()
+	}
+	faultsDone := make(chan struct{})
+	go func() { defer close(faultsDone); t.schedule(loadCtx, ctx) }()
+	wg.Wait()
+	stopLoad()
+	<-faultsDone
+	t.recv.heal()
+	res.Load = time.Since(start)
+	t.logf("load done: %d events committed in %s", t.ledger.events.Load(), res.Load.Round(time.Millisecond))
+}
+
+// schedule injects faults from the plan until load ends; a fault in progress finishes under
+// ctx.
+func (t *harness) schedule(load, ctx context.Context) {
+	p := newPlan(t.cfg.Seed, t.cfg.GapMin, t.cfg.GapMax)
+	for n := 1; ; n++ {
+		f := p.next()
+		if !sleep(load, f.Gap) {
+			return
+		}
+		t.logf("fault %d: %s", n, f)
+		t.inject(ctx, f)
+	}
+}
+
+// supervise keeps at least one relay running, and notes any that exits on its own.
+func (t *harness) supervise(ctx context.Context) {
+	for sleep(ctx, 250*time.Millisecond) {
+		before := len(t.fleet.crashList())
+		if t.fleet.reap() == 0 {
+			if _, err := t.fleet.start(); err != nil {
+				t.logf("supervisor: %v", err)
+			}
+		}
+		if crashes := t.fleet.crashList(); len(crashes) > before {
+			t.logf("a relay exited on its own:\n%s", crashes[len(crashes)-1])
+		}
+	}
+}
+
+// status prints progress every 5 seconds.
+func (t *harness) status(ctx context.Context) {
+	for sleep(ctx, 5*time.Second) {
+		t.logf("committed %d events; receiver %d answered 2xx, %d requests; relays running %d",
+			t.ledger.events.Load(), t.recv.mark(), t.recv.requests.Load(), len(t.fleet.alive()))
+	}
+}
+
+// drain waits until every committed event is delivered, or the drain timeout passes.
+func (t *harness) drain(ctx context.Context, res *result) bool {
+	start := time.Now()
+	defer func() { res.Drain = time.Since(start) }()
+	t.ledger.mu.Lock()
+	var ids []string
+	for _, tx := range t.ledger.txs {
+		for _, e := range tx.Events {
+			ids = append(ids, e.ID)
+		}
+	}
+	t.ledger.mu.Unlock()
+	deadline := time.Now().Add(t.cfg.Drain)
+	for {
+		missing := t.recv.missing(ids)
+		if missing == 0 {
+			t.drainedAt = time.Now()
+			t.logf("all %d committed events delivered", len(ids))
+			return true
+		}
+		if time.Now().After(deadline) {
+			t.logf("drain timeout: %d of %d committed events still undelivered after %s", missing, len(ids), t.cfg.Drain)
+			return false
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
+}
+
+// catchUp waits until the slot confirms past the last delivered commit: a relay that delivers
+// but never confirms would make the server keep WAL forever.
+func (t *harness) catchUp(ctx context.Context) (time.Duration, bool) {
+	var target pglogrepl.LSN
+	for _, d := range t.recv.deliveries() {
+		if lsn, _, err := parseSequence(d.Sequence); err == nil {
+			target = max(target, lsn)
+		}
+	}
+	start := time.Now()
+	for time.Since(start) < catchUpLimit {
+		if lsn, err := confirmedLSN(ctx, t.outDSN, slotName); err == nil && lsn > target {
+			t.logf("slot confirmed %s, past the last commit %s", lsn, target)
+			return time.Since(t.drainedAt), true
+		}
+		if !sleep(ctx, sampleTick) {
+			break
+		}
+	}
+	t.logf("the slot did not confirm past the last delivered commit %s within %s", target, catchUpLimit)
+	return time.Since(t.drainedAt), false
+}
+
+// collect gathers what the checks need: the ledger, the receiver's log and the consumer's
+// tables.
+func (t *harness) collect(ctx context.Context, inPool *pgxpool.Pool, samples []sample) (record, error) {
+	t.ledger.mu.Lock()
+	rec := record{Txs: t.ledger.txs, RolledBack: t.ledger.rolledBack, Aborted: t.ledger.aborted,
+		Deliveries: t.recv.deliveries(), Samples: samples, Applied: map[string]int{}}
+	t.ledger.mu.Unlock()
+	rows, err := inPool.Query(ctx, `SELECT event_id::text, n FROM applied`)
+	if err != nil {
+		return rec, fmt.Errorf("read applied: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return rec, err
+		}
+		rec.Applied[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return rec, fmt.Errorf("read applied: %w", err)
+	}
+	rows, err = inPool.Query(ctx, `SELECT id::text FROM inbox_events`)
+	if err != nil {
+		return rec, fmt.Errorf("read inbox_events: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return rec, err
+		}
+		rec.InboxIDs = append(rec.InboxIDs, id)
+	}
+	return rec, rows.Err()
+}
+
+// fill copies the counters of the writers, the faults and the receiver into res.
+func (t *harness) fill(res *result) {
+	l := &t.ledger
+	l.mu.Lock()
+	res.CommittedTxs, res.RolledBackEvents, res.RolledBackTxs = len(l.txs), len(l.rolledBack), l.rolledBackTxs
+	res.AbortedEvents, res.AbortedTxs, res.Settled = len(l.aborted), l.abortedTxs, l.settled
+	l.mu.Unlock()
+	res.Faults = t.faults
+	res.Requests, res.BadSignatures, res.InboxRefusals = t.recv.requests.Load(), t.recv.badSignatures.Load(),
+		t.recv.inboxRefusals.Load()
+	res.InboxDups = t.recv.inbox.Stats().Duplicates
+	for m := range res.Faulted {
+		res.Faulted[m] = t.recv.faulted[m].Load()
+	}
+}
+
+func (t *harness) fleetLogTail() string {
+	var out string
+	for _, p := range t.fleet.alive() {
+		out += fmt.Sprintf("relay-%d:\n%s\n", p.id, tail(p.logPath, 10))
+	}
+	return out
+}
+
+// confirmedLSN reads the slot's confirmed position on a connection of its own.
+func confirmedLSN(ctx context.Context, dsn, slot string) (pglogrepl.LSN, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var s *string
+	if err := conn.QueryRow(cctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s); err != nil {
+		return 0, err
+	}
+	if s == nil {
+		return 0, errors.New("slot has no confirmed position")
+	}
+	return pglogrepl.ParseLSN(*s)
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
+}

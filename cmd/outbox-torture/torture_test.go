@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+// TestMain shares one cluster among the writer tests; the torture run starts its own, since it
+// restarts it.
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
+
+// syncBuffer is a bytes.Buffer safe for the run's concurrent progress lines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestTortureShort runs a short torture with every fault kind at least once, so `make test`
+// keeps the harness and the relay's guarantees under it working. TORTURE_SEED replays a
+// schedule; otherwise the seed is random and logged.
+func TestTortureShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the relay and runs it under faults for 25s: skipped with -short")
+	}
+	cfg := defaultConfig()
+	cfg.Events, cfg.Duration, cfg.Drain = 1500, 25*time.Second, time.Minute
+	// Every kind runs once, shuffled, before any repeats: short gaps fit all eight in the run,
+	// with time to spare for the slow ones (a failover, a restart) on a loaded machine.
+	cfg.GapMin, cfg.GapMax = 300*time.Millisecond, 700*time.Millisecond
+	cfg.Seed = randomSeed()
+	if v := os.Getenv("TORTURE_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("TORTURE_SEED=%q", v)
+		}
+		cfg.Seed = seed
+	}
+	t.Logf("seed %d (TORTURE_SEED=%d go test -run TestTortureShort ./cmd/outbox-torture replays it)", cfg.Seed, cfg.Seed)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress syncBuffer
+	res, err := torture(ctx, cfg, &progress)
+	if err != nil {
+		t.Fatalf("torture: %v\nprogress:\n%s", err, progress.String())
+	}
+	var summary bytes.Buffer
+	writeSummary(&summary, res)
+	defer func() {
+		if t.Failed() {
+			t.Logf("summary:\n%s\nprogress:\n%s", summary.String(), progress.String())
+		}
+	}()
+	if !res.OK() {
+		t.Fatalf("invariants failed (seed %d); relay and server logs kept in %s", cfg.Seed, res.LogDir)
+	}
+	for k := faultKind(0); k < faultKinds; k++ {
+		if res.Faults.Counts[k] == 0 {
+			t.Errorf("fault %s never ran", k)
+		}
+	}
+	if len(res.Faults.Takeovers) == 0 {
+		t.Errorf("no standby took over")
+	}
+	if res.Verdict.Committed < cfg.Events/2 {
+		t.Errorf("only %d of %d events committed: the writers did not get through the faults", res.Verdict.Committed, cfg.Events)
+	}
+	if res.Verdict.Samples < 50 {
+		t.Errorf("only %d samples of the slot: the confirm check saw too little", res.Verdict.Samples)
+	}
+	for _, want := range []string{"| lost | 0 | ok |", "| order violations | 0 | ok |", "| result | **PASS** |"} {
+		if !strings.Contains(summary.String(), want) {
+			t.Errorf("summary has no line %q", want)
+		}
+	}
+}
