@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"time"
+)
+
+// config sizes one run. Everything scales with Events.
+type config struct {
+	// Events is the main backlog (BENCH_EVENTS). The sweep rows use Events/5 each, the
+	// resources row 3×Events.
+	Events int
+	// Steady is how long each steady-latency row produces. If zero, 10s × Events/100,000,
+	// at least 1s.
+	Steady time.Duration
+	// Durable keeps fsync on; if false, PostgreSQL runs with fsync and full_page_writes off.
+	Durable bool
+	// Only, if not empty, runs just the rows whose names contain one of these (any case); the
+	// ceiling rows need the drain row.
+	Only []string
+}
+
+func (c config) selected(row string) bool {
+	if len(c.Only) == 0 {
+		return true
+	}
+	for _, o := range c.Only {
+		if o = strings.TrimSpace(o); o != "" && strings.Contains(strings.ToLower(row), strings.ToLower(o)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c config) steady() time.Duration {
+	if c.Steady > 0 {
+		return c.Steady
+	}
+	return max(time.Duration(float64(10*time.Second)*float64(c.Events)/100_000), time.Second)
+}

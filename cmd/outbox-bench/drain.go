@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+const (
+	benchSecret = "bench-secret"
+	// stallLimit fails a row whose receiver count stops moving this long.
+	stallLimit = 60 * time.Second
+	// settle lets the relay's status marker flush its last batch before CPU is read, so the
+	// PostgreSQL backend's share of marking rows done is counted.
+	settle = 300 * time.Millisecond
+	// relayStopGrace bounds the relay's shutdown after SIGTERM.
+	relayStopGrace = 20 * time.Second
+)
+
+// env is what every row shares: one cluster, one relay binary, one receiver process.
+type env struct {
+	cfg      config
+	cluster  *pgtest.Cluster
+	relayBin string
+	recv     *receiverProc
+	progress io.Writer
+}
+
+func (e *env) logf(format string, args ...any) {
+	fmt.Fprintf(e.progress, "bench: "+format+"\n", args...)
+}
+
+// drainResult is one backlog drained by the relay.
+type drainResult struct {
+	Events, Aggregates int
+	Rate               float64       // new events per second at the receiver, first to last
+	Startup            time.Duration // relay process start → first delivery
+	Relay              usage
+	Load               load // from just before the relay started to the last delivery (+ settle)
+	Stats              receiverStats
+	Raw                *rawResult // pg_recvlogical on the same backlog, if asked
+	Requests           []request  // the rows as requests, if asked (for the ceiling)
+}
+
+type drainOpts struct {
+	raw  bool // also decode the backlog with pg_recvlogical from a second slot
+	keep bool // return the rows as requests
+}
+
+// drain writes a backlog with the relay stopped (its slot already exists), then starts the
+// relay and measures until the receiver has every event.
+func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, o drainOpts) (drainResult, error) {
+	res := drainResult{Events: events, Aggregates: aggregates}
+	slots := []string{relaySlot}
+	if o.raw {
+		slots = append(slots, rawSlot)
+	}
+	db, err := newBenchDB(ctx, e.cluster, prefix, slots...)
+	if err != nil {
+		return res, err
+	}
+	defer db.drop()
+	e.logf("%s: writing %d events over %d aggregates", prefix, events, aggregates)
+	endLSN, err := db.writeBacklog(ctx, events, aggregates)
+	if err != nil {
+		return res, err
+	}
+	if o.raw {
+		e.logf("%s: pg_recvlogical up to %s", prefix, endLSN)
+		raw, err := e.recvlogical(ctx, db, endLSN, events)
+		if err != nil {
+			return res, err
+		}
+		res.Raw = &raw
+	}
+	if o.keep {
+		if res.Requests, err = db.loadRequests(ctx); err != nil {
+			return res, fmt.Errorf("read back the backlog: %w", err)
+		}
+	}
+	e.logf("%s: relay draining", prefix)
+	if err := e.recv.Reset(ctx); err != nil {
+		return res, err
+	}
+	before, err := e.cpuSnapshot()
+	if err != nil {
+		return res, err
+	}
+	r, err := e.startRelay(ctx, db)
+	if err != nil {
+		return res, err
+	}
+	defer r.Stop(relayStopGrace)
+	if res.Stats, err = e.recv.waitUnique(ctx, events, r.child, stallLimit); err != nil {
+		return res, err
+	}
+	time.Sleep(settle)
+	if res.Relay, err = r.usage(); err != nil {
+		return res, err
+	}
+	after, err := e.cpuSnapshot()
+	if err != nil {
+		return res, err
+	}
+	res.Load = loadBetween(before, after)
+	res.Rate = receiverRate(res.Stats)
+	res.Startup = time.Unix(0, res.Stats.FirstNanos).Sub(r.started)
+	if err := stopRelay(r); err != nil {
+		return res, err
+	}
+	return res, checkStats(res.Stats, true)
+}
+
+func (e *env) startRelay(ctx context.Context, db *benchDB) (*relayProc, error) {
+	return startRelay(ctx, e.relayBin, relayTarget{DSN: db.dsn, Slot: relaySlot, Publication: benchPublication,
+		URL: e.recv.hookURL(), Secret: benchSecret})
+}
+
+// stopRelay sends SIGTERM and requires a clean exit.
+func stopRelay(r *relayProc) error {
+	if err := r.Stop(relayStopGrace); err != nil {
+		return err
+	}
+	if r.err != nil {
+		return fmt.Errorf("relay exited with %v after SIGTERM; its stderr ends:\n%s", r.err, r.stderr)
+	}
+	return nil
+}
+
+// checkStats fails a row whose deliveries were not all good.
+func checkStats(s receiverStats, ordered bool) error {
+	switch {
+	case s.BadSignatures > 0:
+		return fmt.Errorf("receiver rejected %d requests with bad signatures", s.BadSignatures)
+	case ordered && s.OrderViolations > 0:
+		return fmt.Errorf("receiver saw %d per-aggregate order violations", s.OrderViolations)
+	}
+	return nil
+}
+
+// receiverRate is new events per second from the first to the last accepted.
+func receiverRate(s receiverStats) float64 {
+	window := time.Duration(s.LastNanos - s.FirstNanos)
+	if s.Unique < 2 || window <= 0 {
+		return 0
+	}
+	return float64(s.Unique-1) / window.Seconds()
+}
+
+// rawResult is pg_recvlogical decoding a backlog to /dev/null.
+type rawResult struct {
+	Rows int
+	Wall time.Duration // process start to exit, connecting included
+	Rate float64
+	CPU  time.Duration // pg_recvlogical's own
+	Load load          // PostgreSQL's share is mostly the walsender, which has exited by then
+}
+
+func (e *env) recvlogical(ctx context.Context, db *benchDB, endLSN string, rows int) (rawResult, error) {
+	res := rawResult{Rows: rows}
+	before, err := e.cpuSnapshot()
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(e.cluster.BinDir, "pg_recvlogical"), "-d", db.dsn,
+		"--slot", rawSlot, "--start", "--endpos", endLSN, "--no-loop", "-f", "/dev/null",
+		"-o", "proto_version=1", "-o", "publication_names="+benchPublication)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	res.Wall = time.Since(start)
+	if err != nil {
+		return res, fmt.Errorf("pg_recvlogical: %w\n%s", err, out)
+	}
+	after, err := e.settledSnapshot(ctx, before)
+	if err != nil {
+		return res, err
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	res.Load = loadBetween(before, after)
+	res.Rate = float64(rows) / res.Wall.Seconds()
+	return res, nil
+}

@@ -1,0 +1,143 @@
+// Command outbox-bench measures the relay against the limits of what it sits between, in one
+// run on one throwaway PostgreSQL, and prints a Markdown table (`make bench`).
+//
+// # Rows
+//
+//   - Backlog drain: BENCH_EVENTS events over 1,000 aggregates, written while the relay is
+//     stopped, then drained by the real `outbox-relay run` binary; events/s, its CPU-seconds
+//     per 100k events, its peak RSS.
+//   - HTTP ceiling: the same signed requests posted to the same receiver with no database, from
+//     this process, with the relay's concurrency (64); the relay's rate over this is the ratio
+//     that issue 3 targets.
+//   - pg_recvlogical: the same backlog decoded from a second slot to /dev/null: the server's
+//     own decode rate.
+//   - Steady latency: commit-to-receipt p50/p99/max at 1,000 and 5,000 committed events/s.
+//   - Aggregate sweep: BENCH_EVENTS/5 events over 1, 10, 100 and 10,000 aggregates, showing what
+//     per-aggregate ordering costs.
+//   - Resources: a 3×BENCH_EVENTS backlog, for peak RSS and CPU per 100k.
+//
+// # Environment
+//
+//	BENCH_EVENTS   main backlog size (default 100000)
+//	BENCH_STEADY   duration of each steady row (default 10s × BENCH_EVENTS/100000, at least 1s)
+//	BENCH_DURABLE  1 to keep fsync on (default off)
+//	BENCH_RELAY    a relay binary to measure instead of building ./cmd/outbox-relay
+//	BENCH_ONLY     comma-separated parts of row names to run just those, e.g. "steady,sweep"
+//
+// Progress goes to stderr, the report to stdout. The exit code is 1 if any row failed (a
+// missed target is reported, not failed).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// errFailed means the report was printed but a row failed.
+var errFailed = errors.New("some rows failed; see the report")
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "outbox-bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "outbox-bench",
+		Short:         "Benchmark the relay: backlog drain, HTTP ceiling, raw decode, latency, aggregates, resources",
+		Long:          "Runs every benchmark row on a throwaway PostgreSQL and prints a Markdown table. Sizes scale with BENCH_EVENTS.",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := configFromEnv()
+			if err != nil {
+				return err
+			}
+			res, err := runSuite(cmd.Context(), cfg, stderr)
+			if res != nil {
+				writeReport(stdout, res)
+			}
+			if err != nil {
+				return err
+			}
+			if res.Failed() {
+				return errFailed
+			}
+			return nil
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(newReceiverCmd(stdout))
+	return root
+}
+
+// newReceiverCmd is the webhook receiver the bench starts as a process of its own.
+func newReceiverCmd(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "receiver",
+		Short:  "Serve the benchmark's webhook receiver (started by the bench itself)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+	}
+	addr := cmd.Flags().String("addr", "127.0.0.1:0", "listen address")
+	secret := cmd.Flags().String("secret", "", "X-Signature secret")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *secret == "" {
+			return errors.New("receiver needs --secret")
+		}
+		return serveReceiver(cmd.Context(), *addr, *secret, stdout)
+	}
+	return cmd
+}
+
+// configFromEnv reads BENCH_EVENTS, BENCH_STEADY and BENCH_DURABLE.
+func configFromEnv() (config, error) {
+	cfg := config{Events: 100_000}
+	if v := os.Getenv("BENCH_EVENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			return cfg, fmt.Errorf("BENCH_EVENTS=%q: set a whole number of events, at least 100 (default 100000)", v)
+		}
+		cfg.Events = n
+	}
+	if v := os.Getenv("BENCH_STEADY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond {
+			return cfg, fmt.Errorf("BENCH_STEADY=%q: set a duration of at least 100ms, e.g. 10s", v)
+		}
+		cfg.Steady = d
+	}
+	if v := os.Getenv("BENCH_ONLY"); v != "" {
+		cfg.Only = strings.Split(v, ",")
+	}
+	if v := os.Getenv("BENCH_DURABLE"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("BENCH_DURABLE=%q: set 1 or 0", v)
+		}
+		cfg.Durable = b
+	}
+	return cfg, nil
+}

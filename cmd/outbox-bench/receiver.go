@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/signature"
+)
+
+// The receiver is the webhook endpoint every throughput row posts to. It runs as its own
+// process (`outbox-bench receiver`), so the relay and the in-process ceiling client reach it
+// the same way, and its CPU can be read from /proc on its own.
+//
+//	POST /hook       verify X-Signature, record the arrival of X-Event-Id; 200, or 401 if bad
+//	GET  /stats      receiverStats as JSON
+//	GET  /arrivals   {"<event id>": <unix nanos of first arrival>, ...}
+//	POST /reset      forget everything (between rows)
+
+// receiverStats is what GET /stats returns.
+type receiverStats struct {
+	Unique          int   `json:"unique"`   // distinct X-Event-Id accepted
+	Requests        int64 `json:"requests"` // all requests to /hook
+	Duplicates      int64 `json:"duplicates"`
+	BadSignatures   int64 `json:"bad_signatures"`
+	OrderViolations int64 `json:"order_violations"` // a first delivery whose seq is below its aggregate's last
+	BodyBytes       int64 `json:"body_bytes"`       // over accepted first deliveries
+	FirstNanos      int64 `json:"first_nanos"`      // arrival of the first accepted request
+	LastNanos       int64 `json:"last_nanos"`       // arrival of the last new event id
+}
+
+// receiver holds the state behind the endpoints.
+type receiver struct {
+	keys [][]byte
+
+	mu       sync.Mutex
+	stats    receiverStats
+	arrivals map[string]int64
+	lastSeq  map[string]int64 // aggregate type/id → seq of its latest first delivery
+}
+
+func newReceiver(secret string) *receiver {
+	r := &receiver{keys: [][]byte{[]byte(secret)}}
+	r.reset()
+	return r
+}
+
+func (r *receiver) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats = receiverStats{}
+	r.arrivals = map[string]int64{}
+	r.lastSeq = map[string]int64{}
+}
+
+func (r *receiver) snapshot() receiverStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stats
+	s.Unique = len(r.arrivals)
+	return s
+}
+
+func (r *receiver) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /hook", r.hook)
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.snapshot()) })
+	mux.HandleFunc("GET /arrivals", func(w http.ResponseWriter, _ *http.Request) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		writeJSON(w, r.arrivals)
+	})
+	mux.HandleFunc("POST /reset", func(w http.ResponseWriter, _ *http.Request) { r.reset() })
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// hook is the webhook: what a minimal real consumer does before its own work.
+func (r *receiver) hook(w http.ResponseWriter, req *http.Request) {
+	at := time.Now().UnixNano()
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if !r.verify(req.Header, body) {
+		r.mu.Lock()
+		r.stats.Requests++
+		r.stats.BadSignatures++
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	id := req.Header.Get("X-Event-Id")
+	agg := req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")
+	r.record(id, agg, payloadSeq(body), len(body), at)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (r *receiver) verify(h http.Header, body []byte) bool {
+	ts, err := strconv.ParseInt(h.Get("X-Timestamp"), 10, 64)
+	if err != nil {
+		return false
+	}
+	want := signature.AppendX(nil, r.keys, ts, body)
+	for _, sig := range strings.Split(h.Get("X-Signature"), ",") {
+		if hmac.Equal([]byte(sig), want) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *receiver) record(id, agg string, seq int64, size int, at int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &r.stats
+	s.Requests++
+	if s.FirstNanos == 0 {
+		s.FirstNanos = at
+	}
+	if _, dup := r.arrivals[id]; dup {
+		s.Duplicates++
+		return
+	}
+	r.arrivals[id] = at
+	s.LastNanos = max(s.LastNanos, at)
+	s.BodyBytes += int64(size)
+	if seq < r.lastSeq[agg] {
+		s.OrderViolations++
+	}
+	r.lastSeq[agg] = max(r.lastSeq[agg], seq)
+}
+
+// payloadSeq finds "seq": <n> in a body without decoding all of it; -1 if absent. Every bench
+// payload carries seq rising per aggregate in commit order.
+func payloadSeq(body []byte) int64 {
+	i := bytes.Index(body, []byte(`"seq":`))
+	if i < 0 {
+		return -1
+	}
+	rest := bytes.TrimLeft(body[i+len(`"seq":`):], " ")
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// serveReceiver listens on addr, prints "listening <host:port>" on out, and serves until ctx
+// is done.
+func serveReceiver(ctx context.Context, addr, secret string, out io.Writer) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("receiver listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: newReceiver(secret).handler(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(out, "listening %s\n", ln.Addr())
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
