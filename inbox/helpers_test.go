@@ -17,8 +17,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/signature"
-	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
@@ -95,16 +95,8 @@ type env struct {
 
 func newEnv(t *testing.T) env {
 	t.Helper()
-	dsn := pgtest.NewDB(t)
+	_, pool := relaytest.MigratedDB(t)
 	ctx := context.Background()
-	if _, err := migrations.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (event_id uuid NOT NULL, at timestamptz DEFAULT now())`); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // TestMain starts the PostgreSQL cluster for every test of this package.
@@ -64,17 +63,7 @@ func squash(s string) string {
 // migratedDB returns a fresh migrated database's DSN and a pool on it.
 func migratedDB(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
-	dsn := pgtest.NewDB(t)
-	ctx := context.Background()
-	if _, err := migrations.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return dsn, pool
+	return relaytest.MigratedDB(t)
 }
 
 func mustExec(t *testing.T, pool *pgxpool.Pool, stmt string, args ...any) {

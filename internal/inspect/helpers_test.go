@@ -13,7 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
-	"github.com/outbox-relay/outbox-relay/migrations"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
@@ -26,17 +26,7 @@ const (
 // migrated returns a fresh migrated database's DSN and a pool on it.
 func migrated(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
-	dsn := pgtest.NewDB(t)
-	ctx := context.Background()
-	if _, err := migrations.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return dsn, pool
+	return relaytest.MigratedDB(t)
 }
 
 func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {

@@ -18,8 +18,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/examples/consumer/warehouse"
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/internal/signature"
-	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
@@ -30,16 +30,8 @@ const secret = "topsecret"
 // URL and the pool behind it. It stops when the test ends.
 func start(t *testing.T) (*warehouse.Server, *pgxpool.Pool, string) {
 	t.Helper()
-	dsn := pgtest.NewDB(t)
+	_, pool := relaytest.MigratedDB(t)
 	ctx := context.Background()
-	if _, err := migrations.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
 	srv, err := warehouse.New(ctx, pool, []string{secret}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
