@@ -204,8 +204,8 @@ func checkSlot(name, plugin, walStatus, db string, sameDB bool) error {
 
 func slotInvalidError(name string) error {
 	return fmt.Errorf("%w: slot %q lost WAL it needed (wal_status = lost, usually max_slot_wal_keep_size); "+
-		"drop it with SELECT pg_drop_replication_slot('%s') and start the relay again, then re-deliver the pending "+
-		"rows that the lost WAL held", ErrSlotInvalid, name, name)
+		"run the relay once with --recreate-slot (it drops the slot, creates it again and backfills the pending rows), "+
+		"or drop it yourself with SELECT pg_drop_replication_slot('%s') and start with --backfill", ErrSlotInvalid, name, name)
 }
 
 func sqlstate(err error) string {

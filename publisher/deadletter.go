@@ -13,9 +13,13 @@ func (p *Publisher) loadParked(ctx context.Context) error {
 	if p.cfg.Store == nil {
 		return nil
 	}
-	aggs, err := p.cfg.Store.Parked(ctx)
-	if err != nil {
+	var aggs []cdc.Aggregate
+	p.durably(ctx, "load parked aggregates", func(ctx context.Context) (err error) {
+		aggs, err = p.cfg.Store.Parked(ctx)
 		return err
+	})
+	if ctx.Err() != nil {
+		return nil // stopping before the database answered: nothing was taken from the stream
 	}
 	keys := make([]string, len(aggs))
 	for i, a := range aggs {

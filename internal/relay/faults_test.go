@@ -386,3 +386,38 @@ func TestIdleRelayStopsPromptly(t *testing.T) {
 		t.Fatalf("stop took %s with a 30s status interval", took)
 	}
 }
+
+// A relay started while PostgreSQL is down waits for it instead of exiting, then streams.
+func TestStartWhileTheServerIsDown(t *testing.T) {
+	e := newEnv(t)
+	c := pgtest.Shared(t)
+	e.pool.Reset()
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config()
+	cfg.Registry = nil
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	select {
+	case err := <-done:
+		t.Fatalf("relay exited while the server was down: %v", err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "slot created once the server is up", func() bool {
+		var n int
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
+		return n == 1
+	})
+	res := e.produce(relaytest.Workload{Events: 20, Aggregates: 4, MaxTxSize: 3})
+	requireOK(t, e.waitDelivered(res, 30*time.Second))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -136,8 +138,10 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.BuildInfo.WithLabelValues(cfg.Version, cfg.Commit, goVersion()).Set(1)
 
-	setup, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
-		cdc.SetupOptions{Backfill: cfg.Backfill, RecreateSlot: cfg.RecreateSlot})
+	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
+		return fmt.Errorf("bad DSN (set DB_DSN or --dsn to a postgres:// URL): %w", err)
+	}
+	setup, err := setupWithRetry(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -150,6 +154,43 @@ func Run(ctx context.Context, cfg Config) error {
 
 	r := newRunner(cfg, m, hook, pool)
 	return r.run(ctx)
+}
+
+// setupWithRetry runs cdc.Setup until it succeeds, fails for good (a misconfiguration whose
+// error names the fix), or ctx ends. A database that is restarting or unreachable is retried
+// with backoff: the relay waits for it rather than exiting.
+func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
+	wait := 200 * time.Millisecond
+	for {
+		res, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
+			cdc.SetupOptions{Backfill: cfg.Backfill, RecreateSlot: cfg.RecreateSlot})
+		if err == nil || permanent(err) || ctx.Err() != nil {
+			return res, err
+		}
+		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+}
+
+// permanent reports whether a setup error needs the operator: a retry cannot fix it.
+func permanent(err error) bool {
+	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
+		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Authentication (28), unknown database (3D000) and privilege (42501) need the operator.
+		return strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || pgErr.Code == "42501"
+	}
+	return false
 }
 
 func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
