@@ -11,9 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -89,35 +87,12 @@ func TestWithoutBackfillOlderRowsStayBehind(t *testing.T) {
 // lost are backfilled.
 func TestRecreateSlotBackfillsWhatTheLostSlotHeld(t *testing.T) {
 	ctx := context.Background()
-	c, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{
-		"max_slot_wal_keep_size": "1MB", "max_wal_size": "32MB", "min_wal_size": "32MB"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dsn := c.DSN("postgres")
-	if _, err := migrations.Up(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cdc.Setup(ctx, dsn, "lost", "pub", cdc.SetupOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := relaytest.Pool(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	dsn, pool := clusterWithSlot(t, "lost")
 	res, err := relaytest.Produce(ctx, pool, relaytest.Workload{Events: 200, Aggregates: 5, MaxTxSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "slot invalidated", func() bool {
-		_, _ = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS junk (pad text);
-			INSERT INTO junk SELECT repeat('x', 1000) FROM generate_series(1, 5000); SELECT pg_switch_wal(); CHECKPOINT`)
-		var status string
-		_ = pool.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'lost'`).Scan(&status)
-		return status == "lost"
-	})
+	invalidate(t, pool, "lost")
 	recv := relaytest.NewReceiver(secret)
 	defer recv.Close()
 	cfg := Config{DSN: dsn, WebhookURL: recv.URL, Secrets: []string{secret}, Slot: "lost", Publication: "pub",

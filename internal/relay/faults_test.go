@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
@@ -330,32 +331,9 @@ func TestSetupErrorsNameTheFix(t *testing.T) {
 		wantErr(t, err, cdc.ErrWalLevel, "restart")
 	})
 	t.Run("invalidated slot", func(t *testing.T) {
-		c, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{
-			"max_slot_wal_keep_size": "1MB", "max_wal_size": "32MB", "min_wal_size": "32MB"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		dsn := c.DSN("postgres")
-		if _, err := migrations.Up(ctx, dsn); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cdc.Setup(ctx, dsn, "doomed", "pub", cdc.SetupOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(ctx)
-		waitFor(t, 60*time.Second, "slot invalidated", func() bool {
-			_, _ = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS junk (pad text);
-				INSERT INTO junk SELECT repeat('x', 1000) FROM generate_series(1, 5000); SELECT pg_switch_wal(); CHECKPOINT`)
-			var status string
-			_ = conn.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'doomed'`).Scan(&status)
-			return status == "lost"
-		})
-		_, err = cdc.Setup(ctx, dsn, "doomed", "pub", cdc.SetupOptions{})
+		dsn, pool := clusterWithSlot(t, "doomed")
+		invalidate(t, pool, "doomed")
+		_, err := cdc.Setup(ctx, dsn, "doomed", "pub", cdc.SetupOptions{})
 		wantErr(t, err, cdc.ErrSlotInvalid, "pg_drop_replication_slot")
 	})
 }
@@ -420,4 +398,43 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// clusterWithSlot starts a migrated cluster of its own whose slots may keep only 1 MB of WAL,
+// creates slot (publication "pub"), and returns the DSN and a pool; both end with the test.
+func clusterWithSlot(t *testing.T, slot string) (string, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{
+		"max_slot_wal_keep_size": "1MB", "max_wal_size": "32MB", "min_wal_size": "32MB"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	dsn := c.DSN("postgres")
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cdc.Setup(ctx, dsn, slot, "pub", cdc.SetupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := relaytest.Pool(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return dsn, pool
+}
+
+// invalidate writes WAL and checkpoints until the slot exceeds max_slot_wal_keep_size and is lost.
+func invalidate(t *testing.T, pool *pgxpool.Pool, slot string) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, 60*time.Second, "slot invalidated", func() bool {
+		_, _ = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS junk (pad text);
+			INSERT INTO junk SELECT repeat('x', 1000) FROM generate_series(1, 5000); SELECT pg_switch_wal(); CHECKPOINT`)
+		var status string
+		_ = pool.QueryRow(ctx, `SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&status)
+		return status == "lost"
+	})
 }
