@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -14,9 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
-	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/signature"
-	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // Mount the inbox at /webhook. The ProcessFunc's writes commit in the inbox's transaction, so
@@ -99,14 +98,8 @@ func relayRequest(url, secret string) *http.Request {
 
 // exampleDSN makes a migrated database on the test cluster; in your code this is your DSN.
 func exampleDSN() string {
-	c := pgtest.SharedCluster()
-	ctx := context.Background()
-	name, err := c.CreateDatabase(ctx, "example")
+	dsn, err := relaytest.NewMigratedDB(context.Background(), "example")
 	if err != nil {
-		log.Fatal(err)
-	}
-	dsn := c.DSN(name)
-	if _, err := migrations.Up(ctx, dsn); err != nil {
 		log.Fatal(err)
 	}
 	return dsn

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"io"
 	"net/http"
 	"strings"
@@ -198,7 +199,7 @@ func TestFailingHandlerLeavesNothingUntilItSucceeds(t *testing.T) {
 func TestPanickingHandlerIsRolledBack(t *testing.T) {
 	e := newEnv(t)
 	var calls atomic.Int32
-	var logs syncBuffer
+	var logs relaytest.SyncBuffer
 	_, url := e.serve(t, []string{"topsecret"}, func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
 		if err := recordEffect(ctx, tx, ev); err != nil {
 			return err

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -131,22 +130,4 @@ func (e env) effects(t *testing.T) int   { return e.count(t, `SELECT count(*) FR
 func recordEffect(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {
 	_, err := tx.Exec(ctx, `INSERT INTO effects (event_id) VALUES ($1)`, ev.ID)
 	return err
-}
-
-// syncBuffer is a log destination the server goroutines and the test can share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"log"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/internal/pgtest"
-	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -51,14 +50,8 @@ func ExampleEnqueue() {
 
 // exampleDSN makes a migrated database on the test cluster; in your code this is your DSN.
 func exampleDSN() string {
-	c := pgtest.SharedCluster()
-	ctx := context.Background()
-	name, err := c.CreateDatabase(ctx, "example")
+	dsn, err := relaytest.NewMigratedDB(context.Background(), "example")
 	if err != nil {
-		log.Fatal(err)
-	}
-	dsn := c.DSN(name)
-	if _, err := migrations.Up(ctx, dsn); err != nil {
 		log.Fatal(err)
 	}
 	return dsn

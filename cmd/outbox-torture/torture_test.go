@@ -3,10 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +16,6 @@ import (
 // TestMain shares one cluster among the writer tests; the torture run starts its own, since it
 // restarts it.
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
-
-// syncBuffer is a bytes.Buffer safe for the run's concurrent progress lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestTortureShort runs a short torture with every fault kind at least once, so `make test`
 // keeps the harness and the relay's guarantees under it working. TORTURE_SEED replays a
@@ -58,7 +40,7 @@ func TestTortureShort(t *testing.T) {
 	t.Logf("seed %d (TORTURE_SEED=%d go test -run TestTortureShort ./cmd/outbox-torture replays it)", cfg.Seed, cfg.Seed)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var progress syncBuffer
+	var progress relaytest.SyncBuffer
 	res, err := torture(ctx, cfg, &progress)
 	if err != nil {
 		t.Fatalf("torture: %v\nprogress:\n%s", err, progress.String())

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,24 +17,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
-
-// syncBuffer is an io.Writer that a test may read while Run writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // cluster records the throwaway cluster's directory and postmaster, to check both are gone.
 type cluster struct {
@@ -88,7 +70,7 @@ func summaryFields(t *testing.T, out string) map[string]int {
 
 func TestRunDeliversEveryOrderOnceThroughOutagesAndLostAnswers(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out relaytest.SyncBuffer
 	var c cluster
 	err := Run(context.Background(), Config{
 		Out: &out, Duration: 6 * time.Second, Rate: 100,
@@ -127,7 +109,7 @@ func TestRunStopsCleanlyWhenCancelled(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out relaytest.SyncBuffer
 	var c cluster
 	done := make(chan error, 1)
 	go func() {
@@ -211,7 +193,7 @@ func TestRunOnAGivenDatabaseDropsOnlyWhatItCreated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var out syncBuffer
+	var out relaytest.SyncBuffer
 	err = Run(ctx, Config{DSN: c.DSN(db), Out: &out, Duration: 2 * time.Second,
 		ClusterStarted: func(string) { t.Error("started a cluster although given a DSN") }})
 	if err != nil {
