@@ -39,7 +39,8 @@ func (p *Publisher) backfill(ctx context.Context) error {
 			break
 		}
 		p.backfillLeft.Add(len(evs))
-		p.queue(ctx, &cdc.Tx{Backfill: true, Events: evs}, nil)
+		tx.Events = evs
+		p.queue(ctx, tx, nil)
 		if !p.waitBackfill(ctx) {
 			return ctx.Err()
 		}
