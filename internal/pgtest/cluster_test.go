@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -37,12 +38,24 @@ func TestClusterIsLogicalAndRunsAsNonRoot(t *testing.T) {
 	if slots < 20 {
 		t.Fatalf("max_replication_slots = %d, want >= 20", slots)
 	}
-	// The server process itself must not be root, or PostgreSQL would have refused to start.
 	if err := conn.QueryRow(context.Background(), "SELECT current_user").Scan(&user); err != nil {
 		t.Fatal(err)
 	}
 	if user != "postgres" {
 		t.Fatalf("current_user = %q", user)
+	}
+	// The server process runs as the postgres system user when this process is root, else as us.
+	c := Shared(t)
+	status, err := os.ReadFile("/proc/" + itoa(c.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := os.Geteuid()
+	if want == 0 {
+		want = int(c.cred.Uid)
+	}
+	if !strings.Contains(string(status), "\nUid:\t"+itoa(want)+"\t") {
+		t.Fatalf("postmaster does not run as uid %d:\n%s", want, status)
 	}
 }
 
