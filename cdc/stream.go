@@ -280,7 +280,7 @@ func (l *loop) receive(ctx context.Context) error {
 // confirmation goes out promptly; at the next periodic update when idle.
 func (l *loop) deadline() time.Time {
 	next := l.sentAt.Add(l.interval)
-	if l.s.tracker.Outstanding() > 0 || l.s.tracker.Confirmable() != l.sent {
+	if outstanding, confirmable := l.s.tracker.progress(); outstanding > 0 || confirmable != l.sent {
 		if soon := time.Now().Add(l.s.cfg.ConfirmDelay); soon.Before(next) {
 			next = soon
 		}

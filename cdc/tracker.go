@@ -138,6 +138,14 @@ func (t *Tracker) Buffered() (events, bytes int) {
 	return t.events, t.bytes
 }
 
+// progress returns Outstanding and Confirmable under one lock, for the per-message read
+// deadline.
+func (t *Tracker) progress() (int, pglogrepl.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.fifo) - t.head, t.confirmable
+}
+
 // Outstanding returns the number of transactions not yet fully delivered.
 func (t *Tracker) Outstanding() int {
 	t.mu.Lock()
