@@ -24,8 +24,10 @@ lint:
 
 # A throwaway PostgreSQL, the relay and the example consumer in one process, with a live status;
 # Ctrl-C stops it and removes everything. Needs the server binaries (or DB_DSN), like the tests.
-demo:
-	$(GO) run ./cmd/outbox-relay demo
+# The binary is built and then run (not `go run`, which exits 1 on Ctrl-C however cleanly the demo
+# stops).
+demo: build
+	$(BIN) demo
 
 # Benchmark suite (issues 3 and 7): prints a Markdown table. Sizes scale with BENCH_EVENTS
 # (default 100000); see cmd/outbox-bench for BENCH_STEADY, BENCH_ONLY, BENCH_DURABLE, BENCH_RELAY.
