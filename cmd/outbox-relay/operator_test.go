@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -383,5 +384,36 @@ func TestSecretFileLinesMeanRotation(t *testing.T) {
 	p.stop(t, syscall.SIGTERM)
 	if strings.Contains(p.stderr.String(), "trimmed") {
 		t.Errorf("a clean secret file is reported as trimmed:\n%s", p.stderr.String())
+	}
+}
+
+// Duration fields are logged in seconds, as the README's logs section says: the first wait for
+// an unreachable database is 200ms, logged as retry_in 0.2.
+func TestLoggedDurationsAreSeconds(t *testing.T) {
+	dsn, _ := fakeDB(t)
+	p, lines := startCLI(t, []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"},
+		"run", "--metrics-addr", "", "--log-format", "json")
+	defer p.stop(t, syscall.SIGTERM)
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("run ended without waiting for the database")
+			}
+			var rec struct {
+				Message string   `json:"message"`
+				RetryIn *float64 `json:"retry_in"`
+			}
+			if json.Unmarshal([]byte(l), &rec) != nil || rec.Message != "database not ready; retrying" {
+				continue
+			}
+			if rec.RetryIn == nil || *rec.RetryIn != 0.2 {
+				t.Fatalf("first retry_in logged as %s, want 0.2 (seconds)", l)
+			}
+			return
+		case <-timeout:
+			t.Fatal("no 'database not ready' line within a minute")
+		}
 	}
 }
