@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
 )
 
 func main() {
@@ -47,6 +49,13 @@ const sqlstateInvalidPassword = "28P01"
 // that names the fix. pgx reports a refused password with every address it tried (and the
 // TLS fallback), none of which helps.
 func explain(err error) error {
+	// The libraries describe the problem; the command line's way to fix it is added here.
+	switch {
+	case errors.Is(err, cdc.ErrSlotInvalid):
+		return fmt.Errorf("%w; with outbox-relay: run once with --recreate-slot, or drop the slot and start with --backfill", err)
+	case errors.Is(err, cdc.ErrSlotMismatch):
+		return fmt.Errorf("%w (pass it with --slot)", err)
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateInvalidPassword {
 		return err
