@@ -23,7 +23,7 @@ import (
 )
 
 // startCLI starts outbox-relay in a child process and returns it with its stderr, read line by
-// line into lines (closed at EOF).
+// line into lines (closed at EOF; lines beyond its buffer are only in the process's stderr).
 func startCLI(t *testing.T, env []string, args ...string) (*cliProc, <-chan string) {
 	t.Helper()
 	cmd := cliCommand(t, env, args...)
@@ -42,7 +42,10 @@ func startCLI(t *testing.T, env []string, args ...string) (*cliProc, <-chan stri
 		sc := bufio.NewScanner(errPipe)
 		for sc.Scan() {
 			p.stderr.WriteString(sc.Text() + "\n")
-			lines <- sc.Text()
+			select {
+			case lines <- sc.Text():
+			default: // nobody waits for lines this late; p.stderr keeps them all
+			}
 		}
 		_, _ = io.Copy(io.Discard, errPipe)
 	}()
@@ -91,50 +94,17 @@ func TestRunInterruptedWhileWaitingForTheDatabaseExitsZero(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dsn, conns := fakeDB(t)
-			cmd := cliCommand(t, []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"},
+			p, lines := startCLI(t, []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"},
 				"run", "--metrics-addr", "", "--log-format", "json")
-			errPipe, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var stderr strings.Builder
-			retrying := make(chan struct{})
-			read := make(chan struct{})
-			go func() {
-				defer close(read)
-				sc := bufio.NewScanner(errPipe)
-				once := false
-				for sc.Scan() {
-					stderr.WriteString(sc.Text() + "\n")
-					if !once && strings.Contains(sc.Text(), "database not ready; retrying") {
-						once = true
-						close(retrying)
-					}
-				}
-			}()
-			select {
-			case <-retrying:
-			case <-read:
-				t.Fatalf("run ended before waiting for the database:\n%s", stderr.String())
-			case <-time.After(time.Minute):
-				t.Fatal("run never said it waits for the database")
-			}
+			waitLine(t, lines, "database not ready; retrying")
 			if conns.Load() == 0 {
 				t.Fatal("run waits for the database without having tried it")
 			}
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
+			if code := p.stop(t, sig); code != 0 {
+				t.Errorf("%s while waiting for the database: exit %d, want 0; stderr:\n%s", sig, code, p.stderr.String())
 			}
-			<-read
-			_ = cmd.Wait()
-			if code := cmd.ProcessState.ExitCode(); code != 0 {
-				t.Errorf("%s while waiting for the database: exit %d, want 0; stderr:\n%s", sig, code, stderr.String())
-			}
-			if strings.Contains(stderr.String(), "context canceled") {
-				t.Errorf("a requested stop is reported as an error:\n%s", stderr.String())
+			if strings.Contains(p.stderr.String(), "context canceled") {
+				t.Errorf("a requested stop is reported as an error:\n%s", p.stderr.String())
 			}
 		})
 	}
@@ -267,6 +237,7 @@ func TestWrongPasswordNamesTheFix(t *testing.T) {
 		// run logs JSON lines before it fails; the error is the last line.
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")
 		last := lines[len(lines)-1]
+		t.Logf("%v: %s", args, last)
 		if code != 1 {
 			t.Errorf("%v: exit %d, want 1", args, code)
 		}
