@@ -7,7 +7,11 @@
 #   docker build --build-arg VERSION=$(git describe --tags --always) \
 #     --build-arg COMMIT=$(git rev-parse --short HEAD) -t outbox-relay .
 
-FROM golang:1.26 AS build
+# Base images are pinned by exact version where the registry has one. To pin by digest too, look it
+# up where a registry is reachable (docker buildx imagetools inspect golang:1.26.8-bookworm) and
+# append it: FROM golang:1.26.8-bookworm@sha256:<digest>. distroless publishes no version tags, so
+# for it a digest is the only pin: gcr.io/distroless/static-debian12:nonroot@sha256:<digest>.
+FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download

@@ -25,9 +25,10 @@ lint:
 # A throwaway PostgreSQL, the relay and the example consumer in one process, with a live status;
 # Ctrl-C stops it and removes everything. Needs the server binaries (or DB_DSN), like the tests.
 # The binary is built and then run (not `go run`, which exits 1 on Ctrl-C however cleanly the demo
-# stops).
+# stops). ARGS passes flags: make demo ARGS="--duration 30s --rate 200".
+ARGS ?=
 demo: build
-	$(BIN) demo
+	$(BIN) demo $(ARGS)
 
 # Benchmark suite (issues 3 and 7): prints a Markdown table. Sizes scale with BENCH_EVENTS
 # (default 100000); see cmd/outbox-bench for BENCH_STEADY, BENCH_ONLY, BENCH_DURABLE, BENCH_RELAY.

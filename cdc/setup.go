@@ -197,15 +197,15 @@ func checkSlot(name, plugin, walStatus, db string, sameDB bool) error {
 		return slotInvalidError(name)
 	}
 	if plugin != "pgoutput" || !sameDB {
-		return fmt.Errorf("%w: slot %q uses plugin %q in database %q; choose another --slot name", ErrSlotMismatch, name, plugin, db)
+		return fmt.Errorf("%w: slot %q uses plugin %q in database %q; choose another slot name", ErrSlotMismatch, name, plugin, db)
 	}
 	return nil
 }
 
 func slotInvalidError(name string) error {
 	return fmt.Errorf("%w: slot %q lost WAL it needed (wal_status = lost, usually max_slot_wal_keep_size); "+
-		"run the relay once with --recreate-slot (it drops the slot, creates it again and backfills the pending rows), "+
-		"or drop it yourself with SELECT pg_drop_replication_slot('%s') and start with --backfill", ErrSlotInvalid, name, name)
+		"recreate it (SetupOptions.RecreateSlot drops the slot, creates it again and backfills the pending rows), "+
+		"or drop it yourself with SELECT pg_drop_replication_slot('%s') and backfill", ErrSlotInvalid, name, name)
 }
 
 func sqlstate(err error) string {

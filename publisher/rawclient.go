@@ -62,26 +62,26 @@ func newRawClient(u *url.URL, tlsCfg *tls.Config, timeout time.Duration, conns i
 	return rc
 }
 
-// post sends one request whose header lines appendHead appends, and returns the answer's status
-// and Retry-After. A kept-alive connection that the server closed while idle is retried once on
-// a new one.
-func (rc *rawClient) post(ctx context.Context, appendHead func([]byte) []byte, body []byte) (int, string, error) {
+// post sends one request whose header lines appendHead appends, and returns the answer's status,
+// Retry-After and Location. A kept-alive connection that the server closed while idle is retried
+// once on a new one.
+func (rc *rawClient) post(ctx context.Context, appendHead func([]byte) []byte, body []byte) (response, error) {
 	for try := 0; ; try++ {
 		conn, err := rc.get(ctx)
 		if err != nil {
-			return 0, "", err
+			return response{}, err
 		}
-		status, retryAfter, err := rc.roundTrip(ctx, conn, appendHead, body)
+		resp, err := rc.roundTrip(ctx, conn, appendHead, body)
 		if err == nil || !conn.used || try > 0 || !staleConn(err) {
-			return status, retryAfter, err
+			return resp, err
 		}
 	}
 }
 
-func (rc *rawClient) roundTrip(ctx context.Context, conn *rawConn, appendHead func([]byte) []byte, body []byte) (int, string, error) {
+func (rc *rawClient) roundTrip(ctx context.Context, conn *rawConn, appendHead func([]byte) []byte, body []byte) (response, error) {
 	if err := conn.c.SetDeadline(time.Now().Add(rc.timeout)); err != nil {
 		conn.c.Close()
-		return 0, "", err
+		return response{}, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -99,19 +99,19 @@ func (rc *rawClient) roundTrip(ctx context.Context, conn *rawConn, appendHead fu
 	conn.buf = b
 	if _, err := conn.c.Write(b); err != nil {
 		conn.c.Close()
-		return 0, "", err
+		return response{}, err
 	}
 	resp, err := readResponse(conn.br)
 	if err != nil {
 		conn.c.Close()
-		return 0, "", err
+		return response{}, err
 	}
 	if !resp.keepAlive || ctx.Err() != nil {
 		conn.c.Close()
 	} else {
 		rc.put(conn)
 	}
-	return resp.status, resp.retryAfter, nil
+	return resp, nil
 }
 
 func (rc *rawClient) get(ctx context.Context) (*rawConn, error) {

@@ -14,14 +14,18 @@ import (
 type response struct {
 	status     int
 	retryAfter string
+	location   string // of a redirect, which is not followed but reported
 	keepAlive  bool
 }
+
+// maxLocation caps the Location kept from a redirect, for the log line and last_error.
+const maxLocation = 512
 
 // errMalformedResponse wraps answers that are not HTTP/1.x.
 var errMalformedResponse = errors.New("malformed HTTP response")
 
 // readResponse reads one answer to a POST from br, body included, without allocating per
-// header as http.ReadResponse does: it keeps only the status, Retry-After and what frames the
+// header as http.ReadResponse does: it keeps only the status, Retry-After, Location and what frames the
 // body (Content-Length, chunked Transfer-Encoding, Connection). Interim 1xx answers are skipped.
 // At most maxDrain body bytes are read; a longer body, an HTTP/1.0 answer or Connection: close
 // ends keepAlive.
@@ -92,6 +96,8 @@ func header(r *response, f *bodyFraming, name, value []byte) {
 		}
 	case bytes.EqualFold(name, []byte("Retry-After")):
 		r.retryAfter = string(value)
+	case bytes.EqualFold(name, []byte("Location")):
+		r.location = string(value[:min(len(value), maxLocation)])
 	}
 }
 

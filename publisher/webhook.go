@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
@@ -45,10 +46,11 @@ type Webhook struct {
 	client  *http.Client // when a proxy applies
 }
 
-// ParseURL checks that a webhook URL is an absolute http or https URL with a host.
+// ParseURL checks that a webhook URL is an absolute http or https URL with a host. Its errors
+// show the URL with any password hidden.
 func ParseURL(raw string) (*url.URL, error) {
 	if raw == "" {
-		return nil, errors.New("no webhook URL: set WEBHOOK_URL or --webhook-url, e.g. https://consumer.example/webhooks")
+		return nil, errors.New("no webhook URL: an absolute http:// or https:// URL is needed, e.g. https://consumer.example/webhooks")
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
@@ -58,12 +60,29 @@ func ParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// redactURL hides a password in a URL that is about to be shown.
+// redactURL hides a password in a URL that is about to be shown, parseable or not: whatever
+// follows the first ':' of the part before the last '@' of the authority.
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	if u, err := url.Parse(raw); err == nil && u.Opaque == "" {
 		return u.Redacted()
 	}
-	return "(unparseable)"
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		start = i + 3
+	}
+	end := len(raw)
+	if i := strings.IndexAny(raw[start:], "/?#"); i >= 0 {
+		end = start + i
+	}
+	at := strings.LastIndex(raw[start:end], "@")
+	if at < 0 {
+		return raw
+	}
+	colon := strings.Index(raw[start:start+at], ":")
+	if colon < 0 {
+		return raw
+	}
+	return raw[:start+colon+1] + "xxxxx" + raw[start+at:]
 }
 
 // NewWebhook validates the URL and secrets and builds the client: a lean HTTP/1.1 client for
@@ -125,12 +144,12 @@ func (o outcome) ok() bool { return o.err == nil && o.status >= 200 && o.status 
 func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) outcome {
 	ts := time.Now().Unix()
 	if w.raw != nil {
-		status, retryAfter, err := w.raw.post(ctx, func(b []byte) []byte {
+		resp, err := w.raw.post(ctx, func(b []byte) []byte {
 			h := rawHead{b}
 			w.eachHeader(ev, attempt, ts, &h)
 			return h.b
 		}, ev.Payload)
-		return result(ctx, status, retryAfter, err)
+		return result(ctx, resp, err)
 	}
 	return w.sendStd(ctx, ev, attempt, ts)
 }
@@ -146,18 +165,41 @@ func (w *Webhook) sendStd(ctx context.Context, ev *cdc.Event, attempt int, ts in
 	w.eachHeader(ev, attempt, ts, stdHead(req.Header))
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return result(ctx, 0, "", err)
+		return result(ctx, response{}, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
-	return result(ctx, resp.StatusCode, resp.Header.Get("Retry-After"), nil)
+	loc := resp.Header.Get("Location")
+	return result(ctx, response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"),
+		location: loc[:min(len(loc), maxLocation)]}, nil)
 }
 
-func result(ctx context.Context, status int, retryAfter string, err error) outcome {
+func result(ctx context.Context, resp response, err error) outcome {
 	if err != nil {
 		return outcome{err: err, result: errorResult(ctx, err)}
 	}
-	return outcome{status: status, retryAfter: retryAfter, result: statusResult(status)}
+	o := outcome{status: resp.status, retryAfter: resp.retryAfter, result: statusResult(resp.status)}
+	if resp.status >= 300 && resp.status < 400 {
+		// The error carries what the log line and last_error need: the answer is a redirect, it
+		// was not followed, and where it pointed.
+		o.err = &RedirectError{Status: resp.status, Location: redactURL(resp.location)}
+	}
+	return o
+}
+
+// RedirectError is a 3xx answer, which counts as a failed attempt: redirects are not followed
+// (Standard Webhooks advises against it), so the configured URL should be the final one.
+type RedirectError struct {
+	Status   int
+	Location string // as answered, with any password hidden; empty if none was sent
+}
+
+func (e *RedirectError) Error() string {
+	if e.Location == "" {
+		return fmt.Sprintf("HTTP %d redirect without a Location; redirects are not followed", e.Status)
+	}
+	return fmt.Sprintf("HTTP %d redirect to %q; redirects are not followed: configure the webhook URL as the final address",
+		e.Status, e.Location)
 }
 
 // headerSink receives request headers; names are canonical.
@@ -246,10 +288,12 @@ func statusResult(code int) string {
 	switch {
 	case code >= 200 && code < 300:
 		return metrics.ResultSuccess
+	case code >= 300 && code < 400:
+		return metrics.Result3xx
 	case code >= 400 && code < 500:
 		return metrics.Result4xx
 	}
-	return metrics.Result5xx // 5xx, and 1xx/3xx, which are failures too
+	return metrics.Result5xx // 5xx, and anything else a server answers, a failure too
 }
 
 func errorResult(ctx context.Context, err error) string {

@@ -37,6 +37,7 @@ type composeService struct {
 	} `yaml:"healthcheck"`
 	DependsOn dependsOn `yaml:"depends_on"`
 	Volumes   []string  `yaml:"volumes"`
+	Ports     []string  `yaml:"ports"`
 }
 
 // dependsOn is compose's depends_on in either form: a list of names or a map of conditions.
@@ -425,6 +426,35 @@ func TestDockerignoreKeepsTheSources(t *testing.T) {
 					t.Errorf(".dockerignore pattern %q excludes %s, which the build needs", pattern, path)
 				}
 			}
+		}
+	}
+}
+
+// Images from a registry are pinned by exact version (or digest), so `docker compose up` runs
+// what was tested; every host port can be moved by an environment variable when it is taken.
+func TestComposeImagesArePinnedAndHostPortsConfigurable(t *testing.T) {
+	// PostgreSQL's releases are MAJOR.MINOR (15.18), Go's and Prometheus's MAJOR.MINOR.PATCH:
+	// golang:1.26 would float to each patch release.
+	pinned := regexp.MustCompile(`^([^:@]*/)?(postgres:\d+\.\d+|[^:@]+:v?\d+\.\d+\.\d+)(-[\w.]+)?(@sha256:[0-9a-f]{64})?$|@sha256:[0-9a-f]{64}$`)
+	hostPort := regexp.MustCompile(`^\$\{[A-Z][A-Z0-9_]*:-\d+\}:\d+$`)
+	for name, s := range loadCompose(t).Services {
+		if !s.ourImage() && !pinned.MatchString(s.Image) {
+			t.Errorf("service %s: image %q is not pinned to an exact version (name:X.Y.Z) or digest", name, s.Image)
+		}
+		for _, p := range s.Ports {
+			if !hostPort.MatchString(p) {
+				t.Errorf("service %s: port %q: want \"${NAME:-default}:container\" so the host port can be changed", name, p)
+			}
+		}
+	}
+	for _, in := range loadDockerfile(t) {
+		if in.op != "FROM" {
+			continue
+		}
+		base := strings.Fields(in.args)[0]
+		// distroless has no version tags: a digest is its only pin (see the Dockerfile's comment).
+		if !pinned.MatchString(base) && !strings.HasPrefix(base, "gcr.io/distroless/") {
+			t.Errorf("Dockerfile FROM %s is not pinned to an exact version or digest", base)
 		}
 	}
 }

@@ -10,6 +10,15 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// Duration fields (duration, retry_in, retry, shutdown_timeout, ...) are logged as seconds, a
+// decimal number, like the metrics' _seconds: `"retry_in":13.84`. zerolog's default is
+// milliseconds with no unit in the name. These settings are process-wide, so they are made
+// here, by the command, for every package's log lines; the README's logs section says so.
+func init() {
+	zerolog.DurationFieldUnit = time.Second
+	zerolog.DurationFieldInteger = false
+}
+
 func addLogFlags(fs *pflag.FlagSet) {
 	fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.String("log-format", "auto", "log format: json, console, or auto (console on a terminal, else json)")

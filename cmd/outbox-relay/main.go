@@ -6,9 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
 )
 
 func main() {
@@ -32,6 +38,33 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "outbox-relay: %v\nRun 'outbox-relay --help' for usage.\n", err)
 		return exitUsage
 	}
-	fmt.Fprintf(os.Stderr, "outbox-relay: %v\n", err)
+	fmt.Fprintf(os.Stderr, "outbox-relay: %v\n", explain(err))
 	return 1
+}
+
+// sqlstateInvalidPassword is SQLSTATE 28P01, invalid_password (pgerrcode.InvalidPassword).
+const sqlstateInvalidPassword = "28P01"
+
+// explain replaces an error whose cause an operator fixes in the configuration with one line
+// that names the fix. pgx reports a refused password with every address it tried (and the
+// TLS fallback), none of which helps.
+func explain(err error) error {
+	// The libraries describe the problem; the command line's way to fix it is added here.
+	switch {
+	case errors.Is(err, cdc.ErrSlotInvalid):
+		return fmt.Errorf("%w; with outbox-relay: run once with --recreate-slot, or drop the slot and start with --backfill", err)
+	case errors.Is(err, cdc.ErrSlotMismatch):
+		return fmt.Errorf("%w (pass it with --slot)", err)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateInvalidPassword {
+		return err
+	}
+	where := ""
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) && ce.Config != nil {
+		where = fmt.Sprintf(" for user %q at %s", ce.Config.User, net.JoinHostPort(ce.Config.Host, strconv.Itoa(int(ce.Config.Port))))
+	}
+	return fmt.Errorf("the database refused the password%s (SQLSTATE %s): check the password in DB_DSN or --dsn "+
+		"(or PGPASSWORD, ~/.pgpass)", where, pgErr.Code)
 }

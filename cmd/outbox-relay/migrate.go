@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spf13/cobra"
 
@@ -31,6 +34,19 @@ lock, so running it twice, or from two processes at once, is safe.`,
 		}
 		if len(applied) == 0 {
 			fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
+		}
+		// The schema does not need logical decoding, the relay does: say so now, not at `run`.
+		conn, err := pgx.Connect(cmd.Context(), dsn)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer conn.Close(context.Background())
+		warning, err := walLevelWarning(cmd.Context(), conn)
+		if err != nil {
+			return err
+		}
+		if warning != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+warning)
 		}
 		return nil
 	}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // The README's configuration tables must list every flag of every command, so a new flag
@@ -42,5 +45,50 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 		if !strings.Contains(config, "`"+env+"`") {
 			t.Errorf("README configuration lacks %s", env)
 		}
+	}
+}
+
+// readmeSQL returns the README's ```sql blocks, in order.
+func readmeSQL(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	rest := string(b)
+	for {
+		start := strings.Index(rest, "\n```sql\n")
+		if start < 0 {
+			return blocks
+		}
+		rest = rest[start+len("\n```sql\n"):]
+		end := strings.Index(rest, "\n```")
+		if end < 0 {
+			t.Fatal("README has an unterminated ```sql block")
+		}
+		blocks = append(blocks, rest[:end])
+		rest = rest[end:]
+	}
+}
+
+// Every SQL example in the README runs as written, in order, against a freshly migrated
+// database, and the producer example leaves an event in the outbox.
+func TestReadmeSQLRunsOnAMigratedDatabase(t *testing.T) {
+	blocks := readmeSQL(t)
+	if len(blocks) == 0 {
+		t.Fatal("README has no ```sql block")
+	}
+	_, pool := relaytest.MigratedDB(t)
+	ctx := context.Background()
+	for i, sql := range blocks {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("README SQL block %d fails on a migrated database: %v\n%s", i+1, err, sql)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE aggregate_type = 'order'
+		AND event_type = 'order.created' AND status = 'pending'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("after the README's SQL: %d pending order.created events (%v), want 1", n, err)
 	}
 }

@@ -50,6 +50,11 @@ events of the aggregate committed later are delivered after the replay. Needs a 
 		defer conn.Close(cmd.Context())
 		dry, _ := fs.GetBool("dry-run")
 		plans, err := publisher.RequestReplay(cmd.Context(), conn, sel, dry)
+		if errors.Is(err, publisher.ErrNothingToReplay) && (dry || sel.All) {
+			// Nothing parked is a healthy state, not a failure: an empty plan, exit 0. A named
+			// aggregate or event that is not parked stays an error (a typo is likely).
+			plans, err = []publisher.ReplayPlan{}, nil
+		}
 		if err != nil {
 			return err
 		}
@@ -90,6 +95,10 @@ func printReplay(w io.Writer, plans []publisher.ReplayPlan, dry, asJSON bool) er
 			fmt.Fprintf(w, "  %s  %-7s  %s\n", e.ID, e.Status, e.EventType)
 		}
 		events += len(p.Events)
+	}
+	if len(plans) == 0 {
+		fmt.Fprintln(w, "nothing to replay: no parked aggregate matches")
+		return nil
 	}
 	if dry {
 		fmt.Fprintf(w, "dry run: would re-send %d events of %d aggregates\n", events, len(plans))

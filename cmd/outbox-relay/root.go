@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -29,6 +30,9 @@ aggregates) and confirms the slot only after delivery.`,
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	// noArgs suggests a command for a mistyped one, within this Levenshtein distance (or a
+	// prefix): "statsu" → status.
+	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newRunCmd(), newMigrateCmd(), newReplayCmd(), newDemoCmd(), newVersionCmd(), newStatusCmd(), newPruneCmd())
 	for _, c := range root.Commands() {
@@ -40,10 +44,17 @@ aggregates) and confirms the slot only after delivery.`,
 // noArgs rejects positional arguments as a usage error, which also catches unknown
 // subcommands of the root.
 func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q for %q", args[0], cmd.CommandPath())}
+	if len(args) == 0 {
+		return nil
 	}
-	return nil
+	if !cmd.HasParent() {
+		err := fmt.Errorf("unknown command %q", args[0])
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			err = fmt.Errorf("%w. Did you mean %s?", err, strings.Join(s, " or "))
+		}
+		return usageError{err}
+	}
+	return usageError{fmt.Errorf("unexpected argument %q for %q", args[0], cmd.CommandPath())}
 }
 
 // envFlag is a flag that falls back to an environment variable. The flag wins when both are
@@ -75,7 +86,7 @@ func addDSNFlag(fs *pflag.FlagSet) {
 func requireDSN(fs *pflag.FlagSet) (string, error) {
 	dsn := stringFrom(fs, dsnFlag)
 	if dsn == "" {
-		return "", fmt.Errorf("no database: set DB_DSN or pass --dsn postgres://user@host:5432/db")
+		return "", usageError{fmt.Errorf("no database: set DB_DSN or pass --dsn postgres://user@host:5432/db")}
 	}
 	return dsn, nil
 }

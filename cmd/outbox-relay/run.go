@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -37,7 +38,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	addDSNFlag(fs)
 	fs.String(urlFlag.name, "", "webhook endpoint, an absolute http(s) URL (env WEBHOOK_URL; required)")
 	fs.String(secretFlag.name, "", "HMAC signing secret; comma-separated for rotation (env WEBHOOK_SECRET; required unless a secret file is given)")
-	fs.String(secretFileFlag.name, "", "read the signing secret(s) from this file instead (env WEBHOOK_SECRET_FILE)")
+	fs.String(secretFileFlag.name, "", "read the signing secret(s) from this file instead, one per line or comma-separated (env WEBHOOK_SECRET_FILE)")
 	fs.String("signature-scheme", "x-signature", "x-signature or standard-webhooks (secrets then look like whsec_<base64>)")
 	fs.String("slot", relay.DefaultSlot, "logical replication slot name")
 	fs.String("publication", relay.DefaultPublication, "publication name")
@@ -68,6 +69,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 		}
 		tuneGC()
 		cfg.Logger = log
+		warnTrimmedSecrets(log, fs)
 		return relay.Run(cmd.Context(), cfg)
 	}
 	return cmd
@@ -82,8 +84,11 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, err
 	}
 	cfg.WebhookURL = stringFrom(fs, urlFlag)
+	if cfg.WebhookURL == "" {
+		return cfg, usageError{errors.New("no webhook URL: set WEBHOOK_URL or pass --webhook-url, e.g. https://consumer.example/webhooks")}
+	}
 	if _, err := publisher.ParseURL(cfg.WebhookURL); err != nil {
-		return cfg, err
+		return cfg, usageError{fmt.Errorf("%w (set WEBHOOK_URL or --webhook-url)", err)}
 	}
 	if cfg.Secrets, err = secrets(fs); err != nil {
 		return cfg, err
@@ -93,7 +98,7 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, usageError{err}
 	}
 	if _, err := signature.Keys(cfg.Scheme, cfg.Secrets); err != nil {
-		return cfg, err
+		return cfg, usageError{err}
 	}
 	cfg.Slot, _ = fs.GetString("slot")
 	cfg.Publication, _ = fs.GetString("publication")
@@ -121,19 +126,60 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 
 // secrets reads the signing secrets from --webhook-secret / WEBHOOK_SECRET, or from a file.
 func secrets(fs *pflag.FlagSet) ([]string, error) {
+	list, _, err := readSecrets(fs)
+	return list, err
+}
+
+// readSecrets returns the signing secrets and how many of them had blanks trimmed. A value is a
+// comma-separated list; a file may also hold one secret per line. Either way several secrets
+// mean rotation (each request is signed with all of them).
+func readSecrets(fs *pflag.FlagSet) (list []string, trimmed int, err error) {
 	raw := stringFrom(fs, secretFlag)
+	fromFile := false
 	if path := stringFrom(fs, secretFileFlag); path != "" && !fs.Changed(secretFlag.name) {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("read webhook secret file: %w", err)
+			return nil, 0, fmt.Errorf("read webhook secret file: %w", err)
 		}
-		raw = strings.TrimSpace(string(b))
+		raw, fromFile = string(b), true
 	}
-	list := signature.SplitSecrets(raw)
+	list, trimmed = splitSecrets(raw, fromFile)
 	if len(list) == 0 {
-		return nil, errors.New("no webhook secret: set WEBHOOK_SECRET, --webhook-secret or --webhook-secret-file")
+		return nil, 0, usageError{errors.New("no webhook secret: set WEBHOOK_SECRET, --webhook-secret or --webhook-secret-file")}
 	}
-	return list, nil
+	return list, trimmed, nil
+}
+
+// splitSecrets splits raw at commas and, for a file, at line ends (LF or CRLF), dropping empty
+// entries. trimmed counts the secrets that had spaces or tabs around them: a secret is used
+// without them, which may not be what the consumer was given.
+func splitSecrets(raw string, lines bool) (list []string, trimmed int) {
+	sep := func(r rune) bool { return r == ',' }
+	if lines {
+		raw = strings.ReplaceAll(raw, "\r\n", "\n")
+		sep = func(r rune) bool { return r == ',' || r == '\n' }
+	}
+	for _, s := range strings.FieldsFunc(raw, sep) {
+		t := strings.TrimSpace(s)
+		if t == "" {
+			continue
+		}
+		if t != s {
+			trimmed++
+		}
+		list = append(list, t)
+	}
+	return list, trimmed
+}
+
+// warnTrimmedSecrets says (without any value) when blanks around a secret were dropped.
+func warnTrimmedSecrets(log zerolog.Logger, fs *pflag.FlagSet) {
+	list, trimmed, err := readSecrets(fs)
+	if err != nil || trimmed == 0 {
+		return
+	}
+	log.Warn().Int("secrets", len(list)).Int("trimmed", trimmed).
+		Msg("blanks around a webhook secret were trimmed; the secret is used without them")
 }
 
 // tuneGC trades memory for CPU unless the operator chose: a higher GOGC with a soft memory

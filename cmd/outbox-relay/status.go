@@ -51,14 +51,18 @@ could be read, so it works as a probe and for scripts (--json).`,
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 		defer cancel()
-		rep, err := readStatus(ctx, dsn, slot, top)
+		rep, walWarning, err := readStatus(ctx, dsn, slot, top)
 		if err != nil {
 			return err
 		}
+		warnings := rep.Warnings()
+		if walWarning != "" {
+			warnings = append([]string{walWarning}, warnings...)
+		}
 		if asJSON {
-			err = writeStatusJSON(cmd.OutOrStdout(), rep)
+			err = writeStatusJSON(cmd.OutOrStdout(), rep, warnings)
 		} else {
-			err = writeStatusTable(cmd.OutOrStdout(), rep)
+			err = writeStatusTable(cmd.OutOrStdout(), rep, warnings)
 		}
 		if err != nil {
 			return err
@@ -71,20 +75,40 @@ could be read, so it works as a probe and for scripts (--json).`,
 	return cmd
 }
 
-func readStatus(ctx context.Context, dsn, slot string, top int) (inspect.Report, error) {
+// readStatus reads the report, and a warning when the server's wal_level is not logical.
+func readStatus(ctx context.Context, dsn, slot string, top int) (inspect.Report, string, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return inspect.Report{}, fmt.Errorf("bad DSN: %w", err)
+		return inspect.Report{}, "", fmt.Errorf("bad DSN: %w", err)
 	}
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "outbox-relay status"
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return inspect.Report{}, fmt.Errorf("connect: %w", err)
+		return inspect.Report{}, "", fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	return inspect.Status(ctx, conn, slot, top)
+	walWarning, err := walLevelWarning(ctx, conn)
+	if err != nil {
+		return inspect.Report{}, "", err
+	}
+	rep, err := inspect.Status(ctx, conn, slot, top)
+	return rep, walWarning, err
+}
+
+// walLevelWarning returns a warning naming the fix when the server cannot decode logically
+// (wal_level is not logical), or "" when it can.
+func walLevelWarning(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return "", fmt.Errorf("read wal_level: %w", err)
+	}
+	if level == "logical" {
+		return "", nil
+	}
+	return fmt.Sprintf("wal_level is %s, but the relay needs logical: run ALTER SYSTEM SET wal_level = logical "+
+		"(or set it in postgresql.conf) and restart PostgreSQL", level), nil
 }
 
 // statusJSON is the --json document: the health verdict, then the report's fields.
@@ -95,14 +119,14 @@ type statusJSON struct {
 	inspect.Report
 }
 
-func writeStatusJSON(w io.Writer, r inspect.Report) error {
+func writeStatusJSON(w io.Writer, r inspect.Report, warnings []string) error {
 	ok, why := r.Healthy()
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(statusJSON{Healthy: ok, Reason: why, Warnings: r.Warnings(), Report: r})
+	return enc.Encode(statusJSON{Healthy: ok, Reason: why, Warnings: warnings, Report: r})
 }
 
-func writeStatusTable(w io.Writer, r inspect.Report) error {
+func writeStatusTable(w io.Writer, r inspect.Report, warnings []string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
 	if ok, why := r.Healthy(); ok {
@@ -110,7 +134,7 @@ func writeStatusTable(w io.Writer, r inspect.Report) error {
 	} else {
 		row("health", "UNHEALTHY: "+why)
 	}
-	for _, warn := range r.Warnings() {
+	for _, warn := range warnings {
 		row("warning", warn)
 	}
 	writeSlot(row, r.Slot)

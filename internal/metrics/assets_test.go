@@ -320,7 +320,7 @@ func TestDeliveryAttemptResults(t *testing.T) {
 		}
 	}
 	slices.Sort(results)
-	want := []string{metrics.Result4xx, metrics.Result5xx, metrics.ResultNetwork, metrics.ResultSuccess, metrics.ResultTimeout}
+	want := []string{metrics.Result3xx, metrics.Result4xx, metrics.Result5xx, metrics.ResultNetwork, metrics.ResultSuccess, metrics.ResultTimeout}
 	slices.Sort(want)
 	if !slices.Equal(results, want) {
 		t.Errorf("result label values %v, want %v", results, want)

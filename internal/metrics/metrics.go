@@ -11,6 +11,7 @@ const ns = "outbox_relay"
 // Attempt results, the values of the result label on DeliveryAttempts.
 const (
 	ResultSuccess = "success"
+	Result3xx     = "http_3xx"
 	Result4xx     = "http_4xx"
 	Result5xx     = "http_5xx"
 	ResultTimeout = "timeout"
@@ -62,7 +63,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		EventsSkipped: counter("events_skipped_total",
 			"Events resent after a restart that an earlier process had already delivered (per the status marks), not sent again."),
 		DeliveryAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "delivery_attempts_total",
-			Help: "Delivery attempts by result: success, http_4xx, http_5xx, timeout or network."}, []string{"result"}),
+			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout or network."}, []string{"result"}),
 		DeliveryDuration: histogram("delivery_duration_seconds", "Duration of one delivery attempt.",
 			prometheus.ExponentialBuckets(0.0005, 2, 16)),
 		EndToEnd: histogram("end_to_end_seconds", "From commit timestamp to successful delivery.",
@@ -87,7 +88,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 			Help: "Always 1; labels carry the version, commit and Go version."}, []string{"version", "commit", "goversion"}),
 	}
-	for _, r := range []string{ResultSuccess, Result4xx, Result5xx, ResultTimeout, ResultNetwork} {
+	for _, r := range []string{ResultSuccess, Result3xx, Result4xx, Result5xx, ResultTimeout, ResultNetwork} {
 		m.DeliveryAttempts.WithLabelValues(r)
 	}
 	reg.MustRegister(m.LagBytes, m.OldestUndelivered, m.EventsReceived, m.EventsDelivered, m.EventsDeadLettered,

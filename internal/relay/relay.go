@@ -142,18 +142,40 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("bad DSN (set DB_DSN or --dsn to a postgres:// URL): %w", err)
 	}
 	setup, err := setupWithRetry(ctx, cfg)
+	if stoppedDuringStartup(ctx, err) {
+		log.Info().Msg("stopped during start-up")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	logSetup(log, cfg, setup)
 	pool, err := pgxpool.New(ctx, cfg.DSN)
+	if stoppedDuringStartup(ctx, err) {
+		log.Info().Msg("stopped during start-up")
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
 
 	r := newRunner(cfg, m, hook, pool)
-	return r.run(ctx)
+	err = r.run(ctx)
+	if stoppedDuringStartup(ctx, err) {
+		// A start-up lookup of a component (parked aggregates, the backfill) was cut short by the
+		// stop: nothing was lost, and the next start redoes it.
+		log.Info().Err(err).Msg("stopped during start-up")
+		return nil
+	}
+	return err
+}
+
+// stoppedDuringStartup reports whether ctx ended (SIGINT or SIGTERM) while a start-up step was
+// under way: then err, if any, is only the cancellation (a lookup cut short), and the stop is
+// clean. An error that is not a cancellation is never hidden.
+func stoppedDuringStartup(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err()))
 }
 
 // setupWithRetry runs cdc.Setup until it succeeds, fails for good (a misconfiguration whose
@@ -164,7 +186,11 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 	for {
 		res, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
 			cdc.SetupOptions{Backfill: cfg.Backfill, RecreateSlot: cfg.RecreateSlot})
-		if err == nil || permanent(err) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.
+			return res, ctx.Err()
+		}
+		if err == nil || permanent(err) {
 			return res, err
 		}
 		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")

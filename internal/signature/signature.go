@@ -60,7 +60,7 @@ func ParseScheme(v string) (Scheme, error) {
 }
 
 // ErrNoSecret means no usable secret was configured.
-var ErrNoSecret = errors.New("no webhook secret: set WEBHOOK_SECRET, --webhook-secret or --webhook-secret-file")
+var ErrNoSecret = errors.New("no webhook secret configured")
 
 // SplitSecrets splits a comma-separated list of secrets, dropping blanks and surrounding space.
 func SplitSecrets(list string) []string {
