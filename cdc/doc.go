@@ -32,4 +32,10 @@
 // One goroutine owns the replication connection (pgconn is not safe for concurrent use). It
 // never blocks on the publisher: when the tracker's buffer is full (by events or bytes) it stops
 // reading WAL but keeps sending status updates, well inside wal_sender_timeout.
+//
+// The other way round, a connection that went silent (a partition or a frozen middlebox sends
+// no FIN and no RST) is found by Config.ReplicationTimeout: while the stream reads, a quarter of
+// it without a message sends a status update that requests a reply, which a live walsender
+// answers at once, and the whole of it without one ends the session with ErrReplicationTimeout;
+// the socket is closed without waiting on it and the stream reconnects.
 package cdc

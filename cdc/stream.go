@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,18 @@ type Config struct {
 	ConfirmDelay time.Duration
 	// StandbyRetry is how often a standby instance retries a slot held by another. If zero, 2s.
 	StandbyRetry time.Duration
-	// ReconnectMax caps the reconnect backoff, which starts at 100ms. If zero, 10s.
+	// ReplicationTimeout is how long the connection may stay silent while the stream waits
+	// for the server: after a quarter of it the stream probes (a status update that requests a
+	// reply, which a live walsender answers at once), and after all of it the connection is
+	// dead, so it is closed and the stream reconnects. It also bounds connecting and each status
+	// update write. If zero, the server's wal_sender_timeout, or DefaultReplicationTimeout when
+	// that is 0 (disabled).
+	ReplicationTimeout time.Duration
+	// Dial opens the replication connection's socket. If nil, pgconn's default dialer (Go's
+	// TCP keepalives, no TCP_USER_TIMEOUT).
+	Dial pgconn.DialFunc
+	// ReconnectMax caps the reconnect backoff, which starts at 100ms and returns there after a
+	// session that streamed for a minute. If zero, 10s.
 	ReconnectMax time.Duration
 	Logger       zerolog.Logger
 	// Metrics may be nil.
@@ -64,6 +76,7 @@ type Stream struct {
 	lastEnd   pglogrepl.LSN // highest transaction end received by this process
 	standby   bool          // said "standing by" already
 	sessions  uint64        // streaming sessions started
+	since     time.Time     // the current session started streaming; zero if it has not
 	streaming atomic.Bool
 }
 
@@ -94,14 +107,18 @@ func NewStream(cfg Config, tracker *Tracker) *Stream {
 // (the publisher has finished what it had in flight), then confirms the final position, ends
 // replication cleanly and returns nil.
 func (s *Stream) Run(ctx context.Context, out chan<- *Tx, drained <-chan struct{}) error {
-	backoff := 100 * time.Millisecond
+	backoff := backoffMin
 	for {
 		err := s.session(ctx, out, drained)
+		var streamed time.Duration
+		if !s.since.IsZero() {
+			streamed, s.since = time.Since(s.since), time.Time{}
+		}
 		s.setStreaming(false)
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait, perr := s.classify(err, &backoff)
+		wait, perr := s.classify(err, &backoff, streamed)
 		if perr != nil {
 			return perr
 		}
@@ -114,7 +131,8 @@ func (s *Stream) Run(ctx context.Context, out chan<- *Tx, drained <-chan struct{
 }
 
 // classify decides what follows a failed session: a wait before retrying, or a permanent error.
-func (s *Stream) classify(err error, backoff *time.Duration) (time.Duration, error) {
+// streamed is how long the session streamed (see nextBackoff).
+func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Duration) (time.Duration, error) {
 	switch {
 	case errors.Is(err, errSlotActive):
 		if !s.standby {
@@ -128,24 +146,28 @@ func (s *Stream) classify(err error, backoff *time.Duration) (time.Duration, err
 		return 0, err
 	}
 	s.m.Reconnects.Inc()
-	wait := *backoff
-	*backoff = min(*backoff*2, s.cfg.ReconnectMax)
+	var wait time.Duration
+	wait, *backoff = nextBackoff(*backoff, streamed, s.cfg.ReconnectMax)
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
 }
 
-// session runs one replication connection from START_REPLICATION to its end.
-func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan struct{}) error {
-	conn, err := s.connect(ctx)
+// session runs one replication connection from START_REPLICATION to its end. Connecting and
+// starting are bounded by the replication timeout (or its default), so a partition during a
+// reconnect cannot hang it.
+func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan struct{}) (err error) {
+	startCtx, cancel := context.WithTimeout(ctx, cmp.Or(s.cfg.ReplicationTimeout, DefaultReplicationTimeout))
+	defer cancel()
+	conn, err := s.connect(startCtx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
-	interval, started, err := s.sessionSettings(ctx, conn)
+	defer func() { closeConn(conn, err != nil) }()
+	set, err := s.sessionSettings(startCtx, conn)
 	if err != nil {
 		return err
 	}
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+	err = pglogrepl.StartReplication(startCtx, conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'", "messages 'true'"},
 	})
 	if err != nil {
@@ -155,11 +177,25 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 		s.log.Info().Str("slot", s.cfg.Slot).Msg("slot is free; taking over")
 		s.standby = false
 	}
-	s.log.Info().Str("slot", s.cfg.Slot).Str("confirmed", s.tracker.Confirmable().String()).Msg("streaming")
+	s.log.Info().Str("slot", s.cfg.Slot).Str("confirmed", s.tracker.Confirmable().String()).
+		Dur("replication_timeout", set.timeout).Msg("streaming")
 	s.setStreaming(true)
 	s.sessions++
-	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: interval, session: s.sessions, started: started}
+	s.since = time.Now()
+	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: set.interval, session: s.sessions,
+		started: set.started, quiet: silence{timeout: set.timeout}}
 	return l.run(ctx, drained)
+}
+
+// closeConn ends a session's connection. After a failure the socket may be frozen, so it is
+// closed at once instead of after a Terminate message that could wait on it.
+func closeConn(conn *pgconn.PgConn, failed bool) {
+	if failed {
+		_ = conn.Conn().Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
 }
 
 func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
@@ -169,6 +205,9 @@ func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "outbox-relay"
+	if s.cfg.Dial != nil {
+		cfg.DialFunc = s.cfg.Dial
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		if code := sqlstate(err); code == "42501" || code == "28000" {
@@ -180,28 +219,37 @@ func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	return conn, nil
 }
 
-// sessionSettings returns the status interval (the configured one, or a third of
-// wal_sender_timeout capped at 10s) and the server's clock as the session starts.
-func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (time.Duration, time.Time, error) {
+// settings are a session's timings.
+type settings struct {
+	interval time.Duration // status interval: the configured one, or wal_sender_timeout/3 up to 10s
+	timeout  time.Duration // replication timeout: the configured one, or wal_sender_timeout, or the default
+	started  time.Time     // the server's clock as the session starts
+}
+
+// sessionSettings reads wal_sender_timeout and the server's clock, and derives the settings.
+func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (settings, error) {
 	res, err := conn.Exec(ctx, `SELECT setting, (extract(epoch FROM now()) * 1000000)::bigint
 		FROM pg_settings WHERE name = 'wal_sender_timeout'`).ReadAll()
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("read wal_sender_timeout: %w", err)
+		return settings{}, fmt.Errorf("read wal_sender_timeout: %w", err)
 	}
-	interval, started := 10*time.Second, time.Now()
+	set := settings{interval: 10 * time.Second, timeout: s.cfg.ReplicationTimeout, started: time.Now()}
 	if len(res) == 1 && len(res[0].Rows) == 1 {
 		row := res[0].Rows[0]
 		if ms, err := strconv.Atoi(string(row[0])); err == nil && ms > 0 {
-			interval = min(interval, time.Duration(ms)*time.Millisecond/3)
+			walSenderTimeout := time.Duration(ms) * time.Millisecond
+			set.interval = min(set.interval, walSenderTimeout/3)
+			set.timeout = cmp.Or(set.timeout, walSenderTimeout)
 		}
 		if us, err := strconv.ParseInt(string(row[1]), 10, 64); err == nil {
-			started = time.UnixMicro(us)
+			set.started = time.UnixMicro(us)
 		}
 	}
+	set.timeout = cmp.Or(set.timeout, DefaultReplicationTimeout)
 	if s.cfg.StatusInterval > 0 {
-		interval = s.cfg.StatusInterval
+		set.interval = s.cfg.StatusInterval
 	}
-	return interval, started, nil
+	return set, nil
 }
 
 func (s *Stream) startError(err error) error {
@@ -232,9 +280,11 @@ type loop struct {
 	sent   pglogrepl.LSN // last position sent in a status update
 	sentAt time.Time
 	walEnd pglogrepl.LSN // server WAL end from the last keepalive
+	quiet  silence       // how long reading has heard nothing
 }
 
 func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
+	l.quiet.heard(time.Now())
 	if err := l.status(false); err != nil {
 		return err
 	}
@@ -246,6 +296,7 @@ func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
 			if err := l.paused(ctx); err != nil {
 				return err
 			}
+			l.quiet.heard(time.Now()) // not reading meanwhile: the wait for the server starts now
 			continue
 		}
 		if err := l.receive(ctx); err != nil {
@@ -255,8 +306,12 @@ func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
 	return l.finish(drained)
 }
 
-// receive reads one message, or times out to send a status update.
+// receive reads one message, or times out to send a status update or a probe, or finds the
+// connection dead.
 func (l *loop) receive(ctx context.Context) error {
+	if err := l.liveness(); err != nil {
+		return err
+	}
 	if err := l.conn.Conn().SetReadDeadline(l.deadline()); err != nil {
 		return err
 	}
@@ -273,13 +328,32 @@ func (l *loop) receive(ctx context.Context) error {
 	if err := l.handle(ctx, msg); err != nil {
 		return err
 	}
+	l.quiet.heard(time.Now()) // after handle, which may have waited on the publisher
 	return l.maybeStatus()
+}
+
+// liveness finds the connection dead after a whole replication timeout of silence, and probes
+// it before that: a status update with the reply-requested flag, which a live walsender
+// answers with a keepalive. A frozen socket accepts the probe and never answers.
+func (l *loop) liveness() error {
+	now := time.Now()
+	if l.quiet.dead(now) {
+		return fmt.Errorf("%w for %s, probes included; closing the connection", ErrReplicationTimeout, l.quiet.timeout)
+	}
+	if l.quiet.probeDue(now) {
+		l.quiet.probed = now
+		return l.status(true)
+	}
+	return nil
 }
 
 // deadline is when to stop waiting for a message: soon while deliveries may progress, so their
 // confirmation goes out promptly; at the next periodic update when idle.
 func (l *loop) deadline() time.Time {
 	next := l.sentAt.Add(l.interval)
+	if probe := l.quiet.next(); probe.Before(next) {
+		next = probe
+	}
 	if outstanding, confirmable := l.s.tracker.progress(); outstanding > 0 || confirmable != l.sent {
 		if soon := time.Now().Add(l.s.cfg.ConfirmDelay); soon.Before(next) {
 			next = soon
@@ -419,7 +493,7 @@ func (l *loop) finish(drained <-chan struct{}) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = l.conn.Conn().SetReadDeadline(time.Time{}) // the read loop's deadline is stale
+	_ = l.conn.Conn().SetDeadline(time.Time{}) // the read loop's deadlines are stale; ctx bounds what follows
 	if _, err := pglogrepl.SendStandbyCopyDone(ctx, l.conn); err != nil {
 		l.s.log.Debug().Err(err).Msg("end replication")
 	}
@@ -443,6 +517,10 @@ func (l *loop) maybeStatus() error {
 
 func (l *loop) status(reply bool) error {
 	pos := l.s.tracker.Confirmable()
+	// A frozen socket must not hang the loop: the write fails at the deadline instead.
+	if err := l.conn.Conn().SetWriteDeadline(time.Now().Add(l.quiet.timeout)); err != nil {
+		return fmt.Errorf("send status update: %w", err)
+	}
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), l.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos,
 		ClientTime: time.Now(), ReplyRequested: reply,

@@ -19,8 +19,11 @@ type MarkerConfig struct {
 	Batch int
 	// Max bounds the rows waiting while the database is unreachable; beyond it marks are
 	// dropped (the rows stay 'pending', which is only cosmetic). If zero, 1,000,000.
-	Max    int
-	Logger zerolog.Logger
+	Max int
+	// Timeout bounds each statement, so a frozen pool connection (a partition) fails it instead
+	// of hanging the marker, or the publisher in Delivered. If zero, 10s.
+	Timeout time.Duration
+	Logger  zerolog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 }
@@ -48,6 +51,9 @@ func NewMarker(pool *pgxpool.Pool, cfg MarkerConfig) *Marker {
 	}
 	if cfg.Max <= 0 {
 		cfg.Max = 1_000_000
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Discard()
@@ -120,6 +126,8 @@ func (m *Marker) flush(ctx context.Context) {
 // the next flush: a row handed over by logical decoding can still be invisible to other
 // sessions for a moment after its commit is flushed.
 func (m *Marker) mark(ctx context.Context, retries int, ids []string, again bool) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
 	tag, err := m.pool.Exec(ctx, markSQL, ids, retries)
 	if err != nil {
 		m.cfg.Metrics.MarkerErrors.Inc()
@@ -149,8 +157,11 @@ func (m *Marker) requeue(retries int, ids []string) {
 	m.n += len(ids)
 }
 
-// Delivered returns which of ids are marked done, for Resume.
+// Delivered returns which of ids are marked done, for Resume. It gives up after the Timeout
+// (Resume then delivers the events again), so an unreachable database cannot hold delivery.
 func (m *Marker) Delivered(ctx context.Context, ids []string) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
 	rows, err := m.pool.Query(ctx, `SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[]) AND status = 'done'`, ids)
 	if err != nil {
 		return nil, err

@@ -18,9 +18,10 @@ import (
 )
 
 var (
-	urlFlag        = envFlag{name: "webhook-url", env: "WEBHOOK_URL"}
-	secretFlag     = envFlag{name: "webhook-secret", env: "WEBHOOK_SECRET"}
-	secretFileFlag = envFlag{name: "webhook-secret-file", env: "WEBHOOK_SECRET_FILE"}
+	urlFlag         = envFlag{name: "webhook-url", env: "WEBHOOK_URL"}
+	secretFlag      = envFlag{name: "webhook-secret", env: "WEBHOOK_SECRET"}
+	secretFileFlag  = envFlag{name: "webhook-secret-file", env: "WEBHOOK_SECRET_FILE"}
+	replTimeoutFlag = envFlag{name: "replication-timeout", env: "REPLICATION_TIMEOUT"}
 )
 
 func newRunCmd() *cobra.Command {
@@ -54,6 +55,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Duration("stall-timeout", relay.DefaultStallTimeout, "/readyz fails when events wait and nothing was delivered for this long")
 	fs.Duration("retention", 0, "delete delivered (done) rows older than this, hourly in the background; 0 = keep them")
 	fs.Duration("status-interval", 0, "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s")
+	fs.Duration(replTimeoutFlag.name, 0, "reconnect when nothing arrives from the server for this long, probes included (env REPLICATION_TIMEOUT); 0 = the server's wal_sender_timeout, or 60s when that is 0")
 	addLogFlags(fs)
 	fs.Bool("backfill", false, "when this run creates the slot, first deliver the rows already pending (moving from a poller, or a new slot)")
 	fs.Bool("recreate-slot", false, "drop an invalidated slot (wal_status = lost), create it again and backfill; logged loudly")
@@ -113,6 +115,9 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	cfg.ShutdownTimeout, _ = fs.GetDuration("shutdown-timeout")
 	cfg.StallTimeout, _ = fs.GetDuration("stall-timeout")
 	cfg.StatusInterval, _ = fs.GetDuration("status-interval")
+	if cfg.ReplicationTimeout, err = durationFrom(fs, replTimeoutFlag); err != nil {
+		return cfg, err
+	}
 	cfg.Retention, _ = fs.GetDuration("retention")
 	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
 	cfg.Backfill, _ = fs.GetBool("backfill")
@@ -122,6 +127,22 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, usageError{fmt.Errorf("--retry-min must be positive and no more than --retry-max")}
 	}
 	return cfg, nil
+}
+
+// durationFrom returns the flag's value if it was given, else the environment variable's, else
+// the flag's default. A negative or malformed value is a usage error.
+func durationFrom(fs *pflag.FlagSet, f envFlag) (time.Duration, error) {
+	d, _ := fs.GetDuration(f.name)
+	if v, ok := os.LookupEnv(f.env); ok && v != "" && !fs.Changed(f.name) {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			return 0, usageError{fmt.Errorf("%s=%q: set a duration such as 30s", f.env, v)}
+		}
+	}
+	if d < 0 {
+		return 0, usageError{fmt.Errorf("--%s (%s) must not be negative; 0 means the server's wal_sender_timeout", f.name, f.env)}
+	}
+	return d, nil
 }
 
 // secrets reads the signing secrets from --webhook-secret / WEBHOOK_SECRET, or from a file.

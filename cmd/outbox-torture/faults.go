@@ -15,6 +15,7 @@ const (
 	faultRelayKill faultKind = iota
 	faultFailover
 	faultPGRestart
+	faultPartition
 	faultRecv500
 	faultRecvHang
 	faultRecvReset
@@ -23,7 +24,7 @@ const (
 	faultKinds
 )
 
-var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "recv-500", "recv-hang",
+var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "partition", "recv-500", "recv-hang",
 	"recv-reset", "recv-drop-ack", "recv-slow"}
 
 func (k faultKind) String() string { return faultNames[k] }
@@ -50,7 +51,8 @@ type fault struct {
 	Gap  time.Duration // pause before it
 	Kind faultKind
 	// For receiver faults: how long the episode lasts and the share of requests it hits. For a
-	// failover: Hold is how long the standby runs beside the leader before the leader dies.
+	// failover: Hold is how long the standby runs beside the leader before the leader dies. For
+	// a partition: how long the relays' connections stay frozen.
 	Hold  time.Duration
 	Share float64
 }
@@ -61,6 +63,8 @@ func (f fault) String() string {
 		return fmt.Sprintf("%s for %s on %.0f%% of requests", f.Kind, f.Hold.Round(time.Millisecond), 100*f.Share)
 	case f.Kind == faultFailover:
 		return fmt.Sprintf("%s after %s beside a standby", f.Kind, f.Hold.Round(time.Millisecond))
+	case f.Kind == faultPartition:
+		return fmt.Sprintf("%s for %s", f.Kind, f.Hold.Round(time.Millisecond))
 	}
 	return f.Kind.String()
 }
@@ -91,7 +95,7 @@ func (p *plan) next() fault {
 	if len(p.first) > 0 {
 		f.Kind, p.first = p.first[0], p.first[1:]
 	} else if p.rng.IntN(2) == 0 {
-		f.Kind = faultKind(p.rng.IntN(int(faultPGRestart) + 1))
+		f.Kind = faultKind(p.rng.IntN(int(faultRecv500))) // a process or network fault
 	} else {
 		f.Kind = faultRecv500 + faultKind(p.rng.IntN(int(faultKinds-faultRecv500)))
 	}
@@ -101,6 +105,9 @@ func (p *plan) next() fault {
 		f.Share = 0.3 + 0.7*p.rng.Float64()
 	case f.Kind == faultFailover:
 		f.Hold = p.between(300*time.Millisecond, 2*time.Second)
+	case f.Kind == faultPartition:
+		// Long enough for the relay to find the connection dead, with room on a loaded machine.
+		f.Hold = p.between(2*relayReplicationTimeout, 3*relayReplicationTimeout)
 	}
 	return f
 }
@@ -121,6 +128,8 @@ type faultStats struct {
 	Counts    [faultKinds]int
 	Takeovers []time.Duration // leader killed → another streams, per failover
 	Recovery  []time.Duration // leader killed → a relay streams again, per relay-kill
+	Noticed   []time.Duration // connections frozen → the leader no longer ready, per partition
+	Healed    []time.Duration // thaw → a relay streams again, per partition
 	PGDown    []time.Duration // restart call, kill to ready
 	Failures  []string        // a fault that did not heal
 	Log       []injected      // every fault, in order
@@ -149,6 +158,8 @@ func (t *harness) inject(ctx context.Context, f fault) {
 			return
 		}
 		t.faults.PGDown = append(t.faults.PGDown, time.Since(start))
+	case faultPartition:
+		t.partition(ctx, f.Hold)
 	default:
 		t.recv.fault(f.Kind.receiverMode(), f.Share, f.Hold)
 	}
@@ -205,6 +216,41 @@ func (t *harness) failover(ctx context.Context, hold time.Duration) {
 	if _, err := t.fleet.start(); err != nil {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("failover: new standby: %v", err))
 	}
+}
+
+// partition freezes every relay connection to PostgreSQL (the proxy stops forwarding and closes
+// nothing, like a silent network partition) for hold, then thaws it. The leader must notice
+// while frozen (its /readyz stops answering 200: it found the connection dead by its replication
+// timeout), and a relay must stream again after the thaw.
+func (t *harness) partition(ctx context.Context, hold time.Duration) {
+	leader, err := t.fleet.waitLeader(ctx, takeoverLimit)
+	if err != nil {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("partition: before: %v", err))
+		return
+	}
+	t.proxy.Freeze()
+	start := time.Now()
+	noticed := time.Duration(-1)
+	for time.Since(start) < hold && ctx.Err() == nil {
+		if noticed < 0 && !leader.exited() && !t.fleet.streaming(ctx, leader) {
+			noticed = time.Since(start)
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+	t.proxy.Thaw()
+	thawed := time.Now()
+	if noticed < 0 {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf(
+			"partition: relay-%d still answered ready after %s with its connections frozen (replication timeout %s)",
+			leader.id, hold.Round(time.Millisecond), relayReplicationTimeout))
+		return
+	}
+	t.faults.Noticed = append(t.faults.Noticed, noticed)
+	if _, err := t.fleet.waitLeader(ctx, takeoverLimit); err != nil {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("partition: after the thaw: %v", err))
+		return
+	}
+	t.faults.Healed = append(t.faults.Healed, time.Since(thawed))
 }
 
 // blame attributes each duplicate delivery to the latest process fault (relay-kill, failover,

@@ -68,14 +68,19 @@ func newFleet(bin, dir string, args []string) *fleet {
 	return &fleet{bin: bin, dir: dir, args: args, http: &http.Client{Timeout: time.Second}}
 }
 
+// relayReplicationTimeout is the relays' --replication-timeout: short, so that a partition
+// fault is noticed within seconds.
+const relayReplicationTimeout = 2 * time.Second
+
 // relayArgs are the relay's flags in every run: a 1s request timeout (the hang fault holds
-// requests past it), quick retries, no dead-lettering (a parked event would look lost), and a
-// status update at least every second, so that SIGTERM is noticed promptly.
+// requests past it), quick retries, no dead-lettering (a parked event would look lost), a
+// status update at least every second, so that SIGTERM is noticed promptly, and a short
+// replication timeout. dsn points at the harness's freeze proxy.
 func relayArgs(dsn, url, secret, slot string) []string {
 	return []string{"run", "--dsn", dsn, "--webhook-url", url, "--webhook-secret", secret,
 		"--slot", slot, "--publication", slot, "--request-timeout", "1s", "--retry-min", "20ms",
 		"--retry-max", "1s", "--max-attempts", "-1", "--status-interval", "1s", "--shutdown-timeout", "5s",
-		"--log-format", "json", "--log-level", "info"}
+		"--replication-timeout", relayReplicationTimeout.String(), "--log-format", "json", "--log-level", "info"}
 }
 
 // start launches one more relay. Its stdout and stderr go to relay-<n>.log.

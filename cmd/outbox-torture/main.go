@@ -13,7 +13,8 @@
 //     transaction cut off before COMMIT is retried with new ids, and one cut off during COMMIT
 //     (outcome unknown) is settled by looking its ids up after reconnecting.
 //   - Relays: `outbox-relay run`, built from this module into a temp dir (or TORTURE_RELAY),
-//     with --request-timeout 1s and unlimited attempts; one leader, at times a standby.
+//     with --request-timeout 1s, --replication-timeout 2s and unlimited attempts, connected to
+//     PostgreSQL through a freeze proxy; one leader, at times a standby.
 //   - Receiver: an in-process HTTP server that verifies each signature, records every
 //     accepted delivery, and hands it to an inbox.Handler whose process function counts the
 //     event in applied(event_id, n).
@@ -27,6 +28,10 @@
 //	failover         start a standby on the same slot, SIGKILL the leader, time the takeover,
 //	                 leave a new standby running
 //	pg-restart       immediate (crash) restart of PostgreSQL on the same port
+//	partition        freeze every relay connection to PostgreSQL (the relays connect through
+//	                 an in-process TCP proxy that stops forwarding and closes nothing) for 2–3
+//	                 replication timeouts; the leader must stop answering ready meanwhile, and
+//	                 a relay must stream again after the thaw
 //	recv-500         answer 500 to a share of requests for a while
 //	recv-hang        hold a share of requests past the relay's request timeout
 //	recv-reset       reset a share of connections without an answer

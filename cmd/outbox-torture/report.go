@@ -107,6 +107,10 @@ func takeovers(r *result) string {
 	s := fmt.Sprintf("%d failovers, max %s; %d relay kills, back in at most %s", len(r.Faults.Takeovers),
 		maxDuration(r.Faults.Takeovers).Round(10*time.Millisecond), len(r.Faults.Recovery),
 		maxDuration(r.Faults.Recovery).Round(10*time.Millisecond))
+	if n := len(r.Faults.Noticed); n > 0 {
+		s += fmt.Sprintf("; %d partitions, noticed within %s, streaming within %s of the thaw", n,
+			maxDuration(r.Faults.Noticed).Round(10*time.Millisecond), maxDuration(r.Faults.Healed).Round(10*time.Millisecond))
+	}
 	if n := len(r.Faults.Failures); n > 0 {
 		s += fmt.Sprintf("; %d did not heal", n)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
@@ -69,6 +70,7 @@ type harness struct {
 	start    time.Time
 	cluster  *pgtest.Cluster
 	outDSN   string
+	proxy    *relaytest.Proxy // between the relays and PostgreSQL, for the partition fault
 	recv     *receiver
 	fleet    *fleet
 	ledger   ledger
@@ -133,7 +135,15 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		return nil, err
 	}
 	defer t.recv.Close()
-	t.fleet = newFleet(bin, logDir, relayArgs(t.outDSN, t.recv.URL, secret, slotName))
+	if t.proxy, err = relaytest.NewProxy(fmt.Sprintf("127.0.0.1:%d", t.cluster.Port)); err != nil {
+		return nil, err
+	}
+	defer t.proxy.Close()
+	relayDSN, err := t.proxy.DSN(t.outDSN)
+	if err != nil {
+		return nil, err
+	}
+	t.fleet = newFleet(bin, logDir, relayArgs(relayDSN, t.recv.URL, secret, slotName))
 	defer t.fleet.killAll()
 
 	res, err = t.execute(ctx, inPool)

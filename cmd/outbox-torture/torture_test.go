@@ -22,12 +22,13 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
 // schedule; otherwise the seed is random and logged.
 func TestTortureShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the relay and runs it under faults for 25s: skipped with -short")
+		t.Skip("builds the relay and runs it under faults for 35s: skipped with -short")
 	}
 	cfg := defaultConfig()
-	cfg.Events, cfg.Duration, cfg.Drain = 1500, 25*time.Second, time.Minute
-	// Every kind runs once, shuffled, before any repeats: short gaps fit all eight in the run,
-	// with time to spare for the slow ones (a failover, a restart) on a loaded machine.
+	cfg.Events, cfg.Duration, cfg.Drain = 1500, 35*time.Second, time.Minute
+	// Every kind runs once, shuffled, before any repeats: short gaps fit all nine in the run,
+	// with time to spare for the slow ones (a failover, a restart, a 4–6s partition) on a
+	// loaded machine.
 	cfg.GapMin, cfg.GapMax = 300*time.Millisecond, 700*time.Millisecond
 	cfg.Seed = randomSeed()
 	if v := os.Getenv("TORTURE_SEED"); v != "" {

@@ -50,6 +50,11 @@ type Config struct {
 	ShutdownTimeout   time.Duration
 	StallTimeout      time.Duration
 	StatusInterval    time.Duration // 0: derived from wal_sender_timeout
+	// ReplicationTimeout declares the replication connection dead after this long with nothing
+	// from the server, probes included (see cdc.Config.ReplicationTimeout); it is also the
+	// TCP_USER_TIMEOUT of every connection the relay opens. If zero, the server's
+	// wal_sender_timeout, or 60s when that is 0.
+	ReplicationTimeout time.Duration
 	// Retention, if positive, deletes delivered rows older than this in the background.
 	Retention time.Duration
 	// Backfill records the pending rows when the slot is created, and delivers them first.
@@ -150,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	logSetup(log, cfg, setup)
-	pool, err := pgxpool.New(ctx, cfg.DSN)
+	pool, err := newPool(ctx, cfg)
 	if stoppedDuringStartup(ctx, err) {
 		log.Info().Msg("stopped during start-up")
 		return nil
@@ -176,6 +181,26 @@ func Run(ctx context.Context, cfg Config) error {
 // clean. An error that is not a cancellation is never hidden.
 func stoppedDuringStartup(ctx context.Context, err error) bool {
 	return ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err()))
+}
+
+// newPool opens the pool of the marker, the poller, the store and retention, on sockets that
+// notice a dead peer (see dialer).
+func newPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	pc.ConnConfig.DialFunc = dialer(userTimeout(cfg))
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// userTimeout is the TCP_USER_TIMEOUT of the relay's connections: the replication timeout, or
+// its default when the server decides it.
+func userTimeout(cfg Config) time.Duration {
+	if cfg.ReplicationTimeout > 0 {
+		return cfg.ReplicationTimeout
+	}
+	return cdc.DefaultReplicationTimeout
 }
 
 // setupWithRetry runs cdc.Setup until it succeeds, fails for good (a misconfiguration whose
@@ -252,7 +277,8 @@ func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pg
 	r := &runner{cfg: cfg, pool: pool, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
 	r.stream = cdc.NewStream(cdc.Config{DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication,
-		StatusInterval: cfg.StatusInterval, Logger: cfg.Logger, Metrics: m}, r.tracker)
+		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
+		Dial: dialer(userTimeout(cfg)), Logger: cfg.Logger, Metrics: m}, r.tracker)
 	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
