@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // Mount the inbox at /webhook. The ProcessFunc's writes commit in the inbox's transaction, so

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 const fuzzSecret = "fuzz-secret"

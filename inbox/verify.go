@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // Header names of the wire contract.
