@@ -22,7 +22,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# A throwaway PostgreSQL, the relay and the example consumer in one process, with a live status;
+# A throwaway PostgreSQL, the relay and a small consumer in one process, with a live status;
 # Ctrl-C stops it and removes everything. Needs the server binaries (or DB_DSN), like the tests.
 # The binary is built and then run (not `go run`, which exits 1 on Ctrl-C however cleanly the demo
 # stops). ARGS passes flags: make demo ARGS="--duration 30s --rate 200".

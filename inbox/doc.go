@@ -55,7 +55,8 @@
 // "<webhook-id>.<webhook-timestamp>.<body>", keyed with the decoded part of a `whsec_<base64>`
 // secret; only whsec_ secrets take part. One list may hold both kinds. During a rotation the
 // relay sends one signature per secret (`sha256=<old>,sha256=<new>`, or space-separated v1
-// entries) and a consumer that knows either secret accepts.
+// entries) and a consumer that knows either secret accepts. Package signature states the
+// contract byte for byte and has the functions this package verifies with.
 //
 // Under X-Signature the event id is not covered by the signature (the contract signs the
 // timestamp and body only), so within the tolerance window a captured request could be

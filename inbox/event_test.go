@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 func hexString(b []byte) string      { return hex.EncodeToString(b) }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -15,14 +14,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // Mount the inbox at /webhook. The ProcessFunc's writes commit in the inbox's transaction, so
 // the relay's retry of an event already applied changes nothing.
 func ExampleNew() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, exampleDSN())
+	pool, err := pgxpool.New(ctx, exampleDSN()) // your DSN, on a database `outbox-relay migrate` ran on
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -94,13 +93,4 @@ func relayRequest(url, secret string) *http.Request {
 	req.Header.Set("X-Timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("X-Signature", string(signature.AppendX(nil, keys, ts, body)))
 	return req
-}
-
-// exampleDSN makes a migrated database on the test cluster; in your code this is your DSN.
-func exampleDSN() string {
-	dsn, err := relaytest.NewMigratedDB(context.Background(), "example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	return dsn
 }

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"bytes"
 	"context"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,12 +18,22 @@ import (
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
 
-// delivery is one webhook as the relay sends it, signed with internal/signature so the tests
+// exampleDSN makes a migrated database on the test cluster for the examples, which a user
+// copies and so import nothing internal; in their code this is their DSN.
+func exampleDSN() string {
+	dsn, err := relaytest.NewMigratedDB(context.Background(), "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return dsn
+}
+
+// delivery is one webhook as the relay sends it, signed with package signature so the tests
 // check the very contract the relay implements.
 type delivery struct {
 	scheme  signature.Scheme

@@ -1,29 +1,28 @@
 package inbox
 
 import (
-	"crypto/hmac"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // Header names of the wire contract.
 const (
-	headerXSignature = "X-Signature"
-	headerXTimestamp = "X-Timestamp"
+	headerXSignature = signature.HeaderXSignature
+	headerXTimestamp = signature.HeaderXTimestamp
 	headerXEventID   = "X-Event-Id"
-	headerWebhookID  = "Webhook-Id"
-	headerWebhookTS  = "Webhook-Timestamp"
-	headerWebhookSig = "Webhook-Signature"
+	headerWebhookID  = signature.HeaderWebhookID
+	headerWebhookTS  = signature.HeaderWebhookTimestamp
+	headerWebhookSig = signature.HeaderWebhookSignature
 )
 
 // DefaultTolerance is how far a signature's timestamp may be from now, either way, when the
 // configured tolerance is zero. It matches the Standard Webhooks reference libraries.
-const DefaultTolerance = 5 * time.Minute
+const DefaultTolerance = signature.DefaultTolerance
 
 // Verifier checks webhook signatures against a fixed list of secrets. It is safe for
 // concurrent use.
@@ -107,11 +106,7 @@ func (v *Verifier) checkX(h http.Header, sigs []string, body []byte) (string, er
 	if ts == "" {
 		return "", fmt.Errorf("%w: %s without %s", ErrMissingSignature, headerXSignature, headerXTimestamp)
 	}
-	want := make([][]byte, len(v.xKeys))
-	for i, k := range v.xKeys {
-		want[i] = signature.MAC(k, []byte(ts), body)
-	}
-	if !anyMatch(want, parseValues(sigs, parseXSignature)) {
+	if !signature.VerifyX(v.xKeys, ts, body, sigs...) {
 		return "", fmt.Errorf("%w (%s)", ErrBadSignature, headerXSignature)
 	}
 	return ts, nil
@@ -122,12 +117,7 @@ func (v *Verifier) checkStandard(h http.Header, sigs []string, body []byte) (str
 	if id == "" || ts == "" {
 		return "", fmt.Errorf("%w: webhook-signature without webhook-id and webhook-timestamp", ErrMissingSignature)
 	}
-	prefix := []byte(id + "." + ts + ".")
-	want := make([][]byte, len(v.stdKeys))
-	for i, k := range v.stdKeys {
-		want[i] = signature.MAC(k, prefix, body)
-	}
-	if !anyMatch(want, parseValues(sigs, parseWebhookSignature)) {
+	if !signature.VerifyStandard(v.stdKeys, id, ts, body, sigs...) {
 		if len(v.stdKeys) == 0 {
 			return "", fmt.Errorf("%w (webhook-signature): no whsec_ secret is configured", ErrBadSignature)
 		}
@@ -142,9 +132,7 @@ func (v *Verifier) fresh(ts string, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	tol := int64(v.tolerance / time.Second)
-	// now.Unix() is far from the int64 limits and tol is at most ~2^33, so neither overflows.
-	if lo, hi := now.Unix()-tol, now.Unix()+tol; sec < lo || sec > hi {
+	if !signature.Fresh(sec, now, v.tolerance) {
 		return fmt.Errorf("%w: signed at %d, now %d, tolerance %s", ErrStaleTimestamp, sec, now.Unix(), v.tolerance)
 	}
 	return nil
@@ -157,19 +145,4 @@ func parseUnix(ts string) (int64, error) {
 		return 0, fmt.Errorf("%w: timestamp %q is not unix seconds", ErrMalformed, clip(ts))
 	}
 	return sec, nil
-}
-
-// anyMatch reports whether any received MAC equals any expected one, comparing in constant
-// time per pair.
-func anyMatch(want, got [][]byte) bool {
-	ok := false
-	for _, g := range got {
-		for _, w := range want {
-			// No early exit: the time taken does not depend on which pair matched.
-			if hmac.Equal(g, w) {
-				ok = true
-			}
-		}
-	}
-	return ok
 }

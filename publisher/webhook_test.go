@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // The public contract, with a fixed secret, timestamp and body. The expected signature was

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // The HTTP ceiling: the same signed requests the relay sent, posted to the same receiver from

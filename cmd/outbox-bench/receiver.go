@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // The receiver is the webhook endpoint every throughput row posts to. It runs as its own

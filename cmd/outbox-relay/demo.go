@@ -14,7 +14,7 @@ func newDemoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Run the whole pipeline locally and watch it deliver, fail and recover",
 		Long: fmt.Sprintf(`Starts a throwaway PostgreSQL with wal_level=logical (from the local server binaries),
-applies the schema, and runs the example warehouse consumer and the relay in this process.
+applies the schema, and runs a small warehouse consumer (on package inbox) and the relay in this process.
 It then writes orders at a steady rate, each with its outbox event in one transaction, and
 shows a live status: written, delivered, duplicates absorbed by the inbox, reservations, lag,
 p99 latency and retries. Every %s the consumer fails for %s, and 1 in %d of its answers

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/relay"
-	"github.com/outbox-relay/outbox-relay/internal/signature"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 var (

@@ -22,7 +22,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/examples/consumer/warehouse"
 	"github.com/outbox-relay/outbox-relay/inbox"
-	"github.com/outbox-relay/outbox-relay/internal/signature"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 func main() {

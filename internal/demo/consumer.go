@@ -9,13 +9,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/examples/consumer/warehouse"
 	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
-// startConsumer serves the example warehouse on a free loopback port, behind loseAcks.
+// consumerShutdown is how long the consumer gets to finish deliveries in flight at the end.
+const consumerShutdown = 10 * time.Second
+
+// startConsumer serves the demo's warehouse on a free loopback port, behind loseAcks.
 func (d *demo) startConsumer(ctx context.Context) error {
-	srv, err := warehouse.New(ctx, d.pool, []string{d.secret}, inbox.Config{})
+	srv, err := newWarehouse(ctx, d.pool, []string{d.secret})
 	if err != nil {
 		return err
 	}
@@ -39,7 +41,7 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		return fmt.Errorf("consumer: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), warehouse.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), consumerShutdown)
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	<-errc

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/pgcluster"
 )
 
 // Names of what the demo creates in a database it is given, and drops again at the end.
@@ -20,18 +20,18 @@ const (
 )
 
 // startCluster starts the throwaway cluster; tests replace it.
-var startCluster = pgtest.Start
+var startCluster = pgcluster.Start
 
 // noServerError says how to get a server when DSN is empty and none is installed. It unwraps to
-// pgtest.ErrNoBinaries.
+// pgcluster.ErrNoBinaries.
 type noServerError struct{}
 
 func (noServerError) Error() string {
 	return "no PostgreSQL server binaries (initdb, postgres) to start a throwaway cluster: install them with `" +
-		pgtest.InstallHint + "`, or set PG_BIN to their directory, or set DB_DSN to a database with wal_level=logical"
+		pgcluster.InstallHint + "`, or set PG_BIN to their directory, or set DB_DSN to a database with wal_level=logical"
 }
 
-func (noServerError) Unwrap() error { return pgtest.ErrNoBinaries }
+func (noServerError) Unwrap() error { return pgcluster.ErrNoBinaries }
 
 // throwaway starts a local cluster and creates the demo's database in it. The cluster is
 // started on a context that Ctrl-C does not cancel: a server half started when the context
@@ -40,8 +40,8 @@ func (d *demo) throwaway(ctx context.Context) (string, error) {
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	d.println("demo: starting a throwaway PostgreSQL with wal_level=logical")
-	c, err := startCluster(startCtx, pgtest.Options{})
-	if errors.Is(err, pgtest.ErrNoBinaries) {
+	c, err := startCluster(startCtx, pgcluster.Options{})
+	if errors.Is(err, pgcluster.ErrNoBinaries) {
 		return "", noServerError{}
 	}
 	if err != nil {

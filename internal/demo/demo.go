@@ -1,6 +1,6 @@
 // Package demo runs the whole pipeline in one process, so that a first-time user can watch it
-// work: a database, the schema, the example warehouse consumer, the relay, and a producer placing
-// orders at a steady rate, with a one-screen live status.
+// work: a database, the schema, a small warehouse consumer built on package inbox, the relay,
+// and a producer placing orders at a steady rate, with a one-screen live status.
 //
 // # What it shows
 //
@@ -31,7 +31,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outbox-relay/outbox-relay/examples/consumer/warehouse"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
@@ -39,7 +38,7 @@ import (
 // nothing.
 type Config struct {
 	// DSN names the database to use; it needs wal_level=logical. If empty, Run starts a throwaway
-	// cluster from the local server binaries (see package pgtest) and removes it at the end.
+	// cluster from the local server binaries (see package pgcluster) and removes it at the end.
 	DSN string
 	// Out receives the status and the summary line. If nil, nothing is printed.
 	Out io.Writer
@@ -112,7 +111,7 @@ const (
 // Run runs the demo until ctx is done or cfg.Duration has passed, waits for the last deliveries,
 // removes everything it started, and prints a summary line. A cancelled ctx is the normal way to
 // stop it, and then Run returns nil. With no DSN and no server binaries installed, it returns an
-// error that says how to install them (errors.Is(err, pgtest.ErrNoBinaries)).
+// error that says how to install them (errors.Is(err, pgcluster.ErrNoBinaries)).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	d := &demo{cfg: cfg, out: cfg.Out, notes: make(chan string, 16), relayLog: newLogTail(20)}
@@ -143,7 +142,7 @@ type demo struct {
 	dsn          string
 	secret       string
 	pool         *pgxpool.Pool
-	consumer     *warehouse.Server
+	consumer     *warehouse
 	consumerAddr string
 	lose         *loseAcks
 	consumerRun  *task
@@ -199,7 +198,7 @@ func (d *demo) setup(ctx context.Context) error {
 	if err := d.startConsumer(ctx); err != nil {
 		return err
 	}
-	if n, err := warehouse.Reservations(ctx, pool); err == nil {
+	if n, err := reservations(ctx, pool); err == nil {
 		d.baseline = int64(n)
 	}
 	if d.cfg.DSN != "" {

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/outbox-relay/outbox-relay/examples/consumer/warehouse"
 )
 
 // loop writes orders and shows the status until ctx is done, Duration has passed or a part
@@ -141,7 +139,7 @@ func (d *demo) sample(ctx context.Context) sample {
 	}
 	s.duplicates = int64(d.consumer.Stats().Duplicates)
 	s.lost = d.lose.lost.Load()
-	if n, err := warehouse.Reservations(ctx, d.pool); err == nil {
+	if n, err := reservations(ctx, d.pool); err == nil {
 		s.reservations = int64(n) - d.baseline
 	}
 	// Read last, so that what was delivered and reserved is never ahead of what was written.

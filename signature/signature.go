@@ -1,20 +1,3 @@
-// Package signature computes the webhook signatures that the relay sends and the inbox checks.
-//
-// # Schemes
-//
-// X-Signature (the default): the header `X-Signature: sha256=<hex>`, where hex is the lowercase
-// hex HMAC-SHA256, keyed with the secret's bytes, of the decimal unix-seconds timestamp (the
-// X-Timestamp header) immediately followed by the exact body bytes.
-//
-// Standard Webhooks v1: the header `webhook-signature: v1,<base64>`, the standard-base64
-// HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>", keyed with the base64-decoded part
-// of a `whsec_<base64>` secret.
-//
-// # Rotation
-//
-// A Signer holds one or more keys and emits one signature per key, comma-separated for
-// X-Signature ("sha256=a,sha256=b") and space-separated for Standard Webhooks ("v1,a v1,b"). A
-// receiver that knows any one of the keys accepts.
 package signature
 
 import (

@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"fmt"
@@ -69,7 +69,7 @@ func hasServer(dir string) bool {
 func postgresUser() (*syscall.Credential, error) {
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: running as root needs a `postgres` system user to run the server "+
+		return nil, fmt.Errorf("pgcluster: running as root needs a `postgres` system user to run the server "+
 			"(PostgreSQL refuses root); install the server package (%s) or run as another user: %w", InstallHint, err)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
