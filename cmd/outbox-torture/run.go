@@ -135,7 +135,7 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		return nil, err
 	}
 	defer t.recv.Close()
-	if t.proxy, err = relaytest.NewProxy(fmt.Sprintf("127.0.0.1:%d", t.cluster.Port)); err != nil {
+	if t.proxy, err = relaytest.NewProxyFor(t.outDSN); err != nil {
 		return nil, err
 	}
 	defer t.proxy.Close()

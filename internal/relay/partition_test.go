@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,11 +15,7 @@ import (
 // proxied returns a freeze proxy in front of the test's cluster and the test's DSN through it.
 func (e *env) proxied() (*relaytest.Proxy, string) {
 	e.t.Helper()
-	u, err := url.Parse(e.dsn)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	p, err := relaytest.NewProxy(u.Host)
+	p, err := relaytest.NewProxyFor(e.dsn)
 	if err != nil {
 		e.t.Fatal(err)
 	}

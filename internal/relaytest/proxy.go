@@ -4,15 +4,21 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Proxy is a TCP proxy on 127.0.0.1 that can freeze: stop forwarding in both directions
 // without closing anything, as a silent network partition does (no FIN, no RST). While frozen
 // it still accepts connections, which stay silent too. Point a relay's DSN at it with DSN.
 type Proxy struct {
-	target string
-	ln     net.Listener
+	network string // tcp or unix
+	target  string
+	ln      net.Listener
 
 	mu     sync.Mutex
 	thawed chan struct{} // closed while forwarding; a fresh, open one while frozen
@@ -21,14 +27,18 @@ type Proxy struct {
 	wg     sync.WaitGroup // the accept loop and every copier
 }
 
-// NewProxy listens on a free loopback port and forwards each connection to target
-// (host:port).
+// NewProxy listens on a free loopback port and forwards each connection to target: a
+// host:port, or the path of a Unix socket (it starts with "/").
 func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, thawed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	network := "tcp"
+	if strings.HasPrefix(target, "/") {
+		network = "unix"
+	}
+	p := &Proxy{network: network, target: target, ln: ln, thawed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	close(p.thawed)
 	p.wg.Add(1)
 	go p.accept()
@@ -41,11 +51,29 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // DSN returns dsn (a postgres:// URL) with its host and port replaced by the proxy's.
 func (p *Proxy) DSN(dsn string) (string, error) {
 	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return "", fmt.Errorf("relaytest: proxy needs a postgres:// URL DSN, got %q", dsn)
 	}
 	u.Host = p.Addr()
+	q := u.Query()
+	q.Del("host") // a socket directory given as a parameter would win over the URL's host
+	q.Del("port")
+	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// NewProxyFor starts a proxy in front of the server that dsn names (its TCP address, or its
+// Unix socket when the host is a directory, as the test clusters' DSNs are).
+func NewProxyFor(dsn string) (*Proxy, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	if strings.HasPrefix(cfg.Host, "/") {
+		target = filepath.Join(cfg.Host, ".s.PGSQL."+strconv.Itoa(int(cfg.Port)))
+	}
+	return NewProxy(target)
 }
 
 // Freeze stops forwarding: bytes already read are held, nothing is written, nothing is closed.
@@ -116,7 +144,7 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(client)
 	p.gate()
-	server, err := net.Dial("tcp", p.target)
+	server, err := net.Dial(p.network, p.target)
 	if err != nil {
 		return
 	}
