@@ -88,7 +88,8 @@ func NewStream(cfg Config, tracker *Tracker) *Stream {
 
 // Run streams until ctx is done or a permanent error occurs, sending each committed transaction
 // to out after registering it with the tracker. Connection losses are retried with backoff; a
-// slot held by another process is retried every StandbyRetry.
+// slot held by another process is retried every StandbyRetry; a message that cannot be decoded
+// ends the run with ErrDecode, since a retry would read it again.
 //
 // After ctx is done, Run stops reading but keeps the connection alive until drained is closed
 // (the publisher has finished what it had in flight), then confirms the final position, ends

@@ -86,7 +86,7 @@ type Parked struct {
 }
 
 // Status reads the report for slot, listing at most topN parked aggregates, oldest first. A
-// missing slot is not an error (see Healthy); a missing table is, wrapping ErrNoSchema.
+// missing slot is not an error (see Healthy); a schema that does not fit is (see CheckSchema).
 func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	r := Report{Parked: []Parked{}}
 	var err error
