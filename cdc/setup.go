@@ -51,7 +51,9 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 		return res, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel, checkOutboxTable, checkReplicationRole} {
+	// Nothing is created before every check has passed, so a refused start leaves nothing behind.
+	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel, checkOutboxTable, checkReplicationRole,
+		checkPrivileges, checkSchema} {
 		if err := check(ctx, conn); err != nil {
 			return res, err
 		}

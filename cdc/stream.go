@@ -101,7 +101,8 @@ func NewStream(cfg Config, tracker *Tracker) *Stream {
 
 // Run streams until ctx is done or a permanent error occurs, sending each committed transaction
 // to out after registering it with the tracker. Connection losses are retried with backoff; a
-// slot held by another process is retried every StandbyRetry.
+// slot held by another process is retried every StandbyRetry; a message that cannot be decoded
+// ends the run with ErrDecode, since a retry would read it again.
 //
 // After ctx is done, Run stops reading but keeps the connection alive until drained is closed
 // (the publisher has finished what it had in flight), then confirms the final position, ends
@@ -141,6 +142,9 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 			s.standby = true
 		}
 		return s.cfg.StandbyRetry, nil
+	case errors.Is(err, ErrDecode):
+		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Msg("replication stream cannot be decoded; stopping")
+		return 0, err
 	case errors.Is(err, ErrSlotInvalid), errors.Is(err, ErrSlotMissing), errors.Is(err, ErrNoPrivilege),
 		errors.Is(err, ErrNoReplication):
 		return 0, err
@@ -150,6 +154,25 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 	wait, *backoff = nextBackoff(*backoff, streamed, s.cfg.ReconnectMax)
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
+}
+
+// ErrDecode is wrapped when a message from the slot cannot be turned into events: the outbox
+// table changed shape while the relay ran, or the bytes are not valid pgoutput. It is permanent:
+// a reconnect re-reads the same WAL, decoded against the same historic table definition, and
+// fails the same way, so Run returns it instead of retrying. Nothing from that transaction on
+// was confirmed.
+var ErrDecode = errors.New("replication stream cannot be decoded")
+
+// decodeError says what failed to decode where, and what to do.
+func (s *Stream) decodeError(at pglogrepl.LSN, err error) error {
+	if errors.Is(err, ErrMalformed) {
+		return fmt.Errorf("%w at %s: %w; this is a bug in the relay or the server: report it with this message "+
+			"(slot %q has not confirmed this position, so nothing is lost while the relay is down)", ErrDecode, at, err, s.cfg.Slot)
+	}
+	return fmt.Errorf("%w at %s: %w; table %s was altered while the relay ran, and rows written in that shape "+
+		"cannot be streamed: restore its columns (`outbox-relay status` names what is missing), then drop the slot "+
+		"with SELECT pg_drop_replication_slot('%s') and start `outbox-relay run --backfill`, which delivers the pending "+
+		"rows from the table (rows delivered but not yet marked done are sent again)", ErrDecode, at, err, OutboxTable, s.cfg.Slot)
 }
 
 // session runs one replication connection from START_REPLICATION to its end. Connecting and
@@ -395,7 +418,7 @@ func (l *loop) copyData(ctx context.Context, data []byte) error {
 		}
 		tx, err := l.dec.Decode(xld.WALData)
 		if err != nil {
-			return fmt.Errorf("decode at %s: %w", xld.WALStart, err)
+			return l.s.decodeError(xld.WALStart, err)
 		}
 		if tx != nil {
 			return l.committed(ctx, tx)

@@ -18,6 +18,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,9 @@ func Up(ctx context.Context, dsn string) ([]Result, error) {
 		return nil, err
 	}
 	defer db.Close()
+	if err := checkConflict(ctx, sqlQuerier{db}); err != nil {
+		return nil, err
+	}
 	p, err := provider(db)
 	if err != nil {
 		return nil, err
@@ -70,6 +74,79 @@ func Version(ctx context.Context, dsn string) (int64, error) {
 		return 0, err
 	}
 	return p.GetDBVersion(ctx)
+}
+
+// Latest is the highest version embedded in this binary: the schema version the relay needs.
+func Latest() int64 {
+	var latest int64
+	entries, _ := files.ReadDir(".")
+	for _, e := range entries {
+		if v, err := goose.NumericComponent(e.Name()); err == nil {
+			latest = max(latest, v)
+		}
+	}
+	return latest
+}
+
+// Querier runs one query; *pgx.Conn, *pgxpool.Pool and pgx.Tx satisfy it.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Applied returns the highest version recorded in goose_db_version (on search_path), or 0 when
+// the table does not exist. Unlike Version it creates nothing, so a check leaves no trace.
+func Applied(ctx context.Context, q Querier) (int64, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("look up goose_db_version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int64
+	// The table is named in a second query: a query naming a missing table fails as it is parsed.
+	if err := q.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read the schema version from goose_db_version: %w", err)
+	}
+	return v, nil
+}
+
+// ErrConflict is wrapped by Up's error when the database already has a table the first
+// migration creates, but no migration was ever recorded: another application's table. Up then
+// changes nothing.
+var ErrConflict = errors.New("a table the relay's schema needs already exists")
+
+// firstTables are the tables migration 00001 creates.
+var firstTables = []string{"outbox_events", "inbox_events"}
+
+// checkConflict refuses to migrate a database that was never migrated but already has one of
+// firstTables: the first migration would fail on it, or the later ones would alter a table that
+// is not the relay's.
+func checkConflict(ctx context.Context, q Querier) error {
+	applied, err := Applied(ctx, q)
+	if err != nil || applied > 0 {
+		return err
+	}
+	for _, t := range firstTables {
+		var exists bool
+		if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists); err != nil {
+			return fmt.Errorf("look up %s: %w", t, err)
+		}
+		if exists {
+			return fmt.Errorf("%w: table %s exists, but goose_db_version records no migration, so it was not created by "+
+				"`outbox-relay migrate` (another application's table?); nothing was changed. Rename it "+
+				"(ALTER TABLE %s RENAME TO %s_old) or migrate another database, or another schema first on search_path, "+
+				"then run `outbox-relay migrate` again", ErrConflict, t, t, t)
+		}
+	}
+	return nil
+}
+
+// sqlQuerier lets Applied and checkConflict read through database/sql.
+type sqlQuerier struct{ db *sql.DB }
+
+func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return q.db.QueryRowContext(ctx, query, args...)
 }
 
 func open(dsn string) (*sql.DB, error) {

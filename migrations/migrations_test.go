@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -160,4 +162,38 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// Migrating a database that already has another application's outbox_events names the conflict
+// and the way out, and changes nothing; once the table is out of the way, migrate works.
+func TestUpRefusesAForeignOutboxTable(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text NOT NULL, body jsonb)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = migrations.Up(ctx, dsn)
+	t.Log(err)
+	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), "ALTER TABLE outbox_events RENAME") {
+		t.Fatalf("Up over a foreign outbox_events: %v; want ErrConflict naming the way out", err)
+	}
+	var goose, topic bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL,
+		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'outbox_events' AND column_name = 'topic')`).Scan(&goose, &topic); err != nil {
+		t.Fatal(err)
+	}
+	if goose || !topic {
+		t.Fatalf("refused migrate changed the database: goose_db_version %v, foreign table intact %v", goose, topic)
+	}
+	if _, err := conn.Exec(ctx, `ALTER TABLE outbox_events RENAME TO outbox_events_old`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatalf("migrate after renaming the foreign table: %v", err)
+	}
 }

@@ -14,11 +14,11 @@ func (p *Publisher) loadParked(ctx context.Context) error {
 		return nil
 	}
 	var aggs []cdc.Aggregate
-	p.durably(ctx, "load parked aggregates", func(ctx context.Context) (err error) {
+	loaded := p.durably(ctx, "load parked aggregates", func(ctx context.Context) (err error) {
 		aggs, err = p.cfg.Store.Parked(ctx)
 		return err
 	})
-	if ctx.Err() != nil {
+	if !loaded {
 		return nil // stopping before the database answered: nothing was taken from the stream
 	}
 	keys := make([]string, len(aggs))
@@ -35,15 +35,21 @@ func (p *Publisher) loadParked(ctx context.Context) error {
 
 // deadLetter records a head that failed MaxAttempts times, parks its aggregate with every event
 // queued behind it, and acknowledges them all: the slot moves on while the rows keep what a
-// replay needs.
+// replay needs. If the record cannot be written before ctx ends (the relay is stopping), nothing
+// is acknowledged: the event and those behind it stay unconfirmed, and the next run sends them.
 func (p *Publisher) deadLetter(ctx context.Context, it *item, o outcome) {
 	ev := it.ev
 	reason := o.reason()
 	p.parkMu.Lock()
 	defer p.parkMu.Unlock()
-	p.durably(ctx, "dead-letter event", func(ctx context.Context) error {
+	stored := p.durably(ctx, "dead-letter event", func(ctx context.Context) error {
 		return p.cfg.Store.DeadLetter(ctx, ev, it.attempt, reason)
 	})
+	if !stored {
+		p.log.Warn().Str("event_id", ev.ID).Int("attempt", it.attempt).
+			Msg("stopping before the dead letter was stored; the event stays unconfirmed and is sent again at the next start")
+		return
+	}
 	behind := p.sched.park(it)
 	evs := make([]*cdc.Event, len(behind))
 	for i, b := range behind {
@@ -58,19 +64,26 @@ func (p *Publisher) deadLetter(ctx context.Context, it *item, o outcome) {
 	p.settle(ev)
 }
 
-// settleParked durably marks events of parked aggregates, then acknowledges them.
+// settleParked durably marks events of parked aggregates, then acknowledges them. If the marks
+// cannot be written before ctx ends, the events are not acknowledged: they stay unconfirmed.
 func (p *Publisher) settleParked(ctx context.Context, evs []*cdc.Event) {
 	if len(evs) == 0 {
 		return
 	}
-	p.durably(ctx, "park events", func(ctx context.Context) error { return p.cfg.Store.Park(ctx, evs) })
+	if !p.durably(ctx, "park events", func(ctx context.Context) error { return p.cfg.Store.Park(ctx, evs) }) {
+		p.log.Warn().Int("events", len(evs)).
+			Msg("stopping before parked events were stored; they stay unconfirmed and are handled at the next start")
+		return
+	}
 	for _, ev := range evs {
 		p.settle(ev)
 	}
 }
 
 // replay handles a replay request at its place in the stream: each parked aggregate it names
-// gets its failed and parked events queued, in commit order, ahead of everything later.
+// gets its failed and parked events queued, in commit order, ahead of everything later. A
+// request whose reads or writes do not complete before ctx ends is not acknowledged, so the next
+// run handles it again.
 func (p *Publisher) replay(ctx context.Context, req *cdc.Event) {
 	p.parkMu.Lock()
 	defer p.parkMu.Unlock()
@@ -80,14 +93,18 @@ func (p *Publisher) replay(ctx context.Context, req *cdc.Event) {
 			continue
 		}
 		var evs []*cdc.Event
-		p.durably(ctx, "load replay", func(ctx context.Context) (err error) {
+		if !p.durably(ctx, "load replay", func(ctx context.Context) (err error) {
 			evs, err = p.cfg.Store.Replayable(ctx, agg, req.Tx)
 			return err
-		})
+		}) {
+			return // stopping: the request stays unconfirmed
+		}
 		p.acker.Grow(req.Tx, evs)
 		p.sched.unpark(agg.Key(), evs)
-		if len(evs) == 0 {
-			p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
+		if len(evs) == 0 && !p.durably(ctx, "unpark aggregate", func(ctx context.Context) error {
+			return p.cfg.Store.Unpark(ctx, agg)
+		}) {
+			return // stopping: the request stays unconfirmed, and the aggregate is still parked in the table
 		}
 		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Int("events", len(evs)).Msg("replaying")
 	}
@@ -95,20 +112,24 @@ func (p *Publisher) replay(ctx context.Context, req *cdc.Event) {
 	p.acker.Ack(req)
 }
 
-// durably runs a store write until it succeeds: the event it concerns must not be acknowledged
-// before it is recorded. It gives up only when ctx ends, leaving the event unconfirmed, so the
-// next run handles it again.
-func (p *Publisher) durably(ctx context.Context, what string, f func(context.Context) error) {
+// durably runs a store write until it succeeds, and reports whether it did: the event it
+// concerns must not be acknowledged before it is recorded. It gives up only when ctx ends; the
+// caller then leaves the event unacknowledged, so it stays unconfirmed and the next run handles
+// it again.
+func (p *Publisher) durably(ctx context.Context, what string, f func(context.Context) error) bool {
 	wait := 10 * time.Millisecond
 	for {
 		err := f(ctx)
-		if err == nil || ctx.Err() != nil {
-			return
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
 		}
 		p.log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; retrying", what)
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 10*time.Second)

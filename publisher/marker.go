@@ -2,9 +2,12 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -23,7 +26,10 @@ type MarkerConfig struct {
 	// Timeout bounds each statement, so a frozen pool connection (a partition) fails it instead
 	// of hanging the marker, or the publisher in Delivered. If zero, 10s.
 	Timeout time.Duration
-	Logger  zerolog.Logger
+	// RetryMax caps the wait after a failed flush, which starts at 500ms and doubles while
+	// flushes keep failing. If zero, 30s.
+	RetryMax time.Duration
+	Logger   zerolog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 }
@@ -39,7 +45,21 @@ type Marker struct {
 	late    []markBatch      // batches that found rows not yet visible
 	n       int
 	kick    chan struct{}
+
+	// Owned by Run's goroutine: the backoff after failed flushes, and when each distinct
+	// error was last logged.
+	backoff time.Duration
+	logged  map[string]errLog
 }
+
+// errLog is when an error was last logged, and how many times it recurred since.
+type errLog struct {
+	at         time.Time
+	suppressed int
+}
+
+// failureLogEvery is how often one distinct marking error is logged while it persists.
+const failureLogEvery = time.Minute
 
 // NewMarker returns a Marker writing through pool.
 func NewMarker(pool *pgxpool.Pool, cfg MarkerConfig) *Marker {
@@ -55,10 +75,14 @@ func NewMarker(pool *pgxpool.Pool, cfg MarkerConfig) *Marker {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 30 * time.Second
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Discard()
 	}
-	return &Marker{cfg: cfg, pool: pool, pending: map[int][]string{}, kick: make(chan struct{}, 1)}
+	return &Marker{cfg: cfg, pool: pool, pending: map[int][]string{}, kick: make(chan struct{}, 1),
+		logged: map[string]errLog{}}
 }
 
 // Done queues a delivered event's row to be marked. It never blocks on the database.
@@ -80,10 +104,13 @@ func (m *Marker) Done(id string, retries int) {
 	}
 }
 
-// Run flushes until ctx is done, then flushes once more with a short deadline.
+// Run flushes until ctx is done, then flushes once more with a short deadline. After a failed
+// flush it waits (500ms, doubling up to RetryMax) before the next one: a database that refuses
+// the marks is not asked again every Interval.
 func (m *Marker) Run(ctx context.Context) error {
 	t := time.NewTicker(m.cfg.Interval)
 	defer t.Stop()
+	var hold time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -94,13 +121,32 @@ func (m *Marker) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-m.kick:
 		}
-		m.flush(ctx)
+		if time.Now().Before(hold) {
+			continue
+		}
+		if m.flush(ctx) {
+			m.recovered()
+		} else {
+			m.backoff = min(max(2*m.backoff, 500*time.Millisecond), m.cfg.RetryMax)
+			hold = time.Now().Add(m.backoff)
+		}
 	}
+}
+
+// recovered notes a flush that succeeded after failures.
+func (m *Marker) recovered() {
+	if m.backoff == 0 {
+		return
+	}
+	m.backoff = 0
+	clear(m.logged)
+	m.cfg.Logger.Info().Msg("marking delivered rows done works again")
 }
 
 const markSQL = `UPDATE outbox_events SET status = 'done', processed_at = now(), retries = $2 WHERE id = ANY($1::uuid[])`
 
-func (m *Marker) flush(ctx context.Context) {
+// flush marks what waits, and reports whether every batch it tried succeeded.
+func (m *Marker) flush(ctx context.Context) bool {
 	m.mu.Lock()
 	batch := m.pending
 	n := m.n
@@ -108,38 +154,65 @@ func (m *Marker) flush(ctx context.Context) {
 	m.mu.Unlock()
 	m.cfg.Metrics.MarkerPending.Set(float64(n))
 	if n == 0 {
-		return
+		return true
 	}
+	ok := true
 	for retries, ids := range batch {
-		m.mark(ctx, retries, ids, true)
+		ok = m.mark(ctx, retries, ids, true) && ok
 	}
 	m.mu.Lock()
 	late := m.late
 	m.late = nil
 	m.mu.Unlock()
 	for _, b := range late {
-		m.mark(ctx, b.retries, b.ids, false)
+		ok = m.mark(ctx, b.retries, b.ids, false) && ok
 	}
+	return ok
 }
 
 // mark updates one batch. A batch that updates fewer rows than it names is tried once more at
 // the next flush: a row handed over by logical decoding can still be invisible to other
 // sessions for a moment after its commit is flushed.
-func (m *Marker) mark(ctx context.Context, retries int, ids []string, again bool) {
+func (m *Marker) mark(ctx context.Context, retries int, ids []string, again bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 	tag, err := m.pool.Exec(ctx, markSQL, ids, retries)
 	if err != nil {
 		m.cfg.Metrics.MarkerErrors.Inc()
-		m.cfg.Logger.Warn().Err(err).Int("rows", len(ids)).Msg("marking delivered rows done failed; will retry")
+		m.logFailure(err, len(ids))
 		m.requeue(retries, ids)
-		return
+		return false
 	}
 	if again && tag.RowsAffected() < int64(len(ids)) {
 		m.mu.Lock()
 		m.late = append(m.late, markBatch{retries, ids})
 		m.mu.Unlock()
 	}
+	return true
+}
+
+// logFailure logs a failed batch once per distinct error (by SQLSTATE, or by text) per
+// failureLogEvery, with the number of failures left unlogged since; the metric counts each.
+func (m *Marker) logFailure(err error, rows int) {
+	key := err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		key = pgErr.Code
+	}
+	now := time.Now()
+	last, seen := m.logged[key]
+	if seen && now.Sub(last.at) < failureLogEvery {
+		last.suppressed++
+		m.logged[key] = last
+		return
+	}
+	m.logged[key] = errLog{at: now}
+	e := m.cfg.Logger.Warn().Err(err).Int("rows", rows).Int("repeats_unlogged", last.suppressed).
+		Dur("next_log_within", failureLogEvery)
+	if pgErr != nil && pgErr.Code == pgerrcode.InsufficientPrivilege {
+		e = e.Str("fix", "GRANT UPDATE ON outbox_events TO the relay's role")
+	}
+	e.Msg("marking delivered rows done failed; retrying with backoff (delivery continues; marks are advisory)")
 }
 
 type markBatch struct {

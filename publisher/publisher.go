@@ -210,7 +210,10 @@ func (p *Publisher) delivered(ctx context.Context, it *item) {
 	}
 	if p.sched.done(it) {
 		agg := cdc.Aggregate{Type: ev.AggregateType, ID: ev.AggregateID}
-		p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
+		// The event was delivered, so it is acknowledged either way; if the row cannot be removed
+		// before the relay stops, the aggregate loads as parked at the next start and a replay
+		// (which finds nothing left to send) unparks it.
+		_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
 		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
 		p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
 	}

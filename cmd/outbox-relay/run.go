@@ -28,9 +28,10 @@ func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Stream outbox inserts from the slot to the webhook",
-		Long: `Creates the publication and the pgoutput slot if they are missing, then delivers every
-committed outbox row as a signed POST, in commit order per aggregate, confirming the slot only
-after delivery. If another instance holds the slot, this one stands by and takes over when it
+		Long: `Checks the schema version and the privileges it needs (exiting 1 with the fix, before
+creating anything), creates the publication and the pgoutput slot if they are missing, then
+delivers every committed outbox row as a signed POST, in commit order per aggregate, confirming
+the slot only after delivery. If another instance holds the slot, this one stands by and takes over when it
 goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app WEBHOOK_URL=https://consumer/webhooks \
   WEBHOOK_SECRET_FILE=/run/secrets/webhook outbox-relay run --metrics-addr :9187`,

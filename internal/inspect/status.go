@@ -15,7 +15,8 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// ErrNoSchema is wrapped by the error Status returns when a table the relay needs is missing.
+// ErrNoSchema is wrapped by the error Status (and CheckSchema) returns when a table or column
+// the relay needs is missing, or the schema is older than this binary.
 var ErrNoSchema = errors.New("outbox schema is missing or out of date")
 
 // statuses are the values of outbox_events.status; reports always carry all four.
@@ -85,7 +86,7 @@ type Parked struct {
 }
 
 // Status reads the report for slot, listing at most topN parked aggregates, oldest first. A
-// missing slot is not an error (see Healthy); a missing table is, wrapping ErrNoSchema.
+// missing slot is not an error (see Healthy); a schema that does not fit is (see CheckSchema).
 func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	r := Report{Parked: []Parked{}}
 	var err error
@@ -154,25 +155,14 @@ func plural(n int64) string {
 	return "s"
 }
 
-// checkSchema fails when a table is missing, saying to migrate, and returns the database clock.
+// checkSchema fails unless the schema is the one this binary needs (see CheckSchema), saying
+// what to do, and returns the database clock.
 func checkSchema(ctx context.Context, db DB) (time.Time, error) {
 	var now time.Time
-	var outbox, parked bool
-	err := db.QueryRow(ctx, `SELECT now(), to_regclass('outbox_events') IS NOT NULL,
-		to_regclass('outbox_parked_aggregates') IS NOT NULL`).Scan(&now, &outbox, &parked)
-	if err != nil {
-		return now, fmt.Errorf("look up outbox tables: %w", err)
+	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return now, fmt.Errorf("read the database clock: %w", err)
 	}
-	for _, t := range []struct {
-		name   string
-		exists bool
-	}{{"outbox_events", outbox}, {"outbox_parked_aggregates", parked}} {
-		if !t.exists {
-			return now, fmt.Errorf("%w: table %s does not exist in this database (or is not on search_path): "+
-				"run `outbox-relay migrate`", ErrNoSchema, t.name)
-		}
-	}
-	return now, nil
+	return now, CheckSchema(ctx, db)
 }
 
 const slotSQL = `

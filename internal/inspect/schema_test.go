@@ -1,0 +1,45 @@
+package inspect_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
+)
+
+// Status checks the schema the relay needs, and each way it can be wrong names its own fix.
+func TestCheckSchemaNamesTheFix(t *testing.T) {
+	for _, tc := range []struct {
+		name, alter string
+		want        error
+		fix         string
+	}{
+		{"migrated", "", nil, ""},
+		{"older version", "DROP TABLE outbox_backfill; DELETE FROM goose_db_version WHERE version_id = 5", inspect.ErrNoSchema,
+			"run `outbox-relay migrate`"},
+		{"column renamed by hand", "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", inspect.ErrNoSchema,
+			"event_type missing although goose_db_version records version 5"},
+		{"foreign table", "DROP TABLE goose_db_version; DROP TABLE outbox_events; " +
+			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", inspect.ErrForeignTable, "RENAME TO"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pool := migrated(t)
+			if tc.alter != "" {
+				exec(t, pool, tc.alter)
+			}
+			err := inspect.CheckSchema(context.Background(), pool)
+			t.Log(err)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.fix) {
+				t.Fatalf("err = %v, want %v naming %q", err, tc.want, tc.fix)
+			}
+		})
+	}
+}
