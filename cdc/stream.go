@@ -171,8 +171,8 @@ func (s *Stream) decodeError(at pglogrepl.LSN, err error) error {
 	}
 	return fmt.Errorf("%w at %s: %w; table %s was altered while the relay ran, and rows written in that shape "+
 		"cannot be streamed: restore its columns (`outbox-relay status` names what is missing), then drop the slot "+
-		"with SELECT pg_drop_replication_slot('%s') and start `outbox-relay run --backfill`, which delivers the pending "+
-		"rows from the table (rows delivered but not yet marked done are sent again)", ErrDecode, at, err, OutboxTable, s.cfg.Slot)
+		"with SELECT pg_drop_replication_slot('%s') and start the relay again: the new slot is created with a backfill "+
+		"of the pending rows from the table (rows delivered but not yet marked done are sent again)", ErrDecode, at, err, OutboxTable, s.cfg.Slot)
 }
 
 // session runs one replication connection from START_REPLICATION to its end. Connecting and
