@@ -15,6 +15,7 @@ const (
 	faultRelayKill faultKind = iota
 	faultFailover
 	faultPGRestart
+	faultSlotDrop
 	faultRecv500
 	faultRecvHang
 	faultRecvReset
@@ -23,7 +24,7 @@ const (
 	faultKinds
 )
 
-var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "recv-500", "recv-hang",
+var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "slot-drop", "recv-500", "recv-hang",
 	"recv-reset", "recv-drop-ack", "recv-slow"}
 
 func (k faultKind) String() string { return faultNames[k] }
@@ -91,7 +92,7 @@ func (p *plan) next() fault {
 	if len(p.first) > 0 {
 		f.Kind, p.first = p.first[0], p.first[1:]
 	} else if p.rng.IntN(2) == 0 {
-		f.Kind = faultKind(p.rng.IntN(int(faultPGRestart) + 1))
+		f.Kind = faultKind(p.rng.IntN(int(faultSlotDrop) + 1))
 	} else {
 		f.Kind = faultRecv500 + faultKind(p.rng.IntN(int(faultKinds-faultRecv500)))
 	}
@@ -120,7 +121,7 @@ const takeoverLimit = 30 * time.Second
 type faultStats struct {
 	Counts    [faultKinds]int
 	Takeovers []time.Duration // leader killed → another streams, per failover
-	Recovery  []time.Duration // leader killed → a relay streams again, per relay-kill
+	Recovery  []time.Duration // leader killed (or slot dropped) → a relay streams again, per relay-kill and slot-drop
 	PGDown    []time.Duration // restart call, kill to ready
 	Failures  []string        // a fault that did not heal
 	Log       []injected      // every fault, in order
@@ -149,6 +150,8 @@ func (t *harness) inject(ctx context.Context, f fault) {
 			return
 		}
 		t.faults.PGDown = append(t.faults.PGDown, time.Since(start))
+	case faultSlotDrop:
+		t.slotDrop(ctx)
 	default:
 		t.recv.fault(f.Kind.receiverMode(), f.Share, f.Hold)
 	}
@@ -208,7 +211,7 @@ func (t *harness) failover(ctx context.Context, hold time.Duration) {
 }
 
 // blame attributes each duplicate delivery to the latest process fault (relay-kill, failover,
-// pg-restart) injected before it, and returns the faults with the most, as "n after fault k
+// pg-restart, slot-drop) injected before it, and returns the faults with the most, as "n after fault k
 // (what)", most first. Receiver faults are left out: the receiver never answers 2xx to a
 // request it faults, so only a relay that resends after a restart or a takeover acknowledges
 // an event twice.
