@@ -121,7 +121,8 @@ const takeoverLimit = 30 * time.Second
 type faultStats struct {
 	Counts    [faultKinds]int
 	Takeovers []time.Duration // leader killed → another streams, per failover
-	Recovery  []time.Duration // leader killed (or slot dropped) → a relay streams again, per relay-kill and slot-drop
+	Recovery  []time.Duration // leader killed → a relay streams again, per relay-kill
+	SlotDrops []time.Duration // new relay started → it streams on a new slot, per slot-drop
 	PGDown    []time.Duration // restart call, kill to ready
 	Failures  []string        // a fault that did not heal
 	Log       []injected      // every fault, in order

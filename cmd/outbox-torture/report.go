@@ -107,6 +107,10 @@ func takeovers(r *result) string {
 	s := fmt.Sprintf("%d failovers, max %s; %d relay kills, back in at most %s", len(r.Faults.Takeovers),
 		maxDuration(r.Faults.Takeovers).Round(10*time.Millisecond), len(r.Faults.Recovery),
 		maxDuration(r.Faults.Recovery).Round(10*time.Millisecond))
+	if n := len(r.Faults.SlotDrops); n > 0 {
+		s += fmt.Sprintf("; %d slot drops, streaming on a new slot in at most %s", n,
+			maxDuration(r.Faults.SlotDrops).Round(10*time.Millisecond))
+	}
 	if n := len(r.Faults.Failures); n > 0 {
 		s += fmt.Sprintf("; %d did not heal", n)
 	}

@@ -49,7 +49,7 @@ func (t *harness) slotDrop(ctx context.Context) {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("slot-drop: %v", err))
 		return
 	}
-	t.faults.Recovery = append(t.faults.Recovery, time.Since(start))
+	t.faults.SlotDrops = append(t.faults.SlotDrops, time.Since(start))
 	lsn, err := confirmedLSN(ctx, t.outDSN, slotName)
 	if err != nil {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("slot-drop: read the new slot: %v", err))
