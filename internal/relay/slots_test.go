@@ -263,3 +263,50 @@ func TestBackfillKeepsCommitOrderAcrossTransactions(t *testing.T) {
 	}
 	requireOK(t, relaytest.Check(res, recv.Deliveries()))
 }
+
+// The publication dropped while no relay runs, with writes meanwhile: the next start creates the
+// publication, sees the slot is older than it (it cannot decode the WAL written in between), and
+// recreates the slot with a backfill, so everything is delivered in order.
+func TestPublicationDroppedWhileStoppedRecoversOnStart(t *testing.T) {
+	e := newEnv(t)
+	r := e.start(nil)
+	res1 := e.produce(relaytest.Workload{Events: 100, Aggregates: 10, MaxTxSize: 5})
+	requireOK(t, e.waitDelivered(res1, time.Minute))
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(context.Background(), `DROP PUBLICATION `+pgx.Identifier{"pub_" + e.slot}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	res2 := e.produce(relaytest.Workload{Events: 200, Aggregates: 10, MaxTxSize: 5, Type: "invoice"})
+	e.start(nil)
+	res3 := e.produce(relaytest.Workload{Events: 100, Aggregates: 10, MaxTxSize: 5, Type: "refund"})
+	requireOK(t, e.waitDelivered(relaytest.Result{Committed: concat(res1, res2, res3)}, time.Minute))
+}
+
+// `run --recreate-slot`, the one command a failed slot drop names, recreates a slot nobody
+// streams from (not only an invalidated one) and backfills what is pending; a slot a relay
+// streams from is left alone.
+func TestRecreateSlotReplacesAnInactiveSlot(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pub := "pub_" + e.slot
+	if _, err := cdc.Setup(ctx, e.dsn, e.slot, pub, cdc.SetupOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := &seqWriter{seq: map[string]int{}}
+	w.write(t, e, 25, 5)
+	res, err := cdc.Setup(ctx, e.dsn, e.slot, pub, cdc.SetupOptions{RecreateSlot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.SlotRecreated || res.Backfill != 25 {
+		t.Fatalf("--recreate-slot on an inactive slot: %+v, want it recreated with 25 rows backfilled", res)
+	}
+	e.start(nil)
+	requireOK(t, e.waitDelivered(relaytest.Result{Committed: w.done}, time.Minute))
+	res, err = cdc.Setup(ctx, e.dsn, e.slot, pub, cdc.SetupOptions{RecreateSlot: true})
+	if err != nil || res.SlotRecreated {
+		t.Fatalf("--recreate-slot on a streaming slot: %+v, %v; want it left alone", res, err)
+	}
+}
