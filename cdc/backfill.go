@@ -9,30 +9,62 @@ import (
 )
 
 // createSlotWithBackfill creates the slot over a replication connection with an exported
-// snapshot, and in that snapshot records every pending outbox row in outbox_backfill: exactly
-// the rows committed before the slot's consistent point, which the stream will never carry.
-// Rows are ordered by created_at, then id. If recording fails, the new slot is dropped again so
-// a retry starts clean.
-func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot string) (int, error) {
+// snapshot, and in that snapshot records the slot in outbox_slots and, if backfill, every
+// pending outbox row in outbox_backfill: exactly the rows committed before the slot's
+// consistent point, which the stream will never carry. It reports how many rows it recorded and
+// whether they are in commit order (see backfillOrder). If recording fails, the new slot is
+// dropped again so a retry starts clean.
+func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot string, backfill bool) (int, bool, error) {
 	repl, err := (&Stream{cfg: Config{DSN: dsn}}).connect(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer repl.Close(context.Background())
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
-		return 0, fmt.Errorf("create slot %q with a snapshot: %w", slot, err)
+		return 0, false, fmt.Errorf("create slot %q with a snapshot: %w", slot, err)
 	}
-	n, err := recordBackfill(ctx, conn, slot, res.SnapshotName)
+	commitOrder, err := trackCommitTimestamp(ctx, conn)
 	if err != nil {
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
-		return 0, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", slot, err)
+		return 0, false, err
 	}
-	return n, nil
+	n, err := recordBackfill(ctx, conn, slot, res.SnapshotName, backfill, commitOrder)
+	if err != nil {
+		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
+		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", slot, err)
+	}
+	return n, commitOrder, nil
 }
 
-func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string) (int, error) {
+func trackCommitTimestamp(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var on string
+	if err := conn.QueryRow(ctx, "SHOW track_commit_timestamp").Scan(&on); err != nil {
+		return false, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	return on == "on", nil
+}
+
+// backfillOrder is the order in which a backfill delivers rows.
+//
+// Within one transaction: insert_seq, the insertion order (created_at is the transaction's
+// start, so all its rows tie). Across transactions, with track_commit_timestamp = on: the
+// commit timestamp of the row's inserting transaction, then insert_seq; transactions that
+// committed before the setting was on have none and come first. Two transactions can commit
+// within the same microsecond; they then go in insertion order. The commit LSN would be exact,
+// but it cannot be read from a row. Without the setting: insertion order (insert_seq), which
+// for overlapping transactions is not always their commit order. Rows written before migration
+// 6 have no insert_seq; they come first, by created_at then id.
+func backfillOrder(commitOrder bool) string {
+	order := "insert_seq NULLS FIRST, created_at, id"
+	if commitOrder {
+		order = "pg_xact_commit_timestamp(xmin) NULLS FIRST, " + order
+	}
+	return order
+}
+
+func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string, backfill, commitOrder bool) (int, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return 0, err
@@ -41,13 +73,31 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string) 
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
 		return 0, err
 	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO outbox_backfill (slot, position, event_id)
-		SELECT $1, row_number() OVER (ORDER BY created_at, id), id FROM outbox_events WHERE status = 'pending'`, slot)
+	// The snapshot's xmin: every transaction older than it had ended when the slot was created.
+	_, err = tx.Exec(ctx, `
+		INSERT INTO outbox_slots (slot, created_at, snapshot_xmin, backfill)
+		VALUES ($1, now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint, $2)
+		ON CONFLICT (slot) DO UPDATE SET created_at = excluded.created_at, snapshot_xmin = excluded.snapshot_xmin,
+			backfill = excluded.backfill`, slot, backfill)
 	if err != nil {
 		return 0, err
 	}
-	return int(tag.RowsAffected()), tx.Commit(ctx)
+	// A backfill left by an earlier slot of this name: its rows still pending are in this one.
+	if _, err := tx.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, slot); err != nil {
+		return 0, err
+	}
+	var n int64
+	if backfill {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO outbox_backfill (slot, position, event_id)
+			SELECT $1, row_number() OVER (ORDER BY `+backfillOrder(commitOrder)+`), id
+			FROM outbox_events WHERE status = 'pending'`, slot)
+		if err != nil {
+			return 0, err
+		}
+		n = tag.RowsAffected()
+	}
+	return int(n), tx.Commit(ctx)
 }
 
 func quoteLiteral(s string) string {

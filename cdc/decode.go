@@ -11,8 +11,12 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// OutboxTable is the table whose inserts become events.
-const OutboxTable = "outbox_events"
+// OutboxTable is the table whose inserts become events, in schema OutboxSchema. A table of
+// that name in another schema is ignored, even if the publication carries it.
+const (
+	OutboxTable  = "outbox_events"
+	OutboxSchema = "public"
+)
 
 // ErrMalformed wraps every error about bytes that are not valid pgoutput.
 var ErrMalformed = errors.New("malformed pgoutput message")
@@ -113,7 +117,7 @@ func checkRelation(b []byte) error {
 }
 
 func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
-	r := &relation{outbox: m.RelationName == OutboxTable}
+	r := &relation{outbox: m.Namespace == OutboxSchema && m.RelationName == OutboxTable}
 	if r.outbox {
 		cols, err := mapColumns(m)
 		if err != nil {

@@ -22,8 +22,12 @@ func msgCommit(commit, end uint64) []byte {
 }
 
 func msgRelation(id uint32, name string, cols ...string) []byte {
+	return msgRelationIn(id, "public", name, cols...)
+}
+
+func msgRelationIn(id uint32, namespace, name string, cols ...string) []byte {
 	b := be32([]byte{'R'}, id)
-	b = cstr(cstr(b, "public"), name)
+	b = cstr(cstr(b, namespace), name)
 	b = be16(append(b, 'd'), uint16(len(cols)))
 	for _, c := range cols {
 		b = be32(be32(cstr(append(b, 0), c), 25), 0xFFFFFFFF)
@@ -213,5 +217,19 @@ func TestTrackerGrowHoldsTheTransaction(t *testing.T) {
 	tr.Ack(more[1])
 	if tr.Confirmable() != 100 {
 		t.Fatalf("confirmable %s", tr.Confirmable())
+	}
+}
+
+// A table of the outbox's name in another schema, added to the publication, yields no events.
+func TestDecodeIgnoresOutboxTableOfAnotherSchema(t *testing.T) {
+	d := NewDecoder()
+	mustDecode(t, d, msgRelationIn(1, "shadow", "outbox_events", outboxCols...))
+	mustDecode(t, d, msgRelation(2, "outbox_events", outboxCols...))
+	mustDecode(t, d, msgBegin(10, 1))
+	mustDecode(t, d, msgInsert(1, outboxRow("shadow1", "1")...))
+	mustDecode(t, d, msgInsert(2, outboxRow("public1", "1")...))
+	tx := mustDecode(t, d, msgCommit(10, 20))
+	if len(tx.Events) != 1 || tx.Events[0].ID != "public1" {
+		t.Fatalf("events = %+v, want only public1", tx.Events)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,28 +23,52 @@ var (
 	sqlstateDuplicate = "42710"
 )
 
+var (
+	// ErrPublicationMissing means the publication was dropped (or dropped and created again)
+	// while the slot decoded WAL: the slot cannot decode past that point and has to be recreated.
+	ErrPublicationMissing = errors.New("publication was dropped while the slot was in use")
+	// ErrSchemaOutdated means a migration is missing: run `outbox-relay migrate`.
+	ErrSchemaOutdated = errors.New("outbox schema is out of date")
+)
+
+// SQLSTATEs the slot handling tells apart.
+const (
+	sqlstateObjectInUse     = "55006" // the slot is active in another process
+	sqlstateUndefinedObject = "42704" // no such slot (or publication)
+)
+
 // SetupResult tells what Setup found or created.
 type SetupResult struct {
 	SlotCreated        bool
 	PublicationCreated bool
-	SlotRecreated      bool // an invalidated slot was dropped and created again
-	Backfill           int  // pending rows recorded for backfill
+	// SlotRecreated: an existing slot was dropped and created again, because it was invalidated
+	// (with RecreateSlot) or older than the publication (which was missing, see SlotRecreatedWhy).
+	SlotRecreated    bool
+	SlotRecreatedWhy string
+	Backfill         int  // pending rows recorded for backfill
+	CommitOrder      bool // the backfill is in commit order (track_commit_timestamp = on)
 }
 
 // SetupOptions are Setup's choices beyond the names.
 type SetupOptions struct {
-	// Backfill, when the slot is created, records the pending rows that exist at that moment
-	// (read in the slot's exported snapshot, so exactly the rows the stream will not carry) for
-	// the publisher to deliver first.
-	Backfill bool
-	// RecreateSlot drops an invalidated slot (wal_status = lost) and creates it again, with a
-	// backfill.
+	// NoBackfill turns the backfill off. If false (the default), whenever Setup creates the
+	// slot it records the pending rows that exist at that moment (read in the slot's exported
+	// snapshot, so exactly the rows the stream will not carry) for the publisher to deliver
+	// first.
+	NoBackfill bool
+	// RecreateSlot drops the slot unless another process streams from it (an invalidated slot,
+	// wal_status = lost, always) and creates it again, with a backfill. It is meant for one run
+	// that repairs a slot which cannot stream. If false, an invalidated slot is an error that
+	// names this option.
 	RecreateSlot bool
 }
 
 // Setup checks that the server and database can feed the relay, and creates the publication
-// and the slot if they are missing. It never drops either, except an invalidated slot when
-// opts.RecreateSlot asks for it. Its errors name the fix.
+// and the slot if they are missing. It drops an existing slot only when that slot cannot
+// stream: when it was invalidated and opts.RecreateSlot asks for it, or when the publication
+// had to be created although the slot existed (the slot then decodes WAL written while the
+// publication was missing, which fails forever). A slot it creates backfills the pending rows
+// unless opts.NoBackfill. Its errors name the fix.
 func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions) (SetupResult, error) {
 	var res SetupResult
 	conn, err := pgx.Connect(ctx, dsn)
@@ -61,31 +86,67 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	if res.PublicationCreated, err = ensurePublication(ctx, conn, publication); err != nil {
 		return res, err
 	}
-	if opts.RecreateSlot {
-		if res.SlotRecreated, err = dropIfLost(ctx, conn, slot); err != nil {
-			return res, err
-		}
-		opts.Backfill = opts.Backfill || res.SlotRecreated
+	if err := recreateIfNeeded(ctx, conn, slot, publication, opts, &res); err != nil {
+		return res, err
 	}
-	if opts.Backfill {
-		return setupWithBackfill(ctx, dsn, conn, slot, res)
-	}
-	res.SlotCreated, err = ensureSlot(ctx, conn, slot)
-	return res, err
-}
-
-func setupWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot string, res SetupResult) (SetupResult, error) {
 	exists, err := slotExists(ctx, conn, slot)
 	if err != nil || exists {
-		res.SlotCreated = false
 		if err == nil {
 			_, err = ensureSlot(ctx, conn, slot) // checks it
 		}
 		return res, err
 	}
-	res.Backfill, err = createSlotWithBackfill(ctx, dsn, conn, slot)
+	res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, !opts.NoBackfill || res.SlotRecreated)
 	res.SlotCreated = err == nil
 	return res, err
+}
+
+// recreateIfNeeded drops slot when it cannot stream again: invalidated (with RecreateSlot), or
+// older than the publication Setup just created.
+func recreateIfNeeded(ctx context.Context, conn *pgx.Conn, slot, publication string, opts SetupOptions, res *SetupResult) error {
+	var err error
+	if opts.RecreateSlot {
+		if res.SlotRecreated, err = dropForRecreate(ctx, conn, slot); err != nil || res.SlotRecreated {
+			res.SlotRecreatedWhy = "--recreate-slot"
+			return err
+		}
+	}
+	if !res.PublicationCreated {
+		return nil
+	}
+	exists, err := slotExists(ctx, conn, slot)
+	if err != nil || !exists {
+		return err
+	}
+	if err := dropSlot(ctx, conn, slot); err != nil {
+		return fmt.Errorf("%w: publication %q was missing, so slot %q cannot decode its WAL; dropping it failed: %v; "+
+			"stop every relay on it and run `outbox-relay run --recreate-slot`", ErrPublicationMissing, publication, slot, err)
+	}
+	res.SlotRecreated, res.SlotRecreatedWhy = true, "older than publication "+publication+", which was missing"
+	return nil
+}
+
+// dropSlot drops slot, waiting a few seconds for a walsender that just failed on it to let go.
+func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot)
+		switch sqlstate(err) {
+		case sqlstateUndefinedObject:
+			return nil // dropped meanwhile, by the relay that failed on it
+		case sqlstateObjectInUse:
+			if time.Now().After(deadline) {
+				return err
+			}
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func slotExists(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
@@ -94,18 +155,21 @@ func slotExists(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) 
 	return n > 0, err
 }
 
-// dropIfLost drops slot when it is invalidated, and reports whether it did.
-func dropIfLost(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
+// dropForRecreate drops slot when it is invalidated, or inactive (no relay streams it, so one
+// that fails on it can be replaced), and reports whether it did.
+func dropForRecreate(ctx context.Context, conn *pgx.Conn, slot string) (bool, error) {
 	var status string
-	err := conn.QueryRow(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && status != "lost") {
+	var active bool
+	err := conn.QueryRow(ctx, "SELECT coalesce(wal_status, ''), active FROM pg_replication_slots WHERE slot_name = $1",
+		slot).Scan(&status, &active)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && status != "lost" && active) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("look up slot: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot); err != nil {
-		return false, fmt.Errorf("drop invalidated slot %q: %w", slot, err)
+	if err := dropSlot(ctx, conn, slot); err != nil {
+		return false, fmt.Errorf("drop slot %q to recreate it: %w", slot, err)
 	}
 	return true, nil
 }
@@ -123,12 +187,17 @@ func checkWalLevel(ctx context.Context, conn *pgx.Conn) error {
 }
 
 func checkOutboxTable(ctx context.Context, conn *pgx.Conn) error {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass('outbox_events') IS NOT NULL").Scan(&exists); err != nil {
+	var exists, current bool
+	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass('`+OutboxSchema+`.outbox_slots') IS NOT NULL`,
+		OutboxSchema+"."+OutboxTable).Scan(&exists, &current)
+	if err != nil {
 		return fmt.Errorf("look up outbox_events: %w", err)
 	}
 	if !exists {
-		return fmt.Errorf("%w in this database (or not on search_path): run `outbox-relay migrate` first", ErrNoOutboxTable)
+		return fmt.Errorf("%w in schema %s of this database: run `outbox-relay migrate` first", ErrNoOutboxTable, OutboxSchema)
+	}
+	if !current {
+		return fmt.Errorf("%w (table outbox_slots is missing): run `outbox-relay migrate`", ErrSchemaOutdated)
 	}
 	return nil
 }
@@ -156,7 +225,8 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string) (bool, 
 	if exists {
 		return false, nil
 	}
-	stmt := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize() + " FOR TABLE outbox_events WITH (publish = 'insert')"
+	stmt := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize() + " FOR TABLE " + OutboxSchema + "." + OutboxTable +
+		" WITH (publish = 'insert')"
 	_, err := conn.Exec(ctx, stmt)
 	switch code := sqlstate(err); {
 	case err == nil:
@@ -207,7 +277,8 @@ func checkSlot(name, plugin, walStatus, db string, sameDB bool) error {
 func slotInvalidError(name string) error {
 	return fmt.Errorf("%w: slot %q lost WAL it needed (wal_status = lost, usually max_slot_wal_keep_size); "+
 		"recreate it (SetupOptions.RecreateSlot drops the slot, creates it again and backfills the pending rows), "+
-		"or drop it yourself with SELECT pg_drop_replication_slot('%s') and backfill", ErrSlotInvalid, name, name)
+		"or drop it yourself with SELECT pg_drop_replication_slot('%s') and start the relay (it backfills by default)",
+		ErrSlotInvalid, name, name)
 }
 
 func sqlstate(err error) string {

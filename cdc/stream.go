@@ -281,9 +281,8 @@ func (s *Stream) startError(err error) error {
 		return errSlotActive
 	case "55000":
 		return slotInvalidError(s.cfg.Slot)
-	case "42704":
-		return fmt.Errorf("%w: slot %q no longer exists; restarting the relay creates it again, and events committed "+
-			"since it was dropped must be re-delivered from the outbox table", ErrSlotMissing, s.cfg.Slot)
+	case sqlstateUndefinedObject:
+		return s.undefinedObject(err)
 	case "42501":
 		return fmt.Errorf("%w: %v", ErrNoPrivilege, err)
 	}

@@ -58,8 +58,9 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Duration("status-interval", 0, "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s")
 	fs.Duration(replTimeoutFlag.name, 0, "reconnect when nothing arrives from the server for this long, probes included (env REPLICATION_TIMEOUT); 0 = the server's wal_sender_timeout, or 60s when that is 0")
 	addLogFlags(fs)
-	fs.Bool("backfill", false, "when this run creates the slot, first deliver the rows already pending (moving from a poller, or a new slot)")
-	fs.Bool("recreate-slot", false, "drop an invalidated slot (wal_status = lost), create it again and backfill; logged loudly")
+	fs.Bool("backfill", true, "when this run creates the slot, first deliver the rows already pending, which the new slot cannot carry (the default; kept for old scripts)")
+	fs.Bool("no-backfill", false, "do not backfill when this run creates the slot: rows pending from before it are not delivered")
+	fs.Bool("recreate-slot", false, "drop a slot no relay streams from (an invalidated one always), create it again and backfill; logged loudly; for one run")
 	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
@@ -121,7 +122,12 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	}
 	cfg.Retention, _ = fs.GetDuration("retention")
 	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
-	cfg.Backfill, _ = fs.GetBool("backfill")
+	backfill, _ := fs.GetBool("backfill")
+	noBackfill, _ := fs.GetBool("no-backfill")
+	if fs.Changed("backfill") && backfill && noBackfill {
+		return cfg, usageError{errors.New("--backfill and --no-backfill contradict each other: pass one")}
+	}
+	cfg.NoBackfill = noBackfill || !backfill
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {

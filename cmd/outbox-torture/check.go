@@ -18,6 +18,7 @@ type record struct {
 	Aborted    []string   // ids of transactions a fault cut off before commit
 	Deliveries []delivery // 2xx answers, in the order recorded
 	Samples    []sample
+	Epochs     []slotEpoch    // slots created again after a slot-drop fault
 	Applied    map[string]int // the consumer's applied table: event id → times applied
 	InboxIDs   []string       // ids in the consumer's inbox_events
 }
@@ -97,8 +98,8 @@ func check(r record) verdict {
 			v.Backward++
 		}
 	}
-	v.ConfirmViolations = describeConfirm(r, confirmViolations(r.Samples, after, done), "After(tx)")
-	v.ConfirmSeqViolations = describeConfirm(r, confirmViolations(r.Samples, commits, done), "commit LSN")
+	v.ConfirmViolations = describeConfirm(r, confirmViolations(r.Samples, after, after, done, r.Epochs), "After(tx)")
+	v.ConfirmSeqViolations = describeConfirm(r, confirmViolations(r.Samples, commits, after, done, r.Epochs), "commit LSN")
 	return v
 }
 
@@ -189,6 +190,9 @@ func commitLSNs(txs []txRecord, ds []delivery, committed map[string]event) ([]pg
 		}
 		lsn, index, err := parseSequence(d.Sequence)
 		switch {
+		case err == nil && lsn == 0:
+			// A backfilled row (after a slot-drop): no commit LSN, and its index is its
+			// position in the backfill.
 		case err != nil:
 			errs = append(errs, fmt.Sprintf("%s: X-Event-Sequence %q: %v", d.ID, d.Sequence, err))
 		case index != p.index:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"testing"
@@ -174,5 +175,25 @@ func TestBlame(t *testing.T) {
 	want := []string{"2 after fault 2 (pg-restart)", "1 before any process fault"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("blame = %q, want %q", got, want)
+	}
+}
+
+// A slot created again after a slot-drop is not held against transactions that committed
+// before it (the backfill carries them); the same sample without the epoch is a violation.
+func TestConfirmEpochExcusesTransactionsBeforeTheNewSlot(t *testing.T) {
+	t0 := time.Now()
+	samples := []sample{{LSN: 500, Mark: 0, At: t0.Add(time.Second)}}
+	after := []pglogrepl.LSN{100, 600}
+	done := []int{math.MaxInt, math.MaxInt} // neither delivered when sampled
+	if got := confirmViolations(samples, after, after, done, nil); len(got) != 1 || got[0].Tx != 0 {
+		t.Fatalf("without an epoch: %+v, want one violation for tx 0", got)
+	}
+	epochs := []slotEpoch{{At: t0, LSN: 450}}
+	if got := confirmViolations(samples, after, after, done, epochs); len(got) != 0 {
+		t.Fatalf("with the new slot's epoch: %+v, want none", got)
+	}
+	late := []slotEpoch{{At: t0.Add(2 * time.Second), LSN: 450}} // begun after the sample
+	if got := confirmViolations(samples, after, after, done, late); len(got) != 1 {
+		t.Fatalf("epoch after the sample: %+v, want one violation", got)
 	}
 }

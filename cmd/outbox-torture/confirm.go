@@ -102,13 +102,18 @@ type confirmViolation struct {
 // bound(tx) while tx was not fully delivered below the sample's mark. done[i] is the log index
 // at which tx i became fully delivered (the largest first-delivery index of its events), or
 // math.MaxInt if it never did; bound[i] of 0 means unknown, and that transaction is skipped.
-func confirmViolations(samples []sample, bound []pglogrepl.LSN, done []int) []confirmViolation {
+// after[i] is After(tx): a sample of a slot created again (an epoch) is not held against a
+// transaction that committed before that slot existed, which the backfill carries instead.
+func confirmViolations(samples []sample, bound, after []pglogrepl.LSN, done []int, epochs []slotEpoch) []confirmViolation {
 	var out []confirmViolation
 	for i := range bound {
 		if bound[i] == 0 {
 			continue
 		}
 		for j, s := range samples {
+			if after[i] != 0 && after[i] <= epochFor(epochs, s) {
+				continue
+			}
 			if s.LSN > bound[i] && done[i] >= s.Mark {
 				out = append(out, confirmViolation{Tx: i, Sample: j, Bound: bound[i]})
 				break

@@ -16,6 +16,7 @@ const (
 	faultFailover
 	faultPGRestart
 	faultPartition
+	faultSlotDrop
 	faultRecv500
 	faultRecvHang
 	faultRecvReset
@@ -24,7 +25,7 @@ const (
 	faultKinds
 )
 
-var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "partition", "recv-500", "recv-hang",
+var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "partition", "slot-drop", "recv-500", "recv-hang",
 	"recv-reset", "recv-drop-ack", "recv-slow"}
 
 func (k faultKind) String() string { return faultNames[k] }
@@ -130,6 +131,7 @@ type faultStats struct {
 	Recovery  []time.Duration // leader killed → a relay streams again, per relay-kill
 	Noticed   []time.Duration // connections frozen → the leader no longer ready, per partition
 	Healed    []time.Duration // thaw → a relay streams again, per partition
+	SlotDrops []time.Duration // new relay started → it streams on a new slot, per slot-drop
 	PGDown    []time.Duration // restart call, kill to ready
 	Failures  []string        // a fault that did not heal
 	Log       []injected      // every fault, in order
@@ -160,6 +162,8 @@ func (t *harness) inject(ctx context.Context, f fault) {
 		t.faults.PGDown = append(t.faults.PGDown, time.Since(start))
 	case faultPartition:
 		t.partition(ctx, f.Hold)
+	case faultSlotDrop:
+		t.slotDrop(ctx)
 	default:
 		t.recv.fault(f.Kind.receiverMode(), f.Share, f.Hold)
 	}
@@ -254,7 +258,7 @@ func (t *harness) partition(ctx context.Context, hold time.Duration) {
 }
 
 // blame attributes each duplicate delivery to the latest process fault (relay-kill, failover,
-// pg-restart) injected before it, and returns the faults with the most, as "n after fault k
+// pg-restart, slot-drop) injected before it, and returns the faults with the most, as "n after fault k
 // (what)", most first. Receiver faults are left out: the receiver never answers 2xx to a
 // request it faults, so only a relay that resends after a restart or a takeover acknowledges
 // an event twice.

@@ -111,6 +111,10 @@ func takeovers(r *result) string {
 		s += fmt.Sprintf("; %d partitions, noticed within %s, streaming within %s of the thaw", n,
 			maxDuration(r.Faults.Noticed).Round(10*time.Millisecond), maxDuration(r.Faults.Healed).Round(10*time.Millisecond))
 	}
+	if n := len(r.Faults.SlotDrops); n > 0 {
+		s += fmt.Sprintf("; %d slot drops, streaming on a new slot in at most %s", n,
+			maxDuration(r.Faults.SlotDrops).Round(10*time.Millisecond))
+	}
 	if n := len(r.Faults.Failures); n > 0 {
 		s += fmt.Sprintf("; %d did not heal", n)
 	}

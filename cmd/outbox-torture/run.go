@@ -75,6 +75,7 @@ type harness struct {
 	fleet    *fleet
 	ledger   ledger
 	faults   faultStats
+	epochs   []slotEpoch // slots created again by the slot-drop fault
 
 	drainedAt time.Time
 }
@@ -367,7 +368,7 @@ func (t *harness) catchUp(ctx context.Context) (time.Duration, bool) {
 func (t *harness) collect(ctx context.Context, inPool *pgxpool.Pool, samples []sample) (record, error) {
 	t.ledger.mu.Lock()
 	rec := record{Txs: t.ledger.txs, RolledBack: t.ledger.rolledBack, Aborted: t.ledger.aborted,
-		Deliveries: t.recv.deliveries(), Samples: samples, Applied: map[string]int{}}
+		Deliveries: t.recv.deliveries(), Samples: samples, Epochs: t.epochs, Applied: map[string]int{}}
 	t.ledger.mu.Unlock()
 	rows, err := inPool.Query(ctx, `SELECT event_id::text, n FROM applied`)
 	if err != nil {

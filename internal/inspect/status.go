@@ -34,6 +34,9 @@ type Report struct {
 	Rows map[string]int64 `json:"rows"`
 	// OldestPending is the pending row created first, or nil when none is pending.
 	OldestPending *Pending `json:"oldest_pending"`
+	// BeforeSlot counts pending rows older than the slot; nil when the relay has no record of
+	// creating it.
+	BeforeSlot *BeforeSlot `json:"before_slot"`
 	// ParkedAggregates counts every parked aggregate; Parked lists the oldest of them.
 	ParkedAggregates int64    `json:"parked_aggregates"`
 	Parked           []Parked `json:"parked"`
@@ -102,13 +105,16 @@ func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	if r.OldestPending, err = oldestPending(ctx, db); err != nil {
 		return r, err
 	}
+	if r.BeforeSlot, err = readBeforeSlot(ctx, db, slot); err != nil {
+		return r, err
+	}
 	r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN)
 	return r, err
 }
 
 // Healthy reports whether the slot can feed a running relay: it exists in this database as a
-// pgoutput slot, was not invalidated, and a process streams from it. The reason says what is
-// wrong and what to do, or is "ok".
+// pgoutput slot, was not invalidated, a process streams from it, and no row older than the
+// slot is pending. The reason says what is wrong and what to do, or is "ok".
 func (r Report) Healthy() (bool, string) {
 	s := r.Slot
 	switch {
@@ -128,6 +134,9 @@ func (r Report) Healthy() (bool, string) {
 			s.Name, s.Name)
 	case !s.Active:
 		return false, fmt.Sprintf("slot %q is inactive: no process is streaming from it; is `outbox-relay run` up?", s.Name)
+	}
+	if why := r.unhealthyBeforeSlot(); why != "" {
+		return false, why
 	}
 	return true, "ok"
 }

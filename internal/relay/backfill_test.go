@@ -52,7 +52,7 @@ func TestBackfillDeliversPreexistingRowsOnceAndInOrder(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); w.write(t, e, 600, 12) }() // across slot creation
-	r := e.start(func(c *Config) { c.Backfill = true })
+	r := e.start(nil)                                       // backfill is the default
 	wg.Wait()
 	w.write(t, e, 300, 12) // after
 	res := relaytest.Result{Committed: w.done}
@@ -69,17 +69,17 @@ func TestBackfillDeliversPreexistingRowsOnceAndInOrder(t *testing.T) {
 	_ = r
 }
 
-// A relay started without --backfill on a new slot does not deliver older rows (and says so in
+// A relay started with --no-backfill on a new slot does not deliver older rows (and says so in
 // the docs); this guards the test above from passing for the wrong reason.
 func TestWithoutBackfillOlderRowsStayBehind(t *testing.T) {
 	e := newEnv(t)
 	w := &seqWriter{seq: map[string]int{}}
 	w.write(t, e, 20, 2)
-	e.start(nil)
+	e.start(func(c *Config) { c.NoBackfill = true })
 	old := relaytest.Result{Committed: w.done}
 	time.Sleep(time.Second)
 	if rep := relaytest.Check(old, e.recv.Deliveries()); len(rep.Lost) != 20 {
-		t.Fatalf("without --backfill, %d of 20 pre-slot rows were delivered", 20-len(rep.Lost))
+		t.Fatalf("with --no-backfill, %d of 20 pre-slot rows were delivered", 20-len(rep.Lost))
 	}
 }
 

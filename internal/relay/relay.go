@@ -57,9 +57,12 @@ type Config struct {
 	ReplicationTimeout time.Duration
 	// Retention, if positive, deletes delivered rows older than this in the background.
 	Retention time.Duration
-	// Backfill records the pending rows when the slot is created, and delivers them first.
-	Backfill bool
-	// RecreateSlot drops an invalidated slot and creates it again, with a backfill.
+	// NoBackfill turns off the backfill. If false (the default), whenever the relay creates the
+	// slot it records the rows still pending, which the new slot cannot carry, and delivers them
+	// first.
+	NoBackfill bool
+	// RecreateSlot drops a slot no process streams from (an invalidated one always) and creates
+	// it again, with a backfill. If false, an invalidated slot is an error naming this option.
 	RecreateSlot bool
 	// LogPayloads logs the payload of failed attempts.
 	LogPayloads bool
@@ -210,7 +213,7 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 	wait := 200 * time.Millisecond
 	for {
 		res, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
-			cdc.SetupOptions{Backfill: cfg.Backfill, RecreateSlot: cfg.RecreateSlot})
+			cdc.SetupOptions{NoBackfill: cfg.NoBackfill, RecreateSlot: cfg.RecreateSlot})
 		if ctx.Err() != nil {
 			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.
 			return res, ctx.Err()
@@ -231,7 +234,7 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 // permanent reports whether a setup error needs the operator: a retry cannot fix it.
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
-		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema} {
+		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrSchemaOutdated, cdc.ErrPublicationMissing} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -249,11 +252,16 @@ func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
 		log.Info().Str("publication", cfg.Publication).Msg("publication created")
 	}
 	if s.SlotRecreated {
-		log.Warn().Str("slot", cfg.Slot).Int("backfill", s.Backfill).
-			Msg("INVALIDATED SLOT DROPPED AND RECREATED (--recreate-slot); pending rows are backfilled, and events delivered but not yet marked done may arrive again")
+		log.Warn().Str("slot", cfg.Slot).Str("reason", s.SlotRecreatedWhy).Int("backfill", s.Backfill).
+			Msg("SLOT DROPPED AND RECREATED; pending rows are backfilled, and events delivered but not yet marked done may arrive again")
 	}
 	if s.SlotCreated {
-		log.Info().Str("slot", cfg.Slot).Int("backfill", s.Backfill).Msg("replication slot created")
+		log.Info().Str("slot", cfg.Slot).Int("backfill", s.Backfill).Bool("no_backfill", cfg.NoBackfill).
+			Msg("replication slot created")
+	}
+	if s.Backfill > 0 && !s.CommitOrder {
+		log.Warn().Int("backfill", s.Backfill).Msg("backfill delivers in insertion order; across overlapping transactions " +
+			"that is not always commit order: commit order needs track_commit_timestamp = on")
 	}
 	log.Info().Str("slot", cfg.Slot).Str("publication", cfg.Publication).Int("max_in_flight", cfg.MaxInFlight).
 		Int("max_buffered_events", cfg.MaxBufferedEvents).Int("max_buffered_bytes", cfg.MaxBufferedBytes).
