@@ -41,7 +41,7 @@ func (s *Stream) undefinedObject(orig error) error {
 	}
 	if !slotThere {
 		return fmt.Errorf("%w: slot %q was dropped while the relay ran; restart: the new slot backfills the %d rows "+
-			"still pending (rows delivered but not yet marked done are sent again; with --no-backfill they are not delivered)",
+			"still pending (rows delivered but not yet marked done are sent again; with the backfill turned off they are not delivered)",
 			ErrSlotMissing, s.cfg.Slot, pending)
 	}
 	state := "it is missing"
@@ -49,9 +49,9 @@ func (s *Stream) undefinedObject(orig error) error {
 		state = "it exists again, but the slot decodes WAL from before"
 	}
 	if err := dropSlot(ctx, conn, s.cfg.Slot); err != nil {
-		return fmt.Errorf("%w (%s): slot %q cannot decode past that point, and dropping it failed (%v): %w; "+
-			"stop every relay on it and run `outbox-relay run --recreate-slot` once: it recreates the slot and backfills "+
-			"the %d rows still pending", ErrPublicationMissing, state, s.cfg.Slot, err, ErrSlotMissing, pending)
+		return fmt.Errorf("%w (%s): slot %q cannot decode past that point, and dropping it failed (%v): %w: %w; "+
+			"stop every relay on it and recreate the slot once: that backfills the %d rows still pending",
+			ErrPublicationMissing, state, s.cfg.Slot, err, ErrSlotMissing, ErrRecreateSlot, pending)
 	}
 	return fmt.Errorf("%w: publication %q (%s); slot %q could not decode past that point and was dropped (%w); "+
 		"restart: it creates the publication and a new slot, which backfills the %d rows still pending "+

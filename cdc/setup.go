@@ -27,6 +27,9 @@ var (
 	// ErrPublicationMissing means the publication was dropped (or dropped and created again)
 	// while the slot decoded WAL: the slot cannot decode past that point and has to be recreated.
 	ErrPublicationMissing = errors.New("publication was dropped while the slot was in use")
+	// ErrRecreateSlot is wrapped when only recreating the slot (SetupOptions.RecreateSlot, with
+	// every other relay on it stopped) recovers.
+	ErrRecreateSlot = errors.New("the slot must be recreated")
 	// ErrSchemaOutdated means a migration is missing: run `outbox-relay migrate`.
 	ErrSchemaOutdated = errors.New("outbox schema is out of date")
 )
@@ -107,7 +110,7 @@ func recreateIfNeeded(ctx context.Context, conn *pgx.Conn, slot, publication str
 	var err error
 	if opts.RecreateSlot {
 		if res.SlotRecreated, err = dropForRecreate(ctx, conn, slot); err != nil || res.SlotRecreated {
-			res.SlotRecreatedWhy = "--recreate-slot"
+			res.SlotRecreatedWhy = "recreating the slot was asked for"
 			return err
 		}
 	}
@@ -119,8 +122,8 @@ func recreateIfNeeded(ctx context.Context, conn *pgx.Conn, slot, publication str
 		return err
 	}
 	if err := dropSlot(ctx, conn, slot); err != nil {
-		return fmt.Errorf("%w: publication %q was missing, so slot %q cannot decode its WAL; dropping it failed: %v; "+
-			"stop every relay on it and run `outbox-relay run --recreate-slot`", ErrPublicationMissing, publication, slot, err)
+		return fmt.Errorf("%w: publication %q was missing, so slot %q cannot decode its WAL; dropping it failed: %v: %w; "+
+			"stop every relay on it and recreate the slot", ErrPublicationMissing, publication, slot, err, ErrRecreateSlot)
 	}
 	res.SlotRecreated, res.SlotRecreatedWhy = true, "older than publication "+publication+", which was missing"
 	return nil

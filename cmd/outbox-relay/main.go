@@ -52,7 +52,9 @@ func explain(err error) error {
 	// The libraries describe the problem; the command line's way to fix it is added here.
 	switch {
 	case errors.Is(err, cdc.ErrSlotInvalid):
-		return fmt.Errorf("%w; with outbox-relay: run once with --recreate-slot, or drop the slot and start with --backfill", err)
+		return fmt.Errorf("%w; with outbox-relay: run once with --recreate-slot, or drop the slot and start again (a new slot backfills)", err)
+	case errors.Is(err, cdc.ErrRecreateSlot):
+		return fmt.Errorf("%w (with outbox-relay: run once with --recreate-slot)", err)
 	case errors.Is(err, cdc.ErrSlotMismatch):
 		return fmt.Errorf("%w (pass it with --slot)", err)
 	}

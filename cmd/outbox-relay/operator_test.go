@@ -197,7 +197,9 @@ func TestWrongPasswordNamesTheFix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := fmt.Sprintf("host all %s 127.0.0.1/32 scram-sha-256\n", role)
+	// The test cluster listens on its Unix socket only; the role's connections reach it there
+	// (through the TCP proxy below), so the rule is a local one.
+	line := fmt.Sprintf("local all %s scram-sha-256\n", role)
 	if err := os.WriteFile(hba, append([]byte(line), orig...), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -211,8 +213,14 @@ func TestWrongPasswordNamesTheFix(t *testing.T) {
 		_, _ = conn.Exec(context.Background(), "SELECT pg_reload_conf()")
 	})
 	reload()
-	// No sslmode: pgx tries TLS first and falls back, which is where the noise came from.
-	base := fmt.Sprintf("postgres://%s:%%s@127.0.0.1:%d/postgres", role, c.Port)
+	// No sslmode, over TCP: pgx tries TLS first and falls back, which is where the noise came
+	// from. A TCP proxy in front of the socket gives the test that path.
+	proxy, err := relaytest.NewProxyFor(c.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	base := fmt.Sprintf("postgres://%s:%%s@%s/postgres", role, proxy.Addr())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		// Positive control, and a wait for the reload: the right password connects and the
