@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
 )
 
 // Errors that no retry can fix. Each message says what to do.
@@ -28,6 +29,8 @@ type SetupResult struct {
 	PublicationCreated bool
 	SlotRecreated      bool // an invalidated slot was dropped and created again
 	Backfill           int  // pending rows recorded for backfill
+	// Failover is the slot's PostgreSQL 17 failover option after Setup (failover.go).
+	Failover FailoverResult
 }
 
 // SetupOptions are Setup's choices beyond the names.
@@ -39,6 +42,15 @@ type SetupOptions struct {
 	// RecreateSlot drops an invalidated slot (wal_status = lost) and creates it again, with a
 	// backfill.
 	RecreateSlot bool
+	// Failover chooses whether the slot is a failover slot; the zero value FailoverAuto makes it
+	// one on PostgreSQL 17+ (failover.go).
+	Failover FailoverMode
+	// ReplicationDSN, if set, is a hot standby (PostgreSQL 16+) where the slot lives and is
+	// decoded; the checks and the publication still use dsn, the primary (standby.go). Empty:
+	// the slot is on dsn's server.
+	ReplicationDSN string
+	// Logger receives progress of slow steps; the zero value logs nothing.
+	Logger zerolog.Logger
 }
 
 // Setup checks that the server and database can feed the relay, and creates the publication
@@ -65,10 +77,18 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 		}
 		opts.Backfill = opts.Backfill || res.SlotRecreated
 	}
-	if opts.Backfill {
-		return setupWithBackfill(ctx, dsn, conn, slot, res)
+	if opts.ReplicationDSN != "" {
+		return setupOnStandby(ctx, conn, slot, opts, res)
 	}
-	res.SlotCreated, err = ensureSlot(ctx, conn, slot)
+	if opts.Backfill {
+		res, err = setupWithBackfill(ctx, dsn, conn, slot, res)
+	} else {
+		res.SlotCreated, err = ensureSlot(ctx, conn, slot)
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Failover, err = applyFailover(ctx, dsn, conn, slot, opts.Failover, opts.Logger)
 	return res, err
 }
 

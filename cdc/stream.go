@@ -36,6 +36,10 @@ type Config struct {
 	Logger       zerolog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// AllowStandby lets the stream decode on a server in recovery (--replication-dsn). If false
+	// (the default), a connection that reaches a standby is closed and retried, so a slot is
+	// only ever streamed on the primary (failover.go).
+	AllowStandby bool
 }
 
 func (c *Config) defaults() {
@@ -141,6 +145,11 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 		return err
 	}
 	defer conn.Close(context.Background())
+	if !s.cfg.AllowStandby {
+		if err := checkPrimary(ctx, conn); err != nil {
+			return err
+		}
+	}
 	interval, started, err := s.sessionSettings(ctx, conn)
 	if err != nil {
 		return err

@@ -57,6 +57,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Bool("backfill", false, "when this run creates the slot, first deliver the rows already pending (moving from a poller, or a new slot)")
 	fs.Bool("recreate-slot", false, "drop an invalidated slot (wal_status = lost), create it again and backfill; logged loudly")
 	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
+	addFailoverFlags(fs) // failover.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -113,6 +114,9 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	cfg.Backfill, _ = fs.GetBool("backfill")
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
 	cfg.Version, cfg.Commit, _ = buildInfo()
+	if err := failoverConfig(fs, &cfg); err != nil {
+		return cfg, err
+	}
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {
 		return cfg, usageError{fmt.Errorf("--retry-min must be positive and no more than --retry-max")}
 	}

@@ -67,6 +67,14 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Ready, if set, is called with the metrics server's address once it listens.
 	Ready func(metricsAddr string)
+
+	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
+	// PostgreSQL 17+ (README: Failover slots).
+	Failover cdc.FailoverMode
+	// ReplicationDSN is --replication-dsn: if set, the slot lives on and is decoded by that
+	// server (a hot standby, PostgreSQL 16+), while setup checks, marks, replays and status use
+	// DSN. Empty: everything uses DSN.
+	ReplicationDSN string
 }
 
 // Defaults for Config fields left zero.
@@ -163,7 +171,8 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 	wait := 200 * time.Millisecond
 	for {
 		res, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
-			cdc.SetupOptions{Backfill: cfg.Backfill, RecreateSlot: cfg.RecreateSlot})
+			cdc.SetupOptions{Backfill: cfg.Backfill, RecreateSlot: cfg.RecreateSlot,
+				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.Logger})
 		if err == nil || permanent(err) || ctx.Err() != nil {
 			return res, err
 		}
@@ -180,7 +189,7 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 // permanent reports whether a setup error needs the operator: a retry cannot fix it.
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
-		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege} {
+		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -204,6 +213,13 @@ func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
 	if s.SlotCreated {
 		log.Info().Str("slot", cfg.Slot).Int("backfill", s.Backfill).Msg("replication slot created")
 	}
+	if f := s.Failover; f.Supported {
+		log.Info().Str("slot", cfg.Slot).Bool("failover", f.On).Bool("changed", f.Changed).Bool("pending", f.Pending).
+			Msg("failover slot setting")
+	}
+	if cfg.ReplicationDSN != "" {
+		log.Info().Str("slot", cfg.Slot).Msg("decoding on the --replication-dsn server; marks and replays use the primary")
+	}
 	log.Info().Str("slot", cfg.Slot).Str("publication", cfg.Publication).Int("max_in_flight", cfg.MaxInFlight).
 		Int("max_buffered_events", cfg.MaxBufferedEvents).Int("max_buffered_bytes", cfg.MaxBufferedBytes).
 		Int("max_attempts", cfg.MaxAttempts).
@@ -225,8 +241,12 @@ type runner struct {
 func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool) *runner {
 	r := &runner{cfg: cfg, pool: pool, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
-	r.stream = cdc.NewStream(cdc.Config{DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication,
-		StatusInterval: cfg.StatusInterval, Logger: cfg.Logger, Metrics: m}, r.tracker)
+	streamDSN := cfg.DSN
+	if cfg.ReplicationDSN != "" {
+		streamDSN = cfg.ReplicationDSN
+	}
+	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: cfg.Slot, Publication: cfg.Publication,
+		StatusInterval: cfg.StatusInterval, Logger: cfg.Logger, Metrics: m, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
 	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
