@@ -7,6 +7,10 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 COMMIT      ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_FLAGS  ?=
+# PG_VERSION=17 runs tests, torture and bench on PostgreSQL 17 (internal/pgtest/versions.go;
+# scripts/install-postgres.sh 17 installs it). Exported so `make test PG_VERSION=17` reaches go test.
+PG_VERSION  ?=
+export PG_VERSION
 
 .PHONY: build test lint demo bench torture
 

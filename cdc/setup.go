@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
 )
 
 // Errors that no retry can fix. Each message says what to do.
@@ -50,6 +51,8 @@ type SetupResult struct {
 	SlotRecreatedWhy string
 	Backfill         int  // pending rows recorded for backfill
 	CommitOrder      bool // the backfill is in commit order (track_commit_timestamp = on)
+	// Failover is the slot's PostgreSQL 17 failover option after Setup (failover.go).
+	Failover FailoverResult
 }
 
 // SetupOptions are Setup's choices beyond the names.
@@ -64,6 +67,15 @@ type SetupOptions struct {
 	// that repairs a slot which cannot stream. If false, an invalidated slot is an error that
 	// names this option.
 	RecreateSlot bool
+	// Failover chooses whether the slot is a failover slot; the zero value FailoverAuto makes it
+	// one on PostgreSQL 17+ (failover.go).
+	Failover FailoverMode
+	// ReplicationDSN, if set, is a hot standby (PostgreSQL 16+) where the slot lives and is
+	// decoded; the checks and the publication still use dsn, the primary (standby.go). Empty:
+	// the slot is on dsn's server.
+	ReplicationDSN string
+	// Logger receives progress of slow steps; the zero value logs nothing.
+	Logger zerolog.Logger
 }
 
 // Setup checks that the server and database can feed the relay, and creates the publication
@@ -92,15 +104,23 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	if err := recreateIfNeeded(ctx, conn, slot, publication, opts, &res); err != nil {
 		return res, err
 	}
+	if opts.ReplicationDSN != "" {
+		return setupOnStandby(ctx, conn, slot, opts, res)
+	}
 	exists, err := slotExists(ctx, conn, slot)
-	if err != nil || exists {
-		if err == nil {
-			_, err = ensureSlot(ctx, conn, slot) // checks it
-		}
+	switch {
+	case err != nil:
+		return res, err
+	case exists:
+		_, err = ensureSlot(ctx, conn, slot) // checks it
+	default:
+		res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, !opts.NoBackfill || res.SlotRecreated)
+		res.SlotCreated = err == nil
+	}
+	if err != nil {
 		return res, err
 	}
-	res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, !opts.NoBackfill || res.SlotRecreated)
-	res.SlotCreated = err == nil
+	res.Failover, err = applyFailover(ctx, dsn, conn, slot, opts.Failover, opts.Logger)
 	return res, err
 }
 

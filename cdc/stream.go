@@ -48,6 +48,10 @@ type Config struct {
 	Logger       zerolog.Logger
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// AllowStandby lets the stream decode on a server in recovery (--replication-dsn). If false
+	// (the default), a connection that reaches a standby is closed and retried, so a slot is
+	// only ever streamed on the primary (failover.go).
+	AllowStandby bool
 }
 
 func (c *Config) defaults() {
@@ -186,6 +190,11 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 		return err
 	}
 	defer func() { closeConn(conn, err != nil) }()
+	if !s.cfg.AllowStandby {
+		if err := checkPrimary(startCtx, conn); err != nil {
+			return err
+		}
+	}
 	set, err := s.sessionSettings(startCtx, conn)
 	if err != nil {
 		return err

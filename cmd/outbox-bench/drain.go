@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -168,7 +169,7 @@ func (e *env) recvlogical(ctx context.Context, db *benchDB, endLSN string, rows 
 	if err != nil {
 		return res, err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(e.cluster.BinDir, "pg_recvlogical"), "-d", db.dsn,
+	cmd := exec.CommandContext(ctx, recvlogicalPath(e.cluster.BinDir), "-d", db.dsn,
 		"--slot", rawSlot, "--start", "--endpos", endLSN, "--no-loop", "-f", "/dev/null",
 		"-o", "proto_version=1", "-o", "publication_names="+benchPublication)
 	start := time.Now()
@@ -187,4 +188,25 @@ func (e *env) recvlogical(ctx context.Context, db *benchDB, endLSN string, rows 
 	res.Load = loadBetween(before, after)
 	res.Rate = float64(rows) / res.Wall.Seconds()
 	return res, nil
+}
+
+// recvlogicalPath finds pg_recvlogical: beside the server, else on PATH, else in Debian's
+// client package. The npm server builds used for PG_VERSION=16..18 ship no client tools, and
+// Debian's 15 pg_recvlogical works against those servers.
+func recvlogicalPath(binDir string) string {
+	if p := filepath.Join(binDir, "pg_recvlogical"); fileExists(p) {
+		return p
+	}
+	if p, err := exec.LookPath("pg_recvlogical"); err == nil {
+		return p
+	}
+	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_recvlogical"); len(m) > 0 {
+		return m[len(m)-1]
+	}
+	return filepath.Join(binDir, "pg_recvlogical") // the error names where it was expected
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }

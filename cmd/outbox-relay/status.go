@@ -137,6 +137,14 @@ func writeStatusTable(w io.Writer, r inspect.Report, warnings []string) error {
 	for _, warn := range warnings {
 		row("warning", warn)
 	}
+	srv := r.Server.Version
+	if r.Server.InRecovery {
+		srv += " (standby)"
+	}
+	row("server", "PostgreSQL "+srv)
+	if t := r.Server.IdleReplicationSlotTimeout; t != nil {
+		row("idle_replication_slot_timeout", *t)
+	}
 	writeSlot(row, r.Slot)
 	row("")
 	row("OUTBOX ROWS")
@@ -179,6 +187,26 @@ func writeSlot(row func(...string), s inspect.Slot) {
 		row("  safe_wal_size", humanBytes(*s.SafeWALSize))
 	}
 	row("  lag", bytesOrNull(s.LagBytes))
+	// Columns of newer servers: shown only where the server has them.
+	if s.Conflicting != nil {
+		row("  conflicting", fmt.Sprint(*s.Conflicting))
+	}
+	if s.InvalidationReason != nil {
+		row("  invalidation_reason", *s.InvalidationReason)
+	}
+	if s.InactiveSince != nil {
+		row("  inactive_since", clock(*s.InactiveSince))
+	}
+	if s.Failover != nil {
+		row("  failover", fmt.Sprint(*s.Failover))
+	}
+	if s.Synced != nil {
+		synced := fmt.Sprint(*s.Synced)
+		if *s.Synced && s.Temporary {
+			synced += " (temporary: not yet usable after a promotion)"
+		}
+		row("  synced", synced)
+	}
 }
 
 func writeParked(w io.Writer, r inspect.Report) error {

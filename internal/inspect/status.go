@@ -28,7 +28,9 @@ var statuses = []string{"pending", "done", "failed", "parked"}
 type Report struct {
 	// CheckedAt is the database's clock when the report was taken.
 	CheckedAt time.Time `json:"checked_at"`
-	Slot      Slot      `json:"slot"`
+	// Server is the PostgreSQL server the report was read from.
+	Server Server `json:"server"`
+	Slot   Slot   `json:"slot"`
 	// Rows counts outbox_events rows by status; pending, done, failed and parked are always
 	// present. Statuses are marked about 200 ms after delivery and are advisory.
 	Rows map[string]int64 `json:"rows"`
@@ -66,6 +68,43 @@ type Slot struct {
 	// LagBytes is the current WAL position minus confirmed_flush_lsn: WAL not yet confirmed as
 	// delivered (including WAL of other tables, which is confirmed once the relay is idle).
 	LagBytes *int64 `json:"lag_bytes"`
+
+	// The fields below exist only on newer servers; they are always in the JSON, null where the
+	// server lacks the column (README: PostgreSQL versions).
+
+	// Conflicting is true when a slot was invalidated by a recovery conflict (PostgreSQL 16+).
+	Conflicting *bool `json:"conflicting"`
+	// InvalidationReason says why the slot was invalidated (wal_removed, rows_removed,
+	// wal_level_insufficient, idle_timeout on 18), null while it is usable (PostgreSQL 17+).
+	InvalidationReason *string `json:"invalidation_reason"`
+	// InactiveSince is when the slot was last released by its consumer, null while one streams
+	// from it (PostgreSQL 17+).
+	InactiveSince *time.Time `json:"inactive_since"`
+	// Failover is true when the slot is synchronised to standbys that have
+	// sync_replication_slots on (PostgreSQL 17+; see README: Failover slots).
+	Failover *bool `json:"failover"`
+	// Synced is true on a standby for a slot copied from the primary by slot synchronisation;
+	// only such a slot can be used after promotion. On a primary it is false (PostgreSQL 17+).
+	Synced *bool `json:"synced"`
+	// Temporary is true for a synced slot that the standby has not yet made persistent (it
+	// waits until the primary's slot moves past the standby's catalog horizon).
+	Temporary bool `json:"temporary"`
+}
+
+// Server is the version and role of the server a report was read from.
+type Server struct {
+	// Version is server_version, e.g. "17.10"; VersionNum is server_version_num, e.g. 170010.
+	Version    string `json:"version"`
+	VersionNum int    `json:"version_num"`
+	// InRecovery is true on a standby (pg_is_in_recovery()); positions and lag are then measured
+	// against the last replayed WAL position.
+	InRecovery bool `json:"in_recovery"`
+	// SynchronizedStandbySlots is the primary's synchronized_standby_slots (PostgreSQL 17+,
+	// null before): the standbys' physical slots that failover slots wait for.
+	SynchronizedStandbySlots *string `json:"synchronized_standby_slots"`
+	// IdleReplicationSlotTimeout is idle_replication_slot_timeout (PostgreSQL 18+, null before;
+	// "0" is off): an inactive slot older than this is invalidated at a checkpoint.
+	IdleReplicationSlotTimeout *string `json:"idle_replication_slot_timeout"`
 }
 
 // Pending is the oldest row still marked pending.
@@ -96,7 +135,10 @@ func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	if r.CheckedAt, err = checkSchema(ctx, db); err != nil {
 		return r, err
 	}
-	if r.Slot, err = readSlot(ctx, db, slot); err != nil {
+	if r.Server, err = readServer(ctx, db); err != nil {
+		return r, err
+	}
+	if r.Slot, err = readSlot(ctx, db, r.Server, slot); err != nil {
 		return r, err
 	}
 	if r.Rows, err = countRows(ctx, db); err != nil {
@@ -128,6 +170,14 @@ func (r Report) Healthy() (bool, string) {
 		}
 		return false, fmt.Sprintf("slot %q is a %s slot of database %q, not a pgoutput slot of this one: "+
 			"pass the --slot name this database's relay uses", s.Name, kind, s.Database)
+	case s.InvalidationReason != nil || (s.Conflicting != nil && *s.Conflicting):
+		reason := "a recovery conflict"
+		if s.InvalidationReason != nil {
+			reason = *s.InvalidationReason
+		}
+		return false, fmt.Sprintf("slot %q was invalidated (%s): it can no longer be streamed; "+
+			"drop it with SELECT pg_drop_replication_slot('%s'), restart the relay and re-deliver the pending rows",
+			s.Name, reason, s.Name)
 	case s.WALStatus != nil && *s.WALStatus == "lost":
 		return false, fmt.Sprintf("slot %q was invalidated (wal_status lost): the server removed WAL it needed; "+
 			"drop it with SELECT pg_drop_replication_slot('%s'), restart the relay and re-deliver the pending rows",
@@ -147,6 +197,11 @@ func (r Report) Warnings() []string {
 	if s := r.Slot.WALStatus; s != nil && *s == "unreserved" {
 		w = append(w, fmt.Sprintf("slot %q retains more WAL than max_slot_wal_keep_size (wal_status unreserved): "+
 			"it will be invalidated at the next checkpoint unless the relay catches up", r.Slot.Name))
+	}
+	if s := r.Slot; s.Failover != nil && *s.Failover && !r.Server.InRecovery &&
+		(r.Server.SynchronizedStandbySlots == nil || *r.Server.SynchronizedStandbySlots == "") {
+		w = append(w, fmt.Sprintf("slot %q is a failover slot but synchronized_standby_slots is empty: a standby "+
+			"may be promoted with a synced slot that is behind what the relay confirmed (README: Failover slots)", s.Name))
 	}
 	if n := r.Rows["failed"]; n > 0 {
 		w = append(w, fmt.Sprintf("%d dead-lettered event%s (status failed)", n, plural(n)))
@@ -174,17 +229,46 @@ func checkSchema(ctx context.Context, db DB) (time.Time, error) {
 	return now, CheckSchema(ctx, db)
 }
 
-const slotSQL = `
+func readServer(ctx context.Context, db DB) (Server, error) {
+	var sv Server
+	err := db.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int,
+		pg_is_in_recovery(), current_setting('synchronized_standby_slots', true),
+		current_setting('idle_replication_slot_timeout', true)`).Scan(&sv.Version, &sv.VersionNum, &sv.InRecovery,
+		&sv.SynchronizedStandbySlots, &sv.IdleReplicationSlotTimeout)
+	if err != nil {
+		return sv, fmt.Errorf("read server version: %w", err)
+	}
+	return sv, nil
+}
+
+// slotSQL reads the slot's row, selecting the columns newer servers added only where they exist
+// (NULL elsewhere). On a standby the current position is the last replayed one.
+func slotSQL(sv Server) string {
+	cur := "pg_current_wal_lsn()"
+	if sv.InRecovery {
+		cur = "pg_last_wal_replay_lsn()"
+	}
+	v16, v17 := "NULL::bool", "NULL::text, NULL::timestamptz, NULL::bool, NULL::bool"
+	if sv.VersionNum >= 160000 {
+		v16 = "conflicting"
+	}
+	if sv.VersionNum >= 170000 {
+		v17 = "invalidation_reason, inactive_since, failover, synced"
+	}
+	return `
 SELECT coalesce(database, ''), coalesce(database = current_database(), false), coalesce(plugin, ''),
        active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+       pg_wal_lsn_diff(` + cur + `, restart_lsn)::bigint,
+       pg_wal_lsn_diff(` + cur + `, confirmed_flush_lsn)::bigint,
+       temporary, ` + v16 + `, ` + v17 + `
 FROM pg_replication_slots WHERE slot_name = $1`
+}
 
-func readSlot(ctx context.Context, db DB, name string) (Slot, error) {
+func readSlot(ctx context.Context, db DB, sv Server, name string) (Slot, error) {
 	s := Slot{Name: name}
-	err := db.QueryRow(ctx, slotSQL, name).Scan(&s.Database, &s.SameDatabase, &s.Plugin, &s.Active, &s.ActivePID,
-		&s.ConfirmedFlushLSN, &s.RestartLSN, &s.WALStatus, &s.SafeWALSize, &s.RetainedWALBytes, &s.LagBytes)
+	err := db.QueryRow(ctx, slotSQL(sv), name).Scan(&s.Database, &s.SameDatabase, &s.Plugin, &s.Active, &s.ActivePID,
+		&s.ConfirmedFlushLSN, &s.RestartLSN, &s.WALStatus, &s.SafeWALSize, &s.RetainedWALBytes, &s.LagBytes,
+		&s.Temporary, &s.Conflicting, &s.InvalidationReason, &s.InactiveSince, &s.Failover, &s.Synced)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return s, nil

@@ -13,8 +13,12 @@ import (
 )
 
 // FindBinDir returns the directory that holds initdb and postgres, trying PG_BIN,
-// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, then PATH.
+// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, then PATH. With PG_VERSION=N
+// (and no PG_BIN) it looks only for version N (versions.go).
 func FindBinDir() (string, error) {
+	if v := os.Getenv("PG_VERSION"); v != "" && os.Getenv("PG_BIN") == "" {
+		return versionBinDir(v)
+	}
 	for _, dir := range candidateDirs() {
 		if hasServer(dir) {
 			return dir, nil

@@ -29,3 +29,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) { return pgclust
 
 // FindBinDir returns the directory that holds initdb and postgres; see pgcluster.FindBinDir.
 func FindBinDir() (string, error) { return pgcluster.FindBinDir() }
+
+// StandbyOptions tune Cluster.StartStandby; see pgcluster.StandbyOptions.
+type StandbyOptions = pgcluster.StandbyOptions
+
+// InstallVersionHint names the command that installs server binaries of major version v.
+func InstallVersionHint(v string) string { return pgcluster.InstallVersionHint(v) }

@@ -75,6 +75,14 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Ready, if set, is called with the metrics server's address once it listens.
 	Ready func(metricsAddr string)
+
+	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
+	// PostgreSQL 17+ (README: Failover slots).
+	Failover cdc.FailoverMode
+	// ReplicationDSN is --replication-dsn: if set, the slot lives on and is decoded by that
+	// server (a hot standby, PostgreSQL 16+), while setup checks, marks, replays and status use
+	// DSN. Empty: everything uses DSN.
+	ReplicationDSN string
 }
 
 // Defaults for Config fields left zero.
@@ -213,7 +221,8 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 	wait := 200 * time.Millisecond
 	for {
 		res, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
-			cdc.SetupOptions{NoBackfill: cfg.NoBackfill, RecreateSlot: cfg.RecreateSlot})
+			cdc.SetupOptions{NoBackfill: cfg.NoBackfill, RecreateSlot: cfg.RecreateSlot,
+				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.Logger})
 		if ctx.Err() != nil {
 			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.
 			return res, ctx.Err()
@@ -234,7 +243,8 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 // permanent reports whether a setup error needs the operator: a retry cannot fix it.
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
-		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrSchemaOutdated, cdc.ErrPublicationMissing} {
+		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrSchemaOutdated, cdc.ErrPublicationMissing,
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -263,6 +273,13 @@ func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
 		log.Warn().Int("backfill", s.Backfill).Msg("backfill delivers in insertion order; across overlapping transactions " +
 			"that is not always commit order: commit order needs track_commit_timestamp = on")
 	}
+	if f := s.Failover; f.Supported {
+		log.Info().Str("slot", cfg.Slot).Bool("failover", f.On).Bool("changed", f.Changed).Bool("pending", f.Pending).
+			Msg("failover slot setting")
+	}
+	if cfg.ReplicationDSN != "" {
+		log.Info().Str("slot", cfg.Slot).Msg("decoding on the --replication-dsn server; marks and replays use the primary")
+	}
 	log.Info().Str("slot", cfg.Slot).Str("publication", cfg.Publication).Int("max_in_flight", cfg.MaxInFlight).
 		Int("max_buffered_events", cfg.MaxBufferedEvents).Int("max_buffered_bytes", cfg.MaxBufferedBytes).
 		Int("max_attempts", cfg.MaxAttempts).
@@ -284,9 +301,13 @@ type runner struct {
 func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool) *runner {
 	r := &runner{cfg: cfg, pool: pool, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
-	r.stream = cdc.NewStream(cdc.Config{DSN: cfg.DSN, Slot: cfg.Slot, Publication: cfg.Publication,
+	streamDSN := cfg.DSN
+	if cfg.ReplicationDSN != "" {
+		streamDSN = cfg.ReplicationDSN
+	}
+	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: cfg.Logger, Metrics: m}, r.tracker)
+		Dial: dialer(userTimeout(cfg)), Logger: cfg.Logger, Metrics: m, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
 	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,

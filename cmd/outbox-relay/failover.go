@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+)
+
+// Flags for PostgreSQL 16-18 features: failover slots and decoding from a standby (README:
+// PostgreSQL versions).
+
+var replicationDSNFlag = envFlag{name: "replication-dsn", env: "REPLICATION_DSN"}
+
+func addFailoverFlags(fs *pflag.FlagSet) {
+	fs.String("failover", "auto", "make the slot a failover slot that standbys with sync_replication_slots keep (PostgreSQL 17+): auto (on when the server has it), true or false")
+	fs.String(replicationDSNFlag.name, "", "decode on this server, usually a hot standby (PostgreSQL 16+), while marks, replays and setup checks use --dsn (env REPLICATION_DSN); empty = --dsn")
+}
+
+func failoverConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
+	v, _ := fs.GetString("failover")
+	mode, err := parseFailover(v)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg.Failover = mode
+	cfg.ReplicationDSN = stringFrom(fs, replicationDSNFlag)
+	return nil
+}
+
+func parseFailover(v string) (cdc.FailoverMode, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "auto":
+		return cdc.FailoverAuto, nil
+	case "true", "on", "yes", "1":
+		return cdc.FailoverOn, nil
+	case "false", "off", "no", "0":
+		return cdc.FailoverOff, nil
+	}
+	return 0, fmt.Errorf("--failover=%q: set auto, true or false", v)
+}
