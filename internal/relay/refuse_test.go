@@ -92,9 +92,9 @@ func TestRefusesAForeignOutboxTable(t *testing.T) {
 // A database migrated to an older version than the binary needs is refused, naming migrate.
 func TestRefusesAnOldSchema(t *testing.T) {
 	e := newEnv(t)
-	// What a database migrated by an older release (before 00005) looks like.
-	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_backfill;
-		DELETE FROM goose_db_version WHERE version_id = 5`); err != nil {
+	// What a database migrated by an older release (before 00006) looks like.
+	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_slots;
+		ALTER TABLE outbox_events DROP COLUMN insert_seq; DELETE FROM goose_db_version WHERE version_id = 6`); err != nil {
 		t.Fatal(err)
 	}
 	err := refused(t, e.config())

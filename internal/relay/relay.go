@@ -243,7 +243,7 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 // permanent reports whether a setup error needs the operator: a retry cannot fix it.
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
-		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrSchemaOutdated, cdc.ErrPublicationMissing,
+		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
 		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported} {
 		if errors.Is(err, target) {
 			return true
