@@ -92,8 +92,8 @@ func applyFailover(ctx context.Context, dsn string, conn *pgx.Conn, slot string,
 	}
 	if num < SlotFailoverVersion {
 		if mode == FailoverOn {
-			return res, fmt.Errorf("%w (this server is %d): run with --failover=false, or upgrade; "+
-				"before 17 a promoted standby has no slot and the pending rows need --backfill", ErrFailoverUnsupported, num)
+			return res, fmt.Errorf("%w (this server is %d): turn the failover option off, or upgrade; "+
+				"before 17 a promoted standby has no slot, and a new one must backfill the pending rows", ErrFailoverUnsupported, num)
 		}
 		return res, nil
 	}
@@ -169,7 +169,7 @@ func checkPrimary(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	if len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t" {
 		return fmt.Errorf("%w: waiting for it to be promoted or for the DSN to reach the primary "+
-			"(list every host with target_session_attrs=read-write; use --replication-dsn to decode on a standby on purpose)",
+			"(list every host with target_session_attrs=read-write; give a separate replication DSN to decode on a standby on purpose)",
 			errOnStandby)
 	}
 	return nil

@@ -33,7 +33,7 @@ func setupOnStandby(ctx context.Context, primary *pgx.Conn, slot string, opts Se
 	}
 	if inRecovery && num < StandbyDecodingVersion {
 		return res, fmt.Errorf("%w: the replication DSN's server is a %d standby; logical decoding on a standby "+
-			"needs PostgreSQL 16 or later: drop --replication-dsn or upgrade", ErrStandbyUnsupported, num)
+			"needs PostgreSQL 16 or later: decode on the primary, or upgrade", ErrStandbyUnsupported, num)
 	}
 	if err := checkWalLevel(ctx, conn); err != nil {
 		return res, fmt.Errorf("replication DSN: %w", err)

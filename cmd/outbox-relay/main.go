@@ -53,6 +53,10 @@ func explain(err error) error {
 	switch {
 	case errors.Is(err, cdc.ErrSlotInvalid):
 		return fmt.Errorf("%w; with outbox-relay: run once with --recreate-slot, or drop the slot and start again (a new slot backfills)", err)
+	case errors.Is(err, cdc.ErrFailoverUnsupported):
+		return fmt.Errorf("%w (with outbox-relay: --failover=false)", err)
+	case errors.Is(err, cdc.ErrStandbyUnsupported):
+		return fmt.Errorf("%w (with outbox-relay: drop --replication-dsn, or add --no-backfill for the run that creates the slot)", err)
 	case errors.Is(err, cdc.ErrRecreateSlot):
 		return fmt.Errorf("%w (with outbox-relay: run once with --recreate-slot)", err)
 	case errors.Is(err, cdc.ErrSlotMismatch):
