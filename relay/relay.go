@@ -1,4 +1,4 @@
-// Package relay wires the data path: cdc.Stream reads committed outbox rows from the slot, the
+// Package relay runs a relay from a Config: it wires the data path: cdc.Stream reads committed outbox rows from the slot, the
 // publisher delivers them, and their acknowledgements flow back to the stream's Tracker, which
 // decides what the slot may confirm. It also serves /metrics, /healthz and /readyz.
 package relay
