@@ -13,9 +13,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 // Config configures a Stream.
@@ -46,8 +45,10 @@ type Config struct {
 	// session that streamed for a minute. If zero, 10s.
 	ReconnectMax time.Duration
 	Logger       zerolog.Logger
-	// Metrics may be nil.
-	Metrics *metrics.Metrics
+	// Registerer receives the stream's series (outbox_relay_streaming, _reconnects_total, ...;
+	// see the README's Metrics table). If nil, they are registered nowhere. Wrap it with
+	// prometheus.WrapRegistererWith to label one stream's series among several.
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -60,9 +61,6 @@ func (c *Config) defaults() {
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = 10 * time.Second
 	}
-	if c.Metrics == nil {
-		c.Metrics = metrics.Discard()
-	}
 }
 
 // Stream reads committed outbox transactions from the slot and confirms what its Tracker
@@ -71,7 +69,7 @@ type Stream struct {
 	cfg     Config
 	tracker *Tracker
 	log     zerolog.Logger
-	m       *metrics.Metrics
+	m       *streamMetrics
 
 	lastEnd   pglogrepl.LSN // highest transaction end received by this process
 	standby   bool          // said "standing by" already
@@ -96,7 +94,7 @@ func (s *Stream) setStreaming(on bool) {
 // NewStream returns a Stream that registers transactions with tracker.
 func NewStream(cfg Config, tracker *Tracker) *Stream {
 	cfg.defaults()
-	return &Stream{cfg: cfg, tracker: tracker, log: cfg.Logger, m: cfg.Metrics}
+	return &Stream{cfg: cfg, tracker: tracker, log: cfg.Logger, m: newStreamMetrics(cfg.Registerer)}
 }
 
 // Run streams until ctx is done or a permanent error occurs, sending each committed transaction

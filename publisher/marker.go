@@ -6,9 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 // MarkerConfig configures a Marker.
@@ -24,8 +23,9 @@ type MarkerConfig struct {
 	// of hanging the marker, or the publisher in Delivered. If zero, 10s.
 	Timeout time.Duration
 	Logger  zerolog.Logger
-	// Metrics may be nil.
-	Metrics *metrics.Metrics
+	// Registerer receives the marker's series (outbox_relay_status_marks_pending and
+	// _status_mark_errors_total). If nil, they are registered nowhere.
+	Registerer prometheus.Registerer
 }
 
 // Marker marks delivered rows status='done' with processed_at and retries, in batches on its
@@ -39,6 +39,7 @@ type Marker struct {
 	late    []markBatch      // batches that found rows not yet visible
 	n       int
 	kick    chan struct{}
+	m       *markerMetrics
 }
 
 // NewMarker returns a Marker writing through pool.
@@ -55,10 +56,8 @@ func NewMarker(pool *pgxpool.Pool, cfg MarkerConfig) *Marker {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.Discard()
-	}
-	return &Marker{cfg: cfg, pool: pool, pending: map[int][]string{}, kick: make(chan struct{}, 1)}
+	return &Marker{cfg: cfg, pool: pool, pending: map[int][]string{}, kick: make(chan struct{}, 1),
+		m: newMarkerMetrics(cfg.Registerer)}
 }
 
 // Done queues a delivered event's row to be marked. It never blocks on the database.
@@ -106,7 +105,7 @@ func (m *Marker) flush(ctx context.Context) {
 	n := m.n
 	m.pending, m.n = map[int][]string{}, 0
 	m.mu.Unlock()
-	m.cfg.Metrics.MarkerPending.Set(float64(n))
+	m.m.MarkerPending.Set(float64(n))
 	if n == 0 {
 		return
 	}
@@ -130,7 +129,7 @@ func (m *Marker) mark(ctx context.Context, retries int, ids []string, again bool
 	defer cancel()
 	tag, err := m.pool.Exec(ctx, markSQL, ids, retries)
 	if err != nil {
-		m.cfg.Metrics.MarkerErrors.Inc()
+		m.m.MarkerErrors.Inc()
 		m.cfg.Logger.Warn().Err(err).Int("rows", len(ids)).Msg("marking delivered rows done failed; will retry")
 		m.requeue(retries, ids)
 		return
