@@ -21,20 +21,34 @@ var ownedFrames = []string{
 	"outbox-relay/internal/inspect.", "outbox-relay/outbox.",
 }
 
-// leftovers returns the stacks of goroutines running code that Run owns.
-func leftovers() []string {
-	buf := make([]byte, 1<<20)
+// owned returns the stacks of goroutines running code that Run owns, by their header
+// ("goroutine 42 [select]:" names the goroutine's id).
+func owned() map[string]string {
+	buf := make([]byte, 4<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
+	out := map[string]string{}
 	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(g, " [")
 		for _, line := range strings.Split(g, "\n") {
 			if strings.HasPrefix(line, "created by") {
 				continue
 			}
 			if containsAny(line, ownedFrames) {
-				out = append(out, g)
+				out[id] = g
 				break
 			}
+		}
+	}
+	return out
+}
+
+// leftovers returns the stacks of goroutines running code that Run owns, other than those
+// in before (left by earlier tests).
+func leftovers(before map[string]string) []string {
+	var out []string
+	for id, g := range owned() {
+		if _, old := before[id]; !old {
+			out = append(out, g)
 		}
 	}
 	return out
@@ -75,6 +89,7 @@ func TestStartStopLeavesNoGoroutines(t *testing.T) {
 	}))
 	defer srv.Close()
 
+	earlier := owned()
 	cycle := func(i int) {
 		t.Helper()
 		cfg := e.config()
@@ -100,7 +115,7 @@ func TestStartStopLeavesNoGoroutines(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("cycle %d: Run did not return within 30s of the stop", i)
 		}
-		if left := leftovers(); len(left) > 0 {
+		if left := leftovers(earlier); len(left) > 0 {
 			t.Fatalf("cycle %d: %d goroutines of Run still running after it returned:\n\n%s", i, len(left),
 				strings.Join(left, "\n\n"))
 		}
