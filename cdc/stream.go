@@ -13,9 +13,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 // Config configures a Stream.
@@ -46,12 +45,14 @@ type Config struct {
 	// session that streamed for a minute. If zero, 10s.
 	ReconnectMax time.Duration
 	Logger       zerolog.Logger
-	// Metrics may be nil.
-	Metrics *metrics.Metrics
-	// AllowStandby lets the stream decode on a server in recovery (--replication-dsn). If false
-	// (the default), a connection that reaches a standby is closed and retried, so a slot is
-	// only ever streamed on the primary (failover.go).
+	// AllowStandby lets the stream decode on a server in recovery (a replication DSN that names a
+	// standby). If false (the default), a connection that reaches a standby is closed and
+	// retried, so a slot is only ever streamed on the primary (failover.go).
 	AllowStandby bool
+	// Registerer receives the stream's series (outbox_relay_streaming, _reconnects_total, ...;
+	// see the README's Metrics table). If nil, they are registered nowhere. Wrap it with
+	// prometheus.WrapRegistererWith to label one stream's series among several.
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -64,9 +65,6 @@ func (c *Config) defaults() {
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = 10 * time.Second
 	}
-	if c.Metrics == nil {
-		c.Metrics = metrics.Discard()
-	}
 }
 
 // Stream reads committed outbox transactions from the slot and confirms what its Tracker
@@ -75,7 +73,7 @@ type Stream struct {
 	cfg     Config
 	tracker *Tracker
 	log     zerolog.Logger
-	m       *metrics.Metrics
+	m       *streamMetrics
 
 	lastEnd   pglogrepl.LSN // highest transaction end received by this process
 	standby   bool          // said "standing by" already
@@ -100,7 +98,7 @@ func (s *Stream) setStreaming(on bool) {
 // NewStream returns a Stream that registers transactions with tracker.
 func NewStream(cfg Config, tracker *Tracker) *Stream {
 	cfg.defaults()
-	return &Stream{cfg: cfg, tracker: tracker, log: cfg.Logger, m: cfg.Metrics}
+	return &Stream{cfg: cfg, tracker: tracker, log: cfg.Logger, m: newStreamMetrics(cfg.Registerer)}
 }
 
 // Run streams until ctx is done or a permanent error occurs, sending each committed transaction

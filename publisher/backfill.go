@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"sync"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 )
@@ -58,12 +59,50 @@ func (p *Publisher) backfill(ctx context.Context) error {
 
 // waitBackfill waits for the current page to settle, or ctx to end.
 func (p *Publisher) waitBackfill(ctx context.Context) bool {
-	done := make(chan struct{})
-	go func() { p.backfillLeft.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-p.backfillLeft.Zero():
 		return true
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// countdown counts events not yet settled, like a sync.WaitGroup whose wait is a channel: a
+// stop in the middle of a page leaves no goroutine waiting for events that never settle.
+type countdown struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0
+}
+
+// Add adds n (positive) to the count.
+func (c *countdown) Add(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.zero = make(chan struct{})
+	}
+	c.n += n
+}
+
+// Done counts one down.
+func (c *countdown) Done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 {
+		close(c.zero)
+	}
+}
+
+// Zero returns a channel that is closed once the count is 0.
+func (c *countdown) Zero() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	return c.zero
 }

@@ -2,16 +2,16 @@ package publisher
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 )
 
-// loadParked restores the parked aggregates, so parking survives restarts.
-func (p *Publisher) loadParked(ctx context.Context) error {
+// loadParked restores the parked aggregates, so parking survives restarts. If ctx ends before
+// the database answers, it restores nothing: Run is stopping and takes nothing from the stream.
+func (p *Publisher) loadParked(ctx context.Context) {
 	if p.cfg.Store == nil {
-		return nil
+		return
 	}
 	var aggs []cdc.Aggregate
 	loaded := p.durably(ctx, "load parked aggregates", func(ctx context.Context) (err error) {
@@ -19,25 +19,23 @@ func (p *Publisher) loadParked(ctx context.Context) error {
 		return err
 	})
 	if !loaded {
-		return nil // stopping before the database answered: nothing was taken from the stream
+		return // stopping before the database answered: nothing was taken from the stream
 	}
 	keys := make([]string, len(aggs))
 	for i, a := range aggs {
 		keys[i] = a.Key()
 	}
 	p.sched.setParked(keys)
-	p.m.ParkedAggregates.Set(float64(len(keys)))
 	if len(keys) > 0 {
 		p.log.Warn().Int("parked_aggregates", len(keys)).Msg("aggregates are parked behind dead letters; run `outbox-relay replay` once the endpoint accepts them")
 	}
-	return nil
 }
 
 // deadLetter records a head that failed MaxAttempts times, parks its aggregate with every event
 // queued behind it, and acknowledges them all: the slot moves on while the rows keep what a
 // replay needs. If the record cannot be written before ctx ends (the relay is stopping), nothing
 // is acknowledged: the event and those behind it stay unconfirmed, and the next run sends them.
-func (p *Publisher) deadLetter(ctx context.Context, it *item, o outcome) {
+func (p *Publisher) deadLetter(ctx context.Context, it *item, o Result) {
 	ev := it.ev
 	reason := o.reason()
 	p.parkMu.Lock()
@@ -57,7 +55,6 @@ func (p *Publisher) deadLetter(ctx context.Context, it *item, o outcome) {
 	}
 	p.settleParked(ctx, evs)
 	p.m.EventsDeadLettered.Inc()
-	p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
 	p.log.Error().Str("event_id", ev.ID).Str("aggregate_type", ev.AggregateType).Str("aggregate_id", ev.AggregateID).
 		Str("event_type", ev.EventType).Int("attempt", it.attempt).Str("last_error", reason).Int("parked_behind", len(evs)).
 		Msg("event dead-lettered; its aggregate is parked until `outbox-relay replay`")
@@ -108,7 +105,6 @@ func (p *Publisher) replay(ctx context.Context, req *cdc.Event) {
 		}
 		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Int("events", len(evs)).Msg("replaying")
 	}
-	p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
 	p.acker.Ack(req)
 }
 
@@ -134,12 +130,4 @@ func (p *Publisher) durably(ctx context.Context, what string, f func(context.Con
 		}
 		wait = min(wait*2, 10*time.Second)
 	}
-}
-
-// reason is the last error of a failed attempt, for last_error.
-func (o outcome) reason() string {
-	if o.err != nil {
-		return o.result + ": " + o.err.Error()
-	}
-	return fmt.Sprintf("HTTP %d", o.status)
 }

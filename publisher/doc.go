@@ -9,7 +9,8 @@
 //
 // # Retries
 //
-// Delivered means a 2xx answer. Anything else, a timeout or a network error schedules the same
+// Events go to a Destination, one attempt at a time; *Webhook is the one for an HTTP endpoint.
+// For a webhook, delivered means a 2xx answer. Anything else, a timeout or a network error schedules the same
 // event again after an exponential, jittered delay from RetryMin up to RetryMax (or the
 // receiver's Retry-After, up to RetryMax). A waiting retry holds no worker: other keys proceed.
 //
@@ -18,4 +19,10 @@
 // Every delivered event is acknowledged to the cdc.Tracker, which decides what the slot may
 // confirm, and queued for the status marker, which marks rows done in batches off the delivery
 // path. The marks are advisory: the slot is the source of truth.
+//
+// # Metrics and lifetime
+//
+// A Publisher and a Marker register their series on the prometheus.Registerer of their Config
+// (nil: nowhere); each series has one writer. Run owns everything it starts: its workers, and
+// the retry timers, which its scheduler stops when Run returns.
 package publisher

@@ -9,9 +9,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 // MarkerConfig configures a Marker.
@@ -30,8 +29,9 @@ type MarkerConfig struct {
 	// flushes keep failing. If zero, 30s.
 	RetryMax time.Duration
 	Logger   zerolog.Logger
-	// Metrics may be nil.
-	Metrics *metrics.Metrics
+	// Registerer receives the marker's series (outbox_relay_status_marks_pending and
+	// _status_mark_errors_total). If nil, they are registered nowhere.
+	Registerer prometheus.Registerer
 }
 
 // Marker marks delivered rows status='done' with processed_at and retries, in batches on its
@@ -45,6 +45,7 @@ type Marker struct {
 	late    []markBatch      // batches that found rows not yet visible
 	n       int
 	kick    chan struct{}
+	m       *markerMetrics
 
 	// Owned by Run's goroutine: the backoff after failed flushes, and when each distinct
 	// error was last logged.
@@ -78,11 +79,8 @@ func NewMarker(pool *pgxpool.Pool, cfg MarkerConfig) *Marker {
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 30 * time.Second
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.Discard()
-	}
 	return &Marker{cfg: cfg, pool: pool, pending: map[int][]string{}, kick: make(chan struct{}, 1),
-		logged: map[string]errLog{}}
+		m: newMarkerMetrics(cfg.Registerer), logged: map[string]errLog{}}
 }
 
 // Done queues a delivered event's row to be marked. It never blocks on the database.
@@ -152,7 +150,7 @@ func (m *Marker) flush(ctx context.Context) bool {
 	n := m.n
 	m.pending, m.n = map[int][]string{}, 0
 	m.mu.Unlock()
-	m.cfg.Metrics.MarkerPending.Set(float64(n))
+	m.m.MarkerPending.Set(float64(n))
 	if n == 0 {
 		return true
 	}
@@ -178,7 +176,7 @@ func (m *Marker) mark(ctx context.Context, retries int, ids []string, again bool
 	defer cancel()
 	tag, err := m.pool.Exec(ctx, markSQL, ids, retries)
 	if err != nil {
-		m.cfg.Metrics.MarkerErrors.Inc()
+		m.m.MarkerErrors.Inc()
 		m.logFailure(err, len(ids))
 		m.requeue(retries, ids)
 		return false

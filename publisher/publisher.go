@@ -5,10 +5,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 // Config configures a Publisher.
@@ -35,8 +35,11 @@ type Config struct {
 	// default: payloads may hold personal data.
 	LogPayloads bool
 	Logger      zerolog.Logger
-	// Metrics may be nil.
-	Metrics *metrics.Metrics
+	// Registerer receives the publisher's series (outbox_relay_events_delivered_total,
+	// _delivery_attempts_total, _parked_aggregates, ...; see the README's Metrics table). If
+	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
+	// publisher's series among several.
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -51,9 +54,6 @@ func (c *Config) defaults() {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
-	}
-	if c.Metrics == nil {
-		c.Metrics = metrics.Discard()
 	}
 }
 
@@ -72,7 +72,7 @@ type Marks interface {
 // Publisher delivers events in order per key with up to MaxInFlight concurrent attempts.
 type Publisher struct {
 	cfg   Config
-	hook  *Webhook
+	dest  Destination
 	acker Acker
 	marks Marks
 	sched *scheduler
@@ -80,26 +80,27 @@ type Publisher struct {
 	// respect to each other.
 	parkMu sync.Mutex
 	// backfillLeft counts backfill events of the current page not yet settled.
-	backfillLeft sync.WaitGroup
+	backfillLeft countdown
 	log          zerolog.Logger
-	m            *metrics.Metrics
+	m            *publisherMetrics
 }
 
-// New returns a Publisher that sends through hook, acknowledges to acker and records marks.
-// marks may be nil.
-func New(cfg Config, hook *Webhook, acker Acker, marks Marks) *Publisher {
+// New returns a Publisher that sends to dest (a *Webhook, for example), acknowledges to acker
+// and records marks. marks may be nil.
+func New(cfg Config, dest Destination, acker Acker, marks Marks) *Publisher {
 	cfg.defaults()
-	return &Publisher{cfg: cfg, hook: hook, acker: acker, marks: marks, sched: newScheduler(),
-		log: cfg.Logger, m: cfg.Metrics}
+	m := newPublisherMetrics(cfg.Registerer)
+	sched := newScheduler()
+	sched.parkedGauge = m.ParkedAggregates
+	return &Publisher{cfg: cfg, dest: dest, acker: acker, marks: marks, sched: sched, log: cfg.Logger, m: m}
 }
 
 // Run takes transactions from in and delivers their events until ctx is done. Then it starts
-// nothing new, lets attempts in flight finish for up to ShutdownTimeout, and returns nil.
-// Events not delivered by then stay unconfirmed, so the next run sends them.
-func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) error {
-	if err := p.loadParked(ctx); err != nil {
-		return err
-	}
+// nothing new, lets attempts in flight finish for up to ShutdownTimeout, stops its retry timers
+// and returns; nothing it started outlives it. Events not delivered by then stay unconfirmed,
+// so the next run sends them. Run it once.
+func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) {
+	p.loadParked(ctx)
 	hard, cancelHard := context.WithCancel(context.Background())
 	defer cancelHard()
 	var wg sync.WaitGroup
@@ -124,7 +125,6 @@ func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) error {
 		cancelHard()
 		<-finished
 	}
-	return nil
 }
 
 func (p *Publisher) intake(ctx context.Context, in <-chan *cdc.Tx) {
@@ -187,11 +187,11 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	it.attempt++
 	p.m.Inflight.Inc()
 	start := time.Now()
-	o := p.hook.Send(ctx, it.ev, it.attempt)
+	o := p.dest.Send(ctx, it.ev, it.attempt)
 	elapsed := time.Since(start)
 	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
-	p.m.DeliveryAttempts.WithLabelValues(o.result).Inc()
+	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if o.ok() {
 		p.delivered(ctx, it)
 		return
@@ -215,30 +215,29 @@ func (p *Publisher) delivered(ctx context.Context, it *item) {
 		// (which finds nothing left to send) unparks it.
 		_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
 		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
-		p.m.ParkedAggregates.Set(float64(p.sched.parkedCount()))
 	}
 	p.settle(ev)
 }
 
 // failed logs the attempt and schedules the next one, or dead-letters the event after
 // MaxAttempts; the key stays busy meanwhile.
-func (p *Publisher) failed(ctx context.Context, it *item, o outcome, elapsed time.Duration) {
+func (p *Publisher) failed(ctx context.Context, it *item, o Result, elapsed time.Duration) {
 	if p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts && p.cfg.Store != nil {
 		p.deadLetter(ctx, it, o)
 		return
 	}
-	delay := nextDelay(it.attempt, o.retryAfter, p.cfg.RetryMin, p.cfg.RetryMax, time.Now())
+	delay := nextDelay(it.attempt, o.RetryAfter, p.cfg.RetryMin, p.cfg.RetryMax)
 	e := p.log.Warn().Str("event_id", it.ev.ID).Str("aggregate_type", it.ev.AggregateType).
 		Str("aggregate_id", it.ev.AggregateID).Str("event_type", it.ev.EventType).Int("attempt", it.attempt).
-		Dur("duration", elapsed).Dur("retry_in", delay).Str("result", o.result)
-	if o.err != nil {
-		e = e.Str("error", o.err.Error())
+		Dur("duration", elapsed).Dur("retry_in", delay).Str("result", o.Label)
+	if o.Err != nil {
+		e = e.Str("error", o.Err.Error())
 	} else {
-		e = e.Int("status_code", o.status)
+		e = e.Int("status_code", o.Status)
 	}
 	if p.cfg.LogPayloads {
 		e = e.RawJSON("payload", it.ev.Payload)
 	}
 	e.Str("lsn", it.ev.Tx.CommitLSN.String()).Msg("delivery failed; will retry")
-	time.AfterFunc(delay, func() { p.sched.retry(it) })
+	p.sched.retryIn(it, delay)
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 func testEvent() *cdc.Event {
@@ -50,7 +49,7 @@ func TestRawClientRequestAndReuse(t *testing.T) {
 	}
 	for i := 1; i <= 3; i++ {
 		o := w.Send(context.Background(), testEvent(), i)
-		if !o.ok() || o.status != http.StatusAccepted || o.retryAfter != "3" {
+		if !o.ok() || o.Status != http.StatusAccepted || o.RetryAfter != 3*time.Second {
 			t.Fatalf("attempt %d: %+v", i, o)
 		}
 	}
@@ -88,7 +87,7 @@ func TestRawClientTimeoutAndTLS(t *testing.T) {
 	defer slow.Close()
 	defer close(release)
 	w, _ := NewWebhook(WebhookConfig{URL: slow.URL, Secrets: []string{"s"}, Timeout: 200 * time.Millisecond})
-	if o := w.Send(context.Background(), testEvent(), 1); o.result != metrics.ResultTimeout {
+	if o := w.Send(context.Background(), testEvent(), 1); o.Label != ResultTimeout {
 		t.Fatalf("hung receiver: %+v, want a timeout", o)
 	}
 
@@ -104,7 +103,7 @@ func TestRawClientTimeoutAndTLS(t *testing.T) {
 		t.Fatalf("https with the server's CA: %+v", o)
 	}
 	w, _ = NewWebhook(WebhookConfig{URL: tlsSrv.URL, Secrets: []string{"s"}})
-	if o := w.Send(context.Background(), testEvent(), 1); o.ok() || o.result != metrics.ResultNetwork {
+	if o := w.Send(context.Background(), testEvent(), 1); o.ok() || o.Label != ResultNetwork {
 		t.Fatalf("https with an unknown CA: %+v, want a network error", o)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
 // A 3xx is a failed attempt counted as http_3xx (not http_5xx), and what is logged and stored
@@ -30,7 +29,7 @@ func TestRedirectIsAFailedAttemptThatNamesItsLocation(t *testing.T) {
 	}))
 	defer srv.Close()
 	ev := &cdc.Event{ID: "id", AggregateType: "order", AggregateID: "1", EventType: "t", Payload: []byte("{}"), Tx: &cdc.Tx{}}
-	send := func(t *testing.T, path string, std bool) outcome {
+	send := func(t *testing.T, path string, std bool) Result {
 		t.Helper()
 		w, err := NewWebhook(WebhookConfig{URL: srv.URL + path, Secrets: []string{"s"}})
 		if err != nil {
@@ -45,16 +44,16 @@ func TestRedirectIsAFailedAttemptThatNamesItsLocation(t *testing.T) {
 	for _, std := range []bool{false, true} {
 		name := map[bool]string{false: "lean client", true: "net/http client"}[std]
 		t.Run(name, func(t *testing.T) {
-			if o := send(t, "/ok", std); !o.ok() || o.result != metrics.ResultSuccess {
+			if o := send(t, "/ok", std); !o.ok() || o.Label != ResultSuccess {
 				t.Fatalf("positive control: 200 gave %+v", o)
 			}
 			o := send(t, "/moved", std)
-			if o.ok() || o.result != metrics.Result3xx || o.status != http.StatusPermanentRedirect {
-				t.Fatalf("308: ok %v, result %q, status %d; want a failure counted as %s", o.ok(), o.result, o.status, metrics.Result3xx)
+			if o.ok() || o.Label != Result3xx || o.Status != http.StatusPermanentRedirect {
+				t.Fatalf("308: ok %v, result %q, status %d; want a failure counted as %s", o.ok(), o.Label, o.Status, Result3xx)
 			}
 			var re *RedirectError
-			if !errors.As(o.err, &re) {
-				t.Fatalf("308: error %v, want a RedirectError", o.err)
+			if !errors.As(o.Err, &re) {
+				t.Fatalf("308: error %v, want a RedirectError", o.Err)
 			}
 			reason := o.reason() // last_error
 			for _, want := range []string{"http_3xx", "308", "redirects are not followed", "https://user:xxxxx@new.example/webhooks"} {
@@ -65,8 +64,8 @@ func TestRedirectIsAFailedAttemptThatNamesItsLocation(t *testing.T) {
 			if strings.Contains(reason, "hunter2") {
 				t.Errorf("last_error shows the Location's password: %q", reason)
 			}
-			if o := send(t, "/bare", std); o.result != metrics.Result3xx || o.err == nil ||
-				!strings.Contains(o.err.Error(), "redirects are not followed") {
+			if o := send(t, "/bare", std); o.Label != Result3xx || o.Err == nil ||
+				!strings.Contains(o.Err.Error(), "redirects are not followed") {
 				t.Errorf("302 without Location: %+v", o)
 			}
 		})

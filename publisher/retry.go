@@ -33,11 +33,11 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// nextDelay is the wait before the next attempt: the receiver's Retry-After when given, else
-// the backoff; never above hi.
-func nextDelay(attempts int, retryAfterHeader string, lo, hi time.Duration, now time.Time) time.Duration {
-	if d, ok := retryAfter(retryAfterHeader, now); ok {
-		return min(d, hi)
+// nextDelay is the wait before the next attempt: the destination's Retry-After when given
+// (positive), else the backoff; never above hi.
+func nextDelay(attempts int, retryAfter, lo, hi time.Duration) time.Duration {
+	if retryAfter > 0 {
+		return min(retryAfter, hi)
 	}
 	return backoff(attempts, lo, hi)
 }

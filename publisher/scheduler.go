@@ -2,6 +2,9 @@ package publisher
 
 import (
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 )
@@ -18,6 +21,8 @@ type item struct {
 //
 // A parked key (its head was dead-lettered) queues nothing: add refuses its events, which the
 // caller parks durably instead, until a replay unparks it with the parked events in order.
+//
+// The scheduler owns the retry timers of its heads, and stops them when it is closed.
 type scheduler struct {
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -25,11 +30,15 @@ type scheduler struct {
 	ready     fifo
 	parked    map[string]bool
 	replaying map[string]int // replayed events not yet delivered, per key
+	timers    map[*item]*time.Timer
 	closed    bool
+	// parkedGauge, if set, follows len(parked); the scheduler is its only writer.
+	parkedGauge prometheus.Gauge
 }
 
 func newScheduler() *scheduler {
-	s := &scheduler{keys: map[string]*fifo{}, parked: map[string]bool{}, replaying: map[string]int{}}
+	s := &scheduler{keys: map[string]*fifo{}, parked: map[string]bool{}, replaying: map[string]int{},
+		timers: map[*item]*time.Timer{}}
 	s.cond = sync.NewCond(&s.mu)
 	return s
 }
@@ -72,10 +81,25 @@ func (s *scheduler) next() *item {
 	return s.ready.pop()
 }
 
+// retryIn makes a head whose attempt failed ready again after d. Nothing happens once the
+// scheduler is closed.
+func (s *scheduler) retryIn(it *item, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.timers[it] = time.AfterFunc(d, func() { s.retry(it) })
+}
+
 // retry makes a head whose attempt failed ready again (called when its timer fires).
 func (s *scheduler) retry(it *item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.timers, it)
+	if s.closed {
+		return
+	}
 	s.pushReady(it)
 }
 
@@ -107,6 +131,7 @@ func (s *scheduler) park(it *item) []*item {
 	defer s.mu.Unlock()
 	k := it.ev.Key()
 	s.parked[k] = true
+	s.parkedChanged()
 	delete(s.replaying, k)
 	q := s.keys[k]
 	delete(s.keys, k)
@@ -125,6 +150,7 @@ func (s *scheduler) setParked(keys []string) {
 	for _, k := range keys {
 		s.parked[k] = true
 	}
+	s.parkedChanged()
 }
 
 // isParked reports whether k is parked.
@@ -139,6 +165,7 @@ func (s *scheduler) unpark(k string, evs []*cdc.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.parked, k)
+	s.parkedChanged()
 	for _, ev := range evs {
 		s.enqueueLocked(k, &item{ev: ev, replay: true})
 	}
@@ -154,16 +181,28 @@ func (s *scheduler) parkedCount() int {
 	return len(s.parked)
 }
 
+// parkedChanged sets the parked gauge; s.mu is held.
+func (s *scheduler) parkedChanged() {
+	if s.parkedGauge != nil {
+		s.parkedGauge.Set(float64(len(s.parked)))
+	}
+}
+
 func (s *scheduler) pushReady(it *item) {
 	s.ready.push(it)
 	s.cond.Signal()
 }
 
-// close wakes every waiting worker; next returns nil from then on.
+// close wakes every waiting worker and stops the retry timers; next returns nil from then on.
+// A timer that has fired already finds the scheduler closed and queues nothing.
 func (s *scheduler) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	for it, t := range s.timers {
+		t.Stop()
+		delete(s.timers, it)
+	}
 	s.cond.Broadcast()
 }
 

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -35,7 +34,8 @@ type WebhookConfig struct {
 	TLS *tls.Config
 }
 
-// Webhook sends one signed POST per attempt.
+// Webhook sends one signed POST per attempt; it is the Publisher's Destination for an HTTP
+// endpoint.
 type Webhook struct {
 	url     string
 	signer  *signature.Signer
@@ -116,7 +116,8 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	return w, nil
 }
 
-// Close releases idle connections.
+// Close releases idle connections. It may be called more than once; a Send after it opens a
+// new connection.
 func (w *Webhook) Close() {
 	if w.raw != nil {
 		w.raw.close()
@@ -130,18 +131,8 @@ func (w *Webhook) Close() {
 // it to a URL that was never configured.
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-// outcome is the result of one attempt.
-type outcome struct {
-	status     int
-	retryAfter string
-	err        error
-	result     string // metrics label
-}
-
-func (o outcome) ok() bool { return o.err == nil && o.status >= 200 && o.status < 300 }
-
-// Send makes one attempt (1-based) to deliver ev.
-func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) outcome {
+// Send makes one attempt (1-based) to deliver ev: delivered when answered 2xx.
+func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) Result {
 	ts := time.Now().Unix()
 	if w.raw != nil {
 		resp, err := w.raw.post(ctx, func(b []byte) []byte {
@@ -155,12 +146,12 @@ func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) outcome 
 }
 
 // sendStd sends through net/http (used when a proxy applies).
-func (w *Webhook) sendStd(ctx context.Context, ev *cdc.Event, attempt int, ts int64) outcome {
+func (w *Webhook) sendStd(ctx context.Context, ev *cdc.Event, attempt int, ts int64) Result {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(ev.Payload))
 	if err != nil {
-		return outcome{err: err, result: metrics.ResultNetwork}
+		return Result{Err: err, Label: ResultNetwork}
 	}
 	w.eachHeader(ev, attempt, ts, stdHead(req.Header))
 	resp, err := w.client.Do(req)
@@ -174,17 +165,21 @@ func (w *Webhook) sendStd(ctx context.Context, ev *cdc.Event, attempt int, ts in
 		location: loc[:min(len(loc), maxLocation)]}, nil)
 }
 
-func result(ctx context.Context, resp response, err error) outcome {
+func result(ctx context.Context, resp response, err error) Result {
 	if err != nil {
-		return outcome{err: err, result: errorResult(ctx, err)}
+		return Result{Err: err, Label: errorResult(ctx, err)}
 	}
-	o := outcome{status: resp.status, retryAfter: resp.retryAfter, result: statusResult(resp.status)}
+	r := Result{Delivered: resp.status >= 200 && resp.status < 300, Status: resp.status,
+		Label: statusResult(resp.status)}
+	if d, ok := retryAfter(resp.retryAfter, time.Now()); ok {
+		r.RetryAfter = d
+	}
 	if resp.status >= 300 && resp.status < 400 {
 		// The error carries what the log line and last_error need: the answer is a redirect, it
 		// was not followed, and where it pointed.
-		o.err = &RedirectError{Status: resp.status, Location: redactURL(resp.location)}
+		r.Err = &RedirectError{Status: resp.status, Location: redactURL(resp.location)}
 	}
-	return o
+	return r
 }
 
 // RedirectError is a 3xx answer, which counts as a failed attempt: redirects are not followed
@@ -287,20 +282,20 @@ func hexFixed(dst []byte, v uint64) {
 func statusResult(code int) string {
 	switch {
 	case code >= 200 && code < 300:
-		return metrics.ResultSuccess
+		return ResultSuccess
 	case code >= 300 && code < 400:
-		return metrics.Result3xx
+		return Result3xx
 	case code >= 400 && code < 500:
-		return metrics.Result4xx
+		return Result4xx
 	}
-	return metrics.Result5xx // 5xx, and anything else a server answers, a failure too
+	return Result5xx // 5xx, and anything else a server answers, a failure too
 }
 
 func errorResult(ctx context.Context, err error) string {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded ||
 		(errors.As(err, &ne) && ne.Timeout()) {
-		return metrics.ResultTimeout
+		return ResultTimeout
 	}
-	return metrics.ResultNetwork
+	return ResultNetwork
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // Flags for PostgreSQL 16-18 features: failover slots and decoding from a standby (README:

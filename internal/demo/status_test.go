@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 func TestQuantileInterpolatesInsideTheBucket(t *testing.T) {
@@ -48,14 +50,17 @@ func TestHistSinceCountsOnlyNewObservations(t *testing.T) {
 // readRelay must find the relay's real series, under their real names.
 func TestReadRelayFromTheRelaysRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	m.EventsDelivered.Add(7)
-	m.DeliveryAttempts.WithLabelValues(metrics.ResultSuccess).Add(7)
-	m.DeliveryAttempts.WithLabelValues(metrics.Result5xx).Add(3)
-	m.DeliveryAttempts.WithLabelValues(metrics.ResultTimeout).Add(1)
-	m.LagBytes.Set(2048)
+	rec := metrics.NewRecorder(reg)
+	relay.RegisterMetrics(rec)
+	rec.Collector("outbox_relay_events_delivered_total").(prometheus.Counter).Add(7)
+	attempts := rec.Collector("outbox_relay_delivery_attempts_total").(*prometheus.CounterVec)
+	attempts.WithLabelValues(publisher.ResultSuccess).Add(7)
+	attempts.WithLabelValues(publisher.Result5xx).Add(3)
+	attempts.WithLabelValues(publisher.ResultTimeout).Add(1)
+	rec.Collector("outbox_relay_replication_lag_bytes").(prometheus.Gauge).Set(2048)
+	endToEnd := rec.Collector("outbox_relay_end_to_end_seconds").(prometheus.Histogram)
 	for i := 0; i < 100; i++ {
-		m.EndToEnd.Observe(0.003)
+		endToEnd.Observe(0.003)
 	}
 	families, err := reg.Gather()
 	if err != nil {

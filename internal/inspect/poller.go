@@ -16,8 +16,9 @@ const DefaultPollInterval = 15 * time.Second
 // maxPollTime bounds one poll, so a slow database cannot pile polls up.
 const maxPollTime = 10 * time.Second
 
-// Poller refreshes the gauges that only the database knows: SlotRetainedWAL, SlotActive,
-// OutboxRows and ParkedAggregates.
+// Poller refreshes the gauges that only the database knows: SlotRetainedWAL, SlotActive and
+// OutboxRows; it is their only writer. (outbox_relay_parked_aggregates is the publisher's: it
+// knows the moment an aggregate is parked or unparked.)
 type Poller struct {
 	db       DB
 	slot     string
@@ -69,8 +70,7 @@ SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), 
        (SELECT count(*) FROM outbox_events WHERE status = 'pending'),
        (SELECT count(*) FROM outbox_events WHERE status = 'failed'),
        (SELECT count(*) FROM outbox_events WHERE status = 'parked'),
-       pg_stat_get_live_tuples('outbox_events'::regclass),
-       (SELECT count(*) FROM outbox_parked_aggregates)`
+       pg_stat_get_live_tuples('outbox_events'::regclass)`
 
 // Poll reads the values once and sets the gauges. A missing or invalidated slot reads as
 // inactive and retaining nothing.
@@ -79,8 +79,8 @@ func (p *Poller) Poll(ctx context.Context) error {
 	defer cancel()
 	var active bool
 	var retained float64
-	var pending, failed, parked, live, aggregates int64
-	err := p.db.QueryRow(ctx, pollSQL, p.slot).Scan(&active, &retained, &pending, &failed, &parked, &live, &aggregates)
+	var pending, failed, parked, live int64
+	err := p.db.QueryRow(ctx, pollSQL, p.slot).Scan(&active, &retained, &pending, &failed, &parked, &live)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}
@@ -90,7 +90,6 @@ func (p *Poller) Poll(ctx context.Context) error {
 	p.m.OutboxRows.WithLabelValues("failed").Set(float64(failed))
 	p.m.OutboxRows.WithLabelValues("parked").Set(float64(parked))
 	p.m.OutboxRows.WithLabelValues("done").Set(float64(max(live-pending-failed-parked, 0)))
-	p.m.ParkedAggregates.Set(float64(aggregates))
 	return nil
 }
 

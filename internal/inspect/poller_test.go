@@ -44,14 +44,13 @@ func TestPollerSetsGauges(t *testing.T) {
 	}()
 
 	gauges := func() string {
-		s := fmt.Sprintf("active=%v retained>0=%v parked_aggregates=%v", gaugeValue(m.SlotActive),
-			gaugeValue(m.SlotRetainedWAL) > 0, gaugeValue(m.ParkedAggregates))
+		s := fmt.Sprintf("active=%v retained>0=%v", gaugeValue(m.SlotActive), gaugeValue(m.SlotRetainedWAL) > 0)
 		for _, status := range []string{"pending", "done", "failed", "parked"} {
 			s += fmt.Sprintf(" %s=%v", status, gaugeValue(m.OutboxRows.WithLabelValues(status)))
 		}
 		return s
 	}
-	want := "active=0 retained>0=true parked_aggregates=1 pending=3 done=5 failed=1 parked=2"
+	want := "active=0 retained>0=true pending=3 done=5 failed=1 parked=2"
 	waitFor(t, 10*time.Second, want, func() bool { return gauges() == want })
 
 	holdSlot(t, dsn)

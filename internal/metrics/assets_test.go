@@ -19,6 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // The shipped operations assets, relative to this package.
@@ -33,17 +35,18 @@ type series struct {
 	labels []string
 }
 
-// registered returns every family metrics.New registers, by name. A vector with no children is
-// absent from Gather, so each vector field of Metrics first gets a child with placeholder label
-// values; a vector added later is covered without touching this test.
+// registered returns every family a relay registers (relay.RegisterMetrics: the wiring's, the
+// stream's, the publisher's and the marker's), by name. A vector with no children is absent
+// from Gather, so each registered vector first gets a child with placeholder label values; a
+// vector added later is covered without touching this test.
 func registered(t *testing.T) map[string]series {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	v := reflect.ValueOf(m).Elem()
-	for i := range v.NumField() {
-		if vec := metricVec(v.Field(i)); vec != nil {
-			touch(t, v.Type().Field(i).Name, vec)
+	rec := metrics.NewRecorder(reg)
+	relay.RegisterMetrics(rec)
+	for _, name := range rec.Names() {
+		if vec := metricVec(reflect.ValueOf(rec.Collector(name))); vec != nil {
+			touch(t, name, vec)
 		}
 	}
 	families, err := reg.Gather()
@@ -86,7 +89,7 @@ func touch(t *testing.T, name string, vec *prometheus.MetricVec) {
 			return
 		}
 	}
-	t.Fatalf("Metrics.%s: no label count from 1 to 16 is accepted", name)
+	t.Fatalf("%s: no label count from 1 to 16 is accepted", name)
 }
 
 // identifier is a PromQL metric name or label name token.
@@ -105,7 +108,7 @@ func relayNames(text string) []string {
 }
 
 // resolve maps a name used in a query to its registered family: itself, or for a histogram
-// series (_bucket, _sum, _count) the histogram. ok is false for a name metrics.New does not
+// series (_bucket, _sum, _count) the histogram. ok is false for a name a relay does not
 // register.
 func resolve(reg map[string]series, name string) (family string, ok bool) {
 	if _, ok := reg[name]; ok {
@@ -128,7 +131,7 @@ func checkNames(t *testing.T, reg map[string]series, where, text string) []strin
 	for _, name := range relayNames(text) {
 		family, ok := resolve(reg, name)
 		if !ok {
-			t.Errorf("%s: %s is not registered by metrics.New (renamed, or a typo?)", where, name)
+			t.Errorf("%s: %s is not registered by a relay (renamed, or a typo?)", where, name)
 			continue
 		}
 		families = append(families, family)
@@ -287,7 +290,7 @@ func TestIssue5Series(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			got, ok := reg[w.name]
 			if !ok {
-				t.Fatalf("not registered by metrics.New")
+				t.Fatalf("not registered by a relay")
 			}
 			if got.typ != w.typ {
 				t.Errorf("type %v, want %v", got.typ, w.typ)
@@ -303,7 +306,7 @@ func TestIssue5Series(t *testing.T) {
 // failures reads 0 rather than no data before the first failure.
 func TestDeliveryAttemptResults(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	metrics.New(reg)
+	relay.RegisterMetrics(reg)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +323,8 @@ func TestDeliveryAttemptResults(t *testing.T) {
 		}
 	}
 	slices.Sort(results)
-	want := []string{metrics.Result3xx, metrics.Result4xx, metrics.Result5xx, metrics.ResultNetwork, metrics.ResultSuccess, metrics.ResultTimeout}
+	want := []string{publisher.Result3xx, publisher.Result4xx, publisher.Result5xx, publisher.ResultNetwork,
+		publisher.ResultSuccess, publisher.ResultTimeout}
 	slices.Sort(want)
 	if !slices.Equal(results, want) {
 		t.Errorf("result label values %v, want %v", results, want)

@@ -1,6 +1,7 @@
-// Package relay wires the data path: cdc.Stream reads committed outbox rows from the slot, the
-// publisher delivers them, and their acknowledgements flow back to the stream's Tracker, which
-// decides what the slot may confirm. It also serves /metrics, /healthz and /readyz.
+// Package relay runs a relay from a Config: cdc.Stream reads committed outbox rows from the
+// slot, the publisher delivers them, and their acknowledgements flow back to the stream's
+// Tracker, which decides what the slot may confirm. It also serves /metrics, /healthz and
+// /readyz. Run owns every goroutine it starts and waits for all of them before it returns.
 package relay
 
 import (
@@ -10,13 +11,13 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
@@ -71,7 +72,8 @@ type Config struct {
 	Version      string
 	Commit       string
 	Logger       zerolog.Logger
-	// Registry receives the metrics; if nil, a new one is used.
+	// Registry receives every series, the Go and process collectors included, and is what
+	// /metrics serves; if nil, a new one is used. Give each Run its own.
 	Registry *prometheus.Registry
 	// Ready, if set, is called with the metrics server's address once it listens.
 	Ready func(metricsAddr string)
@@ -142,6 +144,7 @@ func AttemptsForADay(lo, hi time.Duration) int {
 }
 
 // Run runs the relay until ctx is done (then drains and returns nil) or a permanent error.
+// Every goroutine it starts has ended when it returns.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	log := cfg.Logger
@@ -150,9 +153,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New(cfg.Registry)
-	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.BuildInfo.WithLabelValues(cfg.Version, cfg.Commit, goVersion()).Set(1)
+	defer hook.Close()
+	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
 
 	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
 		return fmt.Errorf("bad DSN (set DB_DSN or --dsn to a postgres:// URL): %w", err)
@@ -176,7 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer pool.Close()
 
-	r := newRunner(cfg, m, hook, pool)
+	r := newRunner(cfg, cfg.Registry, hook, pool)
 	err = r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
 		// A start-up lookup of a component (parked aggregates, the backfill) was cut short by the
@@ -290,16 +292,20 @@ func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
 type runner struct {
 	cfg     Config
 	pool    *pgxpool.Pool
-	m       *metrics.Metrics
+	m       *metrics.Metrics // the relay's own gauges: the tracker's, and the poller's
 	tracker *cdc.Tracker
 	stream  *cdc.Stream
 	pub     *publisher.Publisher
 	marker  *publisher.Marker
+	poller  *inspect.Poller
 	lastAck atomic.Int64 // unix nanos of the last delivery
 }
 
-func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pgxpool.Pool) *runner {
-	r := &runner{cfg: cfg, pool: pool, m: m, tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
+// newRunner builds the components of one run, each registering its series on reg. It connects
+// nowhere: dest and pool are used once run starts.
+func newRunner(cfg Config, reg prometheus.Registerer, dest publisher.Destination, pool *pgxpool.Pool) *runner {
+	r := &runner{cfg: cfg, pool: pool, m: metrics.New(reg),
+		tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
 	streamDSN := cfg.DSN
 	if cfg.ReplicationDSN != "" {
@@ -307,13 +313,14 @@ func newRunner(cfg Config, m *metrics.Metrics, hook *publisher.Webhook, pool *pg
 	}
 	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: cfg.Slot, Publication: cfg.Publication,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: cfg.Logger, Metrics: m, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
-	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Metrics: m})
+		Dial: dialer(userTimeout(cfg)), Logger: cfg.Logger, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
+	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Registerer: reg})
+	r.poller = inspect.NewPoller(pool, cfg.Slot, r.m, cfg.PollInterval, cfg.Logger)
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
-		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: m,
+		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Registerer: reg,
 		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
 		BackfillSlot: cfg.Slot,
-		Resume:       &publisher.Resume{Delivered: r.marker.Delivered}}, hook, r, r.marker)
+		Resume:       &publisher.Resume{Delivered: r.marker.Delivered}}, dest, r, r.marker)
 	return r
 }
 
@@ -326,43 +333,74 @@ func (r *runner) Ack(ev *cdc.Event) {
 // Grow passes a replay's events to the tracker.
 func (r *runner) Grow(tx *cdc.Tx, evs []*cdc.Event) { r.tracker.Grow(tx, evs) }
 
+// run starts every component under one errgroup and waits for all of them. The stop goes in
+// order: the stream and the publisher stop taking (streamCtx), the publisher drains and closes
+// drained, after which the stream confirms its final position; then the marker flushes what
+// the drain delivered, and /metrics answers until the marker is done.
 func (r *runner) run(ctx context.Context) error {
-	srv, err := r.listen()
+	srv, ln, err := r.listen()
 	if err != nil {
 		return err
 	}
 	txs := make(chan *cdc.Tx, 64)
 	drained := make(chan struct{})
-	// streamCtx ends on shutdown, or early when the stream fails for good.
+	// streamCtx ends on shutdown, or early when the stream or the HTTP server fails for good.
 	streamCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
-	markerCtx, stopMarker := context.WithCancel(context.Background())
-	g := new(errgroup.Group)
+	// markerCtx outlives streamCtx: it ends once the stream and the publisher have returned.
+	markerCtx, stopMarker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMarker()
+	var g errgroup.Group
+	var path sync.WaitGroup // the stream and the publisher
+	path.Add(2)
 	g.Go(func() error {
+		defer path.Done()
 		err := r.stream.Run(streamCtx, txs, drained)
 		stopAll()
 		return err
 	})
 	g.Go(func() error {
+		defer path.Done()
 		defer close(drained)
-		return r.pub.Run(streamCtx, txs)
+		r.pub.Run(streamCtx, txs)
+		return nil
 	})
 	markerDone := make(chan struct{})
-	go func() { defer close(markerDone); _ = r.marker.Run(markerCtx) }()
-	go r.gauges(streamCtx)
-	go func() {
-		_ = inspect.NewPoller(r.pool, r.cfg.Slot, r.m, r.cfg.PollInterval, r.cfg.Logger).Run(streamCtx)
-	}()
+	g.Go(func() error {
+		defer close(markerDone)
+		return r.marker.Run(markerCtx)
+	})
+	g.Go(func() error {
+		path.Wait()
+		stopMarker()
+		return nil
+	})
+	g.Go(func() error {
+		r.gauges(streamCtx)
+		return nil
+	})
+	g.Go(func() error { return r.poller.Run(streamCtx) })
 	if r.cfg.Retention > 0 {
-		go func() { _ = r.retention().Run(streamCtx, r.pool) }()
+		g.Go(func() error { return r.retention().Run(streamCtx, r.pool) })
+	}
+	if srv != nil {
+		g.Go(func() error {
+			err := r.serve(srv, ln)
+			if err != nil {
+				stopAll()
+			}
+			return err
+		})
+		g.Go(func() error {
+			<-markerDone
+			r.shutdownHTTP(srv)
+			return nil
+		})
 	}
 	err = g.Wait()
-	stopMarker()
-	<-markerDone
-	r.shutdownHTTP(srv)
 	if err == nil {
-		r.cfg.Logger.Info().Float64("delivered", counterValue(r.m.EventsDelivered)).
-			Float64("received", counterValue(r.m.EventsReceived)).Msg("relay stopped")
+		r.cfg.Logger.Info().Float64("delivered", gathered(r.cfg.Registry, "outbox_relay_events_delivered_total")).
+			Float64("received", gathered(r.cfg.Registry, "outbox_relay_events_received_total")).Msg("relay stopped")
 	}
 	return err
 }
@@ -422,13 +460,14 @@ func (r *runner) ready() (bool, string) {
 	return true, "ok"
 }
 
-func (r *runner) listen() (*http.Server, error) {
+// listen opens the metrics address, so that a port in use fails the start; serve serves it.
+func (r *runner) listen() (*http.Server, net.Listener, error) {
 	if r.cfg.MetricsAddr == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ln, err := net.Listen("tcp", r.cfg.MetricsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics address %q: %w", r.cfg.MetricsAddr, err)
+		return nil, nil, fmt.Errorf("metrics address %q: %w", r.cfg.MetricsAddr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Registry, promhttp.HandlerOpts{}))
@@ -441,23 +480,26 @@ func (r *runner) listen() (*http.Server, error) {
 		fmt.Fprintln(w, why)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			r.cfg.Logger.Error().Err(err).Msg("metrics server")
-		}
-	}()
 	r.cfg.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
 	if r.cfg.Ready != nil {
 		r.cfg.Ready(ln.Addr().String())
 	}
-	return srv, nil
+	return srv, ln, nil
 }
 
-func (r *runner) shutdownHTTP(srv *http.Server) {
-	if srv == nil {
-		return
+// serve serves ln until shutdownHTTP; any other end is an error that stops the relay.
+func (r *runner) serve(srv *http.Server, ln net.Listener) error {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics server: %w", err)
 	}
+	return nil
+}
+
+// shutdownHTTP lets requests under way finish for up to 2s, then closes what is left.
+func (r *runner) shutdownHTTP(srv *http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(ctx)
+	if err := srv.Shutdown(ctx); err != nil {
+		_ = srv.Close()
+	}
 }
