@@ -68,15 +68,7 @@ type running struct {
 
 func (e *env) start(mutate func(*Config)) *running {
 	e.t.Helper()
-	cfg := e.config()
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	cfg.Registry = prometheus.NewRegistry()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1), reg: cfg.Registry}
-	go func() { r.done <- Run(ctx, cfg) }()
-	e.t.Cleanup(func() { r.stop(e.t) })
+	r := e.startNoWait(mutate)
 	// Rows committed before the slot exists are not in the stream (that is backfill's job), so
 	// tests write only once it does.
 	waitFor(e.t, 30*time.Second, "slot created", func() bool {
