@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/pgcluster"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -190,23 +189,5 @@ func (e *env) recvlogical(ctx context.Context, db *benchDB, endLSN string, rows 
 	return res, nil
 }
 
-// recvlogicalPath finds pg_recvlogical: beside the server, else on PATH, else in Debian's
-// client package. The npm server builds used for PG_VERSION=16..18 ship no client tools, and
-// Debian's 15 pg_recvlogical works against those servers.
-func recvlogicalPath(binDir string) string {
-	if p := filepath.Join(binDir, "pg_recvlogical"); fileExists(p) {
-		return p
-	}
-	if p, err := exec.LookPath("pg_recvlogical"); err == nil {
-		return p
-	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_recvlogical"); len(m) > 0 {
-		return m[len(m)-1]
-	}
-	return filepath.Join(binDir, "pg_recvlogical") // the error names where it was expected
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
+// recvlogicalPath finds pg_recvlogical (see pgcluster.ClientTool).
+func recvlogicalPath(binDir string) string { return pgcluster.ClientTool(binDir, "pg_recvlogical") }

@@ -89,3 +89,26 @@ func chownTree(root string, uid, gid int) error {
 		return os.Chown(path, uid, gid)
 	})
 }
+
+// ClientTool finds a client program such as psql or pg_recvlogical: beside the server in
+// binDir, else on PATH, else in Debian's client package. The npm server builds used for
+// PG_VERSION=16..18 ship no client tools, and Debian's 15 psql and pg_recvlogical work against
+// those servers. If none is found it returns the path beside the server, so the error of running
+// it names where it was expected.
+func ClientTool(binDir, name string) string {
+	if p := filepath.Join(binDir, name); isFile(p) {
+		return p
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name); len(m) > 0 {
+		return m[len(m)-1]
+	}
+	return filepath.Join(binDir, name)
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}

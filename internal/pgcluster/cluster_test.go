@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,11 +216,11 @@ func TestSocketDSNServesReplicationAndLibpq(t *testing.T) {
 	if _, err := conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll(); err != nil {
 		t.Fatalf("IDENTIFY_SYSTEM: %v", err)
 	}
-	out, err := exec.Command(filepath.Join(shared.BinDir, "psql"), "-X", "-A", "-t", "-d", dsn, "-c", "SELECT 40 + 2").CombinedOutput()
+	out, err := exec.Command(ClientTool(shared.BinDir, "psql"), "-X", "-A", "-t", "-d", dsn, "-c", "SELECT 40 + 2").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "42" {
 		t.Fatalf("psql -d %s: %v\n%s", dsn, err, out)
 	}
-	slot := exec.Command(filepath.Join(shared.BinDir, "pg_recvlogical"), "-d", dsn, "--slot", "libpq_probe", "--create-slot")
+	slot := exec.Command(ClientTool(shared.BinDir, "pg_recvlogical"), "-d", dsn, "--slot", "libpq_probe", "--create-slot")
 	if out, err := slot.CombinedOutput(); err != nil {
 		t.Fatalf("pg_recvlogical -d %s: %v\n%s", dsn, err, out)
 	}
