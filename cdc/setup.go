@@ -5,21 +5,22 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Errors that no retry can fix. Each message says what to do.
 var (
-	ErrWalLevel       = errors.New("wal_level is not logical")
-	ErrNoOutboxTable  = errors.New("table outbox_events does not exist")
-	ErrNoReplication  = errors.New("role lacks the REPLICATION attribute")
-	ErrSlotInvalid    = errors.New("replication slot was invalidated")
-	ErrSlotMissing    = errors.New("replication slot disappeared")
-	ErrSlotMismatch   = errors.New("replication slot is not a pgoutput slot of this database")
-	ErrNoPrivilege    = errors.New("missing privilege")
-	errSlotActive     = errors.New("replication slot is active in another process")
-	sqlstateDuplicate = "42710"
+	ErrWalLevel      = errors.New("wal_level is not logical")
+	ErrNoOutboxTable = errors.New("table outbox_events does not exist")
+	ErrNoReplication = errors.New("role lacks the REPLICATION attribute")
+	ErrSlotInvalid   = errors.New("replication slot was invalidated")
+	ErrSlotMissing   = errors.New("replication slot disappeared")
+	ErrSlotMismatch  = errors.New("replication slot is not a pgoutput slot of this database")
+	ErrNoPrivilege   = errors.New("missing privilege")
+	ErrBadDSN        = errors.New("the database DSN cannot be parsed")
+	errSlotActive    = errors.New("replication slot is active in another process")
 )
 
 // SetupResult tells what Setup found or created.
@@ -48,7 +49,7 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	var res SetupResult
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return res, fmt.Errorf("connect: %w", err)
+		return res, connectError(err)
 	}
 	defer conn.Close(context.Background())
 	// Nothing is created before every check has passed, so a refused start leaves nothing behind.
@@ -161,9 +162,9 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string) (bool, 
 	switch code := sqlstate(err); {
 	case err == nil:
 		return true, nil
-	case code == sqlstateDuplicate:
+	case code == pgerrcode.DuplicateObject:
 		return false, nil // another relay created it first
-	case code == "42501":
+	case code == pgerrcode.InsufficientPrivilege:
 		return false, fmt.Errorf("%w to create the publication: run `%s` as the owner of outbox_events", ErrNoPrivilege, stmt)
 	}
 	return false, fmt.Errorf("create publication: %w", err)
@@ -185,9 +186,9 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, name string) (bool, error) 
 	switch sqlstate(err) {
 	case "":
 		return err == nil, err
-	case sqlstateDuplicate:
+	case pgerrcode.DuplicateObject:
 		return false, nil
-	case "42501":
+	case pgerrcode.InsufficientPrivilege:
 		return false, fmt.Errorf("%w to create slot %q: ALTER ROLE ... WITH REPLICATION, or create it as a superuser: "+
 			"SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrNoPrivilege, name, name)
 	}
@@ -216,4 +217,20 @@ func sqlstate(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// connectError wraps a failure to connect: a DSN that does not parse is ErrBadDSN (no retry
+// fixes it), anything else is a connection failure.
+func connectError(err error) error {
+	var parseErr *pgconn.ParseConfigError
+	if errors.As(err, &parseErr) {
+		return badDSN(err)
+	}
+	return fmt.Errorf("connect: %w", err)
+}
+
+// badDSN wraps a connection string that does not parse in ErrBadDSN, naming the forms that do.
+func badDSN(err error) error {
+	return fmt.Errorf("%w: %w; give a URL (postgres://user:password@host:5432/dbname) or key=value pairs "+
+		"(host=... dbname=...)", ErrBadDSN, err)
 }
