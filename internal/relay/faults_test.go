@@ -230,7 +230,13 @@ func TestStandbyTakesOver(t *testing.T) {
 	waitFor(t, 10*time.Second, "second relay standing by", func() bool {
 		return second.metric(t, "outbox_relay_streaming") == 0 && first.metric(t, "outbox_relay_streaming") == 1
 	})
-	time.Sleep(time.Second)
+	// The standby retries the slot: wait until the server has refused it again (its log says the
+	// slot is active), so the check below follows a real attempt to take over.
+	refused := func() int {
+		return strings.Count(pgtest.Shared(t).LogTail(2000), fmt.Sprintf(`replication slot "%s" is active for PID`, e.slot))
+	}
+	seen := refused()
+	waitFor(t, 30*time.Second, "the standby refused the slot again", func() bool { return refused() > seen })
 	if second.metric(t, "outbox_relay_streaming") != 0 {
 		t.Fatal("two relays stream the same slot")
 	}
