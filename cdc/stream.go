@@ -291,7 +291,7 @@ func (s *Stream) replicationError(err error) error {
 	case pgerrcode.InsufficientPrivilege:
 		return fmt.Errorf("%w: %v", ErrNoPrivilege, err)
 	}
-	return fmt.Errorf("start replication: %w", err)
+	return fmt.Errorf("replication connection: %w", err)
 }
 
 // loop is one connection's read loop. Only its goroutine touches conn.
