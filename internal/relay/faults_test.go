@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -387,14 +388,20 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 	}
 	cfg := e.config()
 	cfg.Registry = nil
+	var logs relaytest.SyncBuffer
+	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
+	// Two failed attempts logged: the relay has had the chance to give up, and has not.
+	waitFor(t, 30*time.Second, "two retries while the server is down", func() bool {
+		return strings.Count(logs.String(), "database not ready; retrying") >= 2
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("relay exited while the server was down: %v", err)
-	case <-time.After(1500 * time.Millisecond):
+	default:
 	}
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
