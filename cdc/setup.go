@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
@@ -13,15 +14,15 @@ import (
 
 // Errors that no retry can fix. Each message says what to do.
 var (
-	ErrWalLevel       = errors.New("wal_level is not logical")
-	ErrNoOutboxTable  = errors.New("table outbox_events does not exist")
-	ErrNoReplication  = errors.New("role lacks the REPLICATION attribute")
-	ErrSlotInvalid    = errors.New("replication slot was invalidated")
-	ErrSlotMissing    = errors.New("replication slot disappeared")
-	ErrSlotMismatch   = errors.New("replication slot is not a pgoutput slot of this database")
-	ErrNoPrivilege    = errors.New("missing privilege")
-	errSlotActive     = errors.New("replication slot is active in another process")
-	sqlstateDuplicate = "42710"
+	ErrWalLevel      = errors.New("wal_level is not logical")
+	ErrNoOutboxTable = errors.New("table outbox_events does not exist")
+	ErrNoReplication = errors.New("role lacks the REPLICATION attribute")
+	ErrSlotInvalid   = errors.New("replication slot was invalidated")
+	ErrSlotMissing   = errors.New("replication slot disappeared")
+	ErrSlotMismatch  = errors.New("replication slot is not a pgoutput slot of this database")
+	ErrNoPrivilege   = errors.New("missing privilege")
+	ErrBadDSN        = errors.New("the database DSN cannot be parsed")
+	errSlotActive    = errors.New("replication slot is active in another process")
 )
 
 var (
@@ -31,12 +32,6 @@ var (
 	// ErrRecreateSlot is wrapped when only recreating the slot (SetupOptions.RecreateSlot, with
 	// every other relay on it stopped) recovers.
 	ErrRecreateSlot = errors.New("the slot must be recreated")
-)
-
-// SQLSTATEs the slot handling tells apart.
-const (
-	sqlstateObjectInUse     = "55006" // the slot is active in another process
-	sqlstateUndefinedObject = "42704" // no such slot (or publication)
 )
 
 // SetupResult tells what Setup found or created.
@@ -86,7 +81,7 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	var res SetupResult
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return res, fmt.Errorf("connect: %w", err)
+		return res, connectError(err)
 	}
 	defer conn.Close(context.Background())
 	// Nothing is created before every check has passed, so a refused start leaves nothing behind.
@@ -153,9 +148,9 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
 	for {
 		_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot)
 		switch sqlstate(err) {
-		case sqlstateUndefinedObject:
+		case pgerrcode.UndefinedObject:
 			return nil // dropped meanwhile, by the relay that failed on it
-		case sqlstateObjectInUse:
+		case pgerrcode.ObjectInUse:
 			if time.Now().After(deadline) {
 				return err
 			}
@@ -249,9 +244,9 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string) (bool, 
 	switch code := sqlstate(err); {
 	case err == nil:
 		return true, nil
-	case code == sqlstateDuplicate:
+	case code == pgerrcode.DuplicateObject:
 		return false, nil // another relay created it first
-	case code == "42501":
+	case code == pgerrcode.InsufficientPrivilege:
 		return false, fmt.Errorf("%w to create the publication: run `%s` as the owner of outbox_events", ErrNoPrivilege, stmt)
 	}
 	return false, fmt.Errorf("create publication: %w", err)
@@ -273,9 +268,9 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, name string) (bool, error) 
 	switch sqlstate(err) {
 	case "":
 		return err == nil, err
-	case sqlstateDuplicate:
+	case pgerrcode.DuplicateObject:
 		return false, nil
-	case "42501":
+	case pgerrcode.InsufficientPrivilege:
 		return false, fmt.Errorf("%w to create slot %q: ALTER ROLE ... WITH REPLICATION, or create it as a superuser: "+
 			"SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrNoPrivilege, name, name)
 	}
@@ -305,4 +300,20 @@ func sqlstate(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// connectError wraps a failure to connect: a DSN that does not parse is ErrBadDSN (no retry
+// fixes it), anything else is a connection failure.
+func connectError(err error) error {
+	var parseErr *pgconn.ParseConfigError
+	if errors.As(err, &parseErr) {
+		return badDSN(err)
+	}
+	return fmt.Errorf("connect: %w", err)
+}
+
+// badDSN wraps a connection string that does not parse in ErrBadDSN, naming the forms that do.
+func badDSN(err error) error {
+	return fmt.Errorf("%w: %w; give a URL (postgres://user:password@host:5432/dbname) or key=value pairs "+
+		"(host=... dbname=...)", ErrBadDSN, err)
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -148,7 +149,7 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Msg("replication stream cannot be decoded; stopping")
 		return 0, err
 	case errors.Is(err, ErrSlotInvalid), errors.Is(err, ErrSlotMissing), errors.Is(err, ErrNoPrivilege),
-		errors.Is(err, ErrNoReplication):
+		errors.Is(err, ErrNoReplication), errors.Is(err, ErrBadDSN):
 		return 0, err
 	}
 	s.m.Reconnects.Inc()
@@ -201,7 +202,7 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.cfg.Publication + "'", "messages 'true'"},
 	})
 	if err != nil {
-		return s.startError(err)
+		return s.replicationError(err)
 	}
 	if s.standby {
 		s.log.Info().Str("slot", s.cfg.Slot).Msg("slot is free; taking over")
@@ -231,7 +232,7 @@ func closeConn(conn *pgconn.PgConn, failed bool) {
 func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(s.cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("%w: bad DSN: %v", ErrNoPrivilege, err)
+		return nil, badDSN(err)
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "outbox-relay"
@@ -240,7 +241,7 @@ func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		if code := sqlstate(err); code == "42501" || code == "28000" {
+		if code := sqlstate(err); code == pgerrcode.InsufficientPrivilege || code == pgerrcode.InvalidAuthorizationSpecification {
 			return nil, fmt.Errorf("%w: %v: grant REPLICATION to the role and allow replication connections in pg_hba.conf",
 				ErrNoReplication, err)
 		}
@@ -282,18 +283,21 @@ func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (sett
 	return set, nil
 }
 
-func (s *Stream) startError(err error) error {
+// replicationError classifies an error the server sent on the replication connection, when
+// START_REPLICATION is refused or as an ErrorResponse in the middle of the stream: a slot in
+// use, invalidated or gone, or a missing privilege. Anything else is a lost connection.
+func (s *Stream) replicationError(err error) error {
 	switch sqlstate(err) {
-	case "55006":
+	case pgerrcode.ObjectInUse:
 		return errSlotActive
-	case "55000":
+	case pgerrcode.ObjectNotInPrerequisiteState:
 		return slotInvalidError(s.cfg.Slot)
-	case sqlstateUndefinedObject:
+	case pgerrcode.UndefinedObject:
 		return s.undefinedObject(err)
-	case "42501":
+	case pgerrcode.InsufficientPrivilege:
 		return fmt.Errorf("%w: %v", ErrNoPrivilege, err)
 	}
-	return fmt.Errorf("start replication: %w", err)
+	return fmt.Errorf("replication connection: %w", err)
 }
 
 // loop is one connection's read loop. Only its goroutine touches conn.
@@ -396,7 +400,7 @@ func (l *loop) handle(ctx context.Context, msg pgproto3.BackendMessage) error {
 	case *pgproto3.CopyData:
 		return l.copyData(ctx, msg.Data)
 	case *pgproto3.ErrorResponse:
-		return l.s.startError(pgconn.ErrorResponseToPgError(msg))
+		return l.s.replicationError(pgconn.ErrorResponseToPgError(msg))
 	case *pgproto3.CopyDone:
 		return errors.New("server ended replication")
 	}

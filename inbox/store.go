@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -64,7 +64,7 @@ func commit(ctx context.Context, tx pgx.Tx) error {
 // first would fail on every retry, so it is ErrMalformed.
 func classifyInsert(err error) error {
 	var pg *pgconn.PgError
-	if errors.As(err, &pg) && (strings.HasPrefix(pg.Code, "22") || strings.HasPrefix(pg.Code, "54")) {
+	if errors.As(err, &pg) && (pgerrcode.IsDataException(pg.Code) || pgerrcode.IsProgramLimitExceeded(pg.Code)) {
 		return fmt.Errorf("%w: payload refused by PostgreSQL: %w", ErrMalformed, err)
 	}
 	return fmt.Errorf("%w: insert into inbox_events: %w", errDatabase, err)

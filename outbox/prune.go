@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -158,7 +159,7 @@ func pruneError(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
 		return fmt.Errorf("outbox: prune: table outbox_events does not exist in this database (or is not on "+
 			"search_path): run `outbox-relay migrate`: %w", err)
 	}

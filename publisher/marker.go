@@ -148,20 +148,18 @@ func (m *Marker) flush(ctx context.Context) bool {
 	m.mu.Lock()
 	batch := m.pending
 	n := m.n
-	m.pending, m.n = map[int][]string{}, 0
+	// Late batches are the previous flushes': one found late now waits for the next flush.
+	late := m.late
+	m.pending, m.n, m.late = map[int][]string{}, 0, nil
 	m.mu.Unlock()
 	m.m.MarkerPending.Set(float64(n))
-	if n == 0 {
+	if n == 0 && len(late) == 0 {
 		return true
 	}
 	ok := true
 	for retries, ids := range batch {
 		ok = m.mark(ctx, retries, ids, true) && ok
 	}
-	m.mu.Lock()
-	late := m.late
-	m.late = nil
-	m.mu.Unlock()
 	for _, b := range late {
 		ok = m.mark(ctx, b.retries, b.ids, false) && ok
 	}

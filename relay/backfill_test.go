@@ -77,7 +77,12 @@ func TestWithoutBackfillOlderRowsStayBehind(t *testing.T) {
 	w.write(t, e, 20, 2)
 	e.start(func(c *Config) { c.NoBackfill = true })
 	old := relaytest.Result{Committed: w.done}
-	time.Sleep(time.Second)
+	// Positive control: a row of each aggregate written now is delivered, and a backfill would
+	// have delivered that aggregate's older rows before it.
+	w.write(t, e, 2, 2)
+	waitFor(t, 30*time.Second, "the rows written after the slot delivered", func() bool {
+		return e.recv.Has(w.done[20].ID) && e.recv.Has(w.done[21].ID)
+	})
 	if rep := relaytest.Check(old, e.recv.Deliveries()); len(rep.Lost) != 20 {
 		t.Fatalf("with --no-backfill, %d of 20 pre-slot rows were delivered", 20-len(rep.Lost))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -45,6 +46,16 @@ func (r *running) metric(t *testing.T, name string, label ...string) float64 {
 		}
 	}
 	return -1 // not registered yet: the relay is still starting
+}
+
+// statusRounds waits until the relay has sent n more standby status updates: each is a chance to
+// confirm a position, so a negative assertion about confirmation made after it is not vacuous.
+func (r *running) statusRounds(t *testing.T, n int) {
+	t.Helper()
+	from := r.metric(t, "outbox_relay_status_updates_total")
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d more status updates", n), func() bool {
+		return r.metric(t, "outbox_relay_status_updates_total") >= from+float64(n)
+	})
 }
 
 func hasLabel(m *dto.Metric, k, v string) bool {
@@ -81,14 +92,15 @@ func (e *env) currentLSN() int64 {
 // The slot's confirmed LSN never passes an undelivered event, and moves past it once delivered.
 func TestConfirmsOnlyAfterDelivery(t *testing.T) {
 	e := newEnv(t)
-	r := e.start(func(c *Config) { c.RequestTimeout = 30 * time.Second })
+	r := e.start(func(c *Config) { c.RequestTimeout = 30 * time.Second; c.StatusInterval = 200 * time.Millisecond })
 	e.recv.Hang()
 	before := e.currentLSN()
 	res := e.produce(relaytest.Workload{Events: 5, Aggregates: 5, MaxTxSize: 1})
 	after := e.currentLSN()
 	waitFor(t, 10*time.Second, "requests in flight", func() bool { return e.recv.Requests() >= 1 })
-	// Let several confirmation rounds pass while the receiver holds every request.
-	time.Sleep(1500 * time.Millisecond)
+	// Several status updates go out while the receiver holds every request; the server has
+	// applied all but perhaps the last by the time the slot is read.
+	r.statusRounds(t, 4)
 	if confirmed, _ := e.slotLSNs(); confirmed > before {
 		t.Fatalf("slot confirmed %d, past undelivered events that start after %d", confirmed, before)
 	}
@@ -174,11 +186,14 @@ func TestBackpressureBoundsTheBuffer(t *testing.T) {
 		c.MaxBufferedEvents = maxEvents
 		c.MaxInFlight = 8
 		c.RequestTimeout = time.Minute
+		c.StatusInterval = 200 * time.Millisecond
 	})
 	e.recv.Hang()
 	res := e.produce(relaytest.Workload{Events: 5000, Aggregates: 50, MaxTxSize: 10})
 	waitFor(t, 15*time.Second, "reading paused", func() bool { return r.metric(t, "outbox_relay_read_paused") == 1 })
-	time.Sleep(time.Second)
+	// The paused loop stays alive (it sends status updates); had it gone on reading, more events
+	// would have arrived meanwhile.
+	r.statusRounds(t, 3)
 	got := r.metric(t, "outbox_relay_events_received_total")
 	if got > maxEvents+10 { // a transaction can overshoot by its own size (at most 10 here)
 		t.Fatalf("received %v events with a %d-event buffer and a blocked receiver", got, maxEvents)
@@ -216,7 +231,13 @@ func TestStandbyTakesOver(t *testing.T) {
 	waitFor(t, 10*time.Second, "second relay standing by", func() bool {
 		return second.metric(t, "outbox_relay_streaming") == 0 && first.metric(t, "outbox_relay_streaming") == 1
 	})
-	time.Sleep(time.Second)
+	// The standby retries the slot: wait until the server has refused it again (its log says the
+	// slot is active), so the check below follows a real attempt to take over.
+	refused := func() int {
+		return strings.Count(pgtest.Shared(t).LogTail(2000), fmt.Sprintf(`replication slot "%s" is active for PID`, e.slot))
+	}
+	seen := refused()
+	waitFor(t, 30*time.Second, "the standby refused the slot again", func() bool { return refused() > seen })
 	if second.metric(t, "outbox_relay_streaming") != 0 {
 		t.Fatal("two relays stream the same slot")
 	}
@@ -263,15 +284,6 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	e := newEnv(t)
 	var mu sync.Mutex
 	var first time.Time
-	e.recv.SetFail(func(req *http.Request) int {
-		mu.Lock()
-		defer mu.Unlock()
-		if first.IsZero() {
-			first = time.Now()
-			return 0
-		}
-		return 0
-	})
 	calls := 0
 	e.recv.SetFail(func(req *http.Request) int {
 		mu.Lock()
@@ -283,24 +295,19 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		}
 		return 0
 	})
-	e.recv.Config.Handler = retryAfterHeader(e.recv.Config.Handler, "1")
+	e.recv.SetHeader("Retry-After", "1")
 	e.start(func(c *Config) { c.RetryMin = 10 * time.Millisecond; c.RetryMax = 5 * time.Second })
 	res := e.produce(relaytest.Workload{Events: 1, Aggregates: 1, MaxTxSize: 1})
 	requireOK(t, e.waitDelivered(res, 20*time.Second))
 	d := e.recv.Deliveries()[0]
+	mu.Lock()
+	defer mu.Unlock()
 	if gap := d.At.Sub(first); gap < 900*time.Millisecond {
 		t.Fatalf("second attempt %s after a 429 with Retry-After: 1", gap)
 	}
 	if d.Attempt != 2 {
 		t.Fatalf("delivered on attempt %d, want 2", d.Attempt)
 	}
-}
-
-func retryAfterHeader(h http.Handler, v string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Retry-After", v)
-		h.ServeHTTP(w, r)
-	})
 }
 
 // Misconfigurations fail fast with an error that names the fix.
@@ -381,14 +388,20 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 	}
 	cfg := e.config()
 	cfg.Registry = nil
+	var logs relaytest.SyncBuffer
+	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
+	// Two failed attempts logged: the relay has had the chance to give up, and has not.
+	waitFor(t, 30*time.Second, "two retries while the server is down", func() bool {
+		return strings.Count(logs.String(), "database not ready; retrying") >= 2
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("relay exited while the server was down: %v", err)
-	case <-time.After(1500 * time.Millisecond):
+	default:
 	}
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -68,9 +68,11 @@ func TestReadiness(t *testing.T) {
 	e.recv.Unhang()
 	requireOK(t, e.waitDelivered(res, 30*time.Second))
 	waitFor(t, 10*time.Second, "ready again after recovery", func() bool { code, _ := get(t, &leaderAddr, "/readyz"); return code == 200 })
-	if code, body := get(t, &leaderAddr, "/metrics"); code != 200 || !strings.Contains(body, "outbox_relay_events_delivered_total 10") {
-		t.Fatalf("/metrics %d does not show 10 deliveries", code)
-	}
+	// The relay counts a delivery after the receiver has recorded it: wait for the count.
+	waitFor(t, 10*time.Second, "/metrics to show 10 deliveries", func() bool {
+		code, body := get(t, &leaderAddr, "/metrics")
+		return code == 200 && strings.Contains(body, "outbox_relay_events_delivered_total 10\n")
+	})
 	_ = leader
 }
 
@@ -88,6 +90,11 @@ func TestMetricsMatchTheReceiver(t *testing.T) {
 	r := e.start(nil)
 	res := e.produce(relaytest.Workload{Events: 500, Aggregates: 20, MaxTxSize: 5})
 	requireOK(t, e.waitDelivered(res, 30*time.Second))
+	// The receiver records a delivery before its response reaches the relay, which counts it
+	// after: stopping the relay waits for every count.
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
 	accepted := float64(len(e.recv.Deliveries()))
 	checks := []struct {
 		name  string

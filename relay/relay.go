@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
 
 	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
-		return fmt.Errorf("bad DSN (set DB_DSN or --dsn to a postgres:// URL): %w", err)
+		return fmt.Errorf("%w: %w", cdc.ErrBadDSN, err)
 	}
 	setup, err := setupWithRetry(ctx, cfg)
 	if stoppedDuringStartup(ctx, err) {
@@ -246,15 +246,16 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
 		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
-		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported} {
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN} {
 		if errors.Is(err, target) {
 			return true
 		}
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		// Authentication (28), unknown database (3D000) and privilege (42501) need the operator.
-		return strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || pgErr.Code == "42501"
+		// Authentication (class 28), unknown database and missing privilege need the operator.
+		return pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code) || pgErr.Code == pgerrcode.InvalidCatalogName ||
+			pgErr.Code == pgerrcode.InsufficientPrivilege
 	}
 	return false
 }

@@ -92,6 +92,7 @@ func TestCLIAddsTheFlagToLibraryErrors(t *testing.T) {
 		{fmt.Errorf("set up: %w: slot lost WAL", cdc.ErrSlotInvalid), "--recreate-slot"},
 		{fmt.Errorf("%w: slot uses plugin test_decoding", cdc.ErrSlotMismatch), "--slot"},
 		{fmt.Errorf("%w: dropping the slot failed: %w", cdc.ErrPublicationMissing, cdc.ErrRecreateSlot), "--recreate-slot"},
+		{fmt.Errorf("%w: cannot parse `postgres://x:y`", cdc.ErrBadDSN), "--dsn"},
 	}
 	for _, tt := range tests {
 		got := explain(tt.err)

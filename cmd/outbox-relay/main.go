@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
@@ -42,9 +43,6 @@ func run(args []string) int {
 	return 1
 }
 
-// sqlstateInvalidPassword is SQLSTATE 28P01, invalid_password (pgerrcode.InvalidPassword).
-const sqlstateInvalidPassword = "28P01"
-
 // explain replaces an error whose cause an operator fixes in the configuration with one line
 // that names the fix. pgx reports a refused password with every address it tried (and the
 // TLS fallback), none of which helps.
@@ -61,9 +59,11 @@ func explain(err error) error {
 		return fmt.Errorf("%w (with outbox-relay: run once with --recreate-slot)", err)
 	case errors.Is(err, cdc.ErrSlotMismatch):
 		return fmt.Errorf("%w (pass it with --slot)", err)
+	case errors.Is(err, cdc.ErrBadDSN):
+		return fmt.Errorf("%w (set DB_DSN or --dsn to a postgres:// URL)", err)
 	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateInvalidPassword {
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.InvalidPassword {
 		return err
 	}
 	where := ""

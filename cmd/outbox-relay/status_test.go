@@ -93,22 +93,11 @@ func startRelay(t *testing.T, dsn string, pool *pgxpool.Pool, slot string) {
 			t.Errorf("relay: %v", err)
 		}
 	})
-	waitFor(t, "slot active", func() bool {
+	relaytest.WaitFor(t, 30*time.Second, "slot active", func() bool {
 		var active bool
 		_ = pool.QueryRow(context.Background(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
 		return active
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // statusDoc is the part of `status --json` the tests read.
@@ -155,7 +144,7 @@ func TestStatusOfARunningRelay(t *testing.T) {
 	}
 	// Delivered rows are marked done shortly after delivery.
 	var doc statusDoc
-	waitFor(t, "5 rows done in the report", func() bool {
+	relaytest.WaitFor(t, 30*time.Second, "5 rows done in the report", func() bool {
 		doc, _, _ = statusJSONOf(t, "--dsn", dsn, "--slot", slot)
 		return doc.Rows["done"] == 5
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -73,13 +74,12 @@ const ordersTable = `CREATE TABLE IF NOT EXISTS orders (
 // dropSlot drops the demo's slot and publication from a database the demo was given. The slot
 // may still be active for a moment after the relay returns, until its walsender exits.
 func dropSlot(ctx context.Context, pool *pgxpool.Pool) error {
-	const objectInUse = "55006"
 	var err error
 	for i := 0; i < 50; i++ {
 		_, err = pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 			WHERE slot_name = $1 AND database = current_database()`, Slot)
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != objectInUse {
+		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ObjectInUse {
 			break
 		}
 		select {

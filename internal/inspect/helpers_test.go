@@ -87,17 +87,6 @@ func park(t *testing.T, pool *pgxpool.Pool, aggType, aggID, firstID, reason stri
 		VALUES ($1, $2, $3, $4, now() - make_interval(secs => $5))`, aggType, aggID, firstID, reason, age.Seconds())
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func gaugeValue(g prometheus.Gauge) float64 {
 	var m dto.Metric
 	if err := g.Write(&m); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 func TestPollerSetsGauges(t *testing.T) {
@@ -51,10 +52,10 @@ func TestPollerSetsGauges(t *testing.T) {
 		return s
 	}
 	want := "active=0 retained>0=true pending=3 done=5 failed=1 parked=2"
-	waitFor(t, 10*time.Second, want, func() bool { return gauges() == want })
+	relaytest.WaitFor(t, 10*time.Second, want, func() bool { return gauges() == want })
 
 	holdSlot(t, dsn)
-	waitFor(t, 10*time.Second, "slot_active 1", func() bool { return gaugeValue(m.SlotActive) == 1 })
+	relaytest.WaitFor(t, 10*time.Second, "slot_active 1", func() bool { return gaugeValue(m.SlotActive) == 1 })
 }
 
 func TestPollerMissingSlotReadsInactive(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 func TestStatusOfAStreamedSlot(t *testing.T) {
@@ -113,7 +114,7 @@ func invalidate(t *testing.T, pool *pgxpool.Pool) {
 		_, _ = pool.Exec(ctx, "SELECT pg_reload_conf()")
 	})
 	exec(t, pool, "CREATE TABLE filler (x int)")
-	waitFor(t, 30*time.Second, "slot invalidated", func() bool {
+	relaytest.WaitFor(t, 30*time.Second, "slot invalidated", func() bool {
 		exec(t, pool, "INSERT INTO filler SELECT generate_series(1, 20000)")
 		exec(t, pool, "SELECT pg_switch_wal()")
 		exec(t, pool, "CHECKPOINT")

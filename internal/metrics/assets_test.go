@@ -257,9 +257,9 @@ func allStrings(v any) []string {
 	return nil
 }
 
-// TestIssue5Series pins the series that the dashboard, the alerts and the README rely on: a
+// TestDocumentedSeriesKeepNameTypeAndLabels pins the series that the dashboard, the alerts and the README rely on: a
 // rename or a change of type or labels must be deliberate.
-func TestIssue5Series(t *testing.T) {
+func TestDocumentedSeriesKeepNameTypeAndLabels(t *testing.T) {
 	reg := registered(t)
 	want := []struct {
 		name   string
@@ -302,9 +302,9 @@ func TestIssue5Series(t *testing.T) {
 	}
 }
 
-// TestDeliveryAttemptResults checks that every result is exported from the start, so a rate of
+// TestEveryDeliveryResultIsExportedFromTheStart checks that every result is exported from the start, so a rate of
 // failures reads 0 rather than no data before the first failure.
-func TestDeliveryAttemptResults(t *testing.T) {
+func TestEveryDeliveryResultIsExportedFromTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	relay.RegisterMetrics(reg)
 	families, err := reg.Gather()
@@ -331,7 +331,7 @@ func TestDeliveryAttemptResults(t *testing.T) {
 	}
 }
 
-func TestAlertRules(t *testing.T) {
+func TestAlertRulesAreCompleteAndReadRegisteredSeries(t *testing.T) {
 	reg := registered(t)
 	rf := loadRules(t)
 	if len(rf.Groups) == 0 {
@@ -394,7 +394,7 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
-func TestDashboard(t *testing.T) {
+func TestDashboardPanelsQueryRegisteredSeries(t *testing.T) {
 	reg := registered(t)
 	d, panels := loadDashboard(t)
 	if d.Title == "" || d.UID == "" {
@@ -474,9 +474,9 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// TestAssetText checks the names in all the text of both files (descriptions, annotations,
+// TestAssetTextNamesOnlyRegisteredSeries checks the names in all the text of both files (descriptions, annotations,
 // legends), not only in queries: documentation that names a series must name a real one.
-func TestAssetText(t *testing.T) {
+func TestAssetTextNamesOnlyRegisteredSeries(t *testing.T) {
 	reg := registered(t)
 	for _, path := range []string{dashboardPath, alertsPath} {
 		data, err := os.ReadFile(path)
@@ -496,7 +496,7 @@ func TestAssetText(t *testing.T) {
 	}
 }
 
-func TestRelayNames(t *testing.T) {
+func TestRelayNamesResolveSuffixedSeriesToTheirFamily(t *testing.T) {
 	reg := map[string]series{
 		"outbox_relay_x_seconds": {typ: dto.MetricType_HISTOGRAM},
 		"outbox_relay_y":         {typ: dto.MetricType_GAUGE},

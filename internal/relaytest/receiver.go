@@ -39,6 +39,7 @@ type Receiver struct {
 	// through SetFail.
 	fail    atomic.Pointer[func(*http.Request) int]
 	hang    atomic.Bool
+	header  atomic.Pointer[http.Header]
 	mu      sync.Mutex
 	log     []Delivery
 	byID    map[string]int
@@ -61,6 +62,22 @@ func (r *Receiver) SetFail(f func(*http.Request) int) {
 		return
 	}
 	r.fail.Store(&f)
+}
+
+// SetHeader sets a header on every response from now on (for example Retry-After). It is safe
+// while the server runs.
+func (r *Receiver) SetHeader(key, value string) {
+	for {
+		old := r.header.Load()
+		h := http.Header{}
+		if old != nil {
+			h = old.Clone()
+		}
+		h.Set(key, value)
+		if r.header.CompareAndSwap(old, &h) {
+			return
+		}
+	}
 }
 
 // Hang makes every request block until Unhang (or the client gives up).
@@ -89,6 +106,11 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		case <-ch:
 		case <-req.Context().Done():
 			return
+		}
+	}
+	if h := r.header.Load(); h != nil {
+		for k, v := range *h {
+			w.Header()[k] = v
 		}
 	}
 	if !r.verify(req, body) {
