@@ -438,3 +438,59 @@ func TestGzipBodies(t *testing.T) {
 		t.Fatalf("%d inbox rows, want 2", n)
 	}
 }
+
+// TestConcurrentOverlappingBatches: batches sharing events, sent at the same time in different
+// orders (as a relay retrying after a lost answer could), apply each event exactly once. A
+// request that does not get 200 is retried, as the relay would, until it does.
+func TestConcurrentOverlappingBatches(t *testing.T) {
+	e := newEnv(t)
+	var s seen
+	secrets := []string{"topsecret"}
+	_, url := e.serve(t, secrets, s.process(nil), inbox.Config{})
+	evs := make([]cloudevents.Event, 12)
+	for i := range evs {
+		evs[i] = ceEvent(strconv.Itoa(i%3), i)
+	}
+	const senders = 8
+	var wg sync.WaitGroup
+	errs := make(chan string, senders)
+	for g := 0; g < senders; g++ {
+		batch := make([]cloudevents.Event, 0, len(evs))
+		for i := range evs {
+			batch = append(batch, evs[(i*(g+1)+g)%len(evs)]) // a different order, and subset, per sender
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for try := 0; ; try++ {
+				hd, body := batchRequest(t, signature.XSignature, secrets, batch...)
+				resp := send(t, http.MethodPost, url, hd, body)
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+				if resp.StatusCode != http.StatusServiceUnavailable || try == 20 {
+					errs <- resp.Status
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for st := range errs {
+		t.Errorf("a batch was answered %s", st)
+	}
+	seenIDs := map[string]bool{}
+	for _, id := range s.ids() {
+		if seenIDs[id] {
+			t.Fatalf("event %s applied twice", id)
+		}
+		seenIDs[id] = true
+	}
+	if n := e.effects(t); n != len(seenIDs) {
+		t.Fatalf("%d effects, %d distinct events applied", n, len(seenIDs))
+	}
+	if e.inboxRows(t) != len(seenIDs) {
+		t.Fatalf("%d inbox rows, %d events applied", e.inboxRows(t), len(seenIDs))
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/cloudevents"
 )
 
 // Stats counts a Handler's answers since it was made. Processed and Duplicates count events
@@ -90,8 +92,19 @@ func ok(w http.ResponseWriter, msg string) {
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusCode(err)
 	h.log.Warn().Err(err).Int("status", code).Str("remote", r.RemoteAddr).
-		Str("event_id", clip(r.Header.Get(headerXEventID))).Msg("inbox: delivery refused")
+		Str("event_id", clip(eventIDHeader(r.Header))).Msg("inbox: delivery refused")
 	http.Error(w, err.Error(), code)
+}
+
+// eventIDHeader is the event id a refused request claims, for the log: X-Event-Id, else
+// ce-id, else webhook-id (a batch's).
+func eventIDHeader(h http.Header) string {
+	for _, k := range []string{headerXEventID, cloudevents.HeaderID, headerWebhookID} {
+		if v := h.Get(k); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // fail answers a failure after verification: 500 for the ProcessFunc, 503 for the database,
