@@ -440,8 +440,9 @@ func TestGzipBodies(t *testing.T) {
 }
 
 // TestConcurrentOverlappingBatches: batches sharing events, sent at the same time in different
-// orders (as a relay retrying after a lost answer could), apply each event exactly once. A
-// request that does not get 200 is retried, as the relay would, until it does.
+// orders (as a relay retrying after a lost answer could), apply each event exactly once, and
+// none is answered 503: the ids are claimed in id order, so two batches cannot deadlock on
+// each other's rows (claimed in batch order, 3 runs of this test met 6 deadlocks).
 func TestConcurrentOverlappingBatches(t *testing.T) {
 	e := newEnv(t)
 	var s seen
@@ -462,16 +463,9 @@ func TestConcurrentOverlappingBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for try := 0; ; try++ {
-				hd, body := batchRequest(t, signature.XSignature, secrets, batch...)
-				resp := send(t, http.MethodPost, url, hd, body)
-				if resp.StatusCode == http.StatusOK {
-					return
-				}
-				if resp.StatusCode != http.StatusServiceUnavailable || try == 20 {
-					errs <- resp.Status
-					return
-				}
+			hd, body := batchRequest(t, signature.XSignature, secrets, batch...)
+			if resp := send(t, http.MethodPost, url, hd, body); resp.StatusCode != http.StatusOK {
+				errs <- resp.Status
 			}
 		}()
 	}
