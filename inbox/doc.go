@@ -16,31 +16,52 @@
 //
 // Each request goes through these steps; the first that fails decides the answer.
 //
-//  1. Size: a body over Config.MaxBodyBytes (1 MiB by default) is refused, unread past the
-//     limit.
-//  2. Signature: the scheme follows from the headers (webhook-signature means Standard
+//  1. Sender: with Config.AllowedNetworks set, the client address (the peer, or behind a
+//     Config.TrustedProxies proxy the right-most untrusted X-Forwarded-For entry) must be in
+//     one of them.
+//  2. Size: a body over Config.MaxBodyBytes (1 MiB by default) is refused, unread past the
+//     limit. A gzip Content-Encoding is undone, within the same limit; other encodings are
+//     refused.
+//  3. Signature: the scheme follows from the headers (webhook-signature means Standard
 //     Webhooks, else X-Signature); any configured secret may match, each compared in constant
 //     time; the signed timestamp must be within Config.Tolerance (5 minutes by default) of now,
-//     in either direction, so a captured request cannot be replayed later.
-//  3. Content: the event id must be a uuid and the body JSON.
-//  4. One transaction: INSERT INTO inbox_events ... ON CONFLICT (id) DO NOTHING. If the id was
+//     in either direction, so a captured request cannot be replayed later. For a gzip body the
+//     signature may cover the body as sent or decompressed.
+//  4. Content: the format follows from the headers (see DetectFormat and ParseEvents): raw,
+//     CloudEvents binary mode, or a CloudEvents batch. Every event id must be a uuid and every
+//     payload JSON.
+//  5. One transaction: INSERT INTO inbox_events ... ON CONFLICT (id) DO NOTHING. If the id was
 //     already there the event is a duplicate: commit and answer 200 without calling the
 //     ProcessFunc. Otherwise call it with the same transaction, mark the row done, commit.
-//  5. Failure: an error or panic from the ProcessFunc, or a database error, rolls everything
+//  6. Failure: an error or panic from the ProcessFunc, or a database error, rolls everything
 //     back. Nothing partial is ever left: no inbox row, no effect.
 //
 // Concurrent deliveries of one event are safe: the second INSERT waits for the first
 // transaction, then does nothing if it committed, or goes ahead if it rolled back.
 //
+// # Batches
+//
+// A CloudEvents batch (Content-Type application/cloudevents-batch+json) is applied in ONE
+// transaction: every id is claimed in one INSERT (in id order); the ProcessFunc is called once
+// per new event, in the batch's order, with that same transaction, exactly as for a single
+// event, so existing ProcessFuncs need no change; the new rows are marked done and everything
+// commits together. Events already recorded, and repeats within the batch, are skipped without
+// calling the ProcessFunc: they are not errors. An error or panic on any event rolls the whole
+// batch back and answers 500, so 200 means every event of the batch is applied. Under
+// Standard Webhooks the batch's webhook-id must be cloudevents.BatchID of its ids.
+//
 // # Status codes
 //
-//	200  processed; or a duplicate, absorbed, with X-Inbox-Duplicate: true
+//	200  processed; or a duplicate, absorbed, with X-Inbox-Duplicate: true (for a batch: all
+//	     applied, the body says how many were new; the header when none was)
 //	400  ErrMalformed: genuine signature, but the id is not a uuid, the body is not JSON (or
 //	     not storable as jsonb), the timestamp or X-Attempt is not a number; retrying won't help
 //	401  ErrMissingSignature, ErrBadSignature, ErrStaleTimestamp: not provably from the relay,
 //	     or not now (a stale timestamp is an authentication failure, hence 401, not 400)
+//	403  ErrForbidden: the sender is outside Config.AllowedNetworks
 //	405  not a POST
-//	413  ErrBodyTooLarge
+//	413  ErrBodyTooLarge, before or after decompression
+//	415  ErrUnsupported: a Content-Encoding other than gzip, or a structured-mode single event
 //	500  the ProcessFunc returned an error or panicked; rolled back; the relay retries
 //	503  the database failed (with Retry-After: 5); rolled back; the relay retries
 //
@@ -65,6 +86,6 @@
 //
 // # Without PostgreSQL
 //
-// Verify checks a signature on its own, ParseEvent reads the headers, and StatusCode gives the
-// answer for their errors, for consumers that keep their idempotency elsewhere.
+// Verify checks a signature on its own, ParseEvent (or ParseEvents, for batches too) reads the
+// event, and StatusCode gives the answer for their errors, for consumers that keep their idempotency elsewhere.
 package inbox

@@ -21,6 +21,11 @@ var (
 	// ErrMalformed means a request that cannot be an event: an event id that is not a uuid, a
 	// body that is not JSON (or that PostgreSQL refuses as jsonb), a bad timestamp or attempt.
 	ErrMalformed = errors.New("malformed event")
+	// ErrForbidden means the sender's address is outside Config.AllowedNetworks.
+	ErrForbidden = errors.New("sender not allowed")
+	// ErrUnsupported means a request in a form the inbox does not read: a Content-Encoding
+	// other than gzip, or a CloudEvents structured-mode single event.
+	ErrUnsupported = errors.New("unsupported request format")
 )
 
 // Failures after verification, kept unexported: the sender only needs the status code.
@@ -29,14 +34,18 @@ var (
 	errDatabase = errors.New("database unavailable")
 )
 
-// StatusCode returns the HTTP status the Handler answers for err: 200 for nil, 413 for
-// ErrBodyTooLarge, 401 for ErrMissingSignature, ErrBadSignature and ErrStaleTimestamp, 400 for
+// StatusCode returns the HTTP status the Handler answers for err: 200 for nil, 403 for
+// ErrForbidden, 415 for ErrUnsupported, 413 for ErrBodyTooLarge, 401 for ErrMissingSignature, ErrBadSignature and ErrStaleTimestamp, 400 for
 // ErrMalformed, 503 for a database failure and 500 for anything else (a handler's error). A
 // consumer that calls Verify and ParseEvent itself can answer with it.
 func StatusCode(err error) int {
 	switch {
 	case err == nil:
 		return http.StatusOK
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, ErrUnsupported):
+		return http.StatusUnsupportedMediaType
 	case errors.Is(err, ErrBodyTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrMissingSignature), errors.Is(err, ErrBadSignature), errors.Is(err, ErrStaleTimestamp):

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cloudevents"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -120,4 +122,45 @@ func carries(macs [][]byte, mac []byte) bool {
 		}
 	}
 	return false
+}
+
+// FuzzParseBatch feeds arbitrary bodies and webhook-ids to the inbox's reading of a CloudEvents
+// batch: it never panics, refuses only with ErrMalformed, and what it accepts is a non-empty
+// list of events with uuid ids and JSON payloads whose webhook-id, if any, is their BatchID.
+func FuzzParseBatch(f *testing.F) {
+	f.Add(`[{"specversion":"1.0","id":"0190e3c4-8d4b-7c3a-9f1e-2b5d6a7c8e9f","source":"/s","type":"t","data":{"a":1}}]`, "")
+	f.Add(`[{"specversion":"1.0","id":"0190e3c4-8d4b-7c3a-9f1e-2b5d6a7c8e9f","source":"/s","type":"t","data":1},`+
+		`{"specversion":"1.0","id":"0190e3c4-8d4b-7c3a-9f1e-2b5d6a7c8e9f","source":"/s","type":"t","time":"2026-01-01T00:00:00Z","data":"x"}]`,
+		"ba2eb4a8-4c17-5bc4-8a0f-6e5a8a9d2b3c")
+	f.Add(`[]`, "")
+	f.Add(`[{"specversion":"1.0","id":"x","source":"/s","type":"t"}]`, "x")
+	f.Fuzz(func(t *testing.T, body, wid string) {
+		h := http.Header{"Content-Type": {"application/cloudevents-batch+json"}, "X-Attempt": {"1"}}
+		if wid != "" {
+			h.Set(headerWebhookID, wid)
+		}
+		evs, f, err := ParseEvents(h, []byte(body))
+		if f != FormatBatch {
+			t.Fatalf("format %v", f)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if len(evs) == 0 {
+			t.Fatal("accepted an empty batch")
+		}
+		ids := make([]string, len(evs))
+		for i, ev := range evs {
+			if !json.Valid(ev.Payload) || ev.Attempt != 1 {
+				t.Fatalf("event %d: %+v", i, ev)
+			}
+			ids[i] = ev.ID.String()
+		}
+		if wid != "" && h.Get(headerWebhookID) != cloudevents.BatchID(ids) {
+			t.Fatalf("accepted webhook-id %q for ids %v", wid, ids)
+		}
+	})
 }

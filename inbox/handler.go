@@ -2,11 +2,13 @@ package inbox
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +40,16 @@ type Config struct {
 	Logger zerolog.Logger
 	// Now is the clock that signatures are checked against. If nil, the default is time.Now.
 	Now func() time.Time
+	// AllowedNetworks restricts senders to these networks: CIDRs ("10.0.0.0/8",
+	// "2001:db8::/32") or single addresses. A request from anywhere else gets 403 before its
+	// body is read. If empty, every sender may try (the signature still decides).
+	AllowedNetworks []string
+	// TrustedProxies are the networks of reverse proxies in front of the inbox (same syntax).
+	// Only when the direct peer is one of them is X-Forwarded-For read: from the right,
+	// skipping trusted proxies, the first untrusted address is the client that
+	// AllowedNetworks judges. If empty, X-Forwarded-For is ignored and the direct peer is the
+	// client. Setting it without AllowedNetworks is an error.
+	TrustedProxies []string
 }
 
 // Handler is the http.Handler a consumer mounts at its webhook URL: it verifies each delivery,
@@ -50,6 +62,7 @@ type Handler struct {
 	maxBody  int64
 	log      zerolog.Logger
 	now      func() time.Time
+	allow    *allowlist // nil: no allowlist
 	stats    counters
 }
 
@@ -67,8 +80,12 @@ func New(pool *pgxpool.Pool, secrets []string, process ProcessFunc, cfg Config) 
 	if err != nil {
 		return nil, err
 	}
+	allow, err := newAllowlist(cfg.AllowedNetworks, cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
 	h := &Handler{pool: pool, process: process, verifier: v, maxBody: cfg.MaxBodyBytes,
-		log: cfg.Logger, now: cfg.Now}
+		log: cfg.Logger, now: cfg.Now, allow: allow}
 	if h.maxBody == 0 {
 		h.maxBody = DefaultMaxBodyBytes
 	}
@@ -81,36 +98,121 @@ func New(pool *pgxpool.Pool, secrets []string, process ProcessFunc, cfg Config) 
 // ServeHTTP runs the checks in the order the package doc gives and answers with the status
 // code of the first that fails.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.allow != nil {
+		if err := h.allow.check(r); err != nil {
+			h.stats.rejected.Add(1)
+			h.refuse(w, r, err)
+			return
+		}
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "use POST", http.StatusMethodNotAllowed)
 		return
 	}
-	ev, sig, err := h.accept(w, r)
+	evs, f, sig, err := h.accept(w, r)
 	if err != nil {
 		h.stats.rejected.Add(1)
 		h.refuse(w, r, err)
 		return
 	}
-	duplicate, err := h.deliver(r.Context(), ev, sig)
-	if err != nil {
-		h.fail(w, ev, err)
+	if f != FormatBatch {
+		ev := evs[0]
+		duplicate, err := h.deliver(r.Context(), ev, sig)
+		if err != nil {
+			h.fail(w, err, ev.ID.String(), ev.Type, ev.Attempt, 1)
+			return
+		}
+		h.succeed(w, ev, duplicate)
 		return
 	}
-	h.succeed(w, ev, duplicate)
+	processed, err := h.deliverBatch(r.Context(), evs, sig)
+	if err != nil {
+		h.fail(w, err, evs[0].ID.String(), evs[0].Type, evs[0].Attempt, len(evs))
+		return
+	}
+	h.succeedBatch(w, evs, processed)
 }
 
 // accept reads, verifies and parses a request: everything before the database.
-func (h *Handler) accept(w http.ResponseWriter, r *http.Request) (Event, string, error) {
+func (h *Handler) accept(w http.ResponseWriter, r *http.Request) ([]Event, Format, string, error) {
 	body, err := readBody(w, r, h.maxBody)
 	if err != nil {
-		return Event{}, "", err
+		return nil, 0, "", err
 	}
-	if err := h.verifier.Verify(r.Header, body, h.now()); err != nil {
-		return Event{}, "", err
+	body, err = h.verifyEncoded(r.Header, body)
+	if err != nil {
+		return nil, 0, "", err
 	}
-	ev, err := ParseEvent(r.Header, body)
-	return ev, signatureHeader(r.Header), err
+	evs, f, err := ParseEvents(r.Header, body)
+	return evs, f, signatureHeader(r.Header), err
+}
+
+// verifyEncoded undoes a gzip Content-Encoding and verifies the signature, returning the body
+// to parse. The signature may cover the body as sent (checked first, before anything is
+// decompressed) or the decompressed body: both prove the content came from the relay. The
+// decompressed body is bounded by the same limit as the body.
+func (h *Handler) verifyEncoded(hd http.Header, body []byte) ([]byte, error) {
+	enc, err := contentEncoding(hd)
+	if err != nil {
+		return nil, err
+	}
+	if enc == "" {
+		return body, h.verifier.Verify(hd, body, h.now())
+	}
+	wireErr := h.verifier.Verify(hd, body, h.now())
+	plain, err := gunzip(body, h.maxBody)
+	if err != nil {
+		if wireErr != nil && !errors.Is(err, ErrBodyTooLarge) {
+			return nil, wireErr // not proven to come from the relay: say so, not why it won't unzip
+		}
+		return nil, err
+	}
+	if wireErr == nil {
+		return plain, nil
+	}
+	if err := h.verifier.Verify(hd, plain, h.now()); err != nil {
+		return nil, wireErr
+	}
+	return plain, nil
+}
+
+// contentEncoding returns "gzip" or "" (none, or identity), or ErrUnsupported.
+func contentEncoding(h http.Header) (string, error) {
+	var codings []string
+	for _, v := range h.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	switch {
+	case len(codings) == 0:
+		return "", nil
+	case len(codings) == 1 && (codings[0] == "gzip" || codings[0] == "x-gzip"):
+		return "gzip", nil
+	}
+	return "", fmt.Errorf("%w: Content-Encoding %q; the inbox reads gzip or none", ErrUnsupported, clip(strings.Join(codings, ", ")))
+}
+
+// gunzip decompresses body, refusing more than limit bytes of output with ErrBodyTooLarge,
+// so a small body cannot expand without bound.
+func gunzip(body []byte, limit int64) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%w: Content-Encoding gzip, but the body is not gzip: %w", ErrMalformed, err)
+	}
+	defer zr.Close()
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(zr, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: Content-Encoding gzip, but the body does not decompress: %w", ErrMalformed, err)
+	}
+	if n > limit {
+		return nil, fmt.Errorf("%w: decompressed body over the limit of %d bytes", ErrBodyTooLarge, limit)
+	}
+	return buf.Bytes(), nil
 }
 
 // readBody reads at most limit bytes, refusing a larger body with ErrBodyTooLarge.

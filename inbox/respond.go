@@ -2,25 +2,29 @@ package inbox
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/cloudevents"
 )
 
-// Stats counts a Handler's answers since it was made.
+// Stats counts a Handler's answers since it was made. Processed and Duplicates count events
+// (a batch adds each of its events to one or the other); the rest count requests.
 type Stats struct {
 	// Processed counts events applied and committed (200).
 	Processed uint64
 	// Duplicates counts deliveries of an event already committed, absorbed without running the
-	// ProcessFunc (200 with X-Inbox-Duplicate: true).
+	// ProcessFunc (200; with X-Inbox-Duplicate: true when nothing in the request was new).
 	Duplicates uint64
-	// Failed counts deliveries whose ProcessFunc returned an error or panicked (500).
+	// Failed counts requests whose ProcessFunc returned an error or panicked (500).
 	Failed uint64
-	// Unavailable counts deliveries that met a database error (503).
+	// Unavailable counts requests that met a database error (503).
 	Unavailable uint64
-	// Rejected counts deliveries refused before the database: 400, 401 and 413.
+	// Rejected counts requests refused before the database: 400, 401, 403, 413 and 415.
 	Rejected uint64
 }
 
@@ -42,7 +46,7 @@ func (h *Handler) Stats() Stats {
 }
 
 // HeaderDuplicate is set to "true" on the 200 answer to an event the inbox had already
-// committed.
+// committed, or to a batch whose events it had all committed already.
 const HeaderDuplicate = "X-Inbox-Duplicate"
 
 func (h *Handler) succeed(w http.ResponseWriter, ev Event, duplicate bool) {
@@ -58,6 +62,26 @@ func (h *Handler) succeed(w http.ResponseWriter, ev Event, duplicate bool) {
 	ok(w, "processed")
 }
 
+// succeedBatch answers a committed batch: 200, with how many events were applied and how
+// many skipped as already recorded.
+func (h *Handler) succeedBatch(w http.ResponseWriter, evs []Event, applied []bool) {
+	n := 0
+	for _, a := range applied {
+		if a {
+			n++
+		}
+	}
+	dups := len(evs) - n
+	h.stats.processed.Add(uint64(n))
+	h.stats.duplicates.Add(uint64(dups))
+	if n == 0 {
+		w.Header().Set(HeaderDuplicate, "true")
+	}
+	h.log.Debug().Int("events", len(evs)).Int("processed", n).Int("duplicates", dups).
+		Str("first_event_id", evs[0].ID.String()).Msg("inbox: batch processed")
+	ok(w, fmt.Sprintf("processed %d, duplicates %d", n, dups))
+}
+
 func ok(w http.ResponseWriter, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, msg+"\n")
@@ -68,14 +92,25 @@ func ok(w http.ResponseWriter, msg string) {
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusCode(err)
 	h.log.Warn().Err(err).Int("status", code).Str("remote", r.RemoteAddr).
-		Str("event_id", clip(r.Header.Get(headerXEventID))).Msg("inbox: delivery refused")
+		Str("event_id", clip(eventIDHeader(r.Header))).Msg("inbox: delivery refused")
 	http.Error(w, err.Error(), code)
+}
+
+// eventIDHeader is the event id a refused request claims, for the log: X-Event-Id, else
+// ce-id, else webhook-id (a batch's).
+func eventIDHeader(h http.Header) string {
+	for _, k := range []string{headerXEventID, cloudevents.HeaderID, headerWebhookID} {
+		if v := h.Get(k); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // fail answers a failure after verification: 500 for the ProcessFunc, 503 for the database,
 // 400 for a payload PostgreSQL refuses. Nothing of the event was committed. A 5xx answer names
 // only the class of failure: the detail, which may hold the consumer's data, goes to the log.
-func (h *Handler) fail(w http.ResponseWriter, ev Event, err error) {
+func (h *Handler) fail(w http.ResponseWriter, err error, eventID, eventType string, attempt, events int) {
 	code := StatusCode(err)
 	var e *zerolog.Event
 	switch code {
@@ -94,8 +129,11 @@ func (h *Handler) fail(w http.ResponseWriter, ev Event, err error) {
 	if errors.As(err, &p) {
 		e = e.Str("stack", string(p.stack))
 	}
-	e.Err(err).Int("status", code).Str("event_id", ev.ID.String()).Str("event_type", ev.Type).
-		Int("attempt", ev.Attempt).Msg("inbox: delivery failed, rolled back")
+	if events > 1 {
+		e = e.Int("events", events)
+	}
+	e.Err(err).Int("status", code).Str("event_id", eventID).Str("event_type", eventType).
+		Int("attempt", attempt).Msg("inbox: delivery failed, rolled back")
 	msg := err.Error()
 	switch code {
 	case http.StatusServiceUnavailable:

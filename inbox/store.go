@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,3 +96,70 @@ type panicError struct {
 
 func (p *panicError) Error() string { return fmt.Sprintf("%v: panic: %v", errHandler, p.value) }
 func (p *panicError) Unwrap() error { return errHandler }
+
+const (
+	// insertBatch claims the ids of a batch in one statement, in id order, so that two
+	// batches sharing events lock them in the same order (a deadlock between them is still
+	// possible only through the ProcessFunc's own writes; PostgreSQL breaks it, and the loser
+	// answers 503 and is retried). It returns the ids that were new.
+	insertBatch = `INSERT INTO inbox_events (id, handler_status, payload, signature)
+		SELECT t.id, 'received', t.payload::jsonb, $3
+		FROM unnest($1::uuid[], $2::text[]) AS t(id, payload) ORDER BY t.id
+		ON CONFLICT (id) DO NOTHING RETURNING id`
+	markBatchDone = `UPDATE inbox_events SET handler_status = 'done', processed_at = clock_timestamp() WHERE id = ANY($1)`
+)
+
+// deliverBatch runs a batch's one transaction: claim every id, apply each new event in batch
+// order, mark them done, commit. Events already recorded (and repeats of an id within the
+// batch) are skipped. It returns which events were applied, parallel to evs. On any error
+// everything is rolled back: no row and no effect of any event of the batch remain.
+func (h *Handler) deliverBatch(ctx context.Context, evs []Event, sig string) (applied []bool, err error) {
+	ids := make([]uuid.UUID, 0, len(evs))
+	payloads := make([]string, 0, len(evs))
+	seen := make(map[uuid.UUID]bool, len(evs))
+	for _, ev := range evs {
+		if seen[ev.ID] {
+			continue
+		}
+		seen[ev.ID] = true
+		ids = append(ids, ev.ID)
+		payloads = append(payloads, string(ev.Payload))
+	}
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: begin: %w", errDatabase, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, insertBatch, ids, payloads, sig)
+	if err != nil {
+		return nil, classifyInsert(err)
+	}
+	fresh, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, classifyInsert(err)
+	}
+	isNew := make(map[uuid.UUID]bool, len(fresh))
+	for _, id := range fresh {
+		isNew[id] = true
+	}
+	applied = make([]bool, len(evs))
+	for i, ev := range evs {
+		if !isNew[ev.ID] {
+			continue
+		}
+		delete(isNew, ev.ID) // a repeat later in the batch is skipped
+		if err := h.apply(ctx, tx, ev); err != nil {
+			return nil, fmt.Errorf("event %s (batch element %d): %w", ev.ID, i, err)
+		}
+		applied[i] = true
+	}
+	if len(fresh) > 0 {
+		if _, err := tx.Exec(ctx, markBatchDone, fresh); err != nil {
+			if errors.Is(err, pgx.ErrTxClosed) {
+				return nil, fmt.Errorf("%w: it ended the transaction itself", errHandler)
+			}
+			return nil, fmt.Errorf("%w: mark done: %w", errDatabase, err)
+		}
+	}
+	return applied, commit(ctx, tx)
+}
