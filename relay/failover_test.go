@@ -27,8 +27,9 @@ func TestFailoverSlotContinuesOnPromotedStandby(t *testing.T) {
 	primary, standby, db := primaryWithStandby(t,
 		map[string]string{"synchronized_standby_slots": "standby1"},
 		map[string]string{"sync_replication_slots": "on"})
-	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?sslmode=disable&target_session_attrs=read-write",
-		primary.Port, standby.Port, db)
+	// Both hosts, as an operator lists them (the test clusters listen on their socket directories).
+	dsn := fmt.Sprintf("host=%s,%s port=%d,%d user=postgres dbname=%s sslmode=disable target_session_attrs=read-write",
+		primary.SocketDir(), standby.SocketDir(), primary.Port, standby.Port, db)
 	pool := clusterPool(t, dsn)
 	standbyPool := clusterPool(t, standby.DSN(db))
 	recv := relaytest.NewReceiver(secret)

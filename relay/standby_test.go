@@ -27,7 +27,7 @@ func TestStandbyDecodingDeliversAndMarksOnPrimary(t *testing.T) {
 	recv := relaytest.NewReceiver(secret)
 	t.Cleanup(recv.Close)
 	e := &env{t: t, dsn: primary.DSN(db), pool: pool, recv: recv, slot: fmt.Sprintf("slot_%d", rand.Uint32())}
-	r := e.startNoWait(func(c *Config) { c.ReplicationDSN = standby.DSN(db) })
+	r := e.startNoWait(func(c *Config) { c.ReplicationDSN, c.NoBackfill = standby.DSN(db), true })
 	// The slot is on the standby, streamed from there, and not on the primary.
 	waitFor(t, time.Minute, "relay streaming", r.streaming(t))
 	var active bool
@@ -65,7 +65,7 @@ func TestStreamRefusesAStandbyUnlessAllowed(t *testing.T) {
 	// Create the slot on the standby (a relay with --replication-dsn does this), then stop it.
 	e := &env{t: t, dsn: primary.DSN(db), pool: clusterPool(t, primary.DSN(db)), recv: relaytest.NewReceiver(secret), slot: slot}
 	t.Cleanup(e.recv.Close)
-	r := e.startNoWait(func(c *Config) { c.ReplicationDSN = standby.DSN(db) })
+	r := e.startNoWait(func(c *Config) { c.ReplicationDSN, c.NoBackfill = standby.DSN(db), true })
 	standbyPool := clusterPool(t, standby.DSN(db))
 	waitFor(t, time.Minute, "relay streaming from the standby", r.streaming(t))
 	if err := r.stop(t); err != nil {
