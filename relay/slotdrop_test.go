@@ -44,7 +44,7 @@ func TestSlotDroppedWhileStreamingEndsTheRunWithErrSlotMissing(t *testing.T) {
 	select {
 	case err := <-r.done:
 		close(r.done)
-		if !errors.Is(err, cdc.ErrSlotMissing) || !strings.Contains(err.Error(), "re-delivered from the outbox table") {
+		if !errors.Is(err, cdc.ErrSlotMissing) || !strings.Contains(err.Error(), "restart: the new slot backfills") {
 			t.Fatalf("Run returned %v, want ErrSlotMissing naming what to do", err)
 		}
 		t.Log(err)
