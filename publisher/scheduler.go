@@ -32,6 +32,10 @@ type scheduler struct {
 	replaying map[string]int // replayed events not yet delivered, per key
 	timers    map[*item]*time.Timer
 	closed    bool
+	// formed are batches ready to be sent as they are (batched delivery only; see nextBatch),
+	// and gathering is set while a worker gathers a new batch from the ready heads.
+	formed    []*batch
+	gathering bool
 	// parkedGauge, if set, follows len(parked); the scheduler is its only writer.
 	parkedGauge prometheus.Gauge
 }
@@ -217,6 +221,9 @@ func (f *fifo) len() int { return len(f.buf) - f.head }
 func (f *fifo) push(it *item) { f.buf = append(f.buf, it) }
 
 func (f *fifo) peek() *item { return f.buf[f.head] }
+
+// at returns the i-th item from the head.
+func (f *fifo) at(i int) *item { return f.buf[f.head+i] }
 
 func (f *fifo) pop() *item {
 	it := f.buf[f.head]
