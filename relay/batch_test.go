@@ -187,3 +187,35 @@ func TestBatchedDeliverySurvivesSIGKILL(t *testing.T) {
 	requireOK(t, e.waitDelivered(res, 2*time.Minute))
 	requireBatched(t, e.recv.RequestLog())
 }
+
+// --marks off: everything is delivered and confirmed, and no row is marked, even after the
+// relay's final flush at stop; with the default (done), the same run marks every row.
+func TestMarksOffLeavesRowsPending(t *testing.T) {
+	for _, mode := range []publisher.MarksMode{publisher.MarksOff, publisher.MarksDone} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t)
+			r := e.start(func(c *Config) { batchConfig(c); c.Delivery.Marks = mode })
+			res := e.produce(relaytest.Workload{Events: 300, Aggregates: 10, MaxTxSize: 5})
+			end := e.currentLSN()
+			requireOK(t, e.waitDelivered(res, time.Minute))
+			waitFor(t, 30*time.Second, "slot confirmed past the workload", func() bool {
+				c, _ := e.slotLSNs()
+				return c >= end
+			})
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			var done int
+			if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&done); err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if mode == publisher.MarksDone {
+				want = len(res.Committed)
+			}
+			if done != want {
+				t.Fatalf("marks %s: %d rows done, want %d", mode, done, want)
+			}
+		})
+	}
+}
