@@ -251,11 +251,11 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 		attempt = max(attempt, it.attempt)
 		evs[i] = it.ev
 	}
-	p.m.Inflight.Add(float64(len(evs)))
+	p.m.Inflight.Inc()
 	start := time.Now()
 	o := dest.SendBatch(ctx, evs, attempt)
 	elapsed := time.Since(start)
-	p.m.Inflight.Sub(float64(len(evs)))
+	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if o.ok() {

@@ -205,7 +205,8 @@ func (w *Webhook) post(ctx context.Context, heads func(headerSink), body []byte)
 func (w *Webhook) sendStd(ctx context.Context, heads func(headerSink), body []byte) Result {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
+	// net/http may still read the body after Do returns, and body may be a pooled buffer.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(bytes.Clone(body)))
 	if err != nil {
 		return Result{Err: err, Label: ResultNetwork}
 	}
