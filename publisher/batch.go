@@ -136,11 +136,11 @@ func (s *scheduler) nextBatch(cfg Batch) *batch {
 		deadline := time.Now().Add(cfg.Linger)
 		t := time.AfterFunc(cfg.Linger, func() {
 			s.mu.Lock()
-			s.cond.Broadcast()
+			s.gcond.Broadcast()
 			s.mu.Unlock()
 		})
 		for !s.closed && !full() && time.Now().Before(deadline) {
-			s.cond.Wait()
+			s.gcond.Wait()
 			take()
 			count = 0
 			for _, h := range heads {

@@ -36,6 +36,8 @@ type scheduler struct {
 	// and gathering is set while a worker gathers a new batch from the ready heads.
 	formed    []*batch
 	gathering bool
+	// gcond wakes the gathering worker (on mu) when a head becomes ready or its linger ends.
+	gcond *sync.Cond
 	// parkedGauge, if set, follows len(parked); the scheduler is its only writer.
 	parkedGauge prometheus.Gauge
 }
@@ -44,6 +46,7 @@ func newScheduler() *scheduler {
 	s := &scheduler{keys: map[string]*fifo{}, parked: map[string]bool{}, replaying: map[string]int{},
 		timers: map[*item]*time.Timer{}}
 	s.cond = sync.NewCond(&s.mu)
+	s.gcond = sync.NewCond(&s.mu)
 	return s
 }
 
@@ -194,6 +197,10 @@ func (s *scheduler) parkedChanged() {
 
 func (s *scheduler) pushReady(it *item) {
 	s.ready.push(it)
+	if s.gathering {
+		s.gcond.Signal()
+		return
+	}
 	s.cond.Signal()
 }
 
@@ -203,6 +210,7 @@ func (s *scheduler) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.gcond.Broadcast()
 	for it, t := range s.timers {
 		t.Stop()
 		delete(s.timers, it)
