@@ -72,6 +72,8 @@ func (s *scheduler) enqueueLocked(k string, it *item) {
 	q.push(it)
 	if q.len() == 1 {
 		s.pushReady(it)
+	} else if s.gathering {
+		s.gcond.Signal() // it may fill the batch being gathered
 	}
 }
 
