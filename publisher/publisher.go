@@ -31,6 +31,9 @@ type Config struct {
 	Resume *Resume
 	// Backfill, if set, is the slot whose recorded backfill is delivered before the stream.
 	BackfillSlot string
+	// Batch, if its MaxEvents is above 1 and the destination is a BatchDestination, sends
+	// several events per request (see Batch). The zero value sends one event per request.
+	Batch Batch
 	// LogPayloads adds the event's payload to the log line of a failed attempt. Off by
 	// default: payloads may hold personal data.
 	LogPayloads bool
@@ -55,6 +58,7 @@ func (c *Config) defaults() {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
+	c.Batch.defaults()
 }
 
 // Acker is told about every settled event, and about the events a replay request stands for;
@@ -108,6 +112,10 @@ func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if bd, ok := p.dest.(BatchDestination); ok && p.cfg.Batch.Enabled() {
+				p.batchWorker(hard, bd)
+				return
+			}
 			p.worker(hard)
 		}()
 	}

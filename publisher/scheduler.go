@@ -32,6 +32,12 @@ type scheduler struct {
 	replaying map[string]int // replayed events not yet delivered, per key
 	timers    map[*item]*time.Timer
 	closed    bool
+	// formed are batches ready to be sent as they are (batched delivery only; see nextBatch),
+	// and gathering is set while a worker gathers a new batch from the ready heads.
+	formed    []*batch
+	gathering bool
+	// gcond wakes the gathering worker (on mu) when a head becomes ready or its linger ends.
+	gcond *sync.Cond
 	// parkedGauge, if set, follows len(parked); the scheduler is its only writer.
 	parkedGauge prometheus.Gauge
 }
@@ -40,6 +46,7 @@ func newScheduler() *scheduler {
 	s := &scheduler{keys: map[string]*fifo{}, parked: map[string]bool{}, replaying: map[string]int{},
 		timers: map[*item]*time.Timer{}}
 	s.cond = sync.NewCond(&s.mu)
+	s.gcond = sync.NewCond(&s.mu)
 	return s
 }
 
@@ -65,6 +72,8 @@ func (s *scheduler) enqueueLocked(k string, it *item) {
 	q.push(it)
 	if q.len() == 1 {
 		s.pushReady(it)
+	} else if s.gathering {
+		s.gcond.Signal() // it may fill the batch being gathered
 	}
 }
 
@@ -190,6 +199,10 @@ func (s *scheduler) parkedChanged() {
 
 func (s *scheduler) pushReady(it *item) {
 	s.ready.push(it)
+	if s.gathering {
+		s.gcond.Signal()
+		return
+	}
 	s.cond.Signal()
 }
 
@@ -199,6 +212,7 @@ func (s *scheduler) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.gcond.Broadcast()
 	for it, t := range s.timers {
 		t.Stop()
 		delete(s.timers, it)
@@ -217,6 +231,9 @@ func (f *fifo) len() int { return len(f.buf) - f.head }
 func (f *fifo) push(it *item) { f.buf = append(f.buf, it) }
 
 func (f *fifo) peek() *item { return f.buf[f.head] }
+
+// at returns the i-th item from the head.
+func (f *fifo) at(i int) *item { return f.buf[f.head+i] }
 
 func (f *fifo) pop() *item {
 	it := f.buf[f.head]

@@ -32,6 +32,16 @@ type WebhookConfig struct {
 	UserAgent string
 	// TLS, if set, configures https connections (for example a private CA's RootCAs).
 	TLS *tls.Config
+	// Format of one-event requests: raw or cloudevents (binary mode). Empty: raw. Batches are
+	// always CloudEvents batch mode.
+	Format Format
+	// Source is the CloudEvents source; if empty, DefaultSource; if that is empty too,
+	// "/outbox-relay".
+	Source        string
+	DefaultSource string
+	// Compression of request bodies: gzip sends Content-Encoding: gzip, and the signature
+	// covers the compressed bytes as sent. Empty or none: uncompressed.
+	Compression Compression
 }
 
 // Webhook sends one signed POST per attempt; it is the Publisher's Destination for an HTTP
@@ -42,6 +52,9 @@ type Webhook struct {
 	scheme  signature.Scheme
 	timeout time.Duration
 	ua      string
+	ce      bool   // one event per request in CloudEvents binary mode
+	source  string // CloudEvents source
+	gzip    bool
 	raw     *rawClient   // direct connections
 	client  *http.Client // when a proxy applies
 }
@@ -102,7 +115,14 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 64
 	}
-	w := &Webhook{url: cfg.URL, signer: signature.NewSigner(keys), scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent}
+	w := &Webhook{url: cfg.URL, signer: signature.NewSigner(keys), scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent,
+		ce: cfg.Format == FormatCloudEvents, source: cfg.Source, gzip: cfg.Compression == CompressionGzip}
+	if w.source == "" {
+		w.source = cfg.DefaultSource
+	}
+	if w.source == "" {
+		w.source = "/outbox-relay"
+	}
 	if proxy, _ := http.ProxyFromEnvironment(&http.Request{URL: u}); proxy != nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConns = cfg.MaxConns * 2
@@ -134,26 +154,63 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // Send makes one attempt (1-based) to deliver ev: delivered when answered 2xx.
 func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) Result {
 	ts := time.Now().Unix()
-	if w.raw != nil {
-		resp, err := w.raw.post(ctx, func(b []byte) []byte {
-			h := rawHead{b}
-			w.eachHeader(ev, attempt, ts, &h)
-			return h.b
-		}, ev.Payload)
-		return result(ctx, resp, err)
+	body := ev.Payload
+	var buf *bodyBuf
+	if w.gzip {
+		buf = getBody()
+		defer putBody(buf)
+		body = buf.gzip(body)
 	}
-	return w.sendStd(ctx, ev, attempt, ts)
+	heads := func(h headerSink) {
+		if w.ce {
+			w.eachCEHeader(ev, attempt, ts, body, h)
+		} else {
+			w.eachHeader(ev, attempt, ts, body, h)
+		}
+	}
+	return w.post(ctx, heads, body)
 }
 
-// sendStd sends through net/http (used when a proxy applies).
-func (w *Webhook) sendStd(ctx context.Context, ev *cdc.Event, attempt int, ts int64) Result {
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(ev.Payload))
+// SendBatch makes one attempt to deliver evs in one request, as a CloudEvents batch: delivered
+// (every event) when answered 2xx.
+func (w *Webhook) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) Result {
+	ts := time.Now().Unix()
+	buf := getBody()
+	defer putBody(buf)
+	body, err := w.appendBatch(buf.plain[:0], evs)
+	buf.plain = body
 	if err != nil {
 		return Result{Err: err, Label: ResultNetwork}
 	}
-	w.eachHeader(ev, attempt, ts, stdHead(req.Header))
+	if w.gzip {
+		body = buf.gzip(body)
+	}
+	return w.post(ctx, func(h headerSink) { w.eachBatchHeader(evs, attempt, ts, body, h) }, body)
+}
+
+// post sends one request with the headers heads passes and body.
+func (w *Webhook) post(ctx context.Context, heads func(headerSink), body []byte) Result {
+	if w.raw != nil {
+		resp, err := w.raw.post(ctx, func(b []byte) []byte {
+			h := rawHead{b}
+			heads(&h)
+			return h.b
+		}, body)
+		return result(ctx, resp, err)
+	}
+	return w.sendStd(ctx, heads, body)
+}
+
+// sendStd sends through net/http (used when a proxy applies).
+func (w *Webhook) sendStd(ctx context.Context, heads func(headerSink), body []byte) Result {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	// net/http may still read the body after Do returns, and body may be a pooled buffer.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(bytes.Clone(body)))
+	if err != nil {
+		return Result{Err: err, Label: ResultNetwork}
+	}
+	heads(stdHead(req.Header))
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return result(ctx, response{}, err)
@@ -223,7 +280,7 @@ func (h stdHead) addBytes(k string, v []byte) { h[k] = append(h[k], string(v)) }
 // eachHeader passes every header of one attempt to h: the public contract, the signature of this
 // attempt, then headers forwarded from the row's headers column. Values from the row are made
 // safe for a header line.
-func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, h headerSink) {
+func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, body []byte, h headerSink) {
 	h.add("Content-Type", "application/json")
 	h.add("X-Event-Id", headerValue(ev.ID))
 	h.add("X-Event-Type", headerValue(ev.EventType))
@@ -241,10 +298,13 @@ func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, h headerSink)
 	if w.scheme == signature.StandardWebhooks {
 		h.add("Webhook-Id", headerValue(ev.ID))
 		h.addBytes("Webhook-Timestamp", tsText)
-		h.addBytes("Webhook-Signature", w.signer.AppendStandard(sig[:0], ev.ID, ts, ev.Payload))
+		h.addBytes("Webhook-Signature", w.signer.AppendStandard(sig[:0], ev.ID, ts, body))
 	} else {
 		h.addBytes("X-Timestamp", tsText)
-		h.addBytes("X-Signature", w.signer.AppendX(sig[:0], ts, ev.Payload))
+		h.addBytes("X-Signature", w.signer.AppendX(sig[:0], ts, body))
+	}
+	if w.gzip {
+		h.add("Content-Encoding", "gzip")
 	}
 	if len(ev.Headers) > 0 {
 		forwardHeaders(ev.Headers, h.add)

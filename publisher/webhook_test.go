@@ -19,7 +19,7 @@ func TestHeadersKnownAnswer(t *testing.T) {
 	ev := &cdc.Event{ID: "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70", AggregateType: "order", AggregateID: "42",
 		EventType: "order.created", Payload: []byte(`{"order_id":42}`), Index: 3, Tx: tx}
 	h := http.Header{}
-	w.eachHeader(ev, 2, 1700000000, stdHead(h))
+	w.eachHeader(ev, 2, 1700000000, ev.Payload, stdHead(h))
 	want := map[string]string{
 		"Content-Type":     "application/json",
 		"X-Event-Id":       "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70",
@@ -46,7 +46,7 @@ func TestStandardWebhooksHeaders(t *testing.T) {
 	}
 	ev := &cdc.Event{ID: "msg_p5jXN8AQM9LWM0D4loKWxJek", Payload: []byte(`{"test": 2432232314}`), Tx: &cdc.Tx{}}
 	h := http.Header{}
-	w.eachHeader(ev, 1, 1614265330, stdHead(h))
+	w.eachHeader(ev, 1, 1614265330, ev.Payload, stdHead(h))
 	if got := h.Get("webhook-signature"); got != "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=" {
 		t.Fatalf("webhook-signature = %q", got)
 	}
@@ -82,7 +82,7 @@ func TestForwardedHeaders(t *testing.T) {
 			"tracestate": "congo=t61rcWkgMzE", "x-tenant": "acme", "X-Event-Id": "forged", "x-signature": "forged",
 			"authorization": "Bearer nope", "x-num": 5, "bad name": "x"}`)}
 	h := http.Header{}
-	w.eachHeader(ev, 1, 1, stdHead(h))
+	w.eachHeader(ev, 1, 1, ev.Payload, stdHead(h))
 	if h.Get("Traceparent") != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" || h.Get("Tracestate") == "" ||
 		h.Get("X-Tenant") != "acme" {
 		t.Fatalf("trace headers not forwarded: %v", h)

@@ -85,6 +85,11 @@ type Config struct {
 	// server (a hot standby, PostgreSQL 16+), while setup checks, marks, replays and status use
 	// DSN. Empty: everything uses DSN.
 	ReplicationDSN string
+
+	// Delivery is the request format, batching, compression and marks mode (--format,
+	// --batch-*, --compression, --marks). The zero value is raw, one event per request,
+	// uncompressed, rows marked done.
+	Delivery publisher.Delivery
 }
 
 // Defaults for Config fields left zero.
@@ -148,8 +153,13 @@ func AttemptsForADay(lo, hi time.Duration) int {
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	log := cfg.Logger
+	if err := cfg.Delivery.Validate(); err != nil {
+		return err
+	}
 	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: cfg.WebhookURL, Secrets: cfg.Secrets,
-		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version})
+		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
+		Format: cfg.Delivery.Format, Source: cfg.Delivery.Source, DefaultSource: "/outbox-relay/" + cfg.Slot,
+		Compression: cfg.Delivery.Compression})
 	if err != nil {
 		return err
 	}
@@ -317,11 +327,17 @@ func newRunner(cfg Config, reg prometheus.Registerer, dest publisher.Destination
 		Dial: dialer(userTimeout(cfg)), Logger: cfg.Logger, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
 	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Registerer: reg})
 	r.poller = inspect.NewPoller(pool, cfg.Slot, r.m, cfg.PollInterval, cfg.Logger)
+	var marks publisher.Marks = r.marker
+	resume := &publisher.Resume{Delivered: r.marker.Delivered}
+	if cfg.Delivery.Marks == publisher.MarksOff {
+		// Nothing is marked, so nothing reads as delivered after a restart: no resume lookups.
+		marks, resume = nil, nil
+	}
 	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Registerer: reg,
 		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
-		BackfillSlot: cfg.Slot,
-		Resume:       &publisher.Resume{Delivered: r.marker.Delivered}}, dest, r, r.marker)
+		BackfillSlot: cfg.Slot, Batch: cfg.Delivery.Batch,
+		Resume: resume}, dest, r, marks)
 	return r
 }
 

@@ -49,8 +49,9 @@ type drainResult struct {
 }
 
 type drainOpts struct {
-	raw  bool // also decode the backlog with pg_recvlogical from a second slot
-	keep bool // return the rows as requests
+	raw  bool     // also decode the backlog with pg_recvlogical from a second slot
+	keep bool     // return the rows as requests
+	args []string // extra relay flags
 }
 
 // drain writes a backlog with the relay stopped (its slot already exists), then starts the
@@ -92,7 +93,7 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 	if err != nil {
 		return res, err
 	}
-	r, err := e.startRelay(ctx, db)
+	r, err := e.startRelay(ctx, db, o.args...)
 	if err != nil {
 		return res, err
 	}
@@ -117,9 +118,9 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 	return res, checkStats(res.Stats, true)
 }
 
-func (e *env) startRelay(ctx context.Context, db *benchDB) (*relayProc, error) {
+func (e *env) startRelay(ctx context.Context, db *benchDB, args ...string) (*relayProc, error) {
 	return startRelay(ctx, e.relayBin, relayTarget{DSN: db.dsn, Slot: relaySlot, Publication: benchPublication,
-		URL: e.recv.hookURL(), Secret: benchSecret})
+		URL: e.recv.hookURL(), Secret: benchSecret, Args: args})
 }
 
 // stopRelay sends SIGTERM and requires a clean exit.

@@ -22,7 +22,8 @@ import (
 // process (`outbox-bench receiver`), so the relay and the in-process ceiling client reach it
 // the same way, and its CPU can be read from /proc on its own.
 //
-//	POST /hook       verify X-Signature, record the arrival of X-Event-Id; 200, or 401 if bad
+//	POST /hook       verify X-Signature, record the arrival of X-Event-Id (or of each event of a
+//	                 CloudEvents batch); 200, or 401 if bad
 //	GET  /stats      receiverStats as JSON
 //	GET  /arrivals   {"<event id>": <unix nanos of first arrival>, ...}
 //	POST /reset      forget everything (between rows)
@@ -30,7 +31,7 @@ import (
 // receiverStats is what GET /stats returns.
 type receiverStats struct {
 	Unique          int   `json:"unique"`   // distinct X-Event-Id accepted
-	Requests        int64 `json:"requests"` // all requests to /hook
+	Requests        int64 `json:"requests"` // all requests to /hook (a batch is one)
 	Duplicates      int64 `json:"duplicates"`
 	BadSignatures   int64 `json:"bad_signatures"`
 	OrderViolations int64 `json:"order_violations"` // a first delivery whose seq is below its aggregate's last
@@ -105,6 +106,27 @@ func (r *receiver) hook(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}
+	if strings.HasPrefix(req.Header.Get("Content-Type"), "application/cloudevents-batch+json") {
+		// A batch, what a consumer of batches does: decode the array, then each event.
+		var evs []struct {
+			ID            string          `json:"id"`
+			AggregateType string          `json:"aggregatetype"`
+			AggregateID   string          `json:"aggregateid"`
+			Data          json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(body, &evs); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.stats.Requests++
+		r.mu.Unlock()
+		for _, ev := range evs {
+			r.recordEvent(ev.ID, ev.AggregateType+"/"+ev.AggregateID, payloadSeq(ev.Data), len(ev.Data), at)
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	id := req.Header.Get("X-Event-Id")
 	agg := req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")
 	r.record(id, agg, payloadSeq(body), len(body), at)
@@ -127,9 +149,16 @@ func (r *receiver) verify(h http.Header, body []byte) bool {
 
 func (r *receiver) record(id, agg string, seq int64, size int, at int64) {
 	r.mu.Lock()
+	r.stats.Requests++
+	r.mu.Unlock()
+	r.recordEvent(id, agg, seq, size, at)
+}
+
+// recordEvent records one event's arrival (a request may carry several).
+func (r *receiver) recordEvent(id, agg string, seq int64, size int, at int64) {
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := &r.stats
-	s.Requests++
 	if s.FirstNanos == 0 {
 		s.FirstNanos = at
 	}

@@ -87,6 +87,7 @@ func gitRevision(ctx context.Context) (string, bool) {
 // relayTarget is where a relay run reads from and delivers to.
 type relayTarget struct {
 	DSN, Slot, Publication, URL, Secret string
+	Args                                []string // extra flags (batching, marks)
 }
 
 // relayProc is one running `outbox-relay run`.
@@ -107,6 +108,7 @@ func startRelay(ctx context.Context, bin string, t relayTarget) (*relayProc, err
 		"--slot", t.Slot, "--publication", t.Publication, "--metrics-addr", addr,
 		"--max-in-flight", strconv.Itoa(concurrency),
 		"--log-level", "warn", "--log-format", "json")
+	cmd.Args = append(cmd.Args, t.Args...)
 	started := time.Now()
 	c, err := startChild("relay", cmd)
 	if err != nil {

@@ -15,6 +15,9 @@ const (
 	targetP99       = 5 * time.Millisecond
 	targetCPUPer100 = 3.0         // CPU-seconds per 100,000 events
 	targetRSSBytes  = 100_000_000 // 100 MB of 10^6 bytes, the unit mb prints
+	// Batching's targets (the throughput issue).
+	targetBatchRatio = 1.5
+	targetBatchP99   = 10 * time.Millisecond
 )
 
 var tableHeader = []string{"Benchmark", "Events", "Aggregates", "Throughput", "Latency p50 / p99 / max",
@@ -86,8 +89,13 @@ func (r *results) tableRows() [][]string {
 	add(rowCeilingLean, r.lean != nil, func() []string { return r.ceilingCells(r.lean, "relay/ceiling") })
 	add(rowCeilingStd, r.std != nil, func() []string { return r.ceilingCells(r.std, "relay/this client") })
 	add(rowRaw, r.raw != nil, func() []string { return rawCells(r.raw) })
+	for _, v := range drainVariants {
+		d := r.variants[v.row]
+		add(v.row, d != nil, func() []string { return r.drainCells(d, r.ceilingNote(d)) })
+	}
 	add(rowSteady1k, r.steady1k != nil, func() []string { return steadyCells(r.steady1k) })
 	add(rowSteady5k, r.steady5k != nil, func() []string { return steadyCells(r.steady5k) })
+	add(rowSteadyBatch, r.steadyBatch != nil, func() []string { return steadyCells(r.steadyBatch) })
 	for _, a := range sweepAggregates {
 		d := r.sweep[a]
 		add(sweepRow(a), d != nil, func() []string { return r.drainCells(d, "") })
@@ -96,6 +104,18 @@ func (r *results) tableRows() [][]string {
 		return r.drainCells(r.resources, fmt.Sprintf("3 × BENCH_EVENTS (%s)", thousands(float64(r.resources.Events))))
 	})
 	return out
+}
+
+// ceilingNote compares a drain with the single-request ceiling (lean client) of the same run.
+func (r *results) ceilingNote(d *drainResult) string {
+	if r.lean == nil || r.lean.Rate <= 0 {
+		return "no ceiling to compare"
+	}
+	note := fmt.Sprintf("%.2f × the single-request ceiling", d.Rate/r.lean.Rate)
+	if d.Stats.Requests > 0 {
+		note += fmt.Sprintf("; %.1f events per request", float64(d.Stats.Unique)/float64(d.Stats.Requests))
+	}
+	return note
 }
 
 func (r *results) drainCells(d *drainResult, note string) []string {
@@ -187,6 +207,14 @@ func (r *results) noise() (row string, cpus float64) {
 	}
 	if d := r.resources; d != nil {
 		consider(rowResources, d.Load.OtherCPUs(d.Relay.CPU))
+	}
+	for name, d := range r.variants {
+		if d != nil {
+			consider(name, d.Load.OtherCPUs(d.Relay.CPU))
+		}
+	}
+	if s := r.steadyBatch; s != nil {
+		consider(rowSteadyBatch, s.Load.OtherCPUs(s.Relay.CPU))
 	}
 	return row, cpus
 }
@@ -281,6 +309,19 @@ func (r *results) targets() []string {
 			targetP99, msec(s.Latency.P99)))
 	} else {
 		out = append(out, "MISS p99 < 5ms at 1,000 events/s: no data")
+	}
+	if d := r.variants[rowBatch]; d != nil && r.lean != nil && r.lean.Rate > 0 {
+		ratio := d.Rate / r.lean.Rate
+		out = append(out, fmt.Sprintf("%s batched drain (batch 100) ≥ %.1f × single-request ceiling: %.2f (aim 2)",
+			verdict(ratio >= targetBatchRatio), targetBatchRatio, ratio))
+	} else {
+		out = append(out, "MISS batched drain (batch 100) ≥ 1.5 × single-request ceiling: no data")
+	}
+	if s := r.steadyBatch; s != nil {
+		out = append(out, fmt.Sprintf("%s p99 < %s at 1,000 events/s with batch 100, linger 5ms: %s ms",
+			verdict(s.Latency.P99 < targetBatchP99), targetBatchP99, msec(s.Latency.P99)))
+	} else {
+		out = append(out, "MISS p99 < 10ms at 1,000 events/s with batch 100, linger 5ms: no data")
 	}
 	out = append(out, r.cpuTarget())
 	if d := r.resources; d != nil {

@@ -21,7 +21,14 @@ const (
 	rowSteady1k    = "Steady 1,000 events/s"
 	rowSteady5k    = "Steady 5,000 events/s"
 	rowResources   = "Resources: 3× backlog"
+	rowBatch       = "Backlog drain, batch 100"
+	rowMarksOff    = "Backlog drain, --marks off"
+	rowBatchOff    = "Backlog drain, batch 100, --marks off"
+	rowSteadyBatch = "Steady 1,000 events/s, batch 100, linger 5ms"
 )
+
+// batchArgs are the relay flags of the batched rows.
+var batchArgs = []string{"--batch-max-events", "100", "--batch-linger", "5ms"}
 
 // sweepAggregates are the aggregate counts of the sweep rows (the drain row is 1,000).
 var sweepAggregates = []int{1, 10, 100, 10_000}
@@ -44,9 +51,12 @@ type results struct {
 	steady5k  *steadyResult
 	sweep     map[int]*drainResult
 	resources *drainResult
-	errs      map[string]error // row → why it failed
-	errOrder  []string
-	bodyAvg   float64
+	// variants are the drains with other delivery settings (batching, marks), by row name.
+	variants    map[string]*drainResult
+	steadyBatch *steadyResult
+	errs        map[string]error // row → why it failed
+	errOrder    []string
+	bodyAvg     float64
 }
 
 func (r *results) fail(row string, err error) {
@@ -87,7 +97,7 @@ func cpuModel() string {
 // cluster, no relay binary, no receiver, or ctx ended); a failed row is recorded in the
 // results and the run goes on.
 func runSuite(ctx context.Context, cfg config, progress io.Writer) (*results, error) {
-	res := &results{cfg: cfg, sweep: map[int]*drainResult{}}
+	res := &results{cfg: cfg, sweep: map[int]*drainResult{}, variants: map[string]*drainResult{}}
 	res.machine = machine{CPUs: runtime.NumCPU(), Model: cpuModel(), Go: runtime.Version(), Durable: cfg.Durable}
 	tmp, err := os.MkdirTemp("", "outbox-bench-")
 	if err != nil {
@@ -163,6 +173,15 @@ func (e *env) rows(res *results) []suiteRow {
 			res.std = keep(c, err)
 			return err
 		}},
+	}
+	for _, v := range drainVariants {
+		rows = append(rows, suiteRow{v.row, func(ctx context.Context) error {
+			d, err := e.drain(ctx, v.prefix, n, 1000, drainOpts{args: v.args})
+			res.variants[v.row] = keep(d, err)
+			return err
+		}})
+	}
+	rows = append(rows, []suiteRow{
 		{rowSteady1k, func(ctx context.Context) error {
 			s, err := e.steady(ctx, 1000)
 			res.steady1k = keep(s, err)
@@ -173,7 +192,12 @@ func (e *env) rows(res *results) []suiteRow {
 			res.steady5k = keep(s, err)
 			return err
 		}},
-	}
+		{rowSteadyBatch, func(ctx context.Context) error {
+			s, err := e.steady(ctx, 1000, batchArgs...)
+			res.steadyBatch = keep(s, err)
+			return err
+		}},
+	}...)
 	for _, a := range sweepAggregates {
 		rows = append(rows, suiteRow{sweepRow(a), func(ctx context.Context) error {
 			d, err := e.drain(ctx, fmt.Sprintf("sweep_%d", a), max(n/5, 1), a, drainOpts{})
@@ -187,6 +211,17 @@ func (e *env) rows(res *results) []suiteRow {
 		return err
 	}})
 	return rows
+}
+
+// drainVariants are the backlog drains with other delivery settings, in table order, each
+// beside the single-request ceiling measured in the same run.
+var drainVariants = []struct {
+	row, prefix string
+	args        []string
+}{
+	{rowBatch, "batch", batchArgs},
+	{rowMarksOff, "marks_off", []string{"--marks", "off"}},
+	{rowBatchOff, "batch_marks_off", append(append([]string(nil), batchArgs...), "--marks", "off")},
 }
 
 func keep[T any](v T, err error) *T {

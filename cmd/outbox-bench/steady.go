@@ -133,7 +133,7 @@ type steadyResult struct {
 
 // steady runs the relay on an empty slot, warms it up, then commits rate events per second
 // for the configured time and measures each one's commit-to-receipt latency.
-func (e *env) steady(ctx context.Context, rate int) (steadyResult, error) {
+func (e *env) steady(ctx context.Context, rate int, args ...string) (steadyResult, error) {
 	res := steadyResult{Rate: rate, Events: int(float64(rate) * e.cfg.steady().Seconds())}
 	db, err := newBenchDB(ctx, e.cluster, fmt.Sprintf("steady_%d", rate), relaySlot)
 	if err != nil {
@@ -145,7 +145,7 @@ func (e *env) steady(ctx context.Context, rate int) (steadyResult, error) {
 		return res, err
 	}
 	defer pool.Close()
-	r, err := e.startRelay(ctx, db)
+	r, err := e.startRelay(ctx, db, args...)
 	if err != nil {
 		return res, err
 	}

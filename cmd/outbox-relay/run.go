@@ -63,6 +63,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Bool("recreate-slot", false, "drop a slot no relay streams from (an invalidated one always), create it again and backfill; logged loudly; for one run")
 	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
 	addFailoverFlags(fs) // failover.go
+	addDeliveryFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -132,6 +133,9 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := deliveryConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {
@@ -223,4 +227,34 @@ func tuneGC() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(64 << 20)
 	}
+}
+
+// addDeliveryFlags adds the request format, batching, compression and marks flags.
+func addDeliveryFlags(fs *pflag.FlagSet) {
+	fs.String("format", "raw", "request format: raw (payload body, X-Event-* headers) or cloudevents (CloudEvents 1.0 binary mode); batches are always CloudEvents batch mode")
+	fs.String("source", "", "CloudEvents source attribute; empty = /outbox-relay/<slot>")
+	fs.Int("batch-max-events", 1, "events per request; 1 = one event per request, more sends CloudEvents batches")
+	fs.Int("batch-max-bytes", 1<<20, "summed payload bytes per batch; a larger event travels alone")
+	fs.Duration("batch-linger", 5*time.Millisecond, "how long a batch that is not full waits for more ready events")
+	fs.String("compression", "none", "request body compression: none or gzip (the signature covers the compressed bytes)")
+	fs.String("marks", "done", "how delivered rows are recorded: done (status='done', processed_at) or off (nothing; see README: Done-marks)")
+}
+
+// deliveryConfig reads the delivery flags into cfg.Delivery.
+func deliveryConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
+	d := &cfg.Delivery
+	format, _ := fs.GetString("format")
+	d.Format = publisher.Format(format)
+	d.Source, _ = fs.GetString("source")
+	d.Batch.MaxEvents, _ = fs.GetInt("batch-max-events")
+	d.Batch.MaxBytes, _ = fs.GetInt("batch-max-bytes")
+	d.Batch.Linger, _ = fs.GetDuration("batch-linger")
+	compression, _ := fs.GetString("compression")
+	d.Compression = publisher.Compression(compression)
+	marks, _ := fs.GetString("marks")
+	d.Marks = publisher.MarksMode(marks)
+	if err := d.Validate(); err != nil {
+		return usageError{fmt.Errorf("delivery flags: %w", err)}
+	}
+	return nil
 }

@@ -1,0 +1,327 @@
+package publisher
+
+import (
+	"context"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+)
+
+// Batch configures batched delivery: one request carries several events (as a CloudEvents
+// batch, see BatchDestination).
+//
+// Order is kept as without batching: an aggregate's events inside a batch are contiguous and in
+// commit order, an aggregate is in at most one batch in flight, and its next events wait for
+// that batch's 2xx. A batch is all-or-nothing: any other answer retries the same batch (the
+// same events) with the usual backoff, until it has failed narrowAfter times in a row; then it
+// is split in halves, and so on, until a failing event stands alone. Only a lone event is
+// dead-lettered (after MaxAttempts), so a poison event parks only its own aggregate.
+type Batch struct {
+	// MaxEvents is the most events in one request. 0 or 1: one event per request, no batching.
+	MaxEvents int
+	// MaxBytes bounds the summed payload sizes of a batch; an event larger than it travels
+	// alone. If zero, 1 MiB.
+	MaxBytes int
+	// Linger is how long a batch that is not full waits for more ready events before it is
+	// sent. If zero, it is sent with whatever is ready at once.
+	Linger time.Duration
+}
+
+// Enabled reports whether requests carry more than one event.
+func (b Batch) Enabled() bool { return b.MaxEvents > 1 }
+
+func (b *Batch) defaults() {
+	if b.MaxBytes <= 0 {
+		b.MaxBytes = 1 << 20
+	}
+}
+
+// narrowAfter is the number of failed attempts in a row after which a batch of several events
+// is split in halves.
+const narrowAfter = 2
+
+// BatchDestination is a Destination that can also carry several events in one request.
+type BatchDestination interface {
+	Destination
+	// SendBatch makes one attempt to deliver evs (in this order) together: delivered means
+	// every one of them was accepted. attempt is the number of attempts, this one included, of
+	// the event in the batch tried most often.
+	SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) Result
+}
+
+// batch is one request's events, grouped by key: each group is a prefix of its key's FIFO.
+type batch struct {
+	items []*item
+	fails int // failed attempts in a row of this composition
+	// after, if set, is the rest of a one-key batch that was split: it holds the events of the
+	// same key that follow, and becomes ready when this batch is delivered.
+	after *batch
+}
+
+func (b *batch) bytes() int {
+	n := 0
+	for _, it := range b.items {
+		n += len(it.ev.Payload)
+	}
+	return n
+}
+
+// split cuts a batch in two: between keys when it has several (both halves may go at once),
+// or in the middle of its one key (the second half then waits for the first).
+func (b *batch) split() (left, right *batch, chained bool) {
+	n := len(b.items)
+	cut, best := -1, n
+	for i := 1; i < n; i++ {
+		if b.items[i].ev.Key() != b.items[i-1].ev.Key() {
+			if d := abs(2*i - n); d < best {
+				cut, best = i, d
+			}
+		}
+	}
+	if cut < 0 {
+		cut = n / 2
+		right = &batch{items: append([]*item(nil), b.items[cut:]...), after: b.after}
+		return &batch{items: append([]*item(nil), b.items[:cut]...), after: right}, right, true
+	}
+	return &batch{items: append([]*item(nil), b.items[:cut]...)}, &batch{items: append([]*item(nil), b.items[cut:]...)}, false
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// nextBatch blocks until there is work: a formed batch (a retry, the halves of a split, the
+// rest of a split key), or else a new batch gathered from the ready heads, which waits up to
+// cfg.Linger to fill. One worker gathers at a time, so ready events go into few full batches
+// rather than many small ones. It returns nil once the scheduler is closed.
+func (s *scheduler) nextBatch(cfg Batch) *batch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for !s.closed && len(s.formed) == 0 && (s.ready.len() == 0 || s.gathering) {
+		s.cond.Wait()
+	}
+	if s.closed {
+		return nil
+	}
+	if len(s.formed) > 0 {
+		b := s.formed[0]
+		s.formed[0] = nil
+		s.formed = s.formed[1:]
+		return b
+	}
+	s.gathering = true
+	defer func() {
+		s.gathering = false
+		s.cond.Broadcast()
+	}()
+	var heads []*item
+	count, size := 0, 0
+	full := func() bool { return count >= cfg.MaxEvents || size >= cfg.MaxBytes }
+	take := func() {
+		for s.ready.len() > 0 && !full() {
+			h := s.ready.peek()
+			if len(heads) > 0 && size+len(h.ev.Payload) > cfg.MaxBytes {
+				return
+			}
+			s.ready.pop()
+			heads = append(heads, h)
+			count, size = count+s.keys[h.ev.Key()].len(), size+len(h.ev.Payload)
+		}
+	}
+	take()
+	if cfg.Linger > 0 && !full() {
+		deadline := time.Now().Add(cfg.Linger)
+		t := time.AfterFunc(cfg.Linger, func() {
+			s.mu.Lock()
+			s.gcond.Broadcast()
+			s.mu.Unlock()
+		})
+		for !s.closed && !full() && time.Now().Before(deadline) {
+			s.gcond.Wait()
+			take()
+			count = 0
+			for _, h := range heads {
+				count += s.keys[h.ev.Key()].len()
+			}
+		}
+		t.Stop()
+		if s.closed {
+			return nil
+		}
+	}
+	// The heads first, then the events behind them, key by key, while they fit.
+	b := &batch{}
+	count, size = len(heads), 0
+	for _, h := range heads {
+		size += len(h.ev.Payload)
+	}
+	for _, h := range heads {
+		q := s.keys[h.ev.Key()]
+		b.items = append(b.items, h)
+		for i := 1; i < q.len() && count < cfg.MaxEvents; i++ {
+			it := q.at(i)
+			if size+len(it.ev.Payload) > cfg.MaxBytes {
+				break
+			}
+			b.items = append(b.items, it)
+			count, size = count+1, size+len(it.ev.Payload)
+		}
+	}
+	return b
+}
+
+// retryBatchIn makes a failed batch ready again after d, as it is. Nothing happens once the
+// scheduler is closed.
+func (s *scheduler) retryBatchIn(bs []*batch, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	tk := &item{} // the timer's key in s.timers
+	s.timers[tk] = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.timers, tk)
+		if s.closed {
+			return
+		}
+		for _, b := range bs {
+			s.pushFormed(b)
+		}
+	})
+}
+
+func (s *scheduler) pushFormed(b *batch) {
+	s.formed = append(s.formed, b)
+	s.cond.Signal()
+}
+
+// doneBatch removes a delivered batch's events from their keys and makes what follows ready: the
+// rest of a split key, or else each key's next event. It returns the keys whose replay it
+// completed.
+func (s *scheduler) doneBatch(b *batch) (replayed []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	touched := make([]string, 0, 4)
+	for _, it := range b.items {
+		k := it.ev.Key()
+		if it.replay {
+			s.replaying[k]--
+			if s.replaying[k] == 0 {
+				delete(s.replaying, k)
+				replayed = append(replayed, k)
+			}
+		}
+		s.keys[k].pop()
+		if len(touched) == 0 || touched[len(touched)-1] != k {
+			touched = append(touched, k)
+		}
+	}
+	if b.after != nil {
+		s.pushFormed(b.after)
+		return replayed
+	}
+	for _, k := range touched {
+		q := s.keys[k]
+		if q.len() == 0 {
+			delete(s.keys, k)
+		} else {
+			s.pushReady(q.peek())
+		}
+	}
+	return replayed
+}
+
+// batchWorker delivers batches until the scheduler closes.
+func (p *Publisher) batchWorker(ctx context.Context, dest BatchDestination) {
+	for b := p.sched.nextBatch(p.cfg.Batch); b != nil; b = p.sched.nextBatch(p.cfg.Batch) {
+		p.attemptBatch(ctx, dest, b)
+	}
+}
+
+func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *batch) {
+	attempt := 0
+	evs := make([]*cdc.Event, len(b.items))
+	for i, it := range b.items {
+		it.attempt++
+		attempt = max(attempt, it.attempt)
+		evs[i] = it.ev
+	}
+	p.m.Inflight.Inc()
+	start := time.Now()
+	o := dest.SendBatch(ctx, evs, attempt)
+	elapsed := time.Since(start)
+	p.m.Inflight.Dec()
+	p.m.DeliveryDuration.Observe(elapsed.Seconds())
+	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
+	if o.ok() {
+		p.deliveredBatch(ctx, b)
+		return
+	}
+	p.failedBatch(ctx, b, o, elapsed, attempt)
+}
+
+func (p *Publisher) deliveredBatch(ctx context.Context, b *batch) {
+	p.m.EventsDelivered.Add(float64(len(b.items)))
+	for _, it := range b.items {
+		ev := it.ev
+		if !ev.Tx.CommitTime.IsZero() && !it.replay {
+			p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
+		}
+		if p.marks != nil {
+			p.marks.Done(ev.ID, it.attempt-1)
+		}
+	}
+	for _, k := range p.sched.doneBatch(b) {
+		it := b.items[0]
+		for _, x := range b.items {
+			if x.ev.Key() == k {
+				it = x
+			}
+		}
+		agg := cdc.Aggregate{Type: it.ev.AggregateType, ID: it.ev.AggregateID}
+		_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
+		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
+	}
+	for _, it := range b.items {
+		p.settle(it.ev)
+	}
+}
+
+// failedBatch retries the batch as it is, splits it after narrowAfter failures in a row, or,
+// for a lone event after MaxAttempts, dead-letters it and parks its aggregate.
+func (p *Publisher) failedBatch(ctx context.Context, b *batch, o Result, elapsed time.Duration, attempt int) {
+	if len(b.items) == 1 {
+		it := b.items[0]
+		if p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts && p.cfg.Store != nil {
+			p.deadLetter(ctx, it, o)
+			return
+		}
+	}
+	b.fails++
+	delay := nextDelay(min(b.fails, attempt), o.RetryAfter, p.cfg.RetryMin, p.cfg.RetryMax)
+	first := b.items[0].ev
+	e := p.log.Warn().Str("first_event_id", first.ID).Int("events", len(b.items)).Int("attempt", attempt).
+		Dur("duration", elapsed).Dur("retry_in", delay).Str("result", o.Label)
+	if o.Err != nil {
+		e = e.Str("error", o.Err.Error())
+	} else {
+		e = e.Int("status_code", o.Status)
+	}
+	if len(b.items) > 1 && b.fails >= narrowAfter {
+		left, right, chained := b.split()
+		e.Int("split_into", len(left.items)).Msg("batch delivery failed again; retrying it in halves to isolate the failing event")
+		if chained {
+			p.sched.retryBatchIn([]*batch{left}, delay)
+		} else {
+			p.sched.retryBatchIn([]*batch{left, right}, delay)
+		}
+		return
+	}
+	e.Msg("batch delivery failed; will retry the same batch")
+	p.sched.retryBatchIn([]*batch{b}, delay)
+}
