@@ -27,6 +27,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -85,6 +86,44 @@ type Config struct {
 	// server (a hot standby, PostgreSQL 16+), while setup checks, marks, replays and status use
 	// DSN. Empty: everything uses DSN.
 	ReplicationDSN string
+
+	// Destination selects a broker instead of the webhook (README: Broker destinations). Its
+	// zero value is the webhook of WebhookURL, Secrets and Scheme.
+	Destination DestinationConfig
+}
+
+// DestinationConfig selects where events go: at most one of NATS and Kafka is set, and then
+// WebhookURL must be empty. Both nil: the webhook.
+type DestinationConfig struct {
+	// NATS, if set, publishes to NATS JetStream (publisher/natsdest).
+	NATS *natsdest.Config
+}
+
+// newDestination builds the configured destination; close releases it. A broker's start-up
+// check (its stream exists) happens here, and an unreachable broker is waited for until ctx
+// ends.
+func newDestination(ctx context.Context, cfg Config) (dest publisher.Destination, close func(), err error) {
+	d := cfg.Destination
+	if d.NATS != nil {
+		if cfg.WebhookURL != "" {
+			return nil, nil, errors.New("both a webhook URL and a NATS destination are configured: a pipeline has exactly one destination, drop one")
+		}
+		nc := *d.NATS
+		if nc.RequestTimeout == 0 {
+			nc.RequestTimeout = cfg.RequestTimeout
+		}
+		nd, err := natsdest.New(ctx, nc, cfg.Logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nd, nd.Close, nil
+	}
+	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: cfg.WebhookURL, Secrets: cfg.Secrets,
+		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version})
+	if err != nil {
+		return nil, nil, err
+	}
+	return hook, hook.Close, nil
 }
 
 // Defaults for Config fields left zero.
@@ -148,12 +187,15 @@ func AttemptsForADay(lo, hi time.Duration) int {
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	log := cfg.Logger
-	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: cfg.WebhookURL, Secrets: cfg.Secrets,
-		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version})
+	dest, closeDest, err := newDestination(ctx, cfg)
+	if stoppedDuringStartup(ctx, err) {
+		log.Info().Msg("stopped during start-up")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	defer hook.Close()
+	defer closeDest()
 	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
 
 	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
@@ -178,7 +220,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer pool.Close()
 
-	r := newRunner(cfg, cfg.Registry, hook, pool)
+	r := newRunner(cfg, cfg.Registry, dest, pool)
 	err = r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
 		// A start-up lookup of a component (parked aggregates, the backfill) was cut short by the
