@@ -126,3 +126,74 @@ func toDeliveries(msgs []brokerMsg) []relaytest.Delivery {
 	}
 	return out
 }
+
+// A three-node JetStream cluster with a stream of three replicas: the node leading the stream is
+// killed mid-stream (and the relay SIGKILLed once): every event still in the stream, first
+// appearances in commit order, the slot never confirmed past an event the stream lacked.
+func TestNATSClusterNodeKillLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	cl := natstest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	args := []string{"--nats-url", cl.URL(), "--nats-create-stream", "OUTBOX", "--nats-stream-replicas", "3"}
+	cmd := e.brokerProcess(args...)
+	waitFor(t, 60*time.Second, "slot created", func() bool {
+		var n int
+		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
+		return n == 1
+	})
+	waitFor(t, 60*time.Second, "stream leader elected", func() bool { return cl.StreamLeader("OUTBOX") != nil })
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	samples := e.sampleConfirmed(sampleCtx, natsEnd(t, cl.URL(), "OUTBOX"))
+	produced := make(chan relaytest.Result, 1)
+	go func() {
+		res, err := relaytest.Produce(ctx, e.pool,
+			relaytest.Workload{Events: 10000, Aggregates: 100, MaxTxSize: 10, Rollback: 0.05, Writers: 4})
+		if err != nil {
+			t.Error(err)
+		}
+		produced <- res
+	}()
+	// Kill the stream's leader once it has stored some of the events, with publishes in flight.
+	end := natsEnd(t, cl.URL(), "OUTBOX")
+	waitFor(t, 2*time.Minute, "stream holds 2000 messages", func() bool {
+		offs, ok := end(ctx)
+		return ok && offs[0] > 2000
+	})
+	leader := cl.StreamLeader("OUTBOX")
+	if leader == nil {
+		t.Fatal("no stream leader to kill")
+	}
+	leader.Shutdown()
+	t.Logf("killed the stream leader")
+	time.Sleep(time.Duration(300+rand.IntN(500)) * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	cmd = e.brokerProcess(args...)
+	res := <-produced
+	var msgs []brokerMsg
+	waitFor(t, 5*time.Minute, "every event in the stream", func() bool {
+		msgs = natsMsgs(t, ctx, cl.URL(), "OUTBOX")
+		return relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
+	})
+	var maxLSN int64
+	for _, m := range msgs {
+		maxLSN = max(maxLSN, m.CommitLSN)
+	}
+	waitFor(t, 2*time.Minute, "slot confirmed past the last event", func() bool {
+		c, _ := e.slotLSNs()
+		return c > maxLSN
+	})
+	time.Sleep(200 * time.Millisecond)
+	stopSampling()
+	rep := checkBroker(t, res, natsMsgs(t, ctx, cl.URL(), "OUTBOX"), samples())
+	t.Logf("duplicates %d of %d events", rep.Duplicates, rep.Committed)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("SIGTERM: exit %v, want 0", err)
+	}
+}
