@@ -27,6 +27,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -97,6 +98,8 @@ type Config struct {
 type DestinationConfig struct {
 	// NATS, if set, publishes to NATS JetStream (publisher/natsdest).
 	NATS *natsdest.Config
+	// Kafka, if set, produces to Kafka (publisher/kafkadest).
+	Kafka *kafkadest.Config
 }
 
 // newDestination builds the configured destination; close releases it. A broker's start-up
@@ -104,10 +107,24 @@ type DestinationConfig struct {
 // ends.
 func newDestination(ctx context.Context, cfg Config) (dest publisher.Destination, close func(), err error) {
 	d := cfg.Destination
-	if d.NATS != nil {
-		if cfg.WebhookURL != "" {
-			return nil, nil, errors.New("both a webhook URL and a NATS destination are configured: a pipeline has exactly one destination, drop one")
+	if (d.NATS != nil || d.Kafka != nil) && cfg.WebhookURL != "" {
+		return nil, nil, errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if d.NATS != nil && d.Kafka != nil {
+		return nil, nil, errors.New("both a NATS and a Kafka destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if d.Kafka != nil {
+		kc := *d.Kafka
+		if kc.RequestTimeout == 0 {
+			kc.RequestTimeout = cfg.RequestTimeout
 		}
+		kd, err := kafkadest.New(ctx, kc, cfg.Logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return kd, kd.Close, nil
+	}
+	if d.NATS != nil {
 		nc := *d.NATS
 		if nc.RequestTimeout == 0 {
 			nc.RequestTimeout = cfg.RequestTimeout

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,6 +155,20 @@ func TestSendMessageAndDuplicate(t *testing.T) {
 }
 
 // acks records the events the publisher settled, in order.
+// counting counts the failed attempts of a destination.
+type counting struct {
+	*Destination
+	failed atomic.Int64
+}
+
+func (c *counting) Send(ctx context.Context, ev *cdc.Event, attempt int) publisher.Result {
+	r := c.Destination.Send(ctx, ev, attempt)
+	if !r.Delivered {
+		c.failed.Add(1)
+	}
+	return r
+}
+
 type acks struct {
 	mu  sync.Mutex
 	ids []string
@@ -176,26 +191,36 @@ func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
 	}
 	defer d.Close()
 	a := &acks{}
+	cd := &counting{Destination: d}
 	pub := publisher.New(publisher.Config{MaxInFlight: 16, RetryMin: 20 * time.Millisecond,
-		RetryMax: 200 * time.Millisecond}, d, a, nil)
+		RetryMax: 200 * time.Millisecond}, cd, a, nil)
 	const aggs, per = 20, 50
 	txs := make(chan *cdc.Tx)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); pub.Run(runCtx, txs) }()
+	// The broker goes down twice while events keep coming, each time for longer than an attempt
+	// may take, and comes back on the same store.
+	faults := make(chan struct{})
+	go func() {
+		defer close(faults)
+		for _, at := range []int{aggs * per / 4, aggs * per / 2} {
+			for a.n() < at && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			srv.Shutdown()
+			time.Sleep(300 * time.Millisecond)
+			srv.Restart()
+		}
+	}()
 	total := 0
 	for n := 0; n < per; n++ {
 		for g := 0; g < aggs; g++ {
 			txs <- event(fmt.Sprintf("agg-%02d", g), n).Tx
 			total++
-			if total == aggs*per/3 || total == 2*aggs*per/3 {
-				// Crash the server with deliveries in flight; bring it back once some failed.
-				srv.Shutdown()
-				time.Sleep(300 * time.Millisecond)
-				srv.Restart()
-			}
 		}
 	}
+	<-faults
 	for a.n() < total {
 		if ctx.Err() != nil {
 			t.Fatalf("%d of %d events acknowledged", a.n(), total)
@@ -204,6 +229,9 @@ func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
 	}
 	stop()
 	<-done
+	if cd.failed.Load() == 0 {
+		t.Fatal("no attempt failed: the restarts were not noticed, so this test tested no retry")
+	}
 	msgs := natstest.ReadStream(ctx, t, srv.URL(), "OUTBOX")
 	seen := map[string]bool{}
 	next := map[string]int{}
@@ -231,5 +259,5 @@ func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
 	if len(seen) != total {
 		t.Fatalf("%d distinct events in the stream, want %d", len(seen), total)
 	}
-	t.Logf("%d messages stored for %d events", len(msgs), total)
+	t.Logf("%d failed attempts; %d messages stored for %d events", cd.failed.Load(), len(msgs), total)
 }
