@@ -86,6 +86,8 @@ func (r *results) tableRows() [][]string {
 	add(rowCeilingLean, r.lean != nil, func() []string { return r.ceilingCells(r.lean, "relay/ceiling") })
 	add(rowCeilingStd, r.std != nil, func() []string { return r.ceilingCells(r.std, "relay/this client") })
 	add(rowRaw, r.raw != nil, func() []string { return rawCells(r.raw) })
+	add(rowNATS, r.nats != nil, func() []string { return r.brokerCells(r.nats) })
+	add(rowKafka, r.kafka != nil, func() []string { return r.brokerCells(r.kafka) })
 	add(rowSteady1k, r.steady1k != nil, func() []string { return steadyCells(r.steady1k) })
 	add(rowSteady5k, r.steady5k != nil, func() []string { return steadyCells(r.steady5k) })
 	for _, a := range sweepAggregates {
@@ -283,6 +285,9 @@ func (r *results) targets() []string {
 		out = append(out, "MISS p99 < 5ms at 1,000 events/s: no data")
 	}
 	out = append(out, r.cpuTarget())
+	if r.cfg.selected(rowNATS) {
+		out = append(out, r.natsTarget()) // broker.go
+	}
 	if d := r.resources; d != nil {
 		out = append(out, fmt.Sprintf("%s peak RSS < 100 MB on a %s-event backlog: %s%s", verdict(d.Relay.PeakRSS < targetRSSBytes),
 			thousands(float64(d.Events)), mb(d.Relay.PeakRSS), scaledNote(d.Events, 300_000)))
