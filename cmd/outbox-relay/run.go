@@ -32,9 +32,12 @@ func newRunCmd() *cobra.Command {
 creating anything), creates the publication and the pgoutput slot if they are missing, then
 delivers every committed outbox row as a signed POST, in commit order per aggregate, confirming
 the slot only after delivery. If another instance holds the slot, this one stands by and takes over when it
-goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`,
+goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.
+With --nats-url (NATS JetStream) or --kafka-brokers (Kafka) it publishes to that broker instead
+of the webhook, with the same guarantees (README: Broker destinations).`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app WEBHOOK_URL=https://consumer/webhooks \
-  WEBHOOK_SECRET_FILE=/run/secrets/webhook outbox-relay run --metrics-addr :9187`,
+  WEBHOOK_SECRET_FILE=/run/secrets/webhook outbox-relay run --metrics-addr :9187
+  DB_DSN=postgres://relay@db:5432/app NATS_URL=nats://nats:4222 outbox-relay run --nats-create-stream OUTBOX`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
