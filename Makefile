@@ -42,5 +42,6 @@ bench:
 # Fault-injection run (issue 7): the real relay against a throwaway PostgreSQL under relay kills,
 # failovers, crash restarts and a misbehaving receiver; prints a Markdown summary and fails if an
 # invariant breaks. Scale with TORTURE_EVENTS, TORTURE_DURATION; TORTURE_SEED replays a schedule.
+# SINK=nats or SINK=kafka runs the relays against that broker (in-process) instead of the webhook.
 torture:
-	$(GO) run ./cmd/outbox-torture
+	TORTURE_SINK=$(SINK) $(GO) run ./cmd/outbox-torture

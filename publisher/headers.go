@@ -5,7 +5,39 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
 )
+
+// eventHeaders passes the headers that describe the event itself to h: X-Event-Id,
+// X-Event-Type, X-Aggregate-Type, X-Aggregate-Id and X-Event-Sequence. A webhook request and a
+// broker message carry the same ones.
+func eventHeaders(ev *cdc.Event, h headerSink) {
+	h.add("X-Event-Id", headerValue(ev.ID))
+	h.add("X-Event-Type", headerValue(ev.EventType))
+	h.add("X-Aggregate-Type", headerValue(ev.AggregateType))
+	h.add("X-Aggregate-Id", headerValue(ev.AggregateID))
+	var seq [25]byte
+	h.addBytes("X-Event-Sequence", appendSequence(seq[:0], ev))
+}
+
+// EachHeader passes the headers of the webhook contract that a broker message carries to f: the
+// event's (X-Event-Id, X-Event-Type, X-Aggregate-Type, X-Aggregate-Id, X-Event-Sequence), then
+// those forwarded from the row's headers column (traceparent, tracestate, X-*). It leaves out
+// what only HTTP needs: Content-Type, User-Agent, X-Attempt and the signature (a broker
+// authenticates its clients itself). Values are made safe for a header line.
+func EachHeader(ev *cdc.Event, f func(k, v string)) {
+	eventHeaders(ev, funcHead(f))
+	if len(ev.Headers) > 0 {
+		forwardHeaders(ev.Headers, f)
+	}
+}
+
+// funcHead passes headers to a function.
+type funcHead func(k, v string)
+
+func (h funcHead) add(k, v string)             { h(k, v) }
+func (h funcHead) addBytes(k string, v []byte) { h(k, string(v)) }
 
 // forwardHeaders passes on the entries of a row's headers column (a JSON object) that a
 // request may carry: traceparent, tracestate and X-* names, except the contract's own headers,

@@ -15,6 +15,9 @@ const (
 	Result5xx     = "http_5xx"
 	ResultTimeout = "timeout"
 	ResultNetwork = "network"
+	// ResultRejected is a broker destination's answer that refused the message (a JetStream
+	// API error such as a full stream, a Kafka error code); it is retried like a 5xx.
+	ResultRejected = "rejected"
 )
 
 // publisherMetrics are the series a Publisher writes; it is their only writer (the parked
@@ -40,7 +43,7 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 			"Events resent after a restart that an earlier process had already delivered (per the status marks), not sent again."),
 		DeliveryAttempts: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "delivery_attempts_total",
-			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout or network."}, []string{"result"})),
+			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout, network, or rejected (a broker refused the message)."}, []string{"result"})),
 		DeliveryDuration: metrics.Histogram(reg, "delivery_duration_seconds", "Duration of one delivery attempt.",
 			prometheus.ExponentialBuckets(0.0005, 2, 16)),
 		EndToEnd: metrics.Histogram(reg, "end_to_end_seconds", "From commit timestamp to successful delivery.",
@@ -49,7 +52,7 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 		ParkedAggregates: metrics.Gauge(reg, "parked_aggregates",
 			"Aggregates parked behind a dead-lettered event, waiting for a replay."),
 	}
-	for _, r := range []string{ResultSuccess, Result3xx, Result4xx, Result5xx, ResultTimeout, ResultNetwork} {
+	for _, r := range []string{ResultSuccess, Result3xx, Result4xx, Result5xx, ResultTimeout, ResultNetwork, ResultRejected} {
 		m.DeliveryAttempts.WithLabelValues(r)
 	}
 	return m

@@ -282,14 +282,9 @@ func (h stdHead) addBytes(k string, v []byte) { h[k] = append(h[k], string(v)) }
 // safe for a header line.
 func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, body []byte, h headerSink) {
 	h.add("Content-Type", "application/json")
-	h.add("X-Event-Id", headerValue(ev.ID))
-	h.add("X-Event-Type", headerValue(ev.EventType))
-	h.add("X-Aggregate-Type", headerValue(ev.AggregateType))
-	h.add("X-Aggregate-Id", headerValue(ev.AggregateID))
+	eventHeaders(ev, h)
 	var num [20]byte
 	h.addBytes("X-Attempt", strconv.AppendInt(num[:0], int64(attempt), 10))
-	var seq [25]byte
-	h.addBytes("X-Event-Sequence", appendSequence(seq[:0], ev))
 	if w.ua != "" {
 		h.add("User-Agent", w.ua)
 	}

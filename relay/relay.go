@@ -27,6 +27,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -90,6 +92,65 @@ type Config struct {
 	// --batch-*, --compression, --marks). The zero value is raw, one event per request,
 	// uncompressed, rows marked done.
 	Delivery publisher.Delivery
+	// Destination selects a broker instead of the webhook (README: Broker destinations). Its
+	// zero value is the webhook of WebhookURL, Secrets and Scheme.
+	Destination DestinationConfig
+}
+
+// DestinationConfig selects where events go: at most one of NATS and Kafka is set, and then
+// WebhookURL must be empty. Both nil: the webhook.
+type DestinationConfig struct {
+	// NATS, if set, publishes to NATS JetStream (publisher/natsdest).
+	NATS *natsdest.Config
+	// Kafka, if set, produces to Kafka (publisher/kafkadest).
+	Kafka *kafkadest.Config
+}
+
+// newDestination builds the configured destination; close releases it. A broker's start-up
+// check (its stream exists) happens here, and an unreachable broker is waited for until ctx
+// ends.
+func newDestination(ctx context.Context, cfg Config) (dest publisher.Destination, close func(), err error) {
+	d := cfg.Destination
+	if (d.NATS != nil || d.Kafka != nil) && cfg.WebhookURL != "" {
+		return nil, nil, errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if (d.NATS != nil || d.Kafka != nil) && (cfg.Delivery.Batch.Enabled() || cfg.Delivery.Format != "" && cfg.Delivery.Format != publisher.FormatRaw) {
+		return nil, nil, errors.New("batching and the CloudEvents format are webhook settings: a broker destination " +
+			"sends one message per event with the webhook contract's headers, so leave them unset")
+	}
+	if d.NATS != nil && d.Kafka != nil {
+		return nil, nil, errors.New("both a NATS and a Kafka destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if d.Kafka != nil {
+		kc := *d.Kafka
+		if kc.RequestTimeout == 0 {
+			kc.RequestTimeout = cfg.RequestTimeout
+		}
+		kd, err := kafkadest.New(ctx, kc, cfg.Logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return kd, kd.Close, nil
+	}
+	if d.NATS != nil {
+		nc := *d.NATS
+		if nc.RequestTimeout == 0 {
+			nc.RequestTimeout = cfg.RequestTimeout
+		}
+		nd, err := natsdest.New(ctx, nc, cfg.Logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nd, nd.Close, nil
+	}
+	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: cfg.WebhookURL, Secrets: cfg.Secrets,
+		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
+		Format: cfg.Delivery.Format, Source: cfg.Delivery.Source, DefaultSource: "/outbox-relay/" + cfg.Slot,
+		Compression: cfg.Delivery.Compression})
+	if err != nil {
+		return nil, nil, err
+	}
+	return hook, hook.Close, nil
 }
 
 // Defaults for Config fields left zero.
@@ -156,14 +217,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Delivery.Validate(); err != nil {
 		return err
 	}
-	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: cfg.WebhookURL, Secrets: cfg.Secrets,
-		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
-		Format: cfg.Delivery.Format, Source: cfg.Delivery.Source, DefaultSource: "/outbox-relay/" + cfg.Slot,
-		Compression: cfg.Delivery.Compression})
+	dest, closeDest, err := newDestination(ctx, cfg)
+	if stoppedDuringStartup(ctx, err) {
+		log.Info().Msg("stopped during start-up")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	defer hook.Close()
+	defer closeDest()
 	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
 
 	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
@@ -188,7 +250,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer pool.Close()
 
-	r := newRunner(cfg, cfg.Registry, hook, pool)
+	r := newRunner(cfg, cfg.Registry, dest, pool)
 	err = r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
 		// A start-up lookup of a component (parked aggregates, the backfill) was cut short by the

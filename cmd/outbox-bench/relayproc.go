@@ -87,7 +87,10 @@ func gitRevision(ctx context.Context) (string, bool) {
 // relayTarget is where a relay run reads from and delivers to.
 type relayTarget struct {
 	DSN, Slot, Publication, URL, Secret string
-	Args                                []string // extra flags (batching, marks)
+	// DestArgs, if set, select the destination instead of URL and Secret (a broker's flags).
+	DestArgs []string
+	// Args are extra flags (batching, marks).
+	Args []string
 }
 
 // relayProc is one running `outbox-relay run`.
@@ -104,10 +107,14 @@ func startRelay(ctx context.Context, bin string, t relayTarget) (*relayProc, err
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "run", "--dsn", t.DSN, "--webhook-url", t.URL, "--webhook-secret", t.Secret,
+	dest := []string{"--webhook-url", t.URL, "--webhook-secret", t.Secret}
+	if t.DestArgs != nil {
+		dest = t.DestArgs
+	}
+	cmd := exec.Command(bin, append(append([]string{"run", "--dsn", t.DSN}, dest...),
 		"--slot", t.Slot, "--publication", t.Publication, "--metrics-addr", addr,
 		"--max-in-flight", strconv.Itoa(concurrency),
-		"--log-level", "warn", "--log-format", "json")
+		"--log-level", "warn", "--log-format", "json")...)
 	cmd.Args = append(cmd.Args, t.Args...)
 	started := time.Now()
 	c, err := startChild("relay", cmd)

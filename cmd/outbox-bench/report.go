@@ -93,6 +93,8 @@ func (r *results) tableRows() [][]string {
 		d := r.variants[v.row]
 		add(v.row, d != nil, func() []string { return r.drainCells(d, r.ceilingNote(d)) })
 	}
+	add(rowNATS, r.nats != nil, func() []string { return r.brokerCells(r.nats) })
+	add(rowKafka, r.kafka != nil, func() []string { return r.brokerCells(r.kafka) })
 	add(rowSteady1k, r.steady1k != nil, func() []string { return steadyCells(r.steady1k) })
 	add(rowSteady5k, r.steady5k != nil, func() []string { return steadyCells(r.steady5k) })
 	add(rowSteadyBatch, r.steadyBatch != nil, func() []string { return steadyCells(r.steadyBatch) })
@@ -324,6 +326,9 @@ func (r *results) targets() []string {
 		out = append(out, "MISS p99 < 10ms at 1,000 events/s with batch 100, linger 5ms: no data")
 	}
 	out = append(out, r.cpuTarget())
+	if r.cfg.selected(rowNATS) {
+		out = append(out, r.natsTarget()) // broker.go
+	}
 	if d := r.resources; d != nil {
 		out = append(out, fmt.Sprintf("%s peak RSS < 100 MB on a %s-event backlog: %s%s", verdict(d.Relay.PeakRSS < targetRSSBytes),
 			thousands(float64(d.Events)), mb(d.Relay.PeakRSS), scaledNote(d.Events, 300_000)))

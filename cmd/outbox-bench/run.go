@@ -54,6 +54,8 @@ type results struct {
 	// variants are the drains with other delivery settings (batching, marks), by row name.
 	variants    map[string]*drainResult
 	steadyBatch *steadyResult
+	nats        *drainResult // broker.go
+	kafka       *drainResult
 	errs        map[string]error // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
@@ -198,6 +200,15 @@ func (e *env) rows(res *results) []suiteRow {
 			return err
 		}},
 	}...)
+	rows = append(rows, suiteRow{rowNATS, func(ctx context.Context) error {
+		d, err := e.brokerRow(ctx, "nats", func(ctx context.Context) (brokerSink, error) { return startNATS(ctx) })
+		res.nats = keep(d, err)
+		return err
+	}}, suiteRow{rowKafka, func(ctx context.Context) error {
+		d, err := e.brokerRow(ctx, "kafka", func(context.Context) (brokerSink, error) { return startKafka() })
+		res.kafka = keep(d, err)
+		return err
+	}})
 	for _, a := range sweepAggregates {
 		rows = append(rows, suiteRow{sweepRow(a), func(ctx context.Context) error {
 			d, err := e.drain(ctx, fmt.Sprintf("sweep_%d", a), max(n/5, 1), a, drainOpts{})

@@ -223,6 +223,9 @@ func TestRunRejectsBadConfigurationBeforeTheDatabase(t *testing.T) {
 		{"URL not http", []string{"DB_DSN=" + dsn, "WEBHOOK_SECRET=s"}, []string{"--webhook-url", "ftp://consumer/hook"}, "http:// or https://"},
 		{"no secret", []string{"DB_DSN=" + dsn, "WEBHOOK_URL=" + goodURL}, nil, "WEBHOOK_SECRET"},
 		{"unreadable secret file", []string{"DB_DSN=" + dsn, "WEBHOOK_URL=" + goodURL, "WEBHOOK_SECRET_FILE=/nonexistent/secret"}, nil, "secret file"},
+		{"webhook and NATS", []string{"DB_DSN=" + dsn, "WEBHOOK_URL=" + goodURL, "NATS_URL=nats://127.0.0.1:4222"}, nil, "exactly one destination"},
+		{"NATS flag without URL", []string{"DB_DSN=" + dsn, "WEBHOOK_URL=" + goodURL, "WEBHOOK_SECRET=s"}, []string{"--nats-subject", "a.b"}, "--nats-url"},
+		{"bad NATS subject", []string{"DB_DSN=" + dsn}, []string{"--nats-url", "nats://127.0.0.1:4222", "--nats-subject", "a..b"}, "placeholders are"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,7 +34,8 @@ func testOnly(pkg string) bool {
 	switch {
 	case pkg == "testing", strings.HasPrefix(pkg, "testing/"):
 		return true
-	case pkg == module+"internal/pgtest", pkg == module+"internal/relaytest":
+	case pkg == module+"internal/pgtest", pkg == module+"internal/relaytest", pkg == module+"internal/natstest",
+		pkg == module+"internal/kafkatest":
 		return true
 	case strings.HasPrefix(pkg, module+"examples/"):
 		return true

@@ -32,9 +32,12 @@ func newRunCmd() *cobra.Command {
 creating anything), creates the publication and the pgoutput slot if they are missing, then
 delivers every committed outbox row as a signed POST, in commit order per aggregate, confirming
 the slot only after delivery. If another instance holds the slot, this one stands by and takes over when it
-goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`,
+goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.
+With --nats-url (NATS JetStream) or --kafka-brokers (Kafka) it publishes to that broker instead
+of the webhook, with the same guarantees (README: Broker destinations).`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app WEBHOOK_URL=https://consumer/webhooks \
-  WEBHOOK_SECRET_FILE=/run/secrets/webhook outbox-relay run --metrics-addr :9187`,
+  WEBHOOK_SECRET_FILE=/run/secrets/webhook outbox-relay run --metrics-addr :9187
+  DB_DSN=postgres://relay@db:5432/app NATS_URL=nats://nats:4222 outbox-relay run --nats-create-stream OUTBOX`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
@@ -64,6 +67,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
 	addFailoverFlags(fs) // failover.go
 	addDeliveryFlags(fs)
+	addBrokerFlags(fs)   // brokers.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -89,22 +93,14 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	if cfg.DSN, err = requireDSN(fs); err != nil {
 		return cfg, err
 	}
-	cfg.WebhookURL = stringFrom(fs, urlFlag)
-	if cfg.WebhookURL == "" {
-		return cfg, usageError{errors.New("no webhook URL: set WEBHOOK_URL or pass --webhook-url, e.g. https://consumer.example/webhooks")}
-	}
-	if _, err := publisher.ParseURL(cfg.WebhookURL); err != nil {
-		return cfg, usageError{fmt.Errorf("%w (set WEBHOOK_URL or --webhook-url)", err)}
-	}
-	if cfg.Secrets, err = secrets(fs); err != nil {
+	broker, ok, err := brokerConfig(fs) // brokers.go
+	if err != nil {
 		return cfg, err
 	}
-	scheme, _ := fs.GetString("signature-scheme")
-	if cfg.Scheme, err = signature.ParseScheme(scheme); err != nil {
-		return cfg, usageError{err}
-	}
-	if _, err := signature.Keys(cfg.Scheme, cfg.Secrets); err != nil {
-		return cfg, usageError{err}
+	if ok {
+		cfg.Destination = broker
+	} else if err := webhookConfig(fs, &cfg); err != nil {
+		return cfg, err
 	}
 	cfg.Slot, _ = fs.GetString("slot")
 	cfg.Publication, _ = fs.GetString("publication")
@@ -142,6 +138,30 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, usageError{fmt.Errorf("--retry-min must be positive and no more than --retry-max")}
 	}
 	return cfg, nil
+}
+
+// webhookConfig reads the webhook destination's flags: URL, secrets and scheme.
+func webhookConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
+	var err error
+	cfg.WebhookURL = stringFrom(fs, urlFlag)
+	if cfg.WebhookURL == "" {
+		return usageError{errors.New("no webhook URL: set WEBHOOK_URL or pass --webhook-url, e.g. https://consumer.example/webhooks " +
+			"(or --nats-url for a NATS JetStream destination)")}
+	}
+	if _, err := publisher.ParseURL(cfg.WebhookURL); err != nil {
+		return usageError{fmt.Errorf("%w (set WEBHOOK_URL or --webhook-url)", err)}
+	}
+	if cfg.Secrets, err = secrets(fs); err != nil {
+		return err
+	}
+	scheme, _ := fs.GetString("signature-scheme")
+	if cfg.Scheme, err = signature.ParseScheme(scheme); err != nil {
+		return usageError{err}
+	}
+	if _, err := signature.Keys(cfg.Scheme, cfg.Secrets); err != nil {
+		return usageError{err}
+	}
+	return nil
 }
 
 // durationFrom returns the flag's value if it was given, else the environment variable's, else

@@ -34,6 +34,9 @@ type config struct {
 	// KeepLogs keeps the relays' and the server's logs even when the run passes
 	// (TORTURE_KEEP_LOGS); a failed run always keeps them.
 	KeepLogs bool
+	// Sink, if set, is the broker the relays deliver to instead of the webhook: nats or kafka
+	// (TORTURE_SINK; make torture SINK=...; broker.go).
+	Sink string
 }
 
 func defaultConfig() config {
@@ -81,6 +84,13 @@ func parseConfig(getenv func(string) string) (config, error) {
 		cfg.Drain = d
 	}
 	cfg.Relay = getenv("TORTURE_RELAY")
+	switch cfg.Sink = getenv("TORTURE_SINK"); cfg.Sink {
+	case "", "webhook":
+		cfg.Sink = ""
+	case "nats", "kafka":
+	default:
+		return cfg, fmt.Errorf("TORTURE_SINK=%q: set nats or kafka, or leave it empty for the webhook", cfg.Sink)
+	}
 	if v := getenv("TORTURE_KEEP_LOGS"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

@@ -34,6 +34,8 @@ func TestParseConfig(t *testing.T) {
 		{"no writers", map[string]string{"TORTURE_WRITERS": "0"}, nil, "TORTURE_WRITERS"},
 		{"gap backwards", map[string]string{"TORTURE_FAULT_GAP": "4s-1s"}, nil, "TORTURE_FAULT_GAP"},
 		{"gap too short", map[string]string{"TORTURE_FAULT_GAP": "1ms"}, nil, "TORTURE_FAULT_GAP"},
+		{"unknown sink", map[string]string{"TORTURE_SINK": "rabbitmq"}, nil, "nats or kafka"},
+		{"nats sink", map[string]string{"TORTURE_SINK": "nats"}, func(c config) bool { return c.Sink == "nats" }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

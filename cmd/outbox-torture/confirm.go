@@ -85,6 +85,9 @@ func sampleSlot(ctx context.Context, dsn, slot string, recv *receiver, every tim
 			}
 			continue
 		}
+		if mark < 0 {
+			continue // a broker run whose bridge could not catch up: no sound mark
+		}
 		if pos, err := pglogrepl.ParseLSN(*lsn); err == nil {
 			out = append(out, sample{LSN: pos, Mark: mark, At: time.Now()})
 		}

@@ -165,6 +165,12 @@ func (t *harness) inject(ctx context.Context, f fault) {
 	case faultSlotDrop:
 		t.slotDrop(ctx)
 	default:
+		if t.broker != nil {
+			// A broker run: the receiver sits behind the bridge, so the broker fails instead.
+			t.faults.Log[len(t.faults.Log)-1].What += fmt.Sprintf(" → broker restart, down %s", f.Hold)
+			t.brokerRestart(ctx, f.Hold)
+			return
+		}
 		t.recv.fault(f.Kind.receiverMode(), f.Share, f.Hold)
 	}
 }

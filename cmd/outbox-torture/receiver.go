@@ -70,6 +70,10 @@ type receiver struct {
 	mu   sync.Mutex
 	log  []delivery
 	seen map[string]struct{}
+
+	// catchUp, if set (a broker run, broker.go), makes mark wait until the bridge has posted
+	// everything the broker holds now; false means it could not, and mark returns -1.
+	catchUp func() bool
 }
 
 // applySQL is the consumer's effect: a count per event, which must end at exactly 1.
@@ -208,6 +212,16 @@ func (r *receiver) record(req *http.Request, body []byte) {
 // mark is the number of deliveries recorded so far: deliveries at a lower index of the log were
 // recorded, and so answered, no later than now.
 func (r *receiver) mark() int {
+	if r.catchUp != nil && !r.catchUp() {
+		return -1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.log)
+}
+
+// recorded is the length of the log now, without waiting for a broker run's bridge.
+func (r *receiver) recorded() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.log)

@@ -36,7 +36,11 @@ func writeSummary(w io.Writer, r *result) {
 	row("rolled back", fmt.Sprintf("%d events in %d transactions", r.RolledBackEvents, r.RolledBackTxs), nil)
 	row("cut off by faults, retried", fmt.Sprintf("%d events in %d transactions; %d COMMIT outcomes settled by look-up",
 		r.AbortedEvents, r.AbortedTxs, r.Settled), nil)
-	row("faults", faultCounts(r), nil)
+	faults := faultCounts(r)
+	if r.Config.Sink != "" {
+		faults += fmt.Sprintf("; sink %s: each recv-* fault was a broker restart for its hold (broker.go)", r.Config.Sink)
+	}
+	row("faults", faults, nil)
 	row("receiver answers", receiverAnswers(r), nil)
 	row("lost", fmt.Sprint(len(v.Lost)), is(len(v.Lost) == 0 && r.Drained))
 	row("phantoms", fmt.Sprintf("%d (rolled back %d, cut off %d, never written %d)", phantoms,

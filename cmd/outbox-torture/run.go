@@ -76,6 +76,7 @@ type harness struct {
 	ledger   ledger
 	faults   faultStats
 	epochs   []slotEpoch // slots created again by the slot-drop fault
+	broker   broker      // a broker run's sink (broker.go), else nil
 
 	drainedAt time.Time
 }
@@ -144,7 +145,18 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 	if err != nil {
 		return nil, err
 	}
-	t.fleet = newFleet(bin, logDir, relayArgs(relayDSN, t.recv.URL, secret, slotName))
+	args := relayArgs(relayDSN, t.recv.URL, secret, slotName)
+	if cfg.Sink != "" {
+		t.logf("starting the %s broker and its bridge to the receiver", cfg.Sink)
+		br, stopBroker, err := t.startBroker(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer stopBroker()
+		t.broker = br
+		args = brokerArgs(args, br.relayArgs())
+	}
+	t.fleet = newFleet(bin, logDir, args)
 	defer t.fleet.killAll()
 
 	res, err = t.execute(ctx, inPool)
@@ -306,7 +318,7 @@ func (t *harness) supervise(ctx context.Context) {
 func (t *harness) status(ctx context.Context) {
 	for sleep(ctx, 5*time.Second) {
 		t.logf("committed %d events; receiver %d answered 2xx, %d requests; relays running %d",
-			t.ledger.events.Load(), t.recv.mark(), t.recv.requests.Load(), len(t.fleet.alive()))
+			t.ledger.events.Load(), t.recv.recorded(), t.recv.requests.Load(), len(t.fleet.alive()))
 	}
 }
 

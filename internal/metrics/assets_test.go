@@ -324,7 +324,7 @@ func TestEveryDeliveryResultIsExportedFromTheStart(t *testing.T) {
 	}
 	slices.Sort(results)
 	want := []string{publisher.Result3xx, publisher.Result4xx, publisher.Result5xx, publisher.ResultNetwork,
-		publisher.ResultSuccess, publisher.ResultTimeout}
+		publisher.ResultSuccess, publisher.ResultTimeout, publisher.ResultRejected}
 	slices.Sort(want)
 	if !slices.Equal(results, want) {
 		t.Errorf("result label values %v, want %v", results, want)

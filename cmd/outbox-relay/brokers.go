@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+var (
+	natsURLFlag      = envFlag{name: "nats-url", env: "NATS_URL"}
+	kafkaBrokersFlag = envFlag{name: "kafka-brokers", env: "KAFKA_BROKERS"}
+	kafkaPassFlag    = envFlag{name: "kafka-sasl-password", env: "KAFKA_SASL_PASSWORD"}
+)
+
+var natsFlags = []string{"nats-subject", "nats-creds-file", "nats-tls-ca", "nats-tls-cert", "nats-tls-key",
+	"nats-create-stream", "nats-stream-replicas", "nats-stream-max-age"}
+
+var kafkaFlags = []string{"kafka-topic", "kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password",
+	"kafka-sasl-password-file", "kafka-tls", "kafka-tls-ca", "kafka-tls-cert", "kafka-tls-key", "kafka-compression"}
+
+// addBrokerFlags adds the flags that select a broker destination instead of the webhook.
+func addBrokerFlags(fs *pflag.FlagSet) {
+	fs.String(natsURLFlag.name, "", "publish to NATS JetStream at this server (comma-separated for several) instead of a webhook (env NATS_URL)")
+	fs.String("nats-subject", natsdest.DefaultSubject, "NATS subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type}")
+	fs.String("nats-creds-file", "", "NATS credentials file (JWT and NKey seed)")
+	fs.String("nats-tls-ca", "", "PEM file of the CA that signed the NATS servers' certificates")
+	fs.String("nats-tls-cert", "", "PEM client certificate for NATS (with --nats-tls-key)")
+	fs.String("nats-tls-key", "", "PEM key of --nats-tls-cert")
+	fs.String("nats-create-stream", "", "if no JetStream stream captures the subjects, create one with this name (file storage)")
+	fs.Int("nats-stream-replicas", 1, "replicas of the stream --nats-create-stream creates (1 to 5)")
+	fs.Duration("nats-stream-max-age", 0, "max age of messages in the stream --nats-create-stream creates; 0 = no limit")
+	fs.String(kafkaBrokersFlag.name, "", "produce to Kafka via these seed brokers (host:port, comma-separated) instead of a webhook (env KAFKA_BROKERS)")
+	fs.String("kafka-topic", kafkadest.DefaultTopic, "Kafka topic template; placeholders {aggregate_type}, {aggregate_id}, {event_type}")
+	fs.String("kafka-sasl-mechanism", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512; empty = none")
+	fs.String("kafka-sasl-user", "", "SASL user")
+	fs.String(kafkaPassFlag.name, "", "SASL password (env KAFKA_SASL_PASSWORD)")
+	fs.String("kafka-sasl-password-file", "", "read the SASL password from this file instead")
+	fs.Bool("kafka-tls", false, "connect to the brokers with TLS (system roots unless --kafka-tls-ca)")
+	fs.String("kafka-tls-ca", "", "PEM file of the CA that signed the brokers' certificates (implies --kafka-tls)")
+	fs.String("kafka-tls-cert", "", "PEM client certificate for Kafka (with --kafka-tls-key)")
+	fs.String("kafka-tls-key", "", "PEM key of --kafka-tls-cert")
+	fs.String("kafka-compression", "none", "compression of produced batches: none, gzip, snappy, lz4 or zstd")
+}
+
+// brokerConfig reads the broker flags: ok is false when none selects a broker (the webhook
+// then). Their errors name the fix.
+func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err error) {
+	natsURL, brokers := stringFrom(fs, natsURLFlag), stringFrom(fs, kafkaBrokersFlag)
+	if natsURL == "" {
+		for _, name := range natsFlags {
+			if fs.Changed(name) {
+				return d, false, usageError{fmt.Errorf("--%s needs --nats-url (or NATS_URL): it configures the NATS destination", name)}
+			}
+		}
+	}
+	if brokers == "" {
+		for _, name := range kafkaFlags {
+			if fs.Changed(name) {
+				return d, false, usageError{fmt.Errorf("--%s needs --kafka-brokers (or KAFKA_BROKERS): it configures the Kafka destination", name)}
+			}
+		}
+	}
+	if natsURL == "" && brokers == "" {
+		return d, false, nil
+	}
+	if natsURL != "" && brokers != "" {
+		return d, false, usageError{errors.New("both --nats-url (NATS_URL) and --kafka-brokers (KAFKA_BROKERS) are set: a pipeline has exactly one destination, drop one")}
+	}
+	if stringFrom(fs, urlFlag) != "" {
+		return d, false, usageError{errors.New("both --webhook-url (WEBHOOK_URL) and a broker (--nats-url or --kafka-brokers) are set: " +
+			"a pipeline has exactly one destination, drop one")}
+	}
+	if brokers != "" {
+		c := &kafkadest.Config{Brokers: brokers}
+		c.Topic, _ = fs.GetString("kafka-topic")
+		c.SASL.Mechanism, _ = fs.GetString("kafka-sasl-mechanism")
+		c.SASL.User, _ = fs.GetString("kafka-sasl-user")
+		c.SASL.Password = stringFrom(fs, kafkaPassFlag)
+		c.SASL.PasswordFile, _ = fs.GetString("kafka-sasl-password-file")
+		c.TLS.Enabled, _ = fs.GetBool("kafka-tls")
+		c.TLS.CA, _ = fs.GetString("kafka-tls-ca")
+		c.TLS.Cert, _ = fs.GetString("kafka-tls-cert")
+		c.TLS.Key, _ = fs.GetString("kafka-tls-key")
+		c.Compression, _ = fs.GetString("kafka-compression")
+		if err := c.Validate(); err != nil {
+			return d, false, usageError{err}
+		}
+		d.Kafka = c
+		return d, true, nil
+	}
+	c := &natsdest.Config{URL: natsURL}
+	c.Subject, _ = fs.GetString("nats-subject")
+	c.CredsFile, _ = fs.GetString("nats-creds-file")
+	c.TLS.CA, _ = fs.GetString("nats-tls-ca")
+	c.TLS.Cert, _ = fs.GetString("nats-tls-cert")
+	c.TLS.Key, _ = fs.GetString("nats-tls-key")
+	if name, _ := fs.GetString("nats-create-stream"); strings.TrimSpace(name) != "" {
+		s := &natsdest.StreamConfig{Name: strings.TrimSpace(name)}
+		s.Replicas, _ = fs.GetInt("nats-stream-replicas")
+		s.MaxAge, _ = fs.GetDuration("nats-stream-max-age")
+		c.CreateStream = s
+	}
+	if err := c.Validate(); err != nil {
+		return d, false, usageError{err}
+	}
+	d.NATS = c
+	return d, true, nil
+}

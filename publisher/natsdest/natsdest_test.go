@@ -1,0 +1,263 @@
+package natsdest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/publisher"
+)
+
+func TestSubjectTemplate(t *testing.T) {
+	tm, err := parseTemplate(DefaultSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &cdc.Event{AggregateType: "order.line", AggregateID: "a b", EventType: "created>*\n"}
+	if got, want := tm.expand(ev), "outbox.order_line.created___"; got != want {
+		t.Errorf("expand = %q, want %q", got, want)
+	}
+	if got, want := tm.wildcard(), "outbox.*.*"; got != want {
+		t.Errorf("wildcard = %q, want %q", got, want)
+	}
+	tm, _ = parseTemplate("events.{aggregate_type}-{aggregate_id}.x")
+	if got, want := tm.expand(&cdc.Event{AggregateType: "", AggregateID: "7"}), "events._-7.x"; got != want {
+		t.Errorf("expand = %q, want %q", got, want)
+	}
+	if got, want := tm.wildcard(), "events.*.x"; got != want {
+		t.Errorf("wildcard = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"a..b", ".a", "a.", "a.*", "a.>", "a b", "a.{nope}", "a.{event_type", "a}.b"} {
+		if _, err := parseTemplate(bad); err == nil || !strings.Contains(err.Error(), "placeholders are") {
+			t.Errorf("template %q: err %v, want an error naming the placeholders", bad, err)
+		}
+	}
+}
+
+func TestCovers(t *testing.T) {
+	for _, c := range []struct {
+		f, sub string
+		want   bool
+	}{{"outbox.>", "outbox.*.*", true}, {"outbox.*.*", "outbox.*.*", true}, {"outbox.order.*", "outbox.*.*", false},
+		{"outbox.*", "outbox.*.*", false}, {">", "a", true}, {"a.b", "a.b", true}, {"a.*", "a.b", true}, {"a.b.>", "a.b", false}} {
+		if got := covers(c.f, c.sub); got != c.want {
+			t.Errorf("covers(%q, %q) = %v, want %v", c.f, c.sub, got, c.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "nats.url"},
+		{Config{URL: "nats://a:1,,nats://b:1"}, "single commas"},
+		{Config{URL: "http://a:1"}, "nats://"},
+		{Config{URL: "nats://a:1", TLS: TLSConfig{Cert: "c"}}, "tls.key"},
+		{Config{URL: "nats://a:1", CreateStream: &StreamConfig{}}, "create_stream.name"},
+		{Config{URL: "nats://a:1", CreateStream: &StreamConfig{Name: "S", Replicas: 7}}, "1 to 5"},
+		{Config{URL: "nats://a:1", Subject: "x.{bad}"}, "unknown placeholder"},
+	} {
+		err := c.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err %v, want one naming %q", c.cfg, err, c.want)
+		}
+	}
+	if err := (Config{URL: "nats://u:secret@a:1,b:2"}).Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A missing stream is a start-up error naming the fix; create_stream creates it, and a second
+// start finds it.
+func TestStreamCheckAndCreate(t *testing.T) {
+	ctx := testCtx(t)
+	srv := natstest.Start(t)
+	_, err := New(ctx, Config{URL: srv.URL()}, zerolog.Nop())
+	if !errors.Is(err, ErrNoStream) || !strings.Contains(err.Error(), "create_stream") ||
+		!strings.Contains(err.Error(), "outbox.*.*") {
+		t.Fatalf("New without a stream: %v, want ErrNoStream naming the subjects and create_stream", err)
+	}
+	d, err := New(ctx, Config{URL: srv.URL(), CreateStream: &StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("New with create_stream: %v", err)
+	}
+	d.Close()
+	d, err = New(ctx, Config{URL: srv.URL()}, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("New after the stream exists: %v", err)
+	}
+	d.Close()
+	// A stream that captures only some of the subjects does not count.
+	_, err = New(ctx, Config{URL: srv.URL(), Subject: "other.{aggregate_type}"}, zerolog.Nop())
+	if !errors.Is(err, ErrNoStream) {
+		t.Fatalf("New for subjects no stream covers: %v, want ErrNoStream", err)
+	}
+}
+
+func event(agg string, n int) *cdc.Event {
+	tx := &cdc.Tx{CommitLSN: pglogrepl.LSN(1000 + n), CommitTime: time.Now()}
+	ev := &cdc.Event{ID: fmt.Sprintf("%s-%04d", agg, n), AggregateType: "order", AggregateID: agg,
+		EventType: "order.created", Payload: []byte(fmt.Sprintf(`{"n":%d}`, n)),
+		Headers: []byte(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","X-Event-Id":"forged"}`), Tx: tx}
+	tx.Events = []*cdc.Event{ev}
+	return ev
+}
+
+// One message: data, subject, Nats-Msg-Id and the contract's headers; a re-publish of the same
+// event is dropped by the duplicate window and still reported delivered.
+func TestSendMessageAndDuplicate(t *testing.T) {
+	ctx := testCtx(t)
+	srv := natstest.Start(t)
+	d, err := New(ctx, Config{URL: srv.URL(), CreateStream: &StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ev := event("o-1", 1)
+	for attempt := 1; attempt <= 2; attempt++ {
+		if r := d.Send(ctx, ev, attempt); !r.Delivered || r.Label != publisher.ResultSuccess {
+			t.Fatalf("attempt %d: %+v", attempt, r)
+		}
+	}
+	msgs := natstest.ReadStream(ctx, t, srv.URL(), "OUTBOX")
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages stored, want 1 (the re-publish dropped as a duplicate)", len(msgs))
+	}
+	m := msgs[0]
+	if m.Subject != "outbox.order.order_created" || string(m.Data) != `{"n":1}` {
+		t.Errorf("subject %q data %q", m.Subject, m.Data)
+	}
+	for k, want := range map[string]string{"Nats-Msg-Id": ev.ID, "X-Event-Id": ev.ID, "X-Event-Type": "order.created",
+		"X-Aggregate-Type": "order", "X-Aggregate-Id": "o-1", "X-Event-Sequence": publisher.Sequence(ev),
+		"Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"} {
+		if got := m.Header.Values(k); len(got) != 1 || got[0] != want {
+			t.Errorf("header %s = %q, want [%q]", k, got, want)
+		}
+	}
+}
+
+// acks records the events the publisher settled, in order.
+// counting counts the failed attempts of a destination.
+type counting struct {
+	*Destination
+	failed atomic.Int64
+}
+
+func (c *counting) Send(ctx context.Context, ev *cdc.Event, attempt int) publisher.Result {
+	r := c.Destination.Send(ctx, ev, attempt)
+	if !r.Delivered {
+		c.failed.Add(1)
+	}
+	return r
+}
+
+type acks struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (a *acks) Ack(ev *cdc.Event)          { a.mu.Lock(); a.ids = append(a.ids, ev.ID); a.mu.Unlock() }
+func (a *acks) Grow(*cdc.Tx, []*cdc.Event) {}
+func (a *acks) n() int                     { a.mu.Lock(); defer a.mu.Unlock(); return len(a.ids) }
+
+// The publisher through this destination while the server crashes and comes back, twice:
+// every event ends up in the stream, each aggregate's first appearances are in commit order
+// (retries included), and every event acknowledged to the publisher is in the stream.
+func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
+	ctx := testCtx(t)
+	srv := natstest.Start(t)
+	d, err := New(ctx, Config{URL: srv.URL(), RequestTimeout: 2 * time.Second,
+		CreateStream: &StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a := &acks{}
+	cd := &counting{Destination: d}
+	pub := publisher.New(publisher.Config{MaxInFlight: 16, RetryMin: 20 * time.Millisecond,
+		RetryMax: 200 * time.Millisecond}, cd, a, nil)
+	const aggs, per = 20, 50
+	txs := make(chan *cdc.Tx)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); pub.Run(runCtx, txs) }()
+	// The broker goes down twice while events keep coming, each time for longer than an attempt
+	// may take, and comes back on the same store.
+	faults := make(chan struct{})
+	go func() {
+		defer close(faults)
+		for _, at := range []int{aggs * per / 4, aggs * per / 2} {
+			for a.n() < at && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			srv.Shutdown()
+			time.Sleep(300 * time.Millisecond)
+			srv.Restart()
+		}
+	}()
+	total := 0
+	for n := 0; n < per; n++ {
+		for g := 0; g < aggs; g++ {
+			txs <- event(fmt.Sprintf("agg-%02d", g), n).Tx
+			total++
+		}
+	}
+	<-faults
+	for a.n() < total {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d events acknowledged", a.n(), total)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if cd.failed.Load() == 0 {
+		t.Fatal("no attempt failed: the restarts were not noticed, so this test tested no retry")
+	}
+	msgs := natstest.ReadStream(ctx, t, srv.URL(), "OUTBOX")
+	seen := map[string]bool{}
+	next := map[string]int{}
+	for _, m := range msgs {
+		id := m.Header.Get("Nats-Msg-Id")
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		agg := m.Header.Get("X-Aggregate-Id")
+		var n int
+		fmt.Sscanf(strings.TrimPrefix(id, agg+"-"), "%d", &n)
+		if n != next[agg] {
+			t.Fatalf("aggregate %s: first appearance of event %d at stream seq %d, want event %d (commit order)", agg, n, m.Seq, next[agg])
+		}
+		next[agg]++
+	}
+	a.mu.Lock()
+	for _, id := range a.ids {
+		if !seen[id] {
+			t.Errorf("event %s acknowledged but not in the stream", id)
+		}
+	}
+	a.mu.Unlock()
+	if len(seen) != total {
+		t.Fatalf("%d distinct events in the stream, want %d", len(seen), total)
+	}
+	t.Logf("%d failed attempts; %d messages stored for %d events", cd.failed.Load(), len(msgs), total)
+}
