@@ -67,7 +67,7 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
 	addFailoverFlags(fs) // failover.go
 	addDeliveryFlags(fs)
-	addBrokerFlags(fs)   // brokers.go
+	addBrokerFlags(fs) // brokers.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
