@@ -68,7 +68,7 @@ func TestReadiness(t *testing.T) {
 	e.recv.Unhang()
 	requireOK(t, e.waitDelivered(res, 30*time.Second))
 	waitFor(t, 10*time.Second, "ready again after recovery", func() bool { code, _ := get(t, &leaderAddr, "/readyz"); return code == 200 })
-	if code, body := get(t, &leaderAddr, "/metrics"); code != 200 || !strings.Contains(body, "outbox_relay_events_delivered_total 10") {
+	if code, body := get(t, &leaderAddr, "/metrics"); code != 200 || !strings.Contains(body, `outbox_relay_events_delivered_total{pipeline="default"} 10`) {
 		t.Fatalf("/metrics %d does not show 10 deliveries", code)
 	}
 	_ = leader

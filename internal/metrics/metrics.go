@@ -66,7 +66,7 @@ type Metrics struct {
 
 // New creates the series and registers them on reg (nil: nowhere).
 func New(reg prometheus.Registerer) *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		OldestUndelivered: Gauge(reg, "oldest_undelivered_seconds",
 			"Age (from commit) of the oldest event received but not yet delivered; 0 when none waits."),
 		BufferedEvents: Gauge(reg, "buffered_events", "Events received and not yet delivered."),
@@ -77,6 +77,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		OutboxRows: Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "outbox_rows",
 			Help: "outbox_events rows by status (estimated cheaply), polled."}, []string{"status"})),
 	}
+	// The children exist from the start, so every status is listed before the first poll (and
+	// through a Registerer wrapped with a pipeline label, where the vector itself is hidden).
+	for _, st := range []string{"pending", "failed", "parked", "done"} {
+		m.OutboxRows.WithLabelValues(st)
+	}
+	return m
 }
 
 // Discard returns metrics registered nowhere, for components built without a registry.
