@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
