@@ -15,6 +15,8 @@ type windowLimiter struct {
 	per    time.Duration
 	starts []time.Time // ring of the last n start times
 	next   int         // the oldest entry, overwritten by the next start
+	// started, if set, is told each start's time, under the lock (tests).
+	started func(time.Time)
 }
 
 func newWindowLimiter(n int, per time.Duration) *windowLimiter {
@@ -31,6 +33,9 @@ func (l *windowLimiter) wait(ctx context.Context) bool {
 		if oldest.IsZero() || now.Sub(oldest) >= l.per {
 			l.starts[l.next] = now
 			l.next = (l.next + 1) % len(l.starts)
+			if l.started != nil {
+				l.started(now)
+			}
 			l.mu.Unlock()
 			return true
 		}

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // pipelinesEnv is e with two pipelines: "all" (no filter) to e.recv, and "orders" (filter on
@@ -197,4 +200,81 @@ func TestRefusedFilterCreatesNothing(t *testing.T) {
 			"pub_"+e.slot+"_orders").Scan(&f)
 		return strings.Contains(f, "invoice")
 	})
+}
+
+func (e *pipelinesEnv) count(q string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// A destination that refuses everything parks its aggregates in its own pipeline only: the
+// other pipeline delivers the same rows, and, as the status owner, marks them done. A replay
+// that names the pipeline re-sends them to it, in order, and unparks them.
+func TestPoisonParksInItsPipelineOnly(t *testing.T) {
+	e := newPipelinesEnv(t)
+	e.orders.SetFail(func(*http.Request) int { return http.StatusBadRequest })
+	e.startBoth(func(c *Config) {
+		e.pipelines(c)
+		c.Pipelines[1].MaxAttempts = 2
+	})
+	orders := e.produce(relaytest.Workload{Events: 60, Aggregates: 5, MaxTxSize: 3, Type: "order"})
+	requireOK(t, waitAll(t, e.recv, orders, time.Minute))
+	waitFor(t, time.Minute, "every orders aggregate parked in pipeline orders", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline = 'orders' AND own_state`) == 5
+	})
+	if n := e.count(`SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline <> 'orders'`); n != 0 {
+		t.Fatalf("%d aggregates parked in another pipeline", n)
+	}
+	waitFor(t, 30*time.Second, "rows marked done by the status owner", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_events WHERE status = 'done'`) == len(orders.Committed)
+	})
+	if n := e.count(`SELECT count(*) FROM outbox_pipeline_events WHERE pipeline = 'orders' AND status IN ('failed', 'parked')`); n != len(orders.Committed) {
+		t.Fatalf("%d events recorded failed or parked for pipeline orders, want %d", n, len(orders.Committed))
+	}
+	e.orders.SetFail(nil)
+	conn, err := pgx.Connect(context.Background(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	plans, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true, Pipeline: "orders"}, false)
+	if err != nil || len(plans) != 5 {
+		t.Fatalf("replay: %d plans, %v", len(plans), err)
+	}
+	requireOK(t, waitAll(t, e.orders, orders, time.Minute))
+	waitFor(t, 30*time.Second, "orders unparked and its records cleared", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_parked_aggregates`)+
+			e.count(`SELECT count(*) FROM outbox_pipeline_events`) == 0
+	})
+}
+
+// A shadow pipeline whose destination is down gives up after its attempts: the events are
+// recorded as abandoned, nothing is parked, and its slot confirms past them (no WAL pinned).
+func TestShadowAbandonsAndNeverPins(t *testing.T) {
+	e := newPipelinesEnv(t)
+	e.orders.SetFail(func(*http.Request) int { return http.StatusServiceUnavailable })
+	e.startBoth(func(c *Config) {
+		e.pipelines(c)
+		c.Pipelines[1].Shadow = true
+		c.Pipelines[1].MaxAttempts = 2
+	})
+	orders := e.produce(relaytest.Workload{Events: 30, Aggregates: 5, MaxTxSize: 3, Type: "order"})
+	written := e.walNow()
+	requireOK(t, waitAll(t, e.recv, orders, time.Minute))
+	waitFor(t, time.Minute, "the shadow's slot confirmed past its failed events", func() bool {
+		return e.confirmed(e.slot+"_orders") >= written
+	})
+	if n := e.count(`SELECT count(*) FROM outbox_pipeline_events WHERE pipeline = 'orders' AND status = 'abandoned'`); n != len(orders.Committed) {
+		t.Fatalf("%d events recorded abandoned, want %d", n, len(orders.Committed))
+	}
+	if n := e.count(`SELECT count(*) FROM outbox_parked_aggregates`); n != 0 {
+		t.Fatalf("a shadow parked %d aggregates", n)
+	}
+	if e.orders.Requests() < int64(2*len(orders.Committed)) {
+		t.Fatalf("%d requests to the shadow, want at least 2 attempts per event", e.orders.Requests())
+	}
 }
