@@ -94,6 +94,13 @@ func (p *Pipeline) Validate() error {
 	return nil
 }
 
+// WithDefaults returns p with the defaults Run applies (slot and publication names, limits,
+// attempts).
+func (p Pipeline) WithDefaults() Pipeline {
+	p.defaults()
+	return p
+}
+
 func (p *Pipeline) defaults() {
 	set := func(v *int, d int) {
 		if *v <= 0 {

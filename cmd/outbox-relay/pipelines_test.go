@@ -189,3 +189,87 @@ func TestConfigRefusesPerPipelineFlags(t *testing.T) {
 		t.Fatalf("%d warnings about WEBHOOK_URL, want 1:\n%s", c, p.stderr.String())
 	}
 }
+
+// status lists every pipeline of --config, warns about a pipeline's slot left behind when it is
+// removed from the file, and drop-pipeline removes that slot, refusing while it is streamed.
+func TestStatusPipelinesAndDropPipeline(t *testing.T) {
+	dsn, pool := relaytest.MigratedDB(t)
+	all, orders := relaytest.NewReceiver("s3cret"), relaytest.NewReceiver("s3cret")
+	t.Cleanup(all.Close)
+	t.Cleanup(orders.Close)
+	file := twoPipelineConfig(t, all.URL, orders.URL)
+	env := []string{"TEST_PIPELINE_SECRET=s3cret", "DB_DSN=" + dsn}
+	p, lines := startCLI(t, env, "run", "--config", file, "--metrics-addr", "", "--log-format", "json")
+	events := make(chan logEvent, 1024)
+	go forward(0, lines, events)
+	streaming := map[string]bool{}
+	for deadline := time.After(time.Minute); len(streaming) < 2; {
+		select {
+		case ev := <-events:
+			streaming[ev.pipeline] = streaming[ev.pipeline] || ev.message == "streaming"
+			if !streaming[ev.pipeline] {
+				delete(streaming, ev.pipeline)
+			}
+		case <-deadline:
+			t.Fatalf("pipelines streaming after a minute: %v", streaming)
+		}
+	}
+	type doc struct {
+		Healthy   bool `json:"healthy"`
+		Pipelines []struct {
+			Name    string  `json:"name"`
+			Healthy bool    `json:"healthy"`
+			Filter  *string `json:"filter"`
+		} `json:"pipelines"`
+		Unused struct {
+			Slots []string `json:"slots"`
+		} `json:"unused"`
+	}
+	status := func(args ...string) (doc, int) {
+		t.Helper()
+		out, stderr, code := execCLI(t, env, append([]string{"status", "--json"}, args...)...)
+		var d doc
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatalf("status %v: %v\n%s\n%s", args, err, out, stderr)
+		}
+		return d, code
+	}
+	d, code := status("--config", file)
+	if code != 0 || !d.Healthy || len(d.Pipelines) != 2 || !d.Pipelines[0].Healthy || !d.Pipelines[1].Healthy ||
+		d.Pipelines[1].Filter == nil || len(d.Unused.Slots) != 0 {
+		t.Fatalf("status of two running pipelines: exit %d, %+v", code, d)
+	}
+	if d, _ = status("--config", file, "--pipeline", "orders"); len(d.Pipelines) != 1 || d.Pipelines[0].Name != "orders" {
+		t.Fatalf("--pipeline orders: %+v", d)
+	}
+	_, stderr, code := execCLI(t, env, "drop-pipeline", "orders")
+	if code != 1 || !strings.Contains(stderr, "slot is active") {
+		t.Fatalf("drop-pipeline of a streamed pipeline: exit %d, %s", code, stderr)
+	}
+	p.stop(t, syscall.SIGTERM)
+	// The file without orders: its slot is reported unused, and the exit code says unhealthy
+	// (nothing streams any more).
+	onlyAll := writeFile(t, "all.yaml", `pipelines:
+  - name: all
+    webhook: {url: "`+all.URL+`", secret: "${TEST_PIPELINE_SECRET}"}
+`)
+	d, code = status("--config", onlyAll)
+	if code == 0 || len(d.Unused.Slots) != 1 || d.Unused.Slots[0] != "outbox_relay_orders" {
+		t.Fatalf("status without orders: exit %d, %+v", code, d)
+	}
+	if _, stderr, code = execCLI(t, env, "drop-pipeline", "orders"); code != 0 {
+		t.Fatalf("drop-pipeline: exit %d, %s", code, stderr)
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outbox_relay_orders')
+		+ (SELECT count(*) FROM pg_publication WHERE pubname = 'outbox_relay_orders')`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d of the slot and publication left (%v)", n, err)
+	}
+	if d, _ = status("--config", onlyAll); len(d.Unused.Slots) != 0 {
+		t.Fatalf("still unused after the drop: %v", d.Unused.Slots)
+	}
+	// Clean up the other pipeline's slot, shared by this cluster's databases.
+	if _, stderr, code = execCLI(t, env, "drop-pipeline", "all"); code != 0 {
+		t.Fatalf("drop-pipeline all: exit %d, %s", code, stderr)
+	}
+}
