@@ -7,8 +7,10 @@ package metrics
 
 import (
 	"errors"
+	"reflect"
 	"regexp"
 	"sync"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -116,11 +118,30 @@ func (r *Recorder) Register(c prometheus.Collector) error {
 	for d := range descs {
 		if m := fqName.FindStringSubmatch(d.String()); m != nil {
 			if _, seen := r.byName[m[1]]; !seen {
-				r.byName[m[1]] = c
+				r.byName[m[1]] = unwrap(c)
 			}
 		}
 	}
 	return nil
+}
+
+// unwrap returns the collector that prometheus.WrapRegistererWith wrapped (a pipeline's
+// label), so that a test can write the component's own series; any other collector as it is.
+// The wrapper's type is unexported, hence the reflection: this is test support only.
+func unwrap(c prometheus.Collector) prometheus.Collector {
+	v := reflect.ValueOf(c)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return c
+	}
+	f := v.Elem().FieldByName("wrappedCollector")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[prometheus.Collector]() {
+		return c
+	}
+	inner, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(prometheus.Collector)
+	if !ok || inner == nil {
+		return c
+	}
+	return unwrap(inner)
 }
 
 // MustRegister registers cs and remembers them; it panics on an error.
