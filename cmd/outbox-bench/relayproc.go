@@ -87,6 +87,9 @@ func gitRevision(ctx context.Context) (string, bool) {
 // relayTarget is where a relay run reads from and delivers to.
 type relayTarget struct {
 	DSN, Slot, Publication, URL, Secret string
+	// Config, if set, is a --config file naming the pipelines; Slot, Publication, URL and
+	// Secret are then unused.
+	Config string
 }
 
 // relayProc is one running `outbox-relay run`.
@@ -107,6 +110,10 @@ func startRelay(ctx context.Context, bin string, t relayTarget) (*relayProc, err
 		"--slot", t.Slot, "--publication", t.Publication, "--metrics-addr", addr,
 		"--max-in-flight", strconv.Itoa(concurrency),
 		"--log-level", "warn", "--log-format", "json")
+	if t.Config != "" {
+		cmd = exec.Command(bin, "run", "--config", t.Config, "--dsn", t.DSN, "--metrics-addr", addr,
+			"--log-level", "warn", "--log-format", "json")
+	}
 	started := time.Now()
 	c, err := startChild("relay", cmd)
 	if err != nil {

@@ -21,6 +21,7 @@ const (
 	rowSteady1k    = "Steady 1,000 events/s"
 	rowSteady5k    = "Steady 5,000 events/s"
 	rowResources   = "Resources: 3× backlog"
+	rowTwoPipes    = "Backlog drain, 2 pipelines"
 )
 
 // sweepAggregates are the aggregate counts of the sweep rows (the drain row is 1,000).
@@ -44,6 +45,7 @@ type results struct {
 	steady5k  *steadyResult
 	sweep     map[int]*drainResult
 	resources *drainResult
+	twoPipes  *drainResult     // the drain with a second pipeline that filters out every row
 	errs      map[string]error // row → why it failed
 	errOrder  []string
 	bodyAvg   float64
@@ -184,6 +186,11 @@ func (e *env) rows(res *results) []suiteRow {
 	rows = append(rows, suiteRow{rowResources, func(ctx context.Context) error {
 		d, err := e.drain(ctx, "resources", 3*n, 1000, drainOpts{})
 		res.resources = keep(d, err)
+		return err
+	}})
+	rows = append(rows, suiteRow{rowTwoPipes, func(ctx context.Context) error {
+		d, err := e.drain(ctx, "two_pipelines", n, 1000, drainOpts{second: true})
+		res.twoPipes = keep(d, err)
 		return err
 	}})
 	return rows
