@@ -278,3 +278,56 @@ func TestShadowAbandonsAndNeverPins(t *testing.T) {
 		t.Fatalf("%d requests to the shadow, want at least 2 attempts per event", e.orders.Requests())
 	}
 }
+
+// With the same aggregates parked in two pipelines, a replay naming one re-sends to that one
+// only; the other stays parked until its own replay.
+func TestReplayReachesOnlyItsPipeline(t *testing.T) {
+	e := newPipelinesEnv(t)
+	refuse := func(*http.Request) int { return http.StatusBadRequest }
+	e.recv.SetFail(refuse)
+	e.orders.SetFail(refuse)
+	e.startBoth(func(c *Config) {
+		e.pipelines(c)
+		c.Pipelines[0].MaxAttempts = 2
+		c.Pipelines[1].MaxAttempts = 2
+	})
+	orders := e.produce(relaytest.Workload{Events: 20, Aggregates: 4, MaxTxSize: 2, Type: "order"})
+	waitFor(t, time.Minute, "the aggregates parked in both pipelines", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline = 'all'`) == 4 &&
+			e.count(`SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline = 'orders'`) == 4
+	})
+	e.recv.SetFail(nil)
+	e.orders.SetFail(nil)
+	conn, err := pgx.Connect(context.Background(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true}, true); !errors.Is(err, publisher.ErrPipelineNeeded) {
+		t.Fatalf("a replay naming no pipeline with two parked: %v, want ErrPipelineNeeded", err)
+	}
+	if _, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true, Pipeline: "orders"}, false); err != nil {
+		t.Fatal(err)
+	}
+	requireOK(t, waitAll(t, e.orders, orders, time.Minute))
+	waitFor(t, 30*time.Second, "orders unparked", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline = 'orders'`) == 0
+	})
+	// The replay was in the stream of both slots, before this marker: once pipeline all has
+	// delivered the marker, it has passed the replay request too.
+	marker := e.produce(relaytest.Workload{Events: 1, Aggregates: 1, MaxTxSize: 1, Type: "marker"})
+	requireOK(t, waitAll(t, e.recv, marker, time.Minute))
+	if n := e.count(`SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline = 'all'`); n != 4 {
+		t.Fatalf("%d aggregates still parked in pipeline all, want 4: the replay named orders", n)
+	}
+	for _, c := range orders.Committed {
+		if e.recv.Has(c.ID) {
+			t.Fatalf("event %s was re-sent to pipeline all", c.ID)
+		}
+	}
+	// Positive control: its own replay re-sends them.
+	if _, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true, Pipeline: "all"}, false); err != nil {
+		t.Fatal(err)
+	}
+	requireOK(t, waitAll(t, e.recv, merge(orders, marker), time.Minute))
+}
