@@ -14,7 +14,7 @@ import (
 // consistent point, which the stream will never carry. It reports how many rows it recorded and
 // whether they are in commit order (see backfillOrder). If recording fails, the new slot is
 // dropped again so a retry starts clean.
-func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot string, backfill bool) (int, bool, error) {
+func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot string, backfill bool, filter string) (int, bool, error) {
 	repl, err := (&Stream{cfg: Config{DSN: dsn}}).connect(ctx)
 	if err != nil {
 		return 0, false, err
@@ -30,7 +30,7 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, err
 	}
-	n, err := recordBackfill(ctx, conn, slot, res.SnapshotName, backfill, commitOrder)
+	n, err := recordBackfill(ctx, conn, slot, res.SnapshotName, backfill, commitOrder, filter)
 	if err != nil {
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", slot, err)
@@ -64,7 +64,7 @@ func backfillOrder(commitOrder bool) string {
 	return order
 }
 
-func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string, backfill, commitOrder bool) (int, error) {
+func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string, backfill, commitOrder bool, filter string) (int, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return 0, err
@@ -88,10 +88,14 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string, 
 	}
 	var n int64
 	if backfill {
+		where := "status = 'pending'"
+		if filter != "" {
+			where += " AND (" + filter + ")" // the rows the pipeline's publication would carry
+		}
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO outbox_backfill (slot, position, event_id)
 			SELECT $1, row_number() OVER (ORDER BY `+backfillOrder(commitOrder)+`), id
-			FROM outbox_events WHERE status = 'pending'`, slot)
+			FROM outbox_events WHERE `+where, slot)
 		if err != nil {
 			return 0, err
 		}

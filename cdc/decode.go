@@ -216,7 +216,7 @@ func (d *Decoder) message(b []byte) error {
 	if err := json.Unmarshal(rest[4:4+l], &req); err != nil || len(req.Aggregates) == 0 {
 		return nil
 	}
-	ev := &Event{Replay: req.Aggregates, Index: len(d.open.Events), Tx: d.open}
+	ev := &Event{Replay: req.Aggregates, ReplayPipeline: req.Pipeline, Index: len(d.open.Events), Tx: d.open}
 	d.open.Events = append(d.open.Events, ev)
 	d.open.bytes += ev.Size()
 	return nil

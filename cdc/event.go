@@ -23,6 +23,8 @@ type Event struct {
 	// `outbox-relay replay`), not a row: re-send the dead-lettered and parked events of these
 	// aggregates at this point of the stream.
 	Replay []Aggregate
+	// ReplayPipeline is the replay request's ReplayRequest.Pipeline ("" for "default").
+	ReplayPipeline string
 
 	Tx *Tx // the transaction that committed it
 }
@@ -43,6 +45,10 @@ const ReplayPrefix = "outbox-relay.replay"
 // ReplayRequest is the content of a replay message.
 type ReplayRequest struct {
 	Aggregates []Aggregate `json:"aggregates"`
+	// Pipeline names the pipeline whose parked aggregates are replayed; every slot carries every
+	// message, and each pipeline obeys only its own. Empty (requests written before pipelines)
+	// means the pipeline named "default".
+	Pipeline string `json:"pipeline,omitempty"`
 }
 
 // Key is the ordering key: events with equal keys are delivered one at a time, in commit order.

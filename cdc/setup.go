@@ -46,6 +46,10 @@ type SetupResult struct {
 	CommitOrder      bool // the backfill is in commit order (track_commit_timestamp = on)
 	// Failover is the slot's PostgreSQL 17 failover option after Setup (failover.go).
 	Failover FailoverResult
+	// FilterChanged: the existing publication's row filter was OldFilter and is now Filter
+	// (both canonical, as PostgreSQL prints them; empty is no filter).
+	FilterChanged     bool
+	OldFilter, Filter string
 }
 
 // SetupOptions are Setup's choices beyond the names.
@@ -69,6 +73,11 @@ type SetupOptions struct {
 	ReplicationDSN string
 	// Logger receives progress of slow steps; the zero value logs nothing.
 	Logger zerolog.Logger
+	// Filter is the publication's row filter, an SQL boolean over outbox_events columns
+	// (PostgreSQL 15+); a publication with another filter is altered to this one, which applies
+	// to rows committed after that. Empty (the default): every row. A backfill records only the
+	// pending rows it matches.
+	Filter string
 }
 
 // Setup checks that the server and database can feed the relay, and creates the publication
@@ -91,7 +100,10 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 			return res, err
 		}
 	}
-	if res.PublicationCreated, err = ensurePublication(ctx, conn, publication); err != nil {
+	if res.PublicationCreated, err = ensurePublication(ctx, conn, publication, opts.Filter); err != nil {
+		return res, err
+	}
+	if res.FilterChanged, res.OldFilter, res.Filter, err = applyFilter(ctx, conn, publication, opts.Filter); err != nil {
 		return res, err
 	}
 	if err := recreateIfNeeded(ctx, conn, slot, publication, opts, &res); err != nil {
@@ -107,7 +119,7 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	case exists:
 		_, err = ensureSlot(ctx, conn, slot) // checks it
 	default:
-		res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, !opts.NoBackfill || res.SlotRecreated)
+		res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, !opts.NoBackfill || res.SlotRecreated, opts.Filter)
 		res.SlotCreated = err == nil
 	}
 	if err != nil {
@@ -230,7 +242,7 @@ func checkReplicationRole(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-func ensurePublication(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
+func ensurePublication(ctx context.Context, conn *pgx.Conn, name, filter string) (bool, error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", name).Scan(&exists); err != nil {
 		return false, fmt.Errorf("look up publication: %w", err)
@@ -238,8 +250,14 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string) (bool, 
 	if exists {
 		return false, nil
 	}
+	where := ""
+	if filter != "" {
+		// Insert-only: with updates published too, a filter column outside the replica identity
+		// would make every later UPDATE of the table fail.
+		where = " WHERE (" + filter + ")"
+	}
 	stmt := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize() + " FOR TABLE " + OutboxSchema + "." + OutboxTable +
-		" WITH (publish = 'insert')"
+		where + " WITH (publish = 'insert')"
 	_, err := conn.Exec(ctx, stmt)
 	switch code := sqlstate(err); {
 	case err == nil:

@@ -84,6 +84,10 @@ func (p *Publisher) settleParked(ctx context.Context, evs []*cdc.Event) {
 func (p *Publisher) replay(ctx context.Context, req *cdc.Event) {
 	p.parkMu.Lock()
 	defer p.parkMu.Unlock()
+	if !p.mine(req) {
+		p.acker.Ack(req) // another pipeline's request: every slot carries every message
+		return
+	}
 	for _, agg := range req.Replay {
 		if !p.sched.isParked(agg.Key()) || p.cfg.Store == nil {
 			p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay request for an aggregate that is not parked; ignored")
@@ -130,4 +134,37 @@ func (p *Publisher) durably(ctx context.Context, what string, f func(context.Con
 		}
 		wait = min(wait*2, 10*time.Second)
 	}
+}
+
+// mine reports whether a replay request names this publisher's pipeline.
+func (p *Publisher) mine(req *cdc.Event) bool {
+	name, want := p.cfg.Pipeline, req.ReplayPipeline
+	if name == "" {
+		name = "default"
+	}
+	if want == "" {
+		want = "default"
+	}
+	return name == want
+}
+
+// abandon gives up on a shadow pipeline's event after its last attempt: the failure is recorded
+// (best effort: a shadow never holds the slot for its own bookkeeping), and the event is settled
+// like a delivered one, so the next event of its aggregate goes ahead.
+func (p *Publisher) abandon(ctx context.Context, it *item, o Result) {
+	ev := it.ev
+	reason := o.reason()
+	if p.cfg.Store != nil {
+		rec, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := p.cfg.Store.Abandoned(rec, ev, it.attempt, reason); err != nil {
+			p.log.Warn().Err(err).Str("event_id", ev.ID).Msg("recording an abandoned shadow event failed")
+		}
+		cancel()
+	}
+	p.m.EventsAbandoned.Inc()
+	p.log.Warn().Str("event_id", ev.ID).Str("aggregate_type", ev.AggregateType).Str("aggregate_id", ev.AggregateID).
+		Str("event_type", ev.EventType).Int("attempt", it.attempt).Str("last_error", reason).
+		Msg("shadow delivery abandoned after its last attempt; the event is settled, nothing is parked")
+	p.sched.done(it)
+	p.settle(ev)
 }

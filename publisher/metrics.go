@@ -27,6 +27,7 @@ type publisherMetrics struct {
 	EventsDelivered    prometheus.Counter
 	EventsDeadLettered prometheus.Counter
 	EventsSkipped      prometheus.Counter
+	EventsAbandoned    prometheus.Counter
 	DeliveryAttempts   *prometheus.CounterVec
 	DeliveryDuration   prometheus.Histogram
 	EndToEnd           prometheus.Histogram
@@ -41,6 +42,8 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 			"Events dead-lettered after the last allowed attempt."),
 		EventsSkipped: metrics.Counter(reg, "events_skipped_total",
 			"Events resent after a restart that an earlier process had already delivered (per the status marks), not sent again."),
+		EventsAbandoned: metrics.Counter(reg, "events_abandoned_total",
+			"Events a shadow pipeline gave up on after its last attempt (recorded, settled, never parked)."),
 		DeliveryAttempts: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "delivery_attempts_total",
 			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout, network, or rejected (a broker refused the message)."}, []string{"result"})),

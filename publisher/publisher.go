@@ -38,6 +38,17 @@ type Config struct {
 	// default: payloads may hold personal data.
 	LogPayloads bool
 	Logger      zerolog.Logger
+	// Pipeline is the name of the pipeline this publisher delivers for: it obeys only the replay
+	// requests that name it. Empty: "default".
+	Pipeline string
+	// Shadow makes delivery best effort: after MaxAttempts failed attempts (which must then be
+	// positive) the event is recorded as abandoned (Store.Abandoned, a log line,
+	// outbox_relay_events_abandoned_total) and settled; its aggregate is never parked. False
+	// (the default): dead letters park, as described at MaxAttempts.
+	Shadow bool
+	// RateLimit, if positive, bounds the attempts started in any one-second window to this
+	// many, retries included. Zero (the default): unlimited.
+	RateLimit int
 	// Registerer receives the publisher's series (outbox_relay_events_delivered_total,
 	// _delivery_attempts_total, _parked_aggregates, ...; see the README's Metrics table). If
 	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
@@ -87,6 +98,7 @@ type Publisher struct {
 	backfillLeft countdown
 	log          zerolog.Logger
 	m            *publisherMetrics
+	limit        *windowLimiter // nil: no rate limit
 }
 
 // New returns a Publisher that sends to dest (a *Webhook, for example), acknowledges to acker
@@ -96,7 +108,11 @@ func New(cfg Config, dest Destination, acker Acker, marks Marks) *Publisher {
 	m := newPublisherMetrics(cfg.Registerer)
 	sched := newScheduler()
 	sched.parkedGauge = m.ParkedAggregates
-	return &Publisher{cfg: cfg, dest: dest, acker: acker, marks: marks, sched: sched, log: cfg.Logger, m: m}
+	p := &Publisher{cfg: cfg, dest: dest, acker: acker, marks: marks, sched: sched, log: cfg.Logger, m: m}
+	if cfg.RateLimit > 0 {
+		p.limit = newWindowLimiter(cfg.RateLimit, time.Second)
+	}
+	return p
 }
 
 // Run takes transactions from in and delivers their events until ctx is done. Then it starts
@@ -192,6 +208,10 @@ func (p *Publisher) worker(ctx context.Context) {
 }
 
 func (p *Publisher) attempt(ctx context.Context, it *item) {
+	if p.limit != nil && !p.limit.wait(ctx) {
+		p.sched.retryIn(it, 0) // stopping: hand the head back; the closed scheduler drops it
+		return
+	}
 	it.attempt++
 	p.m.Inflight.Inc()
 	start := time.Now()
@@ -230,6 +250,10 @@ func (p *Publisher) delivered(ctx context.Context, it *item) {
 // failed logs the attempt and schedules the next one, or dead-letters the event after
 // MaxAttempts; the key stays busy meanwhile.
 func (p *Publisher) failed(ctx context.Context, it *item, o Result, elapsed time.Duration) {
+	if p.cfg.Shadow && p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts {
+		p.abandon(ctx, it, o)
+		return
+	}
 	if p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts && p.cfg.Store != nil {
 		p.deadLetter(ctx, it, o)
 		return

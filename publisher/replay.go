@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,7 +17,15 @@ type ReplaySelection struct {
 	All        bool
 	Aggregates []cdc.Aggregate
 	EventID    string // the aggregate of this failed or parked event
+	// Pipeline is the pipeline whose parked aggregates are chosen. Empty: the only pipeline
+	// with parked aggregates, or "default" when none has any; an error (ErrPipelineNeeded)
+	// when several have.
+	Pipeline string
 }
+
+// ErrPipelineNeeded means parked aggregates of several pipelines exist and the selection names
+// none.
+var ErrPipelineNeeded = errors.New("several pipelines have parked aggregates: choose one")
 
 // ReplayItem is one event a replay re-sends.
 type ReplayItem struct {
@@ -44,6 +53,24 @@ var ErrNothingToReplay = errors.New("nothing to replay: no parked aggregate matc
 func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dryRun bool) ([]ReplayPlan, error) {
 	var plans []ReplayPlan
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if sel.Pipeline == "" {
+			var names []string
+			rows, err := tx.Query(ctx, `SELECT DISTINCT pipeline FROM outbox_parked_aggregates ORDER BY 1`)
+			if err != nil {
+				return fmt.Errorf("find parked pipelines: %w", err)
+			}
+			if names, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return err
+			}
+			switch len(names) {
+			case 0:
+				sel.Pipeline = "default"
+			case 1:
+				sel.Pipeline = names[0]
+			default:
+				return fmt.Errorf("%w (%s)", ErrPipelineNeeded, strings.Join(names, ", "))
+			}
+		}
 		aggs, err := selectParked(ctx, tx, sel)
 		if err != nil {
 			return err
@@ -52,7 +79,7 @@ func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dry
 			return ErrNothingToReplay
 		}
 		for _, a := range aggs {
-			plan, err := planFor(ctx, tx, a)
+			plan, err := planFor(ctx, tx, a, sel.Pipeline)
 			if err != nil {
 				return err
 			}
@@ -61,7 +88,7 @@ func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dry
 		if dryRun {
 			return nil
 		}
-		return emitReplay(ctx, tx, aggs)
+		return emitReplay(ctx, tx, aggs, sel.Pipeline)
 	})
 	return plans, err
 }
@@ -73,28 +100,38 @@ func selectParked(ctx context.Context, tx pgx.Tx, sel ReplaySelection) ([]cdc.Ag
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT p.aggregate_type, p.aggregate_id FROM outbox_parked_aggregates p
-		WHERE $1
+		WHERE p.pipeline = $5 AND ($1
 		   OR (p.aggregate_type, p.aggregate_id) IN (SELECT * FROM unnest($2::text[], $3::text[]))
 		   OR EXISTS (SELECT 1 FROM outbox_events e WHERE e.id::text = $4 AND e.aggregate_type = p.aggregate_type
-		              AND e.aggregate_id = p.aggregate_id)
+		              AND e.aggregate_id = p.aggregate_id))
 		ORDER BY p.parked_at
-		FOR UPDATE`, sel.All, types, ids, sel.EventID)
+		FOR UPDATE`, sel.All, types, ids, sel.EventID, sel.Pipeline)
 	if err != nil {
 		return nil, fmt.Errorf("find parked aggregates: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[cdc.Aggregate])
 }
 
-func planFor(ctx context.Context, tx pgx.Tx, a cdc.Aggregate) (ReplayPlan, error) {
+func planFor(ctx context.Context, tx pgx.Tx, a cdc.Aggregate, pipeline string) (ReplayPlan, error) {
 	plan := ReplayPlan{Aggregate: a}
-	if err := tx.QueryRow(ctx, `SELECT reason FROM outbox_parked_aggregates WHERE aggregate_type = $1 AND aggregate_id = $2`,
-		a.Type, a.ID).Scan(&plan.Reason); err != nil {
+	var own bool
+	if err := tx.QueryRow(ctx, `SELECT reason, own_state FROM outbox_parked_aggregates
+		WHERE aggregate_type = $1 AND aggregate_id = $2 AND pipeline = $3`,
+		a.Type, a.ID, pipeline).Scan(&plan.Reason, &own); err != nil {
 		return plan, err
 	}
-	rows, err := tx.Query(ctx, `
+	q := `
 		SELECT id::text, event_type, status, coalesce(last_error, '') FROM outbox_events
-		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked')
-		ORDER BY event_sequence, created_at`, a.Type, a.ID)
+		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked') AND $3 <> ''
+		ORDER BY event_sequence, created_at`
+	if own {
+		q = `
+		SELECT e.id::text, e.event_type, p.status, coalesce(p.last_error, '')
+		FROM outbox_pipeline_events p JOIN outbox_events e ON e.id = p.event_id
+		WHERE e.aggregate_type = $1 AND e.aggregate_id = $2 AND p.pipeline = $3 AND p.status IN ('failed', 'parked')
+		ORDER BY p.event_sequence, e.created_at`
+	}
+	rows, err := tx.Query(ctx, q, a.Type, a.ID, pipeline)
 	if err != nil {
 		return plan, err
 	}
@@ -102,8 +139,11 @@ func planFor(ctx context.Context, tx pgx.Tx, a cdc.Aggregate) (ReplayPlan, error
 	return plan, err
 }
 
-func emitReplay(ctx context.Context, tx pgx.Tx, aggs []cdc.Aggregate) error {
-	body, err := json.Marshal(cdc.ReplayRequest{Aggregates: aggs})
+func emitReplay(ctx context.Context, tx pgx.Tx, aggs []cdc.Aggregate, pipeline string) error {
+	if pipeline == "default" {
+		pipeline = "" // as before pipelines: a relay of an older release obeys it too
+	}
+	body, err := json.Marshal(cdc.ReplayRequest{Aggregates: aggs, Pipeline: pipeline})
 	if err != nil {
 		return err
 	}

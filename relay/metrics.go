@@ -27,7 +27,8 @@ func RegisterMetrics(reg prometheus.Registerer) {
 	cfg := Config{DSN: "postgres://localhost/none"}
 	cfg.defaults()
 	registerProcess(reg, cfg.Version, cfg.Commit)
-	newRunner(cfg, reg, nil, nil)
+	pipes, _ := cfg.pipelines()
+	newPipelineRunner(cfg, pipes[0], true, reg, nil, nil)
 }
 
 // gathered sums the values of the counter family name in g (0 if absent).

@@ -71,7 +71,7 @@ func TestReadiness(t *testing.T) {
 	// The relay counts a delivery after the receiver has recorded it: wait for the count.
 	waitFor(t, 10*time.Second, "/metrics to show 10 deliveries", func() bool {
 		code, body := get(t, &leaderAddr, "/metrics")
-		return code == 200 && strings.Contains(body, "outbox_relay_events_delivered_total 10\n")
+		return code == 200 && strings.Contains(body, `outbox_relay_events_delivered_total{pipeline="default"} 10`+"\n")
 	})
 	_ = leader
 }

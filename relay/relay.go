@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
-// Config is everything `outbox-relay run` takes.
+// Config is everything `outbox-relay run` takes. The fields from WebhookURL to
+// MaxBufferedBytes, NoBackfill and Slot/Publication describe the pipeline named "default" and
+// are used only when Pipelines is empty (the flag path); the others are the process's.
 type Config struct {
 	DSN            string
 	WebhookURL     string
@@ -88,13 +91,18 @@ type Config struct {
 	// DSN. Empty: everything uses DSN.
 	ReplicationDSN string
 
-	// Delivery is the request format, batching, compression and marks mode (--format,
-	// --batch-*, --compression, --marks). The zero value is raw, one event per request,
-	// uncompressed, rows marked done.
+	// Delivery is the default pipeline's request format, batching, compression and marks mode
+	// (--format, --batch-*, --compression, --marks). The zero value is raw, one event per
+	// request, uncompressed, rows marked done.
 	Delivery publisher.Delivery
-	// Destination selects a broker instead of the webhook (README: Broker destinations). Its
-	// zero value is the webhook of WebhookURL, Secrets and Scheme.
+	// Destination selects a broker instead of the webhook for the default pipeline (README:
+	// Broker destinations). Its zero value is the webhook of WebhookURL, Secrets and Scheme.
 	Destination DestinationConfig
+	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
+	// own slot, publication, destination and policies; the per-pipeline fields above are then
+	// ignored. Empty (the default): one pipeline named "default" from those fields, on slot and
+	// publication outbox_relay unless Slot and Publication say otherwise.
+	Pipelines []Pipeline
 }
 
 // DestinationConfig selects where events go: at most one of NATS and Kafka is set, and then
@@ -109,12 +117,12 @@ type DestinationConfig struct {
 // newDestination builds the configured destination; close releases it. A broker's start-up
 // check (its stream exists) happens here, and an unreachable broker is waited for until ctx
 // ends.
-func newDestination(ctx context.Context, cfg Config) (dest publisher.Destination, close func(), err error) {
-	d := cfg.Destination
-	if (d.NATS != nil || d.Kafka != nil) && cfg.WebhookURL != "" {
+func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, close func(), err error) {
+	d := p.Destination
+	if (d.NATS != nil || d.Kafka != nil) && p.WebhookURL != "" {
 		return nil, nil, errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
 	}
-	if (d.NATS != nil || d.Kafka != nil) && (cfg.Delivery.Batch.Enabled() || cfg.Delivery.Format != "" && cfg.Delivery.Format != publisher.FormatRaw) {
+	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Batch.Enabled() || p.Delivery.Format != "" && p.Delivery.Format != publisher.FormatRaw) {
 		return nil, nil, errors.New("batching and the CloudEvents format are webhook settings: a broker destination " +
 			"sends one message per event with the webhook contract's headers, so leave them unset")
 	}
@@ -124,9 +132,9 @@ func newDestination(ctx context.Context, cfg Config) (dest publisher.Destination
 	if d.Kafka != nil {
 		kc := *d.Kafka
 		if kc.RequestTimeout == 0 {
-			kc.RequestTimeout = cfg.RequestTimeout
+			kc.RequestTimeout = p.RequestTimeout
 		}
-		kd, err := kafkadest.New(ctx, kc, cfg.Logger)
+		kd, err := kafkadest.New(ctx, kc, cfg.pipelineLogger(p))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -135,18 +143,18 @@ func newDestination(ctx context.Context, cfg Config) (dest publisher.Destination
 	if d.NATS != nil {
 		nc := *d.NATS
 		if nc.RequestTimeout == 0 {
-			nc.RequestTimeout = cfg.RequestTimeout
+			nc.RequestTimeout = p.RequestTimeout
 		}
-		nd, err := natsdest.New(ctx, nc, cfg.Logger)
+		nd, err := natsdest.New(ctx, nc, cfg.pipelineLogger(p))
 		if err != nil {
 			return nil, nil, err
 		}
 		return nd, nd.Close, nil
 	}
-	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: cfg.WebhookURL, Secrets: cfg.Secrets,
-		Scheme: cfg.Scheme, Timeout: cfg.RequestTimeout, MaxConns: cfg.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
-		Format: cfg.Delivery.Format, Source: cfg.Delivery.Source, DefaultSource: "/outbox-relay/" + cfg.Slot,
-		Compression: cfg.Delivery.Compression})
+	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: p.WebhookURL, Secrets: p.Secrets,
+		Scheme: p.Scheme, Timeout: p.RequestTimeout, MaxConns: p.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
+		Format: p.Delivery.Format, Source: p.Delivery.Source, DefaultSource: "/outbox-relay/" + p.Name,
+		Compression: p.Delivery.Compression})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,28 +218,38 @@ func AttemptsForADay(lo, hi time.Duration) int {
 }
 
 // Run runs the relay until ctx is done (then drains and returns nil) or a permanent error.
-// Every goroutine it starts has ended when it returns.
+// Every goroutine it starts has ended when it returns. Each pipeline runs independently; a
+// permanent error in any of them (or in the metrics server) stops them all.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	log := cfg.Logger
-	if err := cfg.Delivery.Validate(); err != nil {
-		return err
-	}
-	dest, closeDest, err := newDestination(ctx, cfg)
-	if stoppedDuringStartup(ctx, err) {
-		log.Info().Msg("stopped during start-up")
-		return nil
-	}
+	pipes, err := cfg.pipelines()
 	if err != nil {
 		return err
 	}
-	defer closeDest()
+	dests := make([]publisher.Destination, len(pipes))
+	for i, p := range pipes {
+		if err := p.Delivery.Validate(); err != nil {
+			return cfg.named(p, err)
+		}
+		dest, closeDest, err := newDestination(ctx, cfg, p)
+		if stoppedDuringStartup(ctx, err) {
+			log.Info().Msg("stopped during start-up")
+			return nil
+		}
+		if err != nil {
+			return cfg.named(p, err)
+		}
+		defer closeDest()
+		dests[i] = dest
+	}
 	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
 
 	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
 		return fmt.Errorf("%w: %w", cdc.ErrBadDSN, err)
 	}
-	setup, err := setupWithRetry(ctx, cfg)
+	// Every filter is checked before anything is created: a refused one leaves nothing behind.
+	err = validateFiltersWithRetry(ctx, cfg, pipes)
 	if stoppedDuringStartup(ctx, err) {
 		log.Info().Msg("stopped during start-up")
 		return nil
@@ -239,7 +257,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	logSetup(log, cfg, setup)
+	for _, p := range pipes {
+		setup, err := setupWithRetry(ctx, cfg, p)
+		if stoppedDuringStartup(ctx, err) {
+			log.Info().Msg("stopped during start-up")
+			return nil
+		}
+		if err != nil {
+			return cfg.named(p, err)
+		}
+		logSetup(cfg.pipelineLogger(p), cfg, p, setup)
+	}
 	pool, err := newPool(ctx, cfg)
 	if stoppedDuringStartup(ctx, err) {
 		log.Info().Msg("stopped during start-up")
@@ -250,7 +278,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer pool.Close()
 
-	r := newRunner(cfg, cfg.Registry, dest, pool)
+	owner := StatusOwner(pipes)
+	r := &runner{cfg: cfg, pool: pool}
+	for i, p := range pipes {
+		r.pipes = append(r.pipes, newPipelineRunner(cfg, p, i == owner, cfg.Registry, dests[i], pool))
+	}
 	err = r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
 		// A start-up lookup of a component (parked aggregates, the backfill) was cut short by the
@@ -259,6 +291,46 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	}
 	return err
+}
+
+// named prefixes err with the pipeline's name when the pipelines come from Config.Pipelines
+// (the flag path's one pipeline keeps today's messages).
+func (c *Config) named(p Pipeline, err error) error {
+	if len(c.Pipelines) == 0 {
+		return err
+	}
+	return fmt.Errorf("pipeline %q: %w", p.Name, err)
+}
+
+// pipelineLogger is the process's logger with the pipeline's name on every line.
+func (c *Config) pipelineLogger(p Pipeline) zerolog.Logger {
+	return c.Logger.With().Str("pipeline", p.Name).Logger()
+}
+
+// validateFiltersWithRetry has PostgreSQL check every pipeline's row filter, waiting for a
+// database that is not reachable yet; a refused filter is permanent.
+func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline) error {
+	filters := map[string]string{}
+	for _, p := range pipes {
+		filters[p.Name] = p.Filter
+	}
+	wait := 200 * time.Millisecond
+	for {
+		_, err := cdc.ValidateFilters(ctx, cfg.DSN, filters)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil || errors.Is(err, cdc.ErrFilter) || permanent(err) {
+			return err
+		}
+		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
 }
 
 // stoppedDuringStartup reports whether ctx ended (SIGINT or SIGTERM) while a start-up step was
@@ -291,12 +363,12 @@ func userTimeout(cfg Config) time.Duration {
 // setupWithRetry runs cdc.Setup until it succeeds, fails for good (a misconfiguration whose
 // error names the fix), or ctx ends. A database that is restarting or unreachable is retried
 // with backoff: the relay waits for it rather than exiting.
-func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
+func setupWithRetry(ctx context.Context, cfg Config, p Pipeline) (cdc.SetupResult, error) {
 	wait := 200 * time.Millisecond
 	for {
-		res, err := cdc.Setup(ctx, cfg.DSN, cfg.Slot, cfg.Publication,
-			cdc.SetupOptions{NoBackfill: cfg.NoBackfill, RecreateSlot: cfg.RecreateSlot,
-				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.Logger})
+		res, err := cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
+			cdc.SetupOptions{NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
+				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p)})
 		if ctx.Err() != nil {
 			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.
 			return res, ctx.Err()
@@ -318,7 +390,7 @@ func setupWithRetry(ctx context.Context, cfg Config) (cdc.SetupResult, error) {
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
 		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
-		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN} {
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -332,16 +404,20 @@ func permanent(err error) bool {
 	return false
 }
 
-func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
+func logSetup(log zerolog.Logger, cfg Config, p Pipeline, s cdc.SetupResult) {
+	if s.FilterChanged {
+		log.Warn().Str("publication", p.Publication).Str("old_filter", s.OldFilter).Str("new_filter", s.Filter).
+			Msg("row filter changed; the new filter applies to rows committed from now on")
+	}
 	if s.PublicationCreated {
-		log.Info().Str("publication", cfg.Publication).Msg("publication created")
+		log.Info().Str("publication", p.Publication).Msg("publication created")
 	}
 	if s.SlotRecreated {
-		log.Warn().Str("slot", cfg.Slot).Str("reason", s.SlotRecreatedWhy).Int("backfill", s.Backfill).
+		log.Warn().Str("slot", p.Slot).Str("reason", s.SlotRecreatedWhy).Int("backfill", s.Backfill).
 			Msg("SLOT DROPPED AND RECREATED; pending rows are backfilled, and events delivered but not yet marked done may arrive again")
 	}
 	if s.SlotCreated {
-		log.Info().Str("slot", cfg.Slot).Int("backfill", s.Backfill).Bool("no_backfill", cfg.NoBackfill).
+		log.Info().Str("slot", p.Slot).Int("backfill", s.Backfill).Bool("no_backfill", !p.Backfill).
 			Msg("replication slot created")
 	}
 	if s.Backfill > 0 && !s.CommitOrder {
@@ -349,118 +425,115 @@ func logSetup(log zerolog.Logger, cfg Config, s cdc.SetupResult) {
 			"that is not always commit order: commit order needs track_commit_timestamp = on")
 	}
 	if f := s.Failover; f.Supported {
-		log.Info().Str("slot", cfg.Slot).Bool("failover", f.On).Bool("changed", f.Changed).Bool("pending", f.Pending).
+		log.Info().Str("slot", p.Slot).Bool("failover", f.On).Bool("changed", f.Changed).Bool("pending", f.Pending).
 			Msg("failover slot setting")
 	}
 	if cfg.ReplicationDSN != "" {
-		log.Info().Str("slot", cfg.Slot).Msg("decoding on the --replication-dsn server; marks and replays use the primary")
+		log.Info().Str("slot", p.Slot).Msg("decoding on the --replication-dsn server; marks and replays use the primary")
 	}
-	log.Info().Str("slot", cfg.Slot).Str("publication", cfg.Publication).Int("max_in_flight", cfg.MaxInFlight).
-		Int("max_buffered_events", cfg.MaxBufferedEvents).Int("max_buffered_bytes", cfg.MaxBufferedBytes).
-		Int("max_attempts", cfg.MaxAttempts).
-		Str("signature_scheme", cfg.Scheme.String()).Msg("relay starting")
+	log.Info().Str("slot", p.Slot).Str("publication", p.Publication).Str("filter", s.Filter).
+		Int("max_in_flight", p.MaxInFlight).
+		Int("max_buffered_events", p.MaxBufferedEvents).Int("max_buffered_bytes", p.MaxBufferedBytes).
+		Int("max_attempts", p.MaxAttempts).Bool("shadow", p.Shadow).Int("rate_limit", p.RateLimit).
+		Str("signature_scheme", p.Scheme.String()).Msg("relay starting")
 }
 
-// runner holds the wired components of one run.
+// runner holds the process's pipelines and what they share: the pool, the registry and the
+// metrics server.
 type runner struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	pipes []*pipelineRunner
+}
+
+// pipelineRunner holds the wired components of one pipeline.
+type pipelineRunner struct {
 	cfg     Config
-	pool    *pgxpool.Pool
-	m       *metrics.Metrics // the relay's own gauges: the tracker's, and the poller's
+	p       Pipeline
+	log     zerolog.Logger
+	m       *metrics.Metrics // the pipeline's own gauges: the tracker's, and the poller's
 	tracker *cdc.Tracker
 	stream  *cdc.Stream
 	pub     *publisher.Publisher
-	marker  *publisher.Marker
+	marker  *publisher.Marker // nil unless the pipeline owns the rows' status
 	poller  *inspect.Poller
 	lastAck atomic.Int64 // unix nanos of the last delivery
 }
 
-// newRunner builds the components of one run, each registering its series on reg. It connects
-// nowhere: dest and pool are used once run starts.
-func newRunner(cfg Config, reg prometheus.Registerer, dest publisher.Destination, pool *pgxpool.Pool) *runner {
-	r := &runner{cfg: cfg, pool: pool, m: metrics.New(reg),
-		tracker: cdc.NewTracker(cfg.MaxBufferedEvents, cfg.MaxBufferedBytes)}
+// newPipelineRunner builds the components of one pipeline, each registering its series on reg
+// labelled pipeline=<name>. It connects nowhere: dest and pool are used once run starts. owner
+// says whether it writes the rows' status columns (see StatusOwner).
+func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, dest publisher.Destination,
+	pool *pgxpool.Pool) *pipelineRunner {
+	reg = prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": p.Name}, reg)
+	log := cfg.pipelineLogger(p)
+	r := &pipelineRunner{cfg: cfg, p: p, log: log, m: metrics.New(reg),
+		tracker: cdc.NewTracker(p.MaxBufferedEvents, p.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
 	streamDSN := cfg.DSN
 	if cfg.ReplicationDSN != "" {
 		streamDSN = cfg.ReplicationDSN
 	}
-	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: cfg.Slot, Publication: cfg.Publication,
+	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: cfg.Logger, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
-	r.marker = publisher.NewMarker(pool, publisher.MarkerConfig{Logger: cfg.Logger, Registerer: reg})
-	r.poller = inspect.NewPoller(pool, cfg.Slot, r.m, cfg.PollInterval, cfg.Logger)
-	var marks publisher.Marks = r.marker
-	resume := &publisher.Resume{Delivered: r.marker.Delivered}
-	if cfg.Delivery.Marks == publisher.MarksOff {
-		// Nothing is marked, so nothing reads as delivered after a restart: no resume lookups.
-		marks, resume = nil, nil
+		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
+	// Every pipeline registers the marker's series, so the set of series does not depend on
+	// which pipeline owns the status; only the owner's marker runs.
+	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg})
+	var marks publisher.Marks
+	var resume *publisher.Resume
+	if owner && p.Delivery.Marks != publisher.MarksOff {
+		// With marks off nothing is marked, so nothing reads as delivered after a restart: no
+		// resume lookups either.
+		r.marker, marks, resume = marker, marker, &publisher.Resume{Delivered: marker.Delivered}
 	}
-	r.pub = publisher.New(publisher.Config{MaxInFlight: cfg.MaxInFlight, RetryMin: cfg.RetryMin,
-		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Registerer: reg,
-		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
-		BackfillSlot: cfg.Slot, Batch: cfg.Delivery.Batch,
-		Resume: resume}, dest, r, marks)
+	r.poller = inspect.NewPoller(pool, p.Slot, r.m, cfg.PollInterval, log)
+	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
+		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
+		MaxAttempts: max(p.MaxAttempts, 0), LogPayloads: cfg.LogPayloads,
+		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner},
+		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
+		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume}, dest, r, marks)
 	return r
 }
 
 // Ack passes a settled event to the tracker and notes the time, for the stall check.
-func (r *runner) Ack(ev *cdc.Event) {
+func (r *pipelineRunner) Ack(ev *cdc.Event) {
 	r.tracker.Ack(ev)
 	r.lastAck.Store(time.Now().UnixNano())
 }
 
 // Grow passes a replay's events to the tracker.
-func (r *runner) Grow(tx *cdc.Tx, evs []*cdc.Event) { r.tracker.Grow(tx, evs) }
+func (r *pipelineRunner) Grow(tx *cdc.Tx, evs []*cdc.Event) { r.tracker.Grow(tx, evs) }
 
-// run starts every component under one errgroup and waits for all of them. The stop goes in
-// order: the stream and the publisher stop taking (streamCtx), the publisher drains and closes
-// drained, after which the stream confirms its final position; then the marker flushes what
-// the drain delivered, and /metrics answers until the marker is done.
+// run starts every pipeline and the process's servers under one errgroup and waits for all of
+// them. The metrics server answers until every pipeline's marker is done.
 func (r *runner) run(ctx context.Context) error {
 	srv, ln, err := r.listen()
 	if err != nil {
 		return err
 	}
-	txs := make(chan *cdc.Tx, 64)
-	drained := make(chan struct{})
-	// streamCtx ends on shutdown, or early when the stream or the HTTP server fails for good.
-	streamCtx, stopAll := context.WithCancel(ctx)
+	// stopCtx ends on shutdown, or early when a pipeline or the HTTP server fails for good.
+	stopCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
-	// markerCtx outlives streamCtx: it ends once the stream and the publisher have returned.
-	markerCtx, stopMarker := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopMarker()
 	var g errgroup.Group
-	var path sync.WaitGroup // the stream and the publisher
-	path.Add(2)
-	g.Go(func() error {
-		defer path.Done()
-		err := r.stream.Run(streamCtx, txs, drained)
-		stopAll()
-		return err
-	})
-	g.Go(func() error {
-		defer path.Done()
-		defer close(drained)
-		r.pub.Run(streamCtx, txs)
-		return nil
-	})
-	markerDone := make(chan struct{})
-	g.Go(func() error {
-		defer close(markerDone)
-		return r.marker.Run(markerCtx)
-	})
-	g.Go(func() error {
-		path.Wait()
-		stopMarker()
-		return nil
-	})
-	g.Go(func() error {
-		r.gauges(streamCtx)
-		return nil
-	})
-	g.Go(func() error { return r.poller.Run(streamCtx) })
+	var markers sync.WaitGroup
+	for _, p := range r.pipes {
+		markers.Add(1)
+		g.Go(func() error {
+			defer markers.Done()
+			err := p.run(stopCtx)
+			if err != nil {
+				stopAll()
+				if len(r.cfg.Pipelines) > 0 {
+					err = fmt.Errorf("pipeline %q: %w", p.p.Name, err)
+				}
+			}
+			return err
+		})
+	}
 	if r.cfg.Retention > 0 {
-		g.Go(func() error { return r.retention().Run(streamCtx, r.pool) })
+		g.Go(func() error { return r.retention().Run(stopCtx, r.pool) })
 	}
 	if srv != nil {
 		g.Go(func() error {
@@ -471,7 +544,7 @@ func (r *runner) run(ctx context.Context) error {
 			return err
 		})
 		g.Go(func() error {
-			<-markerDone
+			markers.Wait()
 			r.shutdownHTTP(srv)
 			return nil
 		})
@@ -482,6 +555,49 @@ func (r *runner) run(ctx context.Context) error {
 			Float64("received", gathered(r.cfg.Registry, "outbox_relay_events_received_total")).Msg("relay stopped")
 	}
 	return err
+}
+
+// run runs one pipeline until ctx ends or it fails for good. The stop goes in order: the stream
+// and the publisher stop taking, the publisher drains and closes drained, after which the
+// stream confirms its final position; then the marker flushes what the drain delivered. A
+// permanent error of the stream ends the pipeline's own components.
+func (r *pipelineRunner) run(ctx context.Context) error {
+	txs := make(chan *cdc.Tx, 64)
+	drained := make(chan struct{})
+	streamCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	// markerCtx outlives streamCtx: it ends once the stream and the publisher have returned.
+	markerCtx, stopMarker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMarker()
+	var g errgroup.Group
+	var path sync.WaitGroup // the stream and the publisher
+	path.Add(2)
+	g.Go(func() error {
+		defer path.Done()
+		err := r.stream.Run(streamCtx, txs, drained)
+		stop()
+		return err
+	})
+	g.Go(func() error {
+		defer path.Done()
+		defer close(drained)
+		r.pub.Run(streamCtx, txs)
+		return nil
+	})
+	if r.marker != nil {
+		g.Go(func() error { return r.marker.Run(markerCtx) })
+	}
+	g.Go(func() error {
+		path.Wait()
+		stopMarker()
+		return nil
+	})
+	g.Go(func() error {
+		r.gauges(streamCtx)
+		return nil
+	})
+	g.Go(func() error { return r.poller.Run(streamCtx) })
+	return g.Wait()
 }
 
 // retention prunes delivered rows older than Retention, hourly.
@@ -503,7 +619,7 @@ func (r *runner) retention() outbox.Retention {
 }
 
 // gauges refreshes the in-process gauges once a second.
-func (r *runner) gauges(ctx context.Context) {
+func (r *pipelineRunner) gauges(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -523,20 +639,51 @@ func (r *runner) gauges(ctx context.Context) {
 	}
 }
 
-// ready reports whether the relay is streaming and not stalled.
-func (r *runner) ready() (bool, string) {
-	if !r.stream.Streaming() {
-		return false, "not streaming (standing by, or reconnecting)"
-	}
-	// Stalled: an event has waited longer than StallTimeout and nothing was delivered meanwhile.
+// stalled reports whether the pipeline streams here and is stalled: an event has waited longer
+// than StallTimeout and nothing was delivered meanwhile.
+func (r *pipelineRunner) stalled() (bool, string) {
 	oldest := r.tracker.OldestCommit()
 	if !oldest.IsZero() && time.Since(oldest) > r.cfg.StallTimeout {
 		since := time.Since(time.Unix(0, r.lastAck.Load()))
 		if since > r.cfg.StallTimeout {
-			return false, fmt.Sprintf("stalled: events waiting and nothing delivered for %s", since.Round(time.Second))
+			return true, fmt.Sprintf("stalled: events waiting and nothing delivered for %s", since.Round(time.Second))
 		}
 	}
-	return true, "ok"
+	return false, ""
+}
+
+// ready reports whether the process streams at least one pipeline and none it streams is
+// stalled; the reason names the pipelines. With one pipeline it reads as before pipelines.
+func (r *runner) ready() (bool, string) {
+	var stalled, streaming, standby []string
+	for _, p := range r.pipes {
+		if !p.stream.Streaming() {
+			standby = append(standby, p.p.Name)
+			continue
+		}
+		streaming = append(streaming, p.p.Name)
+		if bad, why := p.stalled(); bad {
+			stalled = append(stalled, p.p.Name+": "+why)
+		}
+	}
+	single := len(r.pipes) == 1
+	switch {
+	case len(stalled) > 0 && single:
+		return false, strings.TrimPrefix(stalled[0], r.pipes[0].p.Name+": ")
+	case len(stalled) > 0:
+		return false, "stalled pipelines: " + strings.Join(stalled, "; ")
+	case len(streaming) == 0 && single:
+		return false, "not streaming (standing by, or reconnecting)"
+	case len(streaming) == 0:
+		return false, "not streaming any pipeline (standing by, or reconnecting): " + strings.Join(standby, ", ")
+	case single:
+		return true, "ok"
+	}
+	msg := "ok: streaming " + strings.Join(streaming, ", ")
+	if len(standby) > 0 {
+		msg += "; standing by for " + strings.Join(standby, ", ")
+	}
+	return true, msg
 }
 
 // listen opens the metrics address, so that a port in use fails the start; serve serves it.

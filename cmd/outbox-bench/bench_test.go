@@ -45,7 +45,7 @@ func TestSuiteSmall(t *testing.T) {
 	var out bytes.Buffer
 	writeReport(&out, res)
 	report := out.String()
-	names := []string{rowDrain, rowCeilingLean, rowCeilingStd, rowRaw, rowSteady1k, rowSteady5k, rowResources}
+	names := []string{rowDrain, rowCeilingLean, rowCeilingStd, rowRaw, rowSteady1k, rowSteady5k, rowResources, rowTwoPipes}
 	for _, a := range sweepAggregates {
 		names = append(names, sweepRow(a))
 	}

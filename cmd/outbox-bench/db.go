@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,8 +17,14 @@ const (
 	benchPublication = "bench_pub"
 	relaySlot        = "bench_relay"
 	rawSlot          = "bench_raw" // pg_recvlogical's
-	backlogChunk     = 5000        // rows per transaction when writing a backlog
-	payloadPad       = 100         // bytes of padding in every payload
+	// secondSlot and secondPublication are the second pipeline of the two-pipelines row: its
+	// row filter matches no backlog row, so its walsender decodes all WAL and sends nothing,
+	// which is the extra server CPU a second pipeline costs.
+	secondSlot        = "bench_relay_b"
+	secondPublication = "bench_pub_b"
+	secondFilter      = "event_type = 'bench.none'"
+	backlogChunk      = 5000 // rows per transaction when writing a backlog
+	payloadPad        = 100  // bytes of padding in every payload
 )
 
 // benchDB is one row's database, migrated, with the publication and the given slots.
@@ -45,6 +52,11 @@ func newBenchDB(ctx context.Context, c *pgtest.Cluster, prefix string, slots ...
 		return nil, fmt.Errorf("connect %s: %w", name, err)
 	}
 	stmts := []string{"CREATE PUBLICATION " + benchPublication + " FOR TABLE outbox_events WITH (publish = 'insert')"}
+	if slices.Contains(slots, secondSlot) {
+		// Before the slots: a slot cannot decode WAL written before its publication existed.
+		stmts = append(stmts, "CREATE PUBLICATION "+secondPublication+" FOR TABLE outbox_events WHERE ("+secondFilter+
+			") WITH (publish = 'insert')")
+	}
 	for _, s := range slots {
 		stmts = append(stmts, fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", s))
 	}

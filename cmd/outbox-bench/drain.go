@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -49,9 +51,10 @@ type drainResult struct {
 }
 
 type drainOpts struct {
-	raw  bool     // also decode the backlog with pg_recvlogical from a second slot
-	keep bool     // return the rows as requests
-	args []string // extra relay flags
+	raw    bool     // also decode the backlog with pg_recvlogical from a second slot
+	keep   bool     // return the rows as requests
+	args   []string // extra relay flags
+	second bool     // run a second pipeline (secondSlot) whose filter passes nothing, and wait for it too
 }
 
 // drain writes a backlog with the relay stopped (its slot already exists), then starts the
@@ -61,6 +64,9 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 	slots := []string{relaySlot}
 	if o.raw {
 		slots = append(slots, rawSlot)
+	}
+	if o.second {
+		slots = append(slots, secondSlot)
 	}
 	db, err := newBenchDB(ctx, e.cluster, prefix, slots...)
 	if err != nil {
@@ -94,12 +100,20 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 		return res, err
 	}
 	r, err := e.startRelay(ctx, db, o.args...)
+	if o.second {
+		r, err = e.startTwoPipelines(ctx, db)
+	}
 	if err != nil {
 		return res, err
 	}
 	defer r.Stop(relayStopGrace)
 	if res.Stats, err = e.recv.waitUnique(ctx, events, r.child, stallLimit); err != nil {
 		return res, err
+	}
+	if o.second {
+		if err := db.waitConfirmed(ctx, secondSlot, endLSN, stallLimit); err != nil {
+			return res, err
+		}
 	}
 	time.Sleep(settle)
 	if res.Relay, err = r.usage(); err != nil {
@@ -121,6 +135,58 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 func (e *env) startRelay(ctx context.Context, db *benchDB, args ...string) (*relayProc, error) {
 	return startRelay(ctx, e.relayBin, relayTarget{DSN: db.dsn, Slot: relaySlot, Publication: benchPublication,
 		URL: e.recv.hookURL(), Secret: benchSecret, Args: args})
+}
+
+// startTwoPipelines runs the relay with --config: the bench pipeline, and a second one on
+// secondSlot whose filter passes no row.
+func (e *env) startTwoPipelines(ctx context.Context, db *benchDB) (*relayProc, error) {
+	dir, err := os.MkdirTemp("", "outbox-bench-config-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir) // the relay reads it at start, before startRelay returns
+	path := filepath.Join(dir, "pipelines.yaml")
+	conf := fmt.Sprintf(`pipelines:
+  - name: bench
+    slot: %[1]s
+    publication: %[2]s
+    webhook: {url: "%[5]s", secret: "%[6]s"}
+    max_in_flight: %[7]d
+  - name: second
+    slot: %[3]s
+    publication: %[4]s
+    filter: "%[8]s"
+    webhook: {url: "%[5]s", secret: "%[6]s"}
+    max_in_flight: %[7]d
+`, relaySlot, benchPublication, secondSlot, secondPublication, e.recv.hookURL(), benchSecret, concurrency, secondFilter)
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	return startRelay(ctx, e.relayBin, relayTarget{DSN: db.dsn, Config: path})
+}
+
+// waitConfirmed waits until slot has confirmed lsn, failing after limit.
+func (db *benchDB) waitConfirmed(ctx context.Context, slot, lsn string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		var done bool
+		err := db.conn.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
+			FROM pg_replication_slots WHERE slot_name = $1`, slot, lsn).Scan(&done)
+		if err != nil {
+			return fmt.Errorf("read slot %s: %w", slot, err)
+		}
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slot %s did not confirm %s within %s", slot, lsn, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // stopRelay sends SIGTERM and requires a clean exit.

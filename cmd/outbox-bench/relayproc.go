@@ -91,6 +91,9 @@ type relayTarget struct {
 	DestArgs []string
 	// Args are extra flags (batching, marks).
 	Args []string
+	// Config, if set, is a --config file naming the pipelines; Slot, Publication, URL and
+	// Secret are then unused.
+	Config string
 }
 
 // relayProc is one running `outbox-relay run`.
@@ -116,6 +119,10 @@ func startRelay(ctx context.Context, bin string, t relayTarget) (*relayProc, err
 		"--max-in-flight", strconv.Itoa(concurrency),
 		"--log-level", "warn", "--log-format", "json")...)
 	cmd.Args = append(cmd.Args, t.Args...)
+	if t.Config != "" {
+		cmd = exec.Command(bin, "run", "--config", t.Config, "--dsn", t.DSN, "--metrics-addr", addr,
+			"--log-level", "warn", "--log-format", "json")
+	}
 	started := time.Now()
 	c, err := startChild("relay", cmd)
 	if err != nil {

@@ -105,6 +105,16 @@ func (r *results) tableRows() [][]string {
 	add(rowResources, r.resources != nil, func() []string {
 		return r.drainCells(r.resources, fmt.Sprintf("3 × BENCH_EVENTS (%s)", thousands(float64(r.resources.Events))))
 	})
+	add(rowTwoPipes, r.twoPipes != nil, func() []string {
+		note := "a 2nd pipeline whose row filter passes nothing: its walsender decodes all WAL"
+		if d := r.drain; d != nil && d.Events == r.twoPipes.Events {
+			extra := r.twoPipes.Load.PG.Total - d.Load.PG.Total
+			note += fmt.Sprintf("; PostgreSQL CPU-s per 100k %s more than one pipeline (walsenders %s vs %s)",
+				per100k(extra, d.Events), per100k(r.twoPipes.Load.PG.ByClass[pgWalsender], d.Events),
+				per100k(d.Load.PG.ByClass[pgWalsender], d.Events))
+		}
+		return r.drainCells(r.twoPipes, note)
+	})
 	return out
 }
 

@@ -25,6 +25,7 @@ const (
 	rowMarksOff    = "Backlog drain, --marks off"
 	rowBatchOff    = "Backlog drain, batch 100, --marks off"
 	rowSteadyBatch = "Steady 1,000 events/s, batch 100, linger 5ms"
+	rowTwoPipes    = "Backlog drain, 2 pipelines"
 )
 
 // batchArgs are the relay flags of the batched rows.
@@ -56,6 +57,7 @@ type results struct {
 	steadyBatch *steadyResult
 	nats        *drainResult // broker.go
 	kafka       *drainResult
+	twoPipes    *drainResult     // the drain with a second pipeline that filters out every row
 	errs        map[string]error // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
@@ -219,6 +221,11 @@ func (e *env) rows(res *results) []suiteRow {
 	rows = append(rows, suiteRow{rowResources, func(ctx context.Context) error {
 		d, err := e.drain(ctx, "resources", 3*n, 1000, drainOpts{})
 		res.resources = keep(d, err)
+		return err
+	}})
+	rows = append(rows, suiteRow{rowTwoPipes, func(ctx context.Context) error {
+		d, err := e.drain(ctx, "two_pipelines", n, 1000, drainOpts{second: true})
+		res.twoPipes = keep(d, err)
 		return err
 	}})
 	return rows

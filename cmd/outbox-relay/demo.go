@@ -14,7 +14,9 @@ func newDemoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Run the whole pipeline locally and watch it deliver, fail and recover",
 		Long: fmt.Sprintf(`Starts a throwaway PostgreSQL with wal_level=logical (from the local server binaries),
-applies the schema, and runs a small warehouse consumer (on package inbox) and the relay in this process.
+applies the schema, and runs a small warehouse consumer (on package inbox) and the relay in this process,
+with two pipelines: every order to the warehouse, and only big orders (a row filter on the
+publication) to an audit endpoint.
 It then writes orders at a steady rate, each with its outbox event in one transaction, and
 shows a live status: written, delivered, duplicates absorbed by the inbox, reservations, lag,
 p99 latency and retries. Every %s the consumer fails for %s, and 1 in %d of its answers
@@ -22,7 +24,7 @@ is lost after it committed, so retries, catch-up and redelivery are visible.
 
 Ctrl-C (or --duration) stops writing, waits for the last deliveries, prints a summary line and
 removes everything it started. With DB_DSN set it uses that database instead and drops only
-its own slot and publication, %s.`, demo.DefaultFailEvery, demo.DefaultFailFor, demo.DefaultLoseEvery, demo.Slot),
+its own slots and publications, %s and %s.`, demo.DefaultFailEvery, demo.DefaultFailFor, demo.DefaultLoseEvery, demo.Slot, demo.AuditSlot),
 		Example: `  outbox-relay demo                    # until Ctrl-C
   outbox-relay demo --duration 1m --rate 200
   DB_DSN=postgres://postgres@localhost:5432/scratch outbox-relay demo`,

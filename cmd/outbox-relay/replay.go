@@ -34,6 +34,7 @@ events of the aggregate committed later are delivered after the replay. Needs a 
 	fs.String("event", "", "replay the aggregate of this failed or parked event id")
 	fs.Bool("dry-run", false, "list what would be re-sent, and send nothing")
 	fs.Bool("json", false, "print the plan as JSON")
+	fs.String("pipeline", "", "the pipeline whose parked aggregates are replayed; required when several pipelines have some")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dsn, err := requireDSN(fs)
 		if err != nil {
@@ -55,6 +56,9 @@ events of the aggregate committed later are delivered after the replay. Needs a 
 			// aggregate or event that is not parked stays an error (a typo is likely).
 			plans, err = []publisher.ReplayPlan{}, nil
 		}
+		if errors.Is(err, publisher.ErrPipelineNeeded) {
+			return usageError{fmt.Errorf("%w with --pipeline NAME", err)}
+		}
 		if err != nil {
 			return err
 		}
@@ -68,6 +72,7 @@ func replaySelection(fs *pflag.FlagSet) (publisher.ReplaySelection, error) {
 	var sel publisher.ReplaySelection
 	sel.All, _ = fs.GetBool("all")
 	sel.EventID, _ = fs.GetString("event")
+	sel.Pipeline, _ = fs.GetString("pipeline")
 	aggs, _ := fs.GetStringArray("aggregate")
 	for _, a := range aggs {
 		typ, id, ok := strings.Cut(a, "/")

@@ -38,6 +38,7 @@ aggregates) and confirms the slot only after delivery.`,
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
+	root.AddCommand(newDropPipelineCmd()) // takes the pipeline's name as its argument
 	return root
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
@@ -22,7 +24,15 @@ var (
 	secretFlag      = envFlag{name: "webhook-secret", env: "WEBHOOK_SECRET"}
 	secretFileFlag  = envFlag{name: "webhook-secret-file", env: "WEBHOOK_SECRET_FILE"}
 	replTimeoutFlag = envFlag{name: "replication-timeout", env: "REPLICATION_TIMEOUT"}
+	configFlag      = envFlag{name: "config", env: "OUTBOX_RELAY_CONFIG"}
 )
+
+// pipelineFlags describe the one pipeline of the flag path; with --config each pipeline says
+// them in the file, so passing one is a usage error.
+var pipelineFlags = []string{urlFlag.name, secretFlag.name, secretFileFlag.name, "signature-scheme", "slot", "publication",
+	"retry-min", "retry-max", "request-timeout", "max-attempts", "max-in-flight", "max-buffered-events",
+	"max-buffered-bytes", "backfill", "no-backfill", "format", "source", "batch-max-events", "batch-max-bytes",
+	"batch-linger", "compression", "marks", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -68,10 +78,26 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	addFailoverFlags(fs) // failover.go
 	addDeliveryFlags(fs)
 	addBrokerFlags(fs) // brokers.go
+	fs.String(configFlag.name, "", "run the pipelines of this YAML file (env OUTBOX_RELAY_CONFIG); per-pipeline flags are then refused (README: Pipelines)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
 			return err
+		}
+		if path := stringFrom(fs, configFlag); path != "" {
+			cfg, err := fileConfig(fs, path)
+			if err != nil {
+				return err
+			}
+			tuneGC()
+			cfg.Logger = log
+			for _, env := range []string{urlFlag.env, secretFlag.env, secretFileFlag.env} {
+				if os.Getenv(env) != "" {
+					log.Warn().Str("config", path).Msg("WEBHOOK_URL / WEBHOOK_SECRET / WEBHOOK_SECRET_FILE are ignored with --config: each pipeline names its webhook in the file")
+					break
+				}
+			}
+			return relay.Run(cmd.Context(), cfg)
 		}
 		cfg, err := runConfig(fs)
 		if err != nil {
@@ -162,6 +188,43 @@ func webhookConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 		return usageError{err}
 	}
 	return nil
+}
+
+// fileConfig builds a relay.Config from --config's file and the process-level flags. A
+// per-pipeline flag is a usage error (exit 2); --dsn / DB_DSN override the file's dsn.
+func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
+	var cfg relay.Config
+	for _, name := range slices.Concat(pipelineFlags, natsFlags, kafkaFlags) {
+		if fs.Changed(name) {
+			return cfg, usageError{fmt.Errorf("--%s is a per-pipeline setting: with --config, set it on each pipeline in %s", name, path)}
+		}
+	}
+	file, err := pipeconf.Load(path)
+	if err != nil {
+		return cfg, usageError{err}
+	}
+	cfg.Pipelines = file.Pipelines
+	if cfg.DSN = stringFrom(fs, dsnFlag); cfg.DSN == "" {
+		cfg.DSN = file.DSN
+	}
+	if cfg.DSN == "" {
+		return cfg, usageError{fmt.Errorf("no database: set dsn in %s, DB_DSN, or pass --dsn postgres://user@host:5432/db", path)}
+	}
+	cfg.MetricsAddr, _ = fs.GetString("metrics-addr")
+	cfg.ShutdownTimeout, _ = fs.GetDuration("shutdown-timeout")
+	cfg.StallTimeout, _ = fs.GetDuration("stall-timeout")
+	cfg.StatusInterval, _ = fs.GetDuration("status-interval")
+	if cfg.ReplicationTimeout, err = durationFrom(fs, replTimeoutFlag); err != nil {
+		return cfg, err
+	}
+	cfg.Retention, _ = fs.GetDuration("retention")
+	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
+	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
+	cfg.Version, cfg.Commit, _ = buildInfo()
+	if err := failoverConfig(fs, &cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 // durationFrom returns the flag's value if it was given, else the environment variable's, else

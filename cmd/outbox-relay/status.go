@@ -11,8 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -37,12 +39,18 @@ could be read, so it works as a probe and for scripts (--json).`,
 	fs.Bool("json", false, "print the report as JSON (stable field names; see README)")
 	fs.Int("top", 10, "parked aggregates to list, oldest first")
 	fs.Duration("timeout", 10*time.Second, "give up after this long")
+	fs.String(configFlag.name, "", "report every pipeline of this YAML file (env OUTBOX_RELAY_CONFIG), as `run --config` runs them")
+	fs.String("pipeline", "", "report only this pipeline")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dsn, err := requireDSN(fs)
 		if err != nil {
 			return err
 		}
-		slot, _ := fs.GetString("slot")
+		pipes, err := statusPipelines(fs)
+		if err != nil {
+			return err
+		}
+		slot := pipes[0].Slot
 		asJSON, _ := fs.GetBool("json")
 		top, _ := fs.GetInt("top")
 		timeout, _ := fs.GetDuration("timeout")
@@ -59,16 +67,36 @@ could be read, so it works as a probe and for scripts (--json).`,
 		if walWarning != "" {
 			warnings = append([]string{walWarning}, warnings...)
 		}
+		narrowed := fs.Changed("pipeline")
+		ps, unused, err := readPipelines(ctx, dsn, pipes, !narrowed)
+		if err != nil {
+			return err
+		}
+		for _, s := range unused.Slots {
+			warnings = append(warnings, fmt.Sprintf("slot %q is named by this relay but no pipeline uses it: it retains WAL; "+
+				"`outbox-relay drop-pipeline NAME` removes it (pass --config to check against your pipelines)", s))
+		}
+		for _, p := range unused.Publications {
+			warnings = append(warnings, fmt.Sprintf("publication %q is named by this relay but no pipeline uses it", p))
+		}
 		if asJSON {
-			err = writeStatusJSON(cmd.OutOrStdout(), rep, warnings)
+			err = writeStatusJSON(cmd.OutOrStdout(), rep, warnings, ps, unused)
 		} else {
 			err = writeStatusTable(cmd.OutOrStdout(), rep, warnings)
+			if err == nil {
+				err = writePipelines(cmd.OutOrStdout(), ps)
+			}
 		}
 		if err != nil {
 			return err
 		}
 		if ok, why := rep.Healthy(); !ok {
 			return fmt.Errorf("unhealthy: %s", why)
+		}
+		for _, p := range ps {
+			if !p.Healthy {
+				return fmt.Errorf("unhealthy: pipeline %q: %s", p.Name, p.Reason)
+			}
 		}
 		return nil
 	}
@@ -111,19 +139,115 @@ func walLevelWarning(ctx context.Context, conn *pgx.Conn) (string, error) {
 		"(or set it in postgresql.conf) and restart PostgreSQL", level), nil
 }
 
-// statusJSON is the --json document: the health verdict, then the report's fields.
+// statusJSON is the --json document: the health verdict, then the report's fields (of the
+// first pipeline's slot), then every pipeline and the unused slots and publications.
 type statusJSON struct {
 	Healthy  bool     `json:"healthy"`
 	Reason   string   `json:"reason"`
 	Warnings []string `json:"warnings"`
 	inspect.Report
+	Pipelines []inspect.PipelineStatus `json:"pipelines"`
+	Unused    unusedJSON               `json:"unused"`
 }
 
-func writeStatusJSON(w io.Writer, r inspect.Report, warnings []string) error {
+// unusedJSON lists slots and publications named by this relay that no pipeline uses.
+type unusedJSON struct {
+	Slots        []string `json:"slots"`
+	Publications []string `json:"publications"`
+}
+
+// statusPipelines returns the pipelines status reports: those of --config, or the one the
+// flags describe; narrowed to --pipeline.
+func statusPipelines(fs *pflag.FlagSet) ([]relay.Pipeline, error) {
+	var pipes []relay.Pipeline
+	if path := stringFrom(fs, configFlag); path != "" {
+		file, err := pipeconf.Load(path)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		for _, p := range file.Pipelines {
+			pipes = append(pipes, p.WithDefaults())
+		}
+		if fs.Changed("slot") {
+			return nil, usageError{fmt.Errorf("--slot and --config: each pipeline names its slot in %s; use --pipeline NAME", path)}
+		}
+	} else {
+		slot, _ := fs.GetString("slot")
+		pipes = []relay.Pipeline{{Name: relay.DefaultPipeline, Slot: slot}}
+	}
+	name, _ := fs.GetString("pipeline")
+	if name == "" {
+		return pipes, nil
+	}
+	for _, p := range pipes {
+		if p.Name == name {
+			return []relay.Pipeline{p}, nil
+		}
+	}
+	return nil, usageError{fmt.Errorf("--pipeline %q: no such pipeline (pass --config with the file that names it)", name)}
+}
+
+// readPipelines reads each pipeline's status and, if withUnused, the slots and publications no
+// pipeline uses.
+func readPipelines(ctx context.Context, dsn string, pipes []relay.Pipeline, withUnused bool) ([]inspect.PipelineStatus, unusedJSON, error) {
+	out, unused := []inspect.PipelineStatus{}, unusedJSON{Slots: []string{}, Publications: []string{}}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return out, unused, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var slots, pubs []string
+	for _, p := range pipes {
+		st, err := inspect.PipelineOf(ctx, conn, p.Name, p.Slot, p.Publication)
+		if err != nil {
+			return out, unused, err
+		}
+		out = append(out, st)
+		slots, pubs = append(slots, p.Slot), append(pubs, p.Publication)
+	}
+	if withUnused {
+		s, pb, err := inspect.Unused(ctx, conn, slots, pubs)
+		if err != nil {
+			return out, unused, err
+		}
+		if len(pipes) == 1 && pipes[0].Publication == "" {
+			pb = nil // the flag path does not know its publication's name
+		}
+		unused.Slots, unused.Publications = append(unused.Slots, s...), append(unused.Publications, pb...)
+	}
+	return out, unused, nil
+}
+
+// writePipelines prints one line per pipeline.
+func writePipelines(w io.Writer, ps []inspect.PipelineStatus) error {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PIPELINE\tSLOT\tACTIVE\tLAG\tPARKED\tFAILED\tABANDONED\tFILTER\tHEALTH")
+	for _, p := range ps {
+		health := "healthy"
+		if !p.Healthy {
+			health = "UNHEALTHY: " + p.Reason
+		}
+		filter := "-"
+		if p.Filter != nil {
+			filter = *p.Filter
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.Slot.Name, p.Slot.Active, bytesOrNull(p.Slot.LagBytes),
+			p.ParkedAggregates, p.FailedEvents, p.AbandonedEvents, oneLine(filter, 60), oneLine(health, 100))
+	}
+	return tw.Flush()
+}
+
+func writeStatusJSON(w io.Writer, r inspect.Report, warnings []string, ps []inspect.PipelineStatus, unused unusedJSON) error {
 	ok, why := r.Healthy()
+	for _, p := range ps {
+		if ok && !p.Healthy {
+			ok, why = false, fmt.Sprintf("pipeline %q: %s", p.Name, p.Reason)
+		}
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(statusJSON{Healthy: ok, Reason: why, Warnings: warnings, Report: r})
+	return enc.Encode(statusJSON{Healthy: ok, Reason: why, Warnings: warnings, Report: r, Pipelines: ps, Unused: unused})
 }
 
 func writeStatusTable(w io.Writer, r inspect.Report, warnings []string) error {

@@ -29,6 +29,9 @@ type config struct {
 	GapMin, GapMax time.Duration
 	// Drain is how long the end of the run waits for the last deliveries (TORTURE_DRAIN).
 	Drain time.Duration
+	// Pipelines is 1 (the default: the relay's flags) or 2 (TORTURE_PIPELINES: a --config with a
+	// second, filtered pipeline, checked too).
+	Pipelines int
 	// Relay, if set, is the relay binary to run instead of building one (TORTURE_RELAY).
 	Relay string
 	// KeepLogs keeps the relays' and the server's logs even when the run passes
@@ -90,6 +93,13 @@ func parseConfig(getenv func(string) string) (config, error) {
 	case "nats", "kafka":
 	default:
 		return cfg, fmt.Errorf("TORTURE_SINK=%q: set nats or kafka, or leave it empty for the webhook", cfg.Sink)
+	}
+	cfg.Pipelines = 1
+	if v := getenv("TORTURE_PIPELINES"); v != "" {
+		if v != "1" && v != "2" {
+			return cfg, fmt.Errorf("TORTURE_PIPELINES=%q: set 1 (the default) or 2", v)
+		}
+		cfg.Pipelines = int(v[0] - '0')
 	}
 	if v := getenv("TORTURE_KEEP_LOGS"); v != "" {
 		b, err := strconv.ParseBool(v)

@@ -73,6 +73,11 @@ func writeSummary(w io.Writer, r *result) {
 		}
 	}
 	row("slot caught up", caught, is(r.CaughtUpOK))
+	if s := r.Second; s != nil {
+		row("second pipeline ("+secondFilter+")", fmt.Sprintf("%d of %d delivered, %d lost, %d phantoms (rows its filter refuses "+
+			"included), %d order violations, %d duplicates", s.Delivered, s.Expected, len(s.Lost), len(s.Phantoms),
+			len(s.Order), s.Duplicates), is(s.ok()))
+	}
 	row("time", fmt.Sprintf("%s (load %s, drain %s)", r.Total.Round(100*time.Millisecond),
 		r.Load.Round(100*time.Millisecond), r.Drain.Round(100*time.Millisecond)), nil)
 	row("seed", fmt.Sprint(r.Seed), nil)

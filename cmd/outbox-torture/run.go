@@ -54,12 +54,14 @@ type result struct {
 	Crashes      []string // relay exits we did not cause
 	Shutdown     []string // relays that did not exit 0 on SIGTERM
 	WriterErrors []string
+	Second       *secondResult // the second pipeline's check, with TORTURE_PIPELINES=2
 }
 
 // OK reports whether every invariant held and every fault healed.
 func (r *result) OK() bool {
 	return r.Verdict.invariantsOK() && r.Drained && r.CaughtUpOK && r.BadSignatures == 0 &&
-		len(r.Faults.Failures)+len(r.Crashes)+len(r.Shutdown)+len(r.WriterErrors) == 0
+		len(r.Faults.Failures)+len(r.Crashes)+len(r.Shutdown)+len(r.WriterErrors) == 0 &&
+		(r.Second == nil || r.Second.ok())
 }
 
 // harness is the state of one torture run.
@@ -72,6 +74,7 @@ type harness struct {
 	outDSN   string
 	proxy    *relaytest.Proxy // between the relays and PostgreSQL, for the partition fault
 	recv     *receiver
+	recv2    *relaytest.Receiver // the second pipeline's, with TORTURE_PIPELINES=2
 	fleet    *fleet
 	ledger   ledger
 	faults   faultStats
@@ -146,6 +149,9 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		return nil, err
 	}
 	args := relayArgs(relayDSN, t.recv.URL, secret, slotName)
+	if cfg.Sink != "" && cfg.Pipelines == 2 {
+		return nil, fmt.Errorf("TORTURE_SINK and TORTURE_PIPELINES=2 together are not supported: run them one at a time")
+	}
 	if cfg.Sink != "" {
 		t.logf("starting the %s broker and its bridge to the receiver", cfg.Sink)
 		br, stopBroker, err := t.startBroker(ctx)
@@ -155,6 +161,14 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		defer stopBroker()
 		t.broker = br
 		args = brokerArgs(args, br.relayArgs())
+	}
+	if cfg.Pipelines == 2 {
+		t.recv2 = relaytest.NewReceiver(secret)
+		defer t.recv2.Close()
+		if args, err = configArgs(logDir, relayDSN, t.recv.URL, t.recv2.URL); err != nil {
+			return nil, err
+		}
+		t.logf("two pipelines: the second (filter %s) on slot %s", secondFilter, secondSlot)
 	}
 	t.fleet = newFleet(bin, logDir, args)
 	defer t.fleet.killAll()
@@ -235,6 +249,9 @@ func (t *harness) execute(ctx context.Context, inPool *pgxpool.Pool) (*result, e
 	res.Drained = t.drain(ctx, res)
 	if res.Drained {
 		res.CaughtUp, res.CaughtUpOK = t.catchUp(ctx)
+	}
+	if t.recv2 != nil {
+		res.Second = t.checkSecond(ctx)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

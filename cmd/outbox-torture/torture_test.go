@@ -76,3 +76,32 @@ func TestTortureShort(t *testing.T) {
 		}
 	}
 }
+
+// TestTortureTwoPipelines runs the relays with a two-pipeline --config (TORTURE_PIPELINES=2)
+// under the same faults: the first pipeline passes every check of the one-pipeline run, and the
+// filtered second one loses nothing, delivers nothing its filter refuses, and keeps order.
+func TestTortureTwoPipelines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the relay and runs it under faults for 20s: skipped with -short")
+	}
+	cfg := defaultConfig()
+	cfg.Pipelines = 2
+	cfg.Events, cfg.Duration, cfg.Drain = 800, 20*time.Second, time.Minute
+	cfg.GapMin, cfg.GapMax = 300*time.Millisecond, 700*time.Millisecond
+	cfg.Seed = randomSeed()
+	t.Logf("seed %d", cfg.Seed)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress relaytest.SyncBuffer
+	res, err := torture(ctx, cfg, &progress)
+	if err != nil {
+		t.Fatalf("torture: %v\nprogress:\n%s", err, progress.String())
+	}
+	var summary bytes.Buffer
+	writeSummary(&summary, res)
+	if !res.OK() || res.Second == nil || res.Second.Expected == 0 {
+		t.Fatalf("two pipelines under faults (seed %d): second %+v\nsummary:\n%s\nprogress:\n%s", cfg.Seed, res.Second,
+			summary.String(), progress.String())
+	}
+	t.Logf("second pipeline: %d of %d delivered", res.Second.Delivered, res.Second.Expected)
+}

@@ -18,6 +18,10 @@ import (
 const (
 	Slot        = "outbox_relay_demo"
 	Publication = "outbox_relay_demo"
+	// AuditSlot and AuditPublication are the second pipeline's: big orders only, filtered in
+	// PostgreSQL by its publication's row filter.
+	AuditSlot        = "outbox_relay_demo_big"
+	AuditPublication = "outbox_relay_demo_big"
 )
 
 // startCluster starts the throwaway cluster; tests replace it.
@@ -71,13 +75,18 @@ const ordersTable = `CREATE TABLE IF NOT EXISTS orders (
 	created_at timestamptz NOT NULL DEFAULT now()
 )`
 
-// dropSlot drops the demo's slot and publication from a database the demo was given. The slot
-// may still be active for a moment after the relay returns, until its walsender exits.
-func dropSlot(ctx context.Context, pool *pgxpool.Pool) error {
+// dropSlots drops the slots and publications of both demo pipelines.
+func dropSlots(ctx context.Context, pool *pgxpool.Pool) error {
+	return errors.Join(dropSlot(ctx, pool, Slot, Publication), dropSlot(ctx, pool, AuditSlot, AuditPublication))
+}
+
+// dropSlot drops a demo slot and publication from a database the demo was given. The slot may
+// still be active for a moment after the relay returns, until its walsender exits.
+func dropSlot(ctx context.Context, pool *pgxpool.Pool, slot, publication string) error {
 	var err error
 	for i := 0; i < 50; i++ {
 		_, err = pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-			WHERE slot_name = $1 AND database = current_database()`, Slot)
+			WHERE slot_name = $1 AND database = current_database()`, slot)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ObjectInUse {
 			break
@@ -89,10 +98,10 @@ func dropSlot(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("drop slot %s: %w (drop it yourself: SELECT pg_drop_replication_slot('%s'))", Slot, err, Slot)
+		return fmt.Errorf("drop slot %s: %w (drop it yourself: SELECT pg_drop_replication_slot('%s'))", slot, err, slot)
 	}
-	if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{Publication}.Sanitize()); err != nil {
-		return fmt.Errorf("drop publication %s: %w", Publication, err)
+	if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{publication}.Sanitize()); err != nil {
+		return fmt.Errorf("drop publication %s: %w", publication, err)
 	}
 	return nil
 }

@@ -16,7 +16,8 @@
 //
 // When it started its own cluster, nothing: Run stops the relay and the consumer, stops the
 // server and removes its directory, on a cancelled context (Ctrl-C) too. In a database it was
-// given, it drops the slot and publication it used (both named outbox_relay_demo) and keeps the
+// given, it drops the slots and publications of its two pipelines (outbox_relay_demo, and
+// outbox_relay_demo_big for the filtered audit pipeline that receives big orders) and keeps the
 // tables and the rows it wrote: orders, outbox_events, inbox_events and stock_reservations.
 package demo
 
@@ -146,6 +147,8 @@ type demo struct {
 	consumerAddr string
 	lose         *loseAcks
 	consumerRun  *task
+	audit        *audit
+	auditAddr    string
 	relayRun     *task
 	relayLog     *logTail
 	registry     *prometheus.Registry
@@ -203,7 +206,10 @@ func (d *demo) setup(ctx context.Context) error {
 	}
 	if d.cfg.DSN != "" {
 		// Registered before the relay starts, so it runs after the relay has stopped.
-		d.cleanup("drop the demo's slot and publication", func(ctx context.Context) error { return dropSlot(ctx, pool) })
+		d.cleanup("drop the demo's slot and publication", func(ctx context.Context) error { return dropSlots(ctx, pool) })
+	}
+	if err := d.startAudit(ctx); err != nil {
+		return err
 	}
 	return d.startRelay(ctx)
 }

@@ -200,17 +200,21 @@ func TestRunOnAGivenDatabaseDropsOnlyWhatItCreated(t *testing.T) {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}
 	f := summaryFields(t, out.String())
-	var orders, slots, pubs int
-	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM orders),
-		(SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1),
-		(SELECT count(*) FROM pg_publication WHERE pubname = $1)`, Slot).Scan(&orders, &slots, &pubs); err != nil {
+	var orders, big, slots, pubs int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM orders WHERE total >= 400),
+		(SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2)),
+		(SELECT count(*) FROM pg_publication WHERE pubname IN ($1, $2))`, Slot, AuditSlot).Scan(&orders, &big, &slots, &pubs); err != nil {
 		t.Fatal(err)
 	}
 	if orders != f["written"] || orders == 0 {
 		t.Errorf("orders has %d rows, the summary says written=%d", orders, f["written"])
 	}
+	// The filtered pipeline got exactly the big orders.
+	if big != f["big_orders"] {
+		t.Errorf("%d orders have total >= 400, the audit pipeline delivered big_orders=%d", big, f["big_orders"])
+	}
 	if slots != 0 || pubs != 0 {
-		t.Errorf("left %d slots and %d publications named %s", slots, pubs, Slot)
+		t.Errorf("left %d slots and %d publications named %s or %s", slots, pubs, Slot, AuditSlot)
 	}
 	var theirs int
 	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'theirs') +

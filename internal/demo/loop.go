@@ -105,7 +105,7 @@ func (d *demo) drain() error {
 	said := false
 	for {
 		s := d.sample(context.Background())
-		if s.delivered >= s.written && s.reservations >= s.written {
+		if s.delivered >= s.written && s.reservations >= s.written && s.audited >= s.bigWritten {
 			if said {
 				d.event("stopped writing; everything written was delivered")
 			}
@@ -143,7 +143,7 @@ func (d *demo) sample(ctx context.Context) sample {
 		s.reservations = int64(n) - d.baseline
 	}
 	// Read last, so that what was delivered and reserved is never ahead of what was written.
-	s.written = d.writer.written.Load()
+	s.written, s.bigWritten = d.writer.written.Load(), d.writer.big.Load()
 	s.failing = d.consumer.Failing()
 	s.outageLeft, s.nextOutage = d.outages.timing(s.at)
 	d.last = s
@@ -152,7 +152,7 @@ func (d *demo) sample(ctx context.Context) sample {
 
 // header says what runs where, once, before the status.
 func (d *demo) header() {
-	where := "(your database: the demo drops its slot and publication " + Slot + " at the end)"
+	where := "(your database: the demo drops its slots and publications " + Slot + " and " + AuditSlot + " at the end)"
 	if d.clusterDir != "" {
 		where = "(throwaway cluster in " + d.clusterDir + ", removed at the end)"
 	}
@@ -162,7 +162,9 @@ func (d *demo) header() {
 	}
 	d.println("outbox-relay demo: orders → outbox_events → relay → signed POST → inbox → stock_reservations")
 	d.println("  database  " + d.dsn + " " + where)
-	d.println("  relay     metrics at http://" + d.metricsAddr + "/metrics, webhook " + d.consumerURL())
+	d.println("  relay     metrics at http://" + d.metricsAddr + "/metrics; two pipelines:")
+	d.println("            " + pipelineWarehouse + ": every order to " + d.consumerURL())
+	d.println("            " + pipelineAudit + ": only orders with total >= 400 (row filter " + auditFilter + ") to " + d.auditURL())
 	d.println(fmt.Sprintf("  writing   %g orders/s %s; the consumer fails for %s every %s,", d.cfg.Rate, until,
 		d.cfg.FailFor, d.cfg.FailEvery))
 	d.println(fmt.Sprintf("            and 1 in %d of its answers is lost after it committed", d.cfg.LoseEvery))

@@ -12,7 +12,9 @@ import (
 type sample struct {
 	at           time.Time
 	written      int64 // orders committed by the demo's producer
-	delivered    int64 // events the relay delivered (answered 2xx)
+	delivered    int64 // events the warehouse pipeline delivered (answered 2xx)
+	audited      int64 // big orders the filtered audit pipeline delivered
+	bigWritten   int64 // big orders committed (total >= 400), what the audit pipeline should get
 	retries      int64 // delivery attempts that failed and will be retried
 	lagBytes     int64 // WAL the relay has not confirmed yet
 	e2e          hist  // commit → delivered, from the relay's histogram
@@ -35,7 +37,16 @@ const (
 // readRelay fills in what the relay's metrics say.
 func (s *sample) readRelay(families []*dto.MetricFamily) {
 	for _, f := range families {
-		ms := f.GetMetric()
+		var ms []*dto.Metric // the warehouse pipeline's; the audit pipeline's delivered count aside
+		for _, m := range f.GetMetric() {
+			if hasLabel(m, "pipeline", pipelineAudit) {
+				if f.GetName() == seriesDelivered {
+					s.audited = int64(m.GetCounter().GetValue())
+				}
+				continue
+			}
+			ms = append(ms, m)
+		}
 		if len(ms) == 0 {
 			continue
 		}
@@ -102,8 +113,8 @@ func (s sample) consumerState() string {
 // line is the progress line printed when the output is not a terminal.
 func (w window) line() string {
 	s := w.now
-	return fmt.Sprintf("demo: t=%s written=%d delivered=%d duplicates_absorbed=%d reservations=%d retries=%d lag=%s p99=%s consumer=%s",
-		w.elapsed.Round(time.Second), s.written, s.delivered, s.duplicates, s.reservations, s.retries,
+	return fmt.Sprintf("demo: t=%s written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d lag=%s p99=%s consumer=%s",
+		w.elapsed.Round(time.Second), s.written, s.delivered, s.audited, s.duplicates, s.reservations, s.retries,
 		formatBytes(s.lagBytes), w.p99(), s.consumerState())
 }
 
@@ -119,6 +130,7 @@ func (w window) block(note string) []string {
 		fmt.Sprintf("  elapsed       %s", w.elapsed.Round(time.Second)),
 		fmt.Sprintf("  written       %-8d orders + outbox events, one transaction each (%.0f/s)", s.written, w.rate()),
 		fmt.Sprintf("  delivered     %-8d signed POSTs answered 2xx", s.delivered),
+		fmt.Sprintf("  big orders    %-8d via the filtered audit pipeline (total >= 400)", s.audited),
 		fmt.Sprintf("  reservations  %-8d stock reserved, once per order", s.reservations),
 		fmt.Sprintf("  duplicates    %-8d redeliveries absorbed by the inbox (%d answers lost)", s.duplicates, s.lost),
 		fmt.Sprintf("  retries       %-8d failed attempts, retried with backoff", s.retries),
@@ -132,8 +144,8 @@ func (w window) block(note string) []string {
 
 // summary is the last line Run prints, over the whole run.
 func summary(s sample, elapsed time.Duration) string {
-	return fmt.Sprintf("demo: written=%d delivered=%d duplicates_absorbed=%d reservations=%d retries=%d p99=%s elapsed=%s",
-		s.written, s.delivered, s.duplicates, s.reservations, s.retries, formatQuantile(s.e2e, 0.99), elapsed.Round(time.Second))
+	return fmt.Sprintf("demo: written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d p99=%s elapsed=%s",
+		s.written, s.delivered, s.audited, s.duplicates, s.reservations, s.retries, formatQuantile(s.e2e, 0.99), elapsed.Round(time.Second))
 }
 
 func formatBytes(n int64) string {

@@ -95,7 +95,7 @@ func TestStatusFitsAndSummarises(t *testing.T) {
 		}
 	}
 	got := summary(sample{written: 5, delivered: 5, reservations: 5}, 6*time.Second)
-	if want := "demo: written=5 delivered=5 duplicates_absorbed=0 reservations=5 retries=0 p99=n/a elapsed=6s"; got != want {
+	if want := "demo: written=5 delivered=5 big_orders=0 duplicates_absorbed=0 reservations=5 retries=0 p99=n/a elapsed=6s"; got != want {
 		t.Errorf("summary = %q\nwant      %q", got, want)
 	}
 }

@@ -24,6 +24,7 @@ type writer struct {
 	pool    *pgxpool.Pool
 	rate    float64 // orders per second
 	written atomic.Int64
+	big     atomic.Int64 // orders with total >= 400: those the audit pipeline's filter passes
 }
 
 // run places orders until ctx is done. It keeps to the rate over the whole run: after a slow
@@ -40,23 +41,28 @@ func (w *writer) run(ctx context.Context) error {
 		}
 		due := int64(w.rate * time.Since(start).Seconds())
 		for w.written.Load() < due && ctx.Err() == nil {
-			if err := w.place(ctx); err != nil {
+			big, err := w.place(ctx)
+			if err != nil {
 				return err
+			}
+			if big {
+				w.big.Add(1) // before written, so a sample never sees the order without it
 			}
 			w.written.Add(1)
 		}
 	}
 }
 
-// place writes one order. Once sent, the statement is not cancelled with ctx, so that an order
-// that commits is always counted.
-func (w *writer) place(ctx context.Context) error {
+// place writes one order, and reports whether it is a big one (total >= 400). Once sent, the
+// statement is not cancelled with ctx, so that an order that commits is always counted.
+func (w *writer) place(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	customer := customers[rand.IntN(len(customers))]
-	total := fmt.Sprintf("%d.%02d", 5+rand.IntN(495), rand.IntN(100))
+	units := 5 + rand.IntN(495)
+	total := fmt.Sprintf("%d.%02d", units, rand.IntN(100))
 	if _, err := w.pool.Exec(ctx, placeOrder, customer, total); err != nil {
-		return fmt.Errorf("place order: %w", err)
+		return false, fmt.Errorf("place order: %w", err)
 	}
-	return nil
+	return units >= 400, nil
 }

@@ -261,29 +261,30 @@ func allStrings(v any) []string {
 // rename or a change of type or labels must be deliberate.
 func TestDocumentedSeriesKeepNameTypeAndLabels(t *testing.T) {
 	reg := registered(t)
+	pl := []string{"pipeline"} // every per-pipeline series; build_info is the process's
 	want := []struct {
 		name   string
 		typ    dto.MetricType
 		labels []string
 	}{
-		{"outbox_relay_replication_lag_bytes", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_oldest_undelivered_seconds", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_events_received_total", dto.MetricType_COUNTER, nil},
-		{"outbox_relay_events_delivered_total", dto.MetricType_COUNTER, nil},
-		{"outbox_relay_events_dead_lettered_total", dto.MetricType_COUNTER, nil},
-		{"outbox_relay_delivery_attempts_total", dto.MetricType_COUNTER, []string{"result"}},
-		{"outbox_relay_delivery_duration_seconds", dto.MetricType_HISTOGRAM, nil},
-		{"outbox_relay_end_to_end_seconds", dto.MetricType_HISTOGRAM, nil},
-		{"outbox_relay_inflight_events", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_buffered_events", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_buffered_bytes", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_read_paused", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_parked_aggregates", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_slot_retained_wal_bytes", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_slot_active", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_streaming", dto.MetricType_GAUGE, nil},
-		{"outbox_relay_reconnects_total", dto.MetricType_COUNTER, nil},
-		{"outbox_relay_outbox_rows", dto.MetricType_GAUGE, []string{"status"}},
+		{"outbox_relay_replication_lag_bytes", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_oldest_undelivered_seconds", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_events_received_total", dto.MetricType_COUNTER, pl},
+		{"outbox_relay_events_delivered_total", dto.MetricType_COUNTER, pl},
+		{"outbox_relay_events_dead_lettered_total", dto.MetricType_COUNTER, pl},
+		{"outbox_relay_delivery_attempts_total", dto.MetricType_COUNTER, []string{"pipeline", "result"}},
+		{"outbox_relay_delivery_duration_seconds", dto.MetricType_HISTOGRAM, pl},
+		{"outbox_relay_end_to_end_seconds", dto.MetricType_HISTOGRAM, pl},
+		{"outbox_relay_inflight_events", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_buffered_events", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_buffered_bytes", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_read_paused", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_parked_aggregates", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_slot_retained_wal_bytes", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_slot_active", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_streaming", dto.MetricType_GAUGE, pl},
+		{"outbox_relay_reconnects_total", dto.MetricType_COUNTER, pl},
+		{"outbox_relay_outbox_rows", dto.MetricType_GAUGE, []string{"pipeline", "status"}},
 		{"outbox_relay_build_info", dto.MetricType_GAUGE, []string{"commit", "goversion", "version"}},
 	}
 	for _, w := range want {
@@ -318,7 +319,9 @@ func TestEveryDeliveryResultIsExportedFromTheStart(t *testing.T) {
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				results = append(results, l.GetValue())
+				if l.GetName() == "result" { // the other is the pipeline label
+					results = append(results, l.GetValue())
+				}
 			}
 		}
 	}

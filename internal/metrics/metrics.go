@@ -7,8 +7,10 @@ package metrics
 
 import (
 	"errors"
+	"reflect"
 	"regexp"
 	"sync"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -66,7 +68,7 @@ type Metrics struct {
 
 // New creates the series and registers them on reg (nil: nowhere).
 func New(reg prometheus.Registerer) *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		OldestUndelivered: Gauge(reg, "oldest_undelivered_seconds",
 			"Age (from commit) of the oldest event received but not yet delivered; 0 when none waits."),
 		BufferedEvents: Gauge(reg, "buffered_events", "Events received and not yet delivered."),
@@ -77,6 +79,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		OutboxRows: Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "outbox_rows",
 			Help: "outbox_events rows by status (estimated cheaply), polled."}, []string{"status"})),
 	}
+	// The children exist from the start, so every status is listed before the first poll (and
+	// through a Registerer wrapped with a pipeline label, where the vector itself is hidden).
+	for _, st := range []string{"pending", "failed", "parked", "done"} {
+		m.OutboxRows.WithLabelValues(st)
+	}
+	return m
 }
 
 // Discard returns metrics registered nowhere, for components built without a registry.
@@ -110,11 +118,30 @@ func (r *Recorder) Register(c prometheus.Collector) error {
 	for d := range descs {
 		if m := fqName.FindStringSubmatch(d.String()); m != nil {
 			if _, seen := r.byName[m[1]]; !seen {
-				r.byName[m[1]] = c
+				r.byName[m[1]] = unwrap(c)
 			}
 		}
 	}
 	return nil
+}
+
+// unwrap returns the collector that prometheus.WrapRegistererWith wrapped (a pipeline's
+// label), so that a test can write the component's own series; any other collector as it is.
+// The wrapper's type is unexported, hence the reflection: this is test support only.
+func unwrap(c prometheus.Collector) prometheus.Collector {
+	v := reflect.ValueOf(c)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return c
+	}
+	f := v.Elem().FieldByName("wrappedCollector")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[prometheus.Collector]() {
+		return c
+	}
+	inner, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(prometheus.Collector)
+	if !ok || inner == nil {
+		return c
+	}
+	return unwrap(inner)
 }
 
 // MustRegister registers cs and remembers them; it panics on an error.

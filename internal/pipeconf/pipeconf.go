@@ -1,0 +1,314 @@
+// Package pipeconf reads the pipelines file of `outbox-relay run --config`: YAML whose values
+// may name environment variables as ${NAME} (an unset one is an error), whose unknown keys are
+// errors naming the key and its line, with durations (10s) and sizes (32MiB).
+package pipeconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/signature"
+)
+
+// File is a parsed pipelines file.
+type File struct {
+	// DSN is the file's dsn; empty if it has none (--dsn / DB_DSN override it anyway).
+	DSN       string
+	Pipelines []relay.Pipeline
+}
+
+// Env looks up an environment variable; os.LookupEnv is one.
+type Env func(name string) (string, bool)
+
+// ErrConfig is wrapped by every error about the file's content.
+var ErrConfig = errors.New("bad config")
+
+// Load reads and parses the file at path with the process's environment.
+func Load(path string) (File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return File{}, fmt.Errorf("read config: %w", err)
+	}
+	f, err := Parse(b, os.LookupEnv, os.ReadFile)
+	if err != nil {
+		return f, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// scalar is one YAML value with its line, kept as text until it is expanded and converted.
+type scalar struct {
+	s    string
+	line int
+	set  bool
+}
+
+func (v *scalar) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("%w: line %d: expected a single value, not a list or a map", ErrConfig, n.Line)
+	}
+	*v = scalar{s: n.Value, line: n.Line, set: true}
+	return nil
+}
+
+type rawFile struct {
+	DSN       scalar        `yaml:"dsn"`
+	Pipelines []rawPipeline `yaml:"pipelines"`
+}
+
+type rawPipeline struct {
+	Name              scalar     `yaml:"name"`
+	Filter            scalar     `yaml:"filter"`
+	Slot              scalar     `yaml:"slot"`
+	Publication       scalar     `yaml:"publication"`
+	Webhook           rawWebhook `yaml:"webhook"`
+	RetryMin          scalar     `yaml:"retry_min"`
+	RetryMax          scalar     `yaml:"retry_max"`
+	MaxAttempts       scalar     `yaml:"max_attempts"`
+	MaxInFlight       scalar     `yaml:"max_in_flight"`
+	MaxBufferedEvents scalar     `yaml:"max_buffered_events"`
+	MaxBufferedBytes  scalar     `yaml:"max_buffered_bytes"`
+	RateLimit         scalar     `yaml:"rate_limit"`
+	Shadow            scalar     `yaml:"shadow"`
+	Initial           scalar     `yaml:"initial"`
+}
+
+type rawWebhook struct {
+	URL             scalar `yaml:"url"`
+	Secret          scalar `yaml:"secret"`
+	SecretFile      scalar `yaml:"secret_file"`
+	SignatureScheme scalar `yaml:"signature_scheme"`
+	RequestTimeout  scalar `yaml:"request_timeout"`
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// Parse parses a pipelines file. env resolves ${NAME}; readFile reads secret_file.
+func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, error) {
+	var raw rawFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return File{}, fmt.Errorf("%w: the file is empty; it needs a pipelines list", ErrConfig)
+		}
+		if errors.Is(err, ErrConfig) {
+			return File{}, err
+		}
+		// yaml names the line and the unknown key ("line 7: field colour not found in type ...").
+		return File{}, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(cleanYAMLError(err), "yaml: "))
+	}
+	p := parser{env: env, readFile: readFile}
+	f := File{DSN: p.str(raw.DSN)}
+	if len(raw.Pipelines) == 0 && p.err == nil {
+		return f, fmt.Errorf("%w: no pipelines: the file needs `pipelines:` with at least one entry", ErrConfig)
+	}
+	for _, rp := range raw.Pipelines {
+		pl := p.pipeline(rp)
+		if p.err != nil {
+			return f, p.err
+		}
+		if err := pl.Validate(); err != nil {
+			return f, fmt.Errorf("%w: line %d: %w", ErrConfig, rp.Name.line, err)
+		}
+		for _, other := range f.Pipelines {
+			if other.Name == pl.Name {
+				return f, fmt.Errorf("%w: line %d: a second pipeline named %q; names must be unique", ErrConfig, rp.Name.line, pl.Name)
+			}
+		}
+		f.Pipelines = append(f.Pipelines, pl)
+	}
+	return f, p.err
+}
+
+// cleanYAMLError turns yaml's type names into the file's words.
+func cleanYAMLError(err error) string {
+	s := err.Error()
+	for _, t := range []string{" in type pipeconf.rawFile", " in type pipeconf.rawPipeline", " in type pipeconf.rawWebhook"} {
+		s = strings.ReplaceAll(s, t, "")
+	}
+	s = strings.ReplaceAll(s, "field ", "unknown key ")
+	s = strings.ReplaceAll(s, " not found", "")
+	return s
+}
+
+// parser converts scalars, keeping the first error.
+type parser struct {
+	env      Env
+	readFile func(string) ([]byte, error)
+	err      error
+}
+
+func (p *parser) fail(v scalar, format string, args ...any) {
+	if p.err == nil {
+		p.err = fmt.Errorf("%w: line %d: %s", ErrConfig, v.line, fmt.Sprintf(format, args...))
+	}
+}
+
+// str returns v with ${NAME} replaced; an unset variable is an error.
+func (p *parser) str(v scalar) string {
+	return envRef.ReplaceAllStringFunc(v.s, func(ref string) string {
+		name := ref[2 : len(ref)-1]
+		val, ok := p.env(name)
+		if !ok {
+			p.fail(v, "environment variable %s is not set (set it, or write the value)", name)
+		}
+		return val
+	})
+}
+
+func (p *parser) duration(v scalar, key string) time.Duration {
+	if !v.set {
+		return 0
+	}
+	s := p.str(v)
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		p.fail(v, "%s %q: want a duration such as 500ms, 10s or 10m", key, s)
+	}
+	return d
+}
+
+func (p *parser) integer(v scalar, key string, minimum int) int {
+	if !v.set {
+		return 0
+	}
+	s := p.str(v)
+	n, err := strconv.Atoi(s)
+	if err != nil || n < minimum {
+		p.fail(v, "%s %q: want a whole number, at least %d", key, s, minimum)
+	}
+	return n
+}
+
+func (p *parser) boolean(v scalar, key string) bool {
+	if !v.set {
+		return false
+	}
+	s := p.str(v)
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		p.fail(v, "%s %q: want true or false", key, s)
+	}
+	return b
+}
+
+// size parses bytes: a number, optionally with B, KiB, MiB, GiB (powers of 1024) or KB, MB,
+// GB (powers of 1000).
+func (p *parser) size(v scalar, key string) int {
+	if !v.set {
+		return 0
+	}
+	s := strings.TrimSpace(p.str(v))
+	n, err := ParseSize(s)
+	if err != nil {
+		p.fail(v, "%s %q: %v", key, s, err)
+	}
+	return n
+}
+
+// ParseSize parses a byte size such as 8192, 512KiB, 32MiB or 1GB.
+func ParseSize(s string) (int, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := int64(1)
+	num := s
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, errors.New("want a size such as 8192, 512KiB or 32MiB")
+	}
+	return int(n * mult), nil
+}
+
+func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
+	pl := relay.Pipeline{
+		Name:              p.str(rp.Name),
+		Filter:            strings.TrimSpace(p.str(rp.Filter)),
+		Slot:              p.str(rp.Slot),
+		Publication:       p.str(rp.Publication),
+		WebhookURL:        p.str(rp.Webhook.URL),
+		RequestTimeout:    p.duration(rp.Webhook.RequestTimeout, "request_timeout"),
+		RetryMin:          p.duration(rp.RetryMin, "retry_min"),
+		RetryMax:          p.duration(rp.RetryMax, "retry_max"),
+		MaxAttempts:       p.integer(rp.MaxAttempts, "max_attempts", -1),
+		MaxInFlight:       p.integer(rp.MaxInFlight, "max_in_flight", 0),
+		MaxBufferedEvents: p.integer(rp.MaxBufferedEvents, "max_buffered_events", 0),
+		MaxBufferedBytes:  p.size(rp.MaxBufferedBytes, "max_buffered_bytes"),
+		RateLimit:         p.integer(rp.RateLimit, "rate_limit", 0),
+		Shadow:            p.boolean(rp.Shadow, "shadow"),
+	}
+	if !rp.Name.set {
+		p.fail(rp.Webhook.URL, "a pipeline has no name")
+	}
+	switch initial := p.str(rp.Initial); initial {
+	case "", "none":
+	case "pending":
+		pl.Backfill = true
+	default:
+		p.fail(rp.Initial, "initial %q: want none (the default) or pending", initial)
+	}
+	if pl.RetryMin > 0 && pl.RetryMax > 0 && pl.RetryMax < pl.RetryMin {
+		p.fail(rp.RetryMax, "retry_max %s is less than retry_min %s", pl.RetryMax, pl.RetryMin)
+	}
+	if !rp.Webhook.URL.set {
+		p.fail(rp.Name, "pipeline %q has no webhook url", pl.Name)
+	} else if _, err := publisher.ParseURL(pl.WebhookURL); err != nil {
+		p.fail(rp.Webhook.URL, "%v", err)
+	}
+	scheme, err := signature.ParseScheme(p.str(rp.Webhook.SignatureScheme))
+	if err != nil {
+		p.fail(rp.Webhook.SignatureScheme, "%v", err)
+	}
+	pl.Scheme = scheme
+	switch {
+	case rp.Webhook.Secret.set && rp.Webhook.SecretFile.set:
+		p.fail(rp.Webhook.SecretFile, "give secret or secret_file, not both")
+	case rp.Webhook.Secret.set:
+		pl.Secrets = splitSecrets(p.str(rp.Webhook.Secret))
+	case rp.Webhook.SecretFile.set:
+		path := p.str(rp.Webhook.SecretFile)
+		b, err := p.readFile(path)
+		if err != nil {
+			p.fail(rp.Webhook.SecretFile, "secret_file: %v", err)
+		}
+		pl.Secrets = splitSecrets(string(b))
+	default:
+		p.fail(rp.Name, "pipeline %q has no webhook secret: set secret or secret_file", pl.Name)
+	}
+	if p.err == nil {
+		if _, err := signature.Keys(pl.Scheme, pl.Secrets); err != nil {
+			p.fail(rp.Webhook.Secret, "pipeline %q: %v", pl.Name, err)
+		}
+	}
+	return pl
+}
+
+// splitSecrets splits at commas and line ends and trims blanks: several secrets are a rotation.
+func splitSecrets(raw string) []string {
+	var out []string
+	for _, s := range strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,214 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/signature"
+)
+
+// Pipeline is one destination fed from the outbox: a publication with an optional row filter,
+// its own slot, and one webhook with its own policies. Each pipeline is streamed, ordered,
+// retried, dead-lettered and confirmed independently of the others. Zero values are documented
+// per field; Config.Pipelines applies the defaults.
+type Pipeline struct {
+	// Name is [a-z0-9_]{1,40}, unique in a Config. It labels the pipeline's series
+	// (pipeline="..."), its log lines, and its dead letters and parked aggregates. Required.
+	Name string
+	// Filter is an SQL boolean over outbox_events columns (PostgreSQL 15+), applied by the
+	// walsender: filtered-out rows never cross the wire. A changed filter alters the publication
+	// at start and applies to rows committed after that. Empty: every row.
+	Filter string
+	// Slot and Publication name the pipeline's slot and publication. Empty:
+	// outbox_relay_<Name>. (The pipeline `outbox-relay run` builds from flags uses
+	// outbox_relay for both, today's names.)
+	Slot        string
+	Publication string
+
+	// WebhookURL is the destination, unless Destination names a broker. Required otherwise.
+	WebhookURL string
+	// Secrets sign each request, the first is current (several: rotation). Required.
+	Secrets []string
+	// Scheme is the signature scheme; the zero value is signature.SchemeXSignature.
+	Scheme signature.Scheme
+	// RequestTimeout bounds each request. Zero: the webhook client's default (10s).
+	RequestTimeout time.Duration
+	// RetryMin and RetryMax are the first and the largest retry delay. Zero: 1s and 10m.
+	RetryMin, RetryMax time.Duration
+	// MaxAttempts dead-letters an event after this many attempts: 0 means about a day of
+	// retries at RetryMax (5 for a shadow pipeline), a negative value retries forever (not
+	// allowed for a shadow).
+	MaxAttempts int
+	// MaxInFlight is the number of concurrent deliveries. Zero: 64.
+	MaxInFlight int
+	// MaxBufferedEvents and MaxBufferedBytes bound what is received and not yet delivered.
+	// Zero: 8192 and 32 MiB.
+	MaxBufferedEvents int
+	MaxBufferedBytes  int
+	// RateLimit, if positive, is the most requests this destination sees in any one second,
+	// retries included. Zero: unlimited.
+	RateLimit int
+	// Shadow makes the pipeline best effort: after MaxAttempts failed attempts an event is
+	// recorded as abandoned (log line, outbox_relay_events_abandoned_total, a row in
+	// outbox_pipeline_events) and settled. A shadow never parks, never dead-letters, never
+	// writes the row's status, and never holds its slot back for longer than its attempts take.
+	// False: a normal pipeline.
+	Shadow bool
+	// Backfill chooses what the pipeline receives from before its slot existed: if true, the
+	// rows still pending (and matching Filter) when the slot is created are delivered first
+	// (`initial: pending`); if false (the zero value, `initial: none`), nothing.
+	Backfill bool
+	// Delivery is the request format, batching, compression and marks mode. The zero value is
+	// raw, one event per request, uncompressed, rows marked done.
+	Delivery publisher.Delivery
+	// Destination, if it names a broker (NATS or Kafka), replaces the webhook. The zero value:
+	// the webhook of WebhookURL.
+	Destination DestinationConfig
+}
+
+// DefaultPipeline is the name of the pipeline `outbox-relay run` builds from its flags.
+const DefaultPipeline = "default"
+
+// DefaultShadowMaxAttempts is a shadow pipeline's MaxAttempts when it is zero.
+const DefaultShadowMaxAttempts = 5
+
+var pipelineName = regexp.MustCompile(`^[a-z0-9_]{1,40}$`)
+
+// ErrPipeline is wrapped by the errors of a pipeline list that cannot run.
+var ErrPipeline = errors.New("invalid pipeline")
+
+// Validate checks one pipeline's settings; its errors name the pipeline and the fix.
+func (p *Pipeline) Validate() error {
+	if !pipelineName.MatchString(p.Name) {
+		return fmt.Errorf("%w: name %q must match [a-z0-9_]{1,40}", ErrPipeline, p.Name)
+	}
+	if p.Destination.NATS != nil || p.Destination.Kafka != nil {
+		if p.WebhookURL != "" {
+			return fmt.Errorf("%w %q: a pipeline has exactly one of webhook, nats and kafka; drop one", ErrPipeline, p.Name)
+		}
+		return p.validatePolicies()
+	}
+	if p.WebhookURL == "" {
+		return fmt.Errorf("%w %q: no destination: give webhook (url), nats or kafka", ErrPipeline, p.Name)
+	}
+	if len(p.Secrets) == 0 {
+		return fmt.Errorf("%w %q: no webhook secret (secret or secret_file)", ErrPipeline, p.Name)
+	}
+	return p.validatePolicies()
+}
+
+// validatePolicies checks the settings every kind of destination shares.
+func (p *Pipeline) validatePolicies() error {
+	if p.Shadow && p.MaxAttempts < 0 {
+		return fmt.Errorf("%w %q: a shadow pipeline cannot retry forever (max_attempts %d); give it a positive max_attempts",
+			ErrPipeline, p.Name, p.MaxAttempts)
+	}
+	if p.RateLimit < 0 {
+		return fmt.Errorf("%w %q: rate_limit %d is negative", ErrPipeline, p.Name, p.RateLimit)
+	}
+	return nil
+}
+
+// WithDefaults returns p with the defaults Run applies (slot and publication names, limits,
+// attempts).
+func (p Pipeline) WithDefaults() Pipeline {
+	p.defaults()
+	return p
+}
+
+func (p *Pipeline) defaults() {
+	set := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	set(&p.MaxInFlight, DefaultMaxInFlight)
+	set(&p.MaxBufferedEvents, DefaultMaxBufferedEvents)
+	set(&p.MaxBufferedBytes, DefaultMaxBufferedBytes)
+	if p.Slot == "" {
+		p.Slot = "outbox_relay_" + p.Name
+	}
+	if p.Publication == "" {
+		p.Publication = "outbox_relay_" + p.Name
+	}
+	if p.MaxAttempts == 0 {
+		if p.Shadow {
+			p.MaxAttempts = DefaultShadowMaxAttempts
+		} else {
+			p.MaxAttempts = AttemptsForADay(p.RetryMin, p.RetryMax)
+		}
+	}
+}
+
+// pipelines returns the pipelines to run, defaults applied: Config.Pipelines, or, when that is
+// empty, the one named "default" that the flat fields describe. It checks names and
+// uniqueness, slots and publications shared by two pipelines.
+func (c *Config) pipelines() ([]Pipeline, error) {
+	if len(c.Pipelines) == 0 {
+		p := Pipeline{Name: DefaultPipeline, Slot: c.Slot, Publication: c.Publication, WebhookURL: c.WebhookURL,
+			Secrets: c.Secrets, Scheme: c.Scheme, RequestTimeout: c.RequestTimeout, RetryMin: c.RetryMin,
+			RetryMax: c.RetryMax, MaxAttempts: c.MaxAttempts, MaxInFlight: c.MaxInFlight,
+			MaxBufferedEvents: c.MaxBufferedEvents, MaxBufferedBytes: c.MaxBufferedBytes, Backfill: !c.NoBackfill,
+			Delivery: c.Delivery, Destination: c.Destination}
+		if p.Slot == "" {
+			p.Slot = DefaultSlot
+		}
+		if p.Publication == "" {
+			p.Publication = DefaultPublication
+		}
+		p.defaults()
+		return []Pipeline{p}, nil
+	}
+	out := make([]Pipeline, len(c.Pipelines))
+	names, slots, pubs := map[string]bool{}, map[string]string{}, map[string]string{}
+	for i, p := range c.Pipelines {
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		if names[p.Name] {
+			return nil, fmt.Errorf("%w: two pipelines are named %q; names must be unique", ErrPipeline, p.Name)
+		}
+		names[p.Name] = true
+		p.defaults()
+		if other, ok := slots[p.Slot]; ok {
+			return nil, fmt.Errorf("%w: pipelines %q and %q share slot %q; each needs its own", ErrPipeline, other, p.Name, p.Slot)
+		}
+		if other, ok := pubs[p.Publication]; ok {
+			return nil, fmt.Errorf("%w: pipelines %q and %q share publication %q; each needs its own",
+				ErrPipeline, other, p.Name, p.Publication)
+		}
+		slots[p.Slot], pubs[p.Publication] = p.Name, p.Name
+		out[i] = p
+	}
+	return out, nil
+}
+
+// StatusOwner returns the index of the pipeline that writes the rows' own status, processed_at,
+// retries and last_error columns, or -1 when none does. With one pipeline (not a shadow) it is
+// that one, exactly as before pipelines. With several: the pipeline named "default" if it is
+// not a shadow; else the first non-shadow pipeline without a filter (it sees every row). The
+// other pipelines keep their truth in outbox_pipeline_events and outbox_parked_aggregates
+// (column pipeline), which `outbox-relay status` reports per pipeline. With no owner the rows
+// stay 'pending', and retention (which prunes 'done' rows) prunes nothing.
+func StatusOwner(ps []Pipeline) int {
+	if len(ps) == 1 {
+		if ps[0].Shadow {
+			return -1
+		}
+		return 0
+	}
+	for i, p := range ps {
+		if p.Name == DefaultPipeline && !p.Shadow {
+			return i
+		}
+	}
+	for i, p := range ps {
+		if !p.Shadow && p.Filter == "" {
+			return i
+		}
+	}
+	return -1
+}
