@@ -38,6 +38,7 @@ var tablePrivileges = []struct {
 	{"outbox_parked_aggregates", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{"outbox_backfill", []string{"SELECT", "INSERT", "DELETE"}},
 	{"outbox_slots", []string{"SELECT", "INSERT", "UPDATE"}},
+	{"outbox_pipeline_control", []string{"SELECT", "INSERT", "UPDATE"}},
 	{"goose_db_version", []string{"SELECT"}},
 }
 

@@ -40,6 +40,16 @@ type Config struct {
 	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
 	// publisher's series among several.
 	Registerer prometheus.Registerer
+	// Pipeline names the pipeline in log lines and in the pause a 410 Gone writes. If empty,
+	// DefaultPipeline.
+	Pipeline string
+	// OnGone is what a 410 Gone answer (Result.Gone) does. The zero value, GonePause, pauses
+	// the pipeline and leaves the event undelivered and not parked.
+	OnGone GoneAction
+	// RecordPause, if set, durably records a pause the publisher decides itself (on 410 Gone),
+	// so that it holds across restarts and in whichever process leads next (SetPaused does
+	// that). If nil, the pause holds in this process only.
+	RecordPause func(ctx context.Context, reason string) error
 }
 
 func (c *Config) defaults() {
@@ -54,6 +64,9 @@ func (c *Config) defaults() {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Pipeline == "" {
+		c.Pipeline = DefaultPipeline
 	}
 }
 
@@ -83,6 +96,7 @@ type Publisher struct {
 	backfillLeft countdown
 	log          zerolog.Logger
 	m            *publisherMetrics
+	pause        pauseState
 }
 
 // New returns a Publisher that sends to dest (a *Webhook, for example), acknowledges to acker
@@ -194,6 +208,10 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if o.ok() {
 		p.delivered(ctx, it)
+		return
+	}
+	if o.Gone && p.cfg.OnGone == GonePause {
+		p.gone(ctx, it, o)
 		return
 	}
 	p.failed(ctx, it, o, elapsed)

@@ -32,6 +32,8 @@ type scheduler struct {
 	replaying map[string]int // replayed events not yet delivered, per key
 	timers    map[*item]*time.Timer
 	closed    bool
+	// paused holds every ready head back: next hands out nothing until it is cleared.
+	paused bool
 	// parkedGauge, if set, follows len(parked); the scheduler is its only writer.
 	parkedGauge prometheus.Gauge
 }
@@ -68,11 +70,12 @@ func (s *scheduler) enqueueLocked(k string, it *item) {
 	}
 }
 
-// next blocks until a head is ready, and returns nil once the scheduler is closed.
+// next blocks until a head is ready and the scheduler is not paused, and returns nil once the
+// scheduler is closed.
 func (s *scheduler) next() *item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.ready.len() == 0 && !s.closed {
+	for (s.ready.len() == 0 || s.paused) && !s.closed {
 		s.cond.Wait()
 	}
 	if s.closed {
@@ -90,6 +93,25 @@ func (s *scheduler) retryIn(it *item, d time.Duration) {
 		return
 	}
 	s.timers[it] = time.AfterFunc(d, func() { s.retry(it) })
+}
+
+// setPaused holds ready heads back (true) or lets workers take them again (false).
+func (s *scheduler) setPaused(paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = paused
+	if !paused {
+		s.cond.Broadcast()
+	}
+}
+
+// requeue makes a head whose attempt did not count ready again at once (behind a pause).
+func (s *scheduler) requeue(it *item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.pushReady(it)
+	}
 }
 
 // retry makes a head whose attempt failed ready again (called when its timer fires).

@@ -85,6 +85,9 @@ type Config struct {
 	// server (a hot standby, PostgreSQL 16+), while setup checks, marks, replays and status use
 	// DSN. Empty: everything uses DSN.
 	ReplicationDSN string
+
+	// Control is the pipeline's pause, resume and 410 Gone settings (see ControlConfig).
+	Control ControlConfig
 }
 
 // Defaults for Config fields left zero.
@@ -125,6 +128,7 @@ func (c *Config) defaults() {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = AttemptsForADay(c.RetryMin, c.RetryMax)
 	}
+	c.Control.defaults()
 }
 
 // AttemptsForADay is the number of attempts whose backoff delays add up to about 24 hours.
@@ -320,7 +324,10 @@ func newRunner(cfg Config, reg prometheus.Registerer, dest publisher.Destination
 		RetryMax: cfg.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Registerer: reg,
 		MaxAttempts: max(cfg.MaxAttempts, 0), Store: publisher.PGStore{Pool: pool}, LogPayloads: cfg.LogPayloads,
 		BackfillSlot: cfg.Slot,
-		Resume:       &publisher.Resume{Delivered: r.marker.Delivered}}, dest, r, r.marker)
+		Resume:       &publisher.Resume{Delivered: r.marker.Delivered},
+		Pipeline:     cfg.Control.Pipeline, OnGone: cfg.Control.OnGone, RecordPause: r.recordPause}, dest, r, r.marker)
+	// Nothing is sent before the control row says whether the pipeline is paused.
+	r.pub.Pause("starting: reading the pipeline's control row")
 	return r
 }
 
@@ -380,6 +387,7 @@ func (r *runner) run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return r.poller.Run(streamCtx) })
+	g.Go(func() error { r.control(streamCtx); return nil })
 	if r.cfg.Retention > 0 {
 		g.Go(func() error { return r.retention().Run(streamCtx, r.pool) })
 	}
@@ -448,6 +456,10 @@ func (r *runner) gauges(ctx context.Context) {
 func (r *runner) ready() (bool, string) {
 	if !r.stream.Streaming() {
 		return false, "not streaming (standing by, or reconnecting)"
+	}
+	if paused, why := r.pub.Paused(); paused {
+		// Paused on purpose is not a fault: nothing is delivered, and that is not a stall.
+		return true, "paused: " + why
 	}
 	// Stalled: an event has waited longer than StallTimeout and nothing was delivered meanwhile.
 	oldest := r.tracker.OldestCommit()

@@ -63,6 +63,7 @@ goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.`
 	fs.Bool("recreate-slot", false, "drop a slot no relay streams from (an invalidated one always), create it again and backfill; logged loudly; for one run")
 	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
 	addFailoverFlags(fs) // failover.go
+	addControlFlags(fs)  // control.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -132,6 +133,9 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := controlConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {

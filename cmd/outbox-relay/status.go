@@ -156,10 +156,31 @@ func writeStatusTable(w io.Writer, r inspect.Report, warnings []string) error {
 	} else {
 		row("  oldest pending", "none")
 	}
+	writePipelines(row, r.Pipelines)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return writeParked(w, r)
+}
+
+// writePipelines shows each pipeline with a control row: paused since when and why, or running.
+func writePipelines(row func(...string), list []inspect.Pipeline) {
+	if len(list) == 0 {
+		return
+	}
+	row("")
+	row("PIPELINES")
+	for _, p := range list {
+		state := "running"
+		if p.Paused {
+			state = "PAUSED"
+			if p.PausedAt != nil {
+				state += " since " + clock(*p.PausedAt)
+			}
+			state += ": " + oneLine(p.Reason, 100)
+		}
+		row("  "+p.Name, state)
+	}
 }
 
 func writeSlot(row func(...string), s inspect.Slot) {

@@ -42,6 +42,9 @@ type Report struct {
 	// ParkedAggregates counts every parked aggregate; Parked lists the oldest of them.
 	ParkedAggregates int64    `json:"parked_aggregates"`
 	Parked           []Parked `json:"parked"`
+	// Pipelines lists the pipelines with a control row (paused or resumed at least once); a
+	// pipeline without one is not paused.
+	Pipelines []Pipeline `json:"pipelines"`
 }
 
 // Slot is the row of pg_replication_slots for the relay's slot, with positions in bytes.
@@ -130,7 +133,7 @@ type Parked struct {
 // Status reads the report for slot, listing at most topN parked aggregates, oldest first. A
 // missing slot is not an error (see Healthy); a schema that does not fit is (see CheckSchema).
 func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
-	r := Report{Parked: []Parked{}}
+	r := Report{Parked: []Parked{}, Pipelines: []Pipeline{}}
 	var err error
 	if r.CheckedAt, err = checkSchema(ctx, db); err != nil {
 		return r, err
@@ -150,7 +153,10 @@ func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	if r.BeforeSlot, err = readBeforeSlot(ctx, db, slot); err != nil {
 		return r, err
 	}
-	r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN)
+	if r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN); err != nil {
+		return r, err
+	}
+	r.Pipelines, err = readPipelines(ctx, db)
 	return r, err
 }
 
@@ -209,7 +215,7 @@ func (r Report) Warnings() []string {
 	if n := r.ParkedAggregates; n > 0 {
 		w = append(w, fmt.Sprintf("%d parked aggregate%s held back until `outbox-relay replay`", n, plural(n)))
 	}
-	return w
+	return append(w, r.pausedWarnings()...)
 }
 
 func plural(n int64) string {
