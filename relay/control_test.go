@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -183,4 +185,88 @@ func TestPauseHoldsDeliveryAcrossLeaderSIGKILL(t *testing.T) {
 	res := s.end()
 	requireOK(t, e.waitDelivered(res, 2*time.Minute))
 	t.Logf("%d events committed, %d of them while paused", len(res.Committed), held)
+}
+
+// goneFor answers 410 Gone to every request of aggregate order/7 while on is set.
+func (e *env) goneFor(on *atomic.Bool) {
+	e.recv.SetFail(func(req *http.Request) int {
+		if on.Load() && req.Header.Get("X-Aggregate-Type")+"/"+req.Header.Get("X-Aggregate-Id") == poisonAgg {
+			return http.StatusGone
+		}
+		return 0
+	})
+}
+
+// A 410 Gone pauses the pipeline durably, logs an error naming `outbox-relay resume`, and leaves
+// the event undelivered, not dead-lettered and not parked, though MaxAttempts is small; after
+// resume it and everything behind it arrive in order.
+func TestGonePausesThePipeline(t *testing.T) {
+	e := newEnv(t)
+	var gone atomic.Bool
+	gone.Store(true)
+	e.goneFor(&gone)
+	var logs relaytest.SyncBuffer
+	cfg := e.config()
+	deadLetterConfig(&cfg)
+	cfg.Logger = zerolog.New(io.MultiWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
+	r := e.startWith(cfg)
+	defer r.stop(t)
+	ctx := context.Background()
+
+	first := e.produce(relaytest.Workload{Events: 40, Aggregates: 10, MaxTxSize: 3})
+	waitFor(t, 30*time.Second, "paused by the 410", func() bool { return r.metric(t, "outbox_relay_pipeline_paused") == 1 })
+	c, err := publisher.ReadControl(ctx, e.pool, publisher.DefaultPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "pause recorded", func() bool {
+		c, err = publisher.ReadControl(ctx, e.pool, publisher.DefaultPipeline)
+		return err == nil && c.Paused
+	})
+	if !strings.Contains(c.Reason, "410 Gone") {
+		t.Fatalf("pause reason %q does not say 410 Gone", c.Reason)
+	}
+	waitFor(t, 10*time.Second, "error logged", func() bool { return strings.Contains(logs.String(), "outbox-relay resume") })
+	gone.Store(false) // the endpoint is back, but the pipeline stays paused until resume
+	second := e.produce(relaytest.Workload{Events: 20, Aggregates: 10, MaxTxSize: 2, Type: "invoice"})
+	waitFor(t, 30*time.Second, "held events buffered", func() bool {
+		return r.metric(t, "outbox_relay_buffered_events") >= float64(len(second.Committed))
+	})
+	for _, ev := range second.Committed {
+		if e.recv.Has(ev.ID) {
+			t.Fatalf("event %s delivered while paused", ev.ID)
+		}
+	}
+	if n := e.statusCounts(poisonAgg); n["failed"]+n["parked"] > 0 {
+		t.Fatalf("the 410 dead-lettered or parked events: %v", n)
+	}
+	if r.metric(t, "outbox_relay_events_dead_lettered_total") != 0 {
+		t.Fatal("a 410 counted as a dead letter")
+	}
+
+	if _, err := publisher.SetPaused(ctx, e.pool, publisher.DefaultPipeline, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	all := relaytest.Result{Committed: append(first.Committed, second.Committed...)}
+	requireOK(t, e.waitDelivered(all, 30*time.Second))
+	if n := e.statusCounts(poisonAgg); n["failed"]+n["parked"] > 0 {
+		t.Fatalf("events of %s failed or parked: %v", poisonAgg, n)
+	}
+}
+
+// on_gone retry keeps the old behaviour: a 410 is a failed attempt, dead-lettered after
+// MaxAttempts, and nothing pauses.
+func TestGoneRetryDeadLetters(t *testing.T) {
+	e := newEnv(t)
+	var gone atomic.Bool
+	gone.Store(true)
+	e.goneFor(&gone)
+	r := e.start(func(c *Config) { deadLetterConfig(c); c.Control.OnGone = publisher.GoneRetry })
+	defer r.stop(t)
+	res := e.produce(relaytest.Workload{Events: 40, Aggregates: 10, MaxTxSize: 3})
+	waitFor(t, 30*time.Second, "dead letter", func() bool { return e.statusCounts(poisonAgg)["failed"] == 1 })
+	if r.metric(t, "outbox_relay_pipeline_paused") != 0 {
+		t.Fatal("paused although on_gone is retry")
+	}
+	requireOK(t, e.waitDelivered(e.others(res), 30*time.Second))
 }
