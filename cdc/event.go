@@ -23,6 +23,13 @@ type Event struct {
 	// `outbox-relay replay`), not a row: re-send the dead-lettered and parked events of these
 	// aggregates at this point of the stream.
 	Replay []Aggregate
+	// ReplaySince, when not zero, makes this a `replay --since` request (the id of its
+	// outbox_replays row) for pipeline ReplayPipeline, not a row.
+	ReplaySince    int64
+	ReplayPipeline string
+	// Replayed marks a row re-sent by a `replay --since` request: it belongs to the request's
+	// transaction (Tx) and keeps its original Seq.
+	Replayed bool
 
 	Tx *Tx // the transaction that committed it
 }
@@ -43,6 +50,10 @@ const ReplayPrefix = "outbox-relay.replay"
 // ReplayRequest is the content of a replay message.
 type ReplayRequest struct {
 	Aggregates []Aggregate `json:"aggregates"`
+	// SinceRequest is the id of an outbox_replays row: re-send the rows it selects (replay
+	// --since) for Pipeline.
+	SinceRequest int64  `json:"since_request,omitempty"`
+	Pipeline     string `json:"pipeline,omitempty"`
 }
 
 // Key is the ordering key: events with equal keys are delivered one at a time, in commit order.

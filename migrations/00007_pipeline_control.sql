@@ -13,5 +13,30 @@ CREATE TABLE outbox_pipeline_control (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- One row per `outbox-relay replay --since` request. The request itself travels through the WAL
+-- (a transactional logical message naming the row's id), so the relay meets it in commit order;
+-- the row holds what to re-send and how far the relay got: the keyset position after the last
+-- page it delivered, so a relay restarted in the middle resumes there.
+CREATE TABLE outbox_replays (
+    id             bigserial PRIMARY KEY,
+    pipeline       text NOT NULL,
+    since          timestamptz NOT NULL,
+    until          timestamptz,
+    aggregate_type text,
+    event_type     text,
+    requested_at   timestamptz NOT NULL DEFAULT now(),
+    total          bigint NOT NULL,
+    sent           bigint NOT NULL DEFAULT 0,
+    after_sequence text,
+    after_insert   bigint,
+    after_id       uuid,
+    -- the WAL position when the request was written: once the slot has confirmed past it, a
+    -- request that is not done was abandoned (its slot was dropped or recreated).
+    request_lsn    pg_lsn NOT NULL,
+    state          text NOT NULL DEFAULT 'requested',
+    finished_at    timestamptz
+);
+
 -- +goose Down
+DROP TABLE outbox_replays;
 DROP TABLE outbox_pipeline_control;

@@ -77,9 +77,10 @@ type Acker interface {
 	Grow(tx *cdc.Tx, evs []*cdc.Event)
 }
 
-// Marks records delivered rows; *Marker implements it. It must not block.
+// Marks records delivered rows with their stream position (Sequence); *Marker implements it.
+// It must not block.
 type Marks interface {
-	Done(id string, retries int)
+	Done(id, seq string, retries int)
 }
 
 // Publisher delivers events in order per key with up to MaxInFlight concurrent attempts.
@@ -97,6 +98,7 @@ type Publisher struct {
 	log          zerolog.Logger
 	m            *publisherMetrics
 	pause        pauseState
+	since        sinceRun
 }
 
 // New returns a Publisher that sends to dest (a *Webhook, for example), acknowledges to acker
@@ -177,6 +179,10 @@ func (p *Publisher) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]
 	var parked []*cdc.Event
 	for _, ev := range tx.Events {
 		switch {
+		case ev.ReplaySince != 0:
+			p.settleParked(ctx, parked)
+			parked = nil
+			p.replaySince(ctx, ev)
 		case ev.Replay != nil:
 			p.settleParked(ctx, parked)
 			parked = nil
@@ -224,7 +230,7 @@ func (p *Publisher) delivered(ctx context.Context, it *item) {
 		p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
 	}
 	if p.marks != nil {
-		p.marks.Done(ev.ID, it.attempt-1)
+		p.marks.Done(ev.ID, Sequence(ev), it.attempt-1)
 	}
 	if p.sched.done(it) {
 		agg := cdc.Aggregate{Type: ev.AggregateType, ID: ev.AggregateID}

@@ -93,7 +93,7 @@ func TestRefusesAForeignOutboxTable(t *testing.T) {
 func TestRefusesAnOldSchema(t *testing.T) {
 	e := newEnv(t)
 	// What a database migrated by an older release (before 00006) looks like.
-	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_pipeline_control; DROP TABLE outbox_slots;
+	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_replays; DROP TABLE outbox_pipeline_control; DROP TABLE outbox_slots;
 		ALTER TABLE outbox_events DROP COLUMN insert_seq; DELETE FROM goose_db_version WHERE version_id >= 6`); err != nil {
 		t.Fatal(err)
 	}

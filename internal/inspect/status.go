@@ -45,6 +45,9 @@ type Report struct {
 	// Pipelines lists the pipelines with a control row (paused or resumed at least once); a
 	// pipeline without one is not paused.
 	Pipelines []Pipeline `json:"pipelines"`
+	// Replays lists the `replay --since` requests not complete: requested, running or
+	// abandoned.
+	Replays []Replay `json:"replays"`
 }
 
 // Slot is the row of pg_replication_slots for the relay's slot, with positions in bytes.
@@ -133,7 +136,7 @@ type Parked struct {
 // Status reads the report for slot, listing at most topN parked aggregates, oldest first. A
 // missing slot is not an error (see Healthy); a schema that does not fit is (see CheckSchema).
 func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
-	r := Report{Parked: []Parked{}, Pipelines: []Pipeline{}}
+	r := Report{Parked: []Parked{}, Pipelines: []Pipeline{}, Replays: []Replay{}}
 	var err error
 	if r.CheckedAt, err = checkSchema(ctx, db); err != nil {
 		return r, err
@@ -156,7 +159,10 @@ func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	if r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN); err != nil {
 		return r, err
 	}
-	r.Pipelines, err = readPipelines(ctx, db)
+	if r.Pipelines, err = readPipelines(ctx, db); err != nil {
+		return r, err
+	}
+	r.Replays, err = readReplays(ctx, db, slot)
 	return r, err
 }
 
@@ -215,7 +221,8 @@ func (r Report) Warnings() []string {
 	if n := r.ParkedAggregates; n > 0 {
 		w = append(w, fmt.Sprintf("%d parked aggregate%s held back until `outbox-relay replay`", n, plural(n)))
 	}
-	return append(w, r.pausedWarnings()...)
+	w = append(w, r.pausedWarnings()...)
+	return append(w, r.replayWarnings()...)
 }
 
 func plural(n int64) string {
