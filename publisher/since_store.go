@@ -68,6 +68,11 @@ func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cd
 			return nil, st.After, err
 		}
 		after.ID, ev.Seq, ev.Payload = ev.ID, after.Sequence, []byte(payload)
+		if ev.Seq == "" {
+			// Delivered before sequences were recorded: a new one after the request's commit LSN,
+			// rising with insertion order.
+			ev.Index = int(after.Insert)
+		}
 		if headers != "" {
 			ev.Headers = []byte(headers)
 		}
