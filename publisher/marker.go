@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -260,6 +261,9 @@ func (m *Marker) requeue(retries int, rows markList) {
 func (m *Marker) Delivered(ctx context.Context, ids []string) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
+	// A replay request resent with its transaction is no row: its empty id would fail the
+	// uuid[] cast, and with it the whole check.
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
 	rows, err := m.pool.Query(ctx, `SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[]) AND status = 'done'`, ids)
 	if err != nil {
 		return nil, err

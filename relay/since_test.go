@@ -226,3 +226,21 @@ func TestReplaySinceResendsHistoryInOrder(t *testing.T) {
 		t.Fatalf("relay peak RSS %d MB, want under 100 MB", max(rss, rssBefore)>>20)
 	}
 }
+
+// After a restart, a resent transaction holding a replay request (an event without id) is
+// checked against the done marks like any other: the request does not make the check fail, which
+// would send every event of the batch again.
+func TestDeliveredCheckIgnoresReplayRequests(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var id string
+	if err := e.pool.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status)
+		VALUES ('order', '1', 'order.paid', '{}', 'done') RETURNING id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	m := publisher.NewMarker(e.pool, publisher.MarkerConfig{})
+	seen, err := m.Delivered(ctx, []string{id, ""})
+	if err != nil || !seen[id] || len(seen) != 1 {
+		t.Fatalf("Delivered = %v, %v; want only %s", seen, err, id)
+	}
+}
