@@ -91,3 +91,23 @@ func TestReplaySinceDryRunAndRequest(t *testing.T) {
 		}
 	}
 }
+
+// A replay request the slot has confirmed past without completing it (the slot was dropped and
+// created again meanwhile) can never run: status says it was abandoned.
+func TestStatusSaysAReplayWasAbandoned(t *testing.T) {
+	dsn, pool := migratedDB(t)
+	ctx := context.Background()
+	mustExec(t, pool, `INSERT INTO outbox_replays (pipeline, since, total, sent, request_lsn, state, requested_at)
+		VALUES ('default', now() - interval '1 day', 10, 4, pg_current_wal_lsn(), 'running', now() - interval '5 minutes'),
+		       ('default', now() - interval '1 day', 10, 4, pg_current_wal_lsn(), 'running', now())`)
+	mustExec(t, pool, `SELECT pg_create_logical_replication_slot('abandon_test', 'pgoutput')`)
+	t.Cleanup(func() { _, _ = pool.Exec(ctx, `SELECT pg_drop_replication_slot('abandon_test')`) })
+	doc, _, _ := statusJSONOf(t, "--dsn", dsn, "--slot", "abandon_test")
+	if len(doc.Replays) != 2 || doc.Replays[0].State != "abandoned" || doc.Replays[1].State != "running" {
+		t.Fatalf("replays %+v: want the old one abandoned and the new one running", doc.Replays)
+	}
+	out, _, _ := cli(t, "status", "--dsn", dsn, "--slot", "abandon_test")
+	if !strings.Contains(out, "was abandoned after 4 of 10 events") || !strings.Contains(out, "running: 4 of 10 events re-sent") {
+		t.Errorf("status does not describe the replays:\n%s", out)
+	}
+}
