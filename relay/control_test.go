@@ -270,3 +270,49 @@ func TestGoneRetryDeadLetters(t *testing.T) {
 	}
 	requireOK(t, e.waitDelivered(e.others(res), 30*time.Second))
 }
+
+// Paused with a backlog larger than the buffer: reading WAL stops once the buffer is full (the
+// memory stays bounded), nothing is delivered, the slot confirms nothing of the backlog, and
+// /readyz stays 200 although events wait longer than the stall timeout; after resume everything
+// arrives in order and the slot moves on.
+func TestPauseBoundsTheBufferAndHoldsTheSlot(t *testing.T) {
+	e := newEnv(t)
+	const maxEvents = 200
+	var addr atomic.Value
+	r := e.start(func(c *Config) {
+		withHTTP(&addr)(c)
+		c.MaxBufferedEvents = maxEvents
+		c.StallTimeout = time.Second
+	})
+	defer r.stop(t)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "running", func() bool { return r.metric(t, "outbox_relay_pipeline_paused") == 0 })
+	if _, err := publisher.SetPaused(ctx, e.pool, publisher.DefaultPipeline, true, "bounded"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "paused", func() bool { return r.metric(t, "outbox_relay_pipeline_paused") == 1 })
+	before, _ := e.slotLSNs()
+	res := e.produce(relaytest.Workload{Events: 3000, Aggregates: 30, MaxTxSize: 10})
+	waitFor(t, 15*time.Second, "reading stopped on a full buffer", func() bool { return r.metric(t, "outbox_relay_read_paused") == 1 })
+	if got := r.metric(t, "outbox_relay_events_received_total"); got > maxEvents+10 {
+		t.Fatalf("received %v events with a %d-event buffer while paused", got, maxEvents)
+	}
+	if n := e.recv.Unique(); n != 0 {
+		t.Fatalf("%d events delivered while paused", n)
+	}
+	if confirmed, _ := e.slotLSNs(); confirmed > before {
+		t.Fatalf("slot confirmed %d > %d while paused with the backlog undelivered", confirmed, before)
+	}
+	waitFor(t, 10*time.Second, "older than the stall timeout", func() bool {
+		return r.metric(t, "outbox_relay_oldest_undelivered_seconds") > 1.5
+	})
+	if code, body := get(t, &addr, "/readyz"); code != 200 || !strings.Contains(body, "paused: bounded") {
+		t.Fatalf("/readyz while paused: %d %q", code, body)
+	}
+
+	if _, err := publisher.SetPaused(ctx, e.pool, publisher.DefaultPipeline, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	requireOK(t, e.waitDelivered(res, time.Minute))
+	waitFor(t, 30*time.Second, "slot moves on", func() bool { c, _ := e.slotLSNs(); return c > before })
+}
