@@ -44,9 +44,11 @@ type Marker struct {
 	mu      sync.Mutex
 	pending map[int]*markList // retries → rows
 	late    []markBatch       // batches that found rows not yet visible
-	n       int
-	kick    chan struct{}
-	m       *markerMetrics
+	// flushing is set while a flush writes.
+	flushing bool
+	n        int
+	kick     chan struct{}
+	m        *markerMetrics
 
 	// Owned by Run's goroutine: the backoff after failed flushes, and when each distinct
 	// error was last logged.
@@ -109,6 +111,14 @@ func (m *Marker) Done(id, seq string, retries int) {
 	}
 }
 
+// Flushed reports whether every mark queued so far is written (or given up): nothing waits, and
+// no flush is under way.
+func (m *Marker) Flushed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n == 0 && len(m.late) == 0 && !m.flushing
+}
+
 // Run flushes until ctx is done, then flushes once more with a short deadline. After a failed
 // flush it waits (500ms, doubling up to RetryMax) before the next one: a database that refuses
 // the marks is not asked again every Interval.
@@ -154,15 +164,23 @@ func (m *Marker) recovered() {
 const markSQL = `UPDATE outbox_events o SET status = 'done', processed_at = now(), retries = $2, event_sequence = p.seq
 	FROM unnest($1::uuid[], $3::text[]) AS p(id, seq) WHERE o.id = p.id`
 
-// flush marks what waits, and reports whether every batch it tried succeeded.
+// flush marks what waits, batches that found rows not yet visible included, and reports whether
+// every batch it tried succeeded.
 func (m *Marker) flush(ctx context.Context) bool {
 	m.mu.Lock()
 	batch := m.pending
 	n := m.n
 	m.pending, m.n = map[int]*markList{}, 0
+	idle := n == 0 && len(m.late) == 0
+	m.flushing = !idle
 	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.flushing = false
+		m.mu.Unlock()
+	}()
 	m.m.MarkerPending.Set(float64(n))
-	if n == 0 {
+	if idle {
 		return true
 	}
 	ok := true

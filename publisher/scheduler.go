@@ -196,6 +196,13 @@ func (s *scheduler) unpark(k string, evs []*cdc.Event) {
 	}
 }
 
+// empty reports whether no event is queued, in flight or waiting for a retry.
+func (s *scheduler) empty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys) == 0
+}
+
 // parkedCount returns the number of parked keys.
 func (s *scheduler) parkedCount() int {
 	s.mu.Lock()

@@ -39,8 +39,9 @@ type SincePlan struct {
 	// First and Last are the created_at of the first and last matching rows.
 	First *time.Time `json:"first"`
 	Last  *time.Time `json:"last"`
-	// Pending counts rows of the range not delivered yet: the stream delivers them, the replay
-	// does not.
+	// Pending counts rows of the range not delivered yet (not marked done). Those committed before
+	// the request go out first, as usual, and the replay, which waits for them, sends them again
+	// in order with the rest; they count in the request's total.
 	Pending int64 `json:"pending"`
 	// OldestRow is the created_at of the oldest row left in outbox_events: rows before it were
 	// pruned (prune, --retention) and cannot be re-sent. Nil for an empty table.
@@ -79,7 +80,7 @@ func RequestReplaySince(ctx context.Context, conn *pgx.Conn, req SinceRequest, d
 		if err := countSince(ctx, tx, req, &plan); err != nil {
 			return err
 		}
-		if dryRun || plan.Events == 0 {
+		if dryRun || plan.Events+plan.Pending == 0 {
 			return nil
 		}
 		return emitSince(ctx, tx, req, &plan)
@@ -114,7 +115,7 @@ func emitSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan
 	a := req.args()
 	err := tx.QueryRow(ctx, `INSERT INTO outbox_replays (pipeline, since, until, aggregate_type, event_type, total, request_lsn)
 		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, pg_current_wal_insert_lsn()) RETURNING id`,
-		req.Pipeline, a[0], a[1], a[2], a[3], plan.Events).Scan(&plan.ID)
+		req.Pipeline, a[0], a[1], a[2], a[3], plan.Events+plan.Pending).Scan(&plan.ID)
 	if err != nil {
 		return fmt.Errorf("record replay request: %w", err)
 	}

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 )
@@ -44,6 +45,9 @@ func (p *Publisher) replaySince(ctx context.Context, req *cdc.Event) {
 		p.acker.Ack(req)
 		return
 	}
+	if !p.drainAhead(ctx) {
+		return
+	}
 	p.log.Info().Int64("replay", st.ID).Time("since", st.Since).Int64("events", st.Total).Int64("sent", st.Sent).
 		Msg("replay since started")
 	defer p.m.ReplayPending.Set(0)
@@ -62,6 +66,37 @@ func (p *Publisher) replaySince(ctx context.Context, req *cdc.Event) {
 	}
 	p.log.Info().Int64("replay", st.ID).Int64("events", st.Sent).Msg("replay since complete")
 	p.acker.Ack(req)
+}
+
+// marksWait bounds how long a replay waits for the done-marks of what was delivered before it.
+const marksWait = 10 * time.Second
+
+// drainAhead waits until every event queued before the request is settled and its done-mark
+// written, so that the rows the replay reads include everything delivered before the request
+// (a row is selected as delivered by its mark). It gives up waiting for marks after marksWait
+// (they are advisory: a database that refuses them must not hold the replay); it reports false
+// if ctx ends first.
+func (p *Publisher) drainAhead(ctx context.Context) bool {
+	flushed, _ := p.marks.(interface{ Flushed() bool })
+	var marking time.Time
+	for {
+		if p.sched.empty() {
+			if flushed == nil || flushed.Flushed() {
+				return true
+			}
+			if marking.IsZero() {
+				marking = time.Now()
+			} else if time.Since(marking) > marksWait {
+				p.log.Warn().Dur("waited", marksWait).Msg("replay since: done-marks still pending; rows delivered just before the request may be left out")
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // sincePage replays the next page and records the progress; it returns the page's size, and

@@ -244,3 +244,25 @@ func TestDeliveredCheckIgnoresReplayRequests(t *testing.T) {
 		t.Fatalf("Delivered = %v, %v; want only %s", seen, err, id)
 	}
 }
+
+// A replay requested while the relay is still delivering what came before it re-sends that too:
+// it waits until everything queued ahead is delivered and marked, so the rows it reads include
+// them, and re-sends them in order.
+func TestReplaySinceIncludesWhatWasQueuedAhead(t *testing.T) {
+	e := newEnv(t)
+	e.start(nil)
+	e.recv.Hang() // nothing is delivered before the request
+	var since time.Time
+	if err := e.pool.QueryRow(context.Background(), `SELECT now()`).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	res := e.produce(relaytest.Workload{Events: 2000, Aggregates: 20, MaxTxSize: 10})
+	plan := e.requestSince(publisher.SinceRequest{Pipeline: "default", Since: since}, false)
+	if plan.Pending != int64(len(res.Committed)) {
+		t.Fatalf("%d of %d events pending at the request, want all", plan.Pending, len(res.Committed))
+	}
+	e.recv.Unhang()
+	waitFor(t, time.Minute, "every event sent twice", func() bool { return e.replayed(res, relaytest.Result{}) })
+	checkSince(t, e.recv.Deliveries(), res, relaytest.Result{})
+	t.Logf("%d of %d events pending when the replay was requested", plan.Pending, len(res.Committed))
+}

@@ -107,15 +107,16 @@ func printSince(w io.Writer, req publisher.SinceRequest, plan publisher.SincePla
 		fmt.Fprintf(w, "note: %s; rows before it were pruned (prune, --retention) and cannot be re-sent\n", oldest)
 	}
 	if plan.Pending > 0 {
-		fmt.Fprintf(w, "note: %d rows of the range are not delivered yet; the relay delivers them once, in order, as usual\n", plan.Pending)
+		fmt.Fprintf(w, "note: %d rows of the range are not delivered yet: they go out first, as usual, and again with the replay\n", plan.Pending)
 	}
+	total := plan.Events + plan.Pending
 	switch {
-	case plan.Events == 0:
-		fmt.Fprintln(w, "nothing to replay: no delivered, failed or parked row matches")
+	case total == 0:
+		fmt.Fprintln(w, "nothing to replay: no row matches")
 	case dry:
-		fmt.Fprintf(w, "dry run: would re-send %d events\n", plan.Events)
+		fmt.Fprintf(w, "dry run: would re-send %d events\n", total)
 	default:
 		fmt.Fprintf(w, "replay %d requested: %d events; the relay re-sends them in order, with their original ids "+
-			"and sequences, ahead of anything committed later (outbox-relay status shows the progress)\n", plan.ID, plan.Events)
+			"and sequences, ahead of anything committed later (outbox-relay status shows the progress)\n", plan.ID, total)
 	}
 }
