@@ -39,6 +39,8 @@ var tablePrivileges = []struct {
 	{"outbox_backfill", []string{"SELECT", "INSERT", "DELETE"}},
 	{"outbox_slots", []string{"SELECT", "INSERT", "UPDATE"}},
 	{"outbox_pipeline_events", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{"outbox_pipeline_control", []string{"SELECT", "INSERT", "UPDATE"}},
+	{"outbox_replays", []string{"SELECT", "UPDATE"}},
 	{"goose_db_version", []string{"SELECT"}},
 }
 

@@ -213,10 +213,13 @@ func (d *Decoder) message(b []byte) error {
 		return fmt.Errorf("%w: message content claims %d bytes, %d left", ErrMalformed, l, len(rest)-4)
 	}
 	var req ReplayRequest
-	if err := json.Unmarshal(rest[4:4+l], &req); err != nil || len(req.Aggregates) == 0 {
+	if err := json.Unmarshal(rest[4:4+l], &req); err != nil || (len(req.Aggregates) == 0 && req.SinceRequest == 0) {
 		return nil
 	}
-	ev := &Event{Replay: req.Aggregates, ReplayPipeline: req.Pipeline, Index: len(d.open.Events), Tx: d.open}
+	ev := &Event{ReplaySince: req.SinceRequest, ReplayPipeline: req.Pipeline, Index: len(d.open.Events), Tx: d.open}
+	if len(req.Aggregates) > 0 {
+		ev.Replay = req.Aggregates
+	}
 	d.open.Events = append(d.open.Events, ev)
 	d.open.bytes += ev.Size()
 	return nil

@@ -203,6 +203,20 @@ func TestDecodeReplayRequest(t *testing.T) {
 	}
 }
 
+// A replay --since request names its outbox_replays row and pipeline; a message naming neither
+// aggregates nor a request is ignored.
+func TestDecodeReplaySinceRequest(t *testing.T) {
+	d := NewDecoder()
+	mustDecode(t, d, msgRelation(1, "outbox_events", outboxCols...))
+	mustDecode(t, d, msgBegin(10, 1))
+	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[],"since_request":7,"pipeline":"billing"}`))
+	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[],"pipeline":"billing"}`))
+	tx := mustDecode(t, d, msgCommit(10, 20))
+	if len(tx.Events) != 1 || tx.Events[0].ReplaySince != 7 || tx.Events[0].ReplayPipeline != "billing" || tx.Events[0].Replay != nil {
+		t.Fatalf("events = %+v", tx.Events)
+	}
+}
+
 func TestTrackerGrowHoldsTheTransaction(t *testing.T) {
 	tr := NewTracker(100, 1<<20)
 	req := newTx(100, 1) // one replay request

@@ -25,6 +25,12 @@ type Event struct {
 	Replay []Aggregate
 	// ReplayPipeline is the replay request's ReplayRequest.Pipeline ("" for "default").
 	ReplayPipeline string
+	// ReplaySince, when not zero, makes this a `replay --since` request (the id of its
+	// outbox_replays row) for pipeline ReplayPipeline, not a row.
+	ReplaySince int64
+	// Replayed marks a row re-sent by a `replay --since` request: it belongs to the request's
+	// transaction (Tx) and keeps its original Seq.
+	Replayed bool
 
 	Tx *Tx // the transaction that committed it
 }
@@ -49,6 +55,9 @@ type ReplayRequest struct {
 	// message, and each pipeline obeys only its own. Empty (requests written before pipelines)
 	// means the pipeline named "default".
 	Pipeline string `json:"pipeline,omitempty"`
+	// SinceRequest is the id of an outbox_replays row: re-send the rows it selects (replay
+	// --since) for Pipeline.
+	SinceRequest int64 `json:"since_request,omitempty"`
 }
 
 // Key is the ordering key: events with equal keys are delivered one at a time, in commit order.

@@ -18,6 +18,9 @@ func (p *Publisher) settle(ev *cdc.Event) {
 		return
 	}
 	p.acker.Ack(ev)
+	if ev.Replayed {
+		p.since.left.Done()
+	}
 }
 
 // backfill delivers the rows recorded when the slot was created (pending rows the stream will

@@ -273,7 +273,7 @@ func (p *Publisher) deliveredBatch(ctx context.Context, b *batch) {
 			p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
 		}
 		if p.marks != nil {
-			p.marks.Done(ev.ID, it.attempt-1)
+			p.marks.Done(ev.ID, Sequence(ev), it.attempt-1)
 		}
 	}
 	for _, k := range p.sched.doneBatch(b) {

@@ -33,6 +33,9 @@ type Result struct {
 	// Label is the attempt's value of the result label of
 	// outbox_relay_delivery_attempts_total: one of the Result* constants.
 	Label string
+	// Gone is true when the destination said it is gone for good (HTTP 410 Gone): with
+	// Config.OnGone GonePause the publisher pauses its pipeline instead of retrying.
+	Gone bool
 }
 
 func (r Result) ok() bool { return r.Delivered }

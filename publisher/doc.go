@@ -20,6 +20,23 @@
 // confirm, and queued for the status marker, which marks rows done in batches off the delivery
 // path. The marks are advisory: the slot is the source of truth.
 //
+// # Pause, 410 Gone and replays
+//
+// Pause holds every queued head back without acknowledging it: nothing is sent, the buffer
+// fills, the stream stops reading and the slot keeps its position; Resume sends what is held, in
+// order. A pipeline's pause lives in outbox_pipeline_control (SetPaused), which the relay polls.
+// A 410 Gone answer (Result.Gone) pauses the publisher itself under GonePause, recorded through
+// Config.RecordPause, and puts the event back at the head of its key, unacknowledged.
+//
+// A replay request arrives in the stream as a transactional logical message, at its place in
+// commit order. For parked aggregates (RequestReplay) their failed and parked events are queued
+// there. For a time range (RequestReplaySince) the publisher first waits until everything queued
+// ahead is delivered and marked, then reads the rows page by page in their original order per
+// aggregate (the X-Event-Sequence recorded at marking), queuing a page and waiting for it to
+// settle before the next; it takes nothing from the stream meanwhile, so the replay goes out
+// ahead of everything committed later. The request's transaction is not confirmed until the last
+// page settles, and the progress is recorded per page (SinceStore), so a restart resumes.
+//
 // # Metrics and lifetime
 //
 // A Publisher and a Marker register their series on the prometheus.Registerer of their Config

@@ -32,6 +32,8 @@ type publisherMetrics struct {
 	DeliveryDuration   prometheus.Histogram
 	EndToEnd           prometheus.Histogram
 	Inflight           prometheus.Gauge
+	Paused             prometheus.Gauge
+	ReplayPending      prometheus.Gauge
 	ParkedAggregates   prometheus.Gauge
 }
 
@@ -52,6 +54,10 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 		EndToEnd: metrics.Histogram(reg, "end_to_end_seconds", "From commit timestamp to successful delivery.",
 			prometheus.ExponentialBuckets(0.0005, 2, 22)),
 		Inflight: metrics.Gauge(reg, "inflight_events", "Deliveries in flight (requests under way)."),
+		Paused: metrics.Gauge(reg, "pipeline_paused",
+			"1 while the pipeline is paused (`outbox-relay pause`, or a 410 Gone answer): nothing is sent and the slot keeps its position."),
+		ReplayPending: metrics.Gauge(reg, "replay_pending_events",
+			"Events a replay of a time range (`outbox-relay replay` since a time) has still to re-send; 0 when none runs."),
 		ParkedAggregates: metrics.Gauge(reg, "parked_aggregates",
 			"Aggregates parked behind a dead-lettered event, waiting for a replay."),
 	}

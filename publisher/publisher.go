@@ -39,7 +39,8 @@ type Config struct {
 	LogPayloads bool
 	Logger      zerolog.Logger
 	// Pipeline is the name of the pipeline this publisher delivers for: it obeys only the replay
-	// requests that name it. Empty: "default".
+	// requests that name it, and names it in log lines and in the pause a 410 Gone writes.
+	// Empty: DefaultPipeline ("default").
 	Pipeline string
 	// Shadow makes delivery best effort: after MaxAttempts failed attempts (which must then be
 	// positive) the event is recorded as abandoned (Store.Abandoned, a log line,
@@ -54,6 +55,13 @@ type Config struct {
 	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
 	// publisher's series among several.
 	Registerer prometheus.Registerer
+	// OnGone is what a 410 Gone answer (Result.Gone) does. The zero value, GonePause, pauses
+	// the pipeline and leaves the event undelivered and not parked.
+	OnGone GoneAction
+	// RecordPause, if set, durably records a pause the publisher decides itself (on 410 Gone),
+	// so that it holds across restarts and in whichever process leads next (SetPaused does
+	// that). If nil, the pause holds in this process only.
+	RecordPause func(ctx context.Context, reason string) error
 }
 
 func (c *Config) defaults() {
@@ -70,6 +78,9 @@ func (c *Config) defaults() {
 		c.ShutdownTimeout = 10 * time.Second
 	}
 	c.Batch.defaults()
+	if c.Pipeline == "" {
+		c.Pipeline = DefaultPipeline
+	}
 }
 
 // Acker is told about every settled event, and about the events a replay request stands for;
@@ -79,9 +90,10 @@ type Acker interface {
 	Grow(tx *cdc.Tx, evs []*cdc.Event)
 }
 
-// Marks records delivered rows; *Marker implements it. It must not block.
+// Marks records delivered rows with their stream position (Sequence); *Marker implements it.
+// It must not block.
 type Marks interface {
-	Done(id string, retries int)
+	Done(id, seq string, retries int)
 }
 
 // Publisher delivers events in order per key with up to MaxInFlight concurrent attempts.
@@ -99,6 +111,8 @@ type Publisher struct {
 	log          zerolog.Logger
 	m            *publisherMetrics
 	limit        *windowLimiter // nil: no rate limit
+	pause        pauseState
+	since        sinceRun
 }
 
 // New returns a Publisher that sends to dest (a *Webhook, for example), acknowledges to acker
@@ -187,6 +201,10 @@ func (p *Publisher) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]
 	var parked []*cdc.Event
 	for _, ev := range tx.Events {
 		switch {
+		case ev.ReplaySince != 0:
+			p.settleParked(ctx, parked)
+			parked = nil
+			p.replaySince(ctx, ev)
 		case ev.Replay != nil:
 			p.settleParked(ctx, parked)
 			parked = nil
@@ -224,6 +242,10 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 		p.delivered(ctx, it)
 		return
 	}
+	if o.Gone && p.cfg.OnGone == GonePause {
+		p.gone(ctx, it, o)
+		return
+	}
 	p.failed(ctx, it, o, elapsed)
 }
 
@@ -234,7 +256,7 @@ func (p *Publisher) delivered(ctx context.Context, it *item) {
 		p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
 	}
 	if p.marks != nil {
-		p.marks.Done(ev.ID, it.attempt-1)
+		p.marks.Done(ev.ID, Sequence(ev), it.attempt-1)
 	}
 	if p.sched.done(it) {
 		agg := cdc.Aggregate{Type: ev.AggregateType, ID: ev.AggregateID}

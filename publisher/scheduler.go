@@ -38,6 +38,8 @@ type scheduler struct {
 	gathering bool
 	// gcond wakes the gathering worker (on mu) when a head becomes ready or its linger ends.
 	gcond *sync.Cond
+	// paused holds every ready head back: next hands out nothing until it is cleared.
+	paused bool
 	// parkedGauge, if set, follows len(parked); the scheduler is its only writer.
 	parkedGauge prometheus.Gauge
 }
@@ -77,11 +79,12 @@ func (s *scheduler) enqueueLocked(k string, it *item) {
 	}
 }
 
-// next blocks until a head is ready, and returns nil once the scheduler is closed.
+// next blocks until a head is ready and the scheduler is not paused, and returns nil once the
+// scheduler is closed.
 func (s *scheduler) next() *item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.ready.len() == 0 && !s.closed {
+	for (s.ready.len() == 0 || s.paused) && !s.closed {
 		s.cond.Wait()
 	}
 	if s.closed {
@@ -99,6 +102,25 @@ func (s *scheduler) retryIn(it *item, d time.Duration) {
 		return
 	}
 	s.timers[it] = time.AfterFunc(d, func() { s.retry(it) })
+}
+
+// setPaused holds ready heads back (true) or lets workers take them again (false).
+func (s *scheduler) setPaused(paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = paused
+	if !paused {
+		s.cond.Broadcast()
+	}
+}
+
+// requeue makes a head whose attempt did not count ready again at once (behind a pause).
+func (s *scheduler) requeue(it *item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.pushReady(it)
+	}
 }
 
 // retry makes a head whose attempt failed ready again (called when its timer fires).
@@ -181,6 +203,13 @@ func (s *scheduler) unpark(k string, evs []*cdc.Event) {
 	if len(evs) > 0 {
 		s.replaying[k] += len(evs)
 	}
+}
+
+// empty reports whether no event is queued, in flight or waiting for a retry.
+func (s *scheduler) empty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys) == 0
 }
 
 // parkedCount returns the number of parked keys.

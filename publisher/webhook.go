@@ -227,7 +227,7 @@ func result(ctx context.Context, resp response, err error) Result {
 		return Result{Err: err, Label: errorResult(ctx, err)}
 	}
 	r := Result{Delivered: resp.status >= 200 && resp.status < 300, Status: resp.status,
-		Label: statusResult(resp.status)}
+		Label: statusResult(resp.status), Gone: resp.status == http.StatusGone}
 	if d, ok := retryAfter(resp.retryAfter, time.Now()); ok {
 		r.RetryAfter = d
 	}

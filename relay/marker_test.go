@@ -55,7 +55,7 @@ func TestMarkerKeepsAtMostMaxMarksWaiting(t *testing.T) {
 	}
 	m := publisher.NewMarker(e.pool, publisher.MarkerConfig{Max: 3, Interval: time.Hour})
 	for _, id := range ids {
-		m.Done(id, 0)
+		m.Done(id, "", 0)
 	}
 	runMarker(t, m)() // stopping flushes what waits
 	for i, id := range ids {
@@ -70,7 +70,7 @@ func TestMarkerKeepsAtMostMaxMarksWaiting(t *testing.T) {
 	// Positive control: the same rows, under the default limit.
 	all := publisher.NewMarker(e.pool, publisher.MarkerConfig{Interval: time.Hour})
 	for _, id := range ids[3:] {
-		all.Done(id, 0)
+		all.Done(id, "", 0)
 	}
 	runMarker(t, all)()
 	for _, id := range ids[3:] {
@@ -139,8 +139,8 @@ func TestMarkerMarksAgainARowThatWasNotYetVisible(t *testing.T) {
 	// Two marks fill the batch and flush at once; the next flush is the periodic one, after the
 	// commit below.
 	m := publisher.NewMarker(pool, publisher.MarkerConfig{Batch: 2, Interval: 3 * time.Second})
-	m.Done(visible, 0)
-	m.Done(invisible, 0)
+	m.Done(visible, "", 0)
+	m.Done(invisible, "", 0)
 	runMarker(t, m)
 	waitFor(t, 10*time.Second, "a mark that found only the visible row", func() bool { return len(tracer.marks()) > 0 })
 	if ms := tracer.marks(); ms[0] != 1 {

@@ -67,6 +67,10 @@ type Pipeline struct {
 	// Destination, if it names a broker (NATS or Kafka), replaces the webhook. The zero value:
 	// the webhook of WebhookURL.
 	Destination DestinationConfig
+	// OnGone is what a 410 Gone answer does: the zero value publisher.GonePause pauses the
+	// pipeline (durably, until `outbox-relay resume`) and leaves the event undelivered;
+	// publisher.GoneRetry retries it like any failed attempt.
+	OnGone publisher.GoneAction
 }
 
 // DefaultPipeline is the name of the pipeline `outbox-relay run` builds from its flags.
@@ -152,7 +156,7 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 			Secrets: c.Secrets, Scheme: c.Scheme, RequestTimeout: c.RequestTimeout, RetryMin: c.RetryMin,
 			RetryMax: c.RetryMax, MaxAttempts: c.MaxAttempts, MaxInFlight: c.MaxInFlight,
 			MaxBufferedEvents: c.MaxBufferedEvents, MaxBufferedBytes: c.MaxBufferedBytes, Backfill: !c.NoBackfill,
-			Delivery: c.Delivery, Destination: c.Destination}
+			Delivery: c.Delivery, Destination: c.Destination, OnGone: c.Control.OnGone}
 		if p.Slot == "" {
 			p.Slot = DefaultSlot
 		}

@@ -93,12 +93,13 @@ func TestRefusesAForeignOutboxTable(t *testing.T) {
 func TestRefusesAnOldSchema(t *testing.T) {
 	e := newEnv(t)
 	// What a database migrated by an older release (before 00006) looks like.
-	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_pipeline_events;
+	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_replays; DROP TABLE outbox_pipeline_control;
+		DROP TABLE outbox_pipeline_events;
 		ALTER TABLE outbox_parked_aggregates DROP CONSTRAINT outbox_parked_aggregates_pkey;
 		ALTER TABLE outbox_parked_aggregates ADD PRIMARY KEY (aggregate_type, aggregate_id);
 		ALTER TABLE outbox_parked_aggregates DROP COLUMN own_state, DROP COLUMN pipeline;
 		DROP TABLE outbox_slots;
-		ALTER TABLE outbox_events DROP COLUMN insert_seq; DELETE FROM goose_db_version WHERE version_id IN (6, 7)`); err != nil {
+		ALTER TABLE outbox_events DROP COLUMN insert_seq; DELETE FROM goose_db_version WHERE version_id >= 6`); err != nil {
 		t.Fatal(err)
 	}
 	err := refused(t, e.config())

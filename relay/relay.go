@@ -103,6 +103,9 @@ type Config struct {
 	// ignored. Empty (the default): one pipeline named "default" from those fields, on slot and
 	// publication outbox_relay unless Slot and Publication say otherwise.
 	Pipelines []Pipeline
+	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
+	// interval (see ControlConfig).
+	Control ControlConfig
 }
 
 // DestinationConfig selects where events go: at most one of NATS and Kafka is set, and then
@@ -199,6 +202,7 @@ func (c *Config) defaults() {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = AttemptsForADay(c.RetryMin, c.RetryMax)
 	}
+	c.Control.defaults()
 }
 
 // AttemptsForADay is the number of attempts whose backoff delays add up to about 24 hours.
@@ -457,7 +461,8 @@ type pipelineRunner struct {
 	pub     *publisher.Publisher
 	marker  *publisher.Marker // nil unless the pipeline owns the rows' status
 	poller  *inspect.Poller
-	lastAck atomic.Int64 // unix nanos of the last delivery
+	pool    *pgxpool.Pool // the control row, a pause on 410 Gone
+	lastAck atomic.Int64  // unix nanos of the last delivery
 }
 
 // newPipelineRunner builds the components of one pipeline, each registering its series on reg
@@ -467,7 +472,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	pool *pgxpool.Pool) *pipelineRunner {
 	reg = prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": p.Name}, reg)
 	log := cfg.pipelineLogger(p)
-	r := &pipelineRunner{cfg: cfg, p: p, log: log, m: metrics.New(reg),
+	r := &pipelineRunner{cfg: cfg, p: p, log: log, m: metrics.New(reg), pool: pool,
 		tracker: cdc.NewTracker(p.MaxBufferedEvents, p.MaxBufferedBytes)}
 	r.lastAck.Store(time.Now().UnixNano())
 	streamDSN := cfg.DSN
@@ -493,7 +498,10 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		MaxAttempts: max(p.MaxAttempts, 0), LogPayloads: cfg.LogPayloads,
 		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
-		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume}, dest, r, marks)
+		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
+		OnGone: p.OnGone, RecordPause: r.recordPause}, dest, r, marks)
+	// Nothing is sent before the control row says whether the pipeline is paused.
+	r.pub.Pause("starting: reading the pipeline's control row")
 	return r
 }
 
@@ -597,6 +605,7 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return r.poller.Run(streamCtx) })
+	g.Go(func() error { r.control(streamCtx); return nil })
 	return g.Wait()
 }
 
@@ -642,6 +651,10 @@ func (r *pipelineRunner) gauges(ctx context.Context) {
 // stalled reports whether the pipeline streams here and is stalled: an event has waited longer
 // than StallTimeout and nothing was delivered meanwhile.
 func (r *pipelineRunner) stalled() (bool, string) {
+	if paused, _ := r.pub.Paused(); paused {
+		// Paused on purpose is not a fault: nothing is delivered, and that is not a stall.
+		return false, ""
+	}
 	oldest := r.tracker.OldestCommit()
 	if !oldest.IsZero() && time.Since(oldest) > r.cfg.StallTimeout {
 		since := time.Since(time.Unix(0, r.lastAck.Load()))
@@ -677,6 +690,9 @@ func (r *runner) ready() (bool, string) {
 	case len(streaming) == 0:
 		return false, "not streaming any pipeline (standing by, or reconnecting): " + strings.Join(standby, ", ")
 	case single:
+		if paused, why := r.pipes[0].pub.Paused(); paused {
+			return true, "paused: " + why
+		}
 		return true, "ok"
 	}
 	msg := "ok: streaming " + strings.Join(streaming, ", ")

@@ -18,14 +18,21 @@ import (
 func newReplayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay",
-		Short: "Re-send dead-lettered events and unpark their aggregates, in order",
+		Short: "Re-send dead-lettered events (and unpark their aggregates), or everything since a time, in order",
 		Long: `Re-sends the failed and parked events of the chosen parked aggregates, in their original
 commit order and with their original event ids (so an inbox deduplicates them), then unparks the
 aggregates. The request is written into the WAL, so the running relay meets it in commit order:
 events of the aggregate committed later are delivered after the replay. Needs a relay running
-(now or later) on the slot.`,
+(now or later) on the slot.
+
+With --since, it re-sends every row created in the time range that was delivered, dead-lettered or
+parked (for a consumer that lost data), in the original commit order per aggregate and with the
+original ids and X-Event-Sequence, ahead of everything committed after the request; the relay reads
+them page by page, and resumes after a restart.`,
 		Example: `  outbox-relay replay --aggregate order/42 --dry-run
-  outbox-relay replay --all`,
+  outbox-relay replay --all
+  outbox-relay replay --since 2026-03-03T10:00:00Z --dry-run
+  outbox-relay replay --since 2h --aggregate-type order`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
@@ -35,10 +42,19 @@ events of the aggregate committed later are delivered after the replay. Needs a 
 	fs.Bool("dry-run", false, "list what would be re-sent, and send nothing")
 	fs.Bool("json", false, "print the plan as JSON")
 	fs.String("pipeline", "", "the pipeline whose parked aggregates are replayed; required when several pipelines have some")
+	addSinceFlags(fs) // since.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dsn, err := requireDSN(fs)
 		if err != nil {
 			return err
+		}
+		if fs.Changed("since") {
+			return runReplaySince(cmd, fs, dsn)
+		}
+		for _, f := range []string{"until", "aggregate-type", "event-type"} {
+			if fs.Changed(f) {
+				return usageError{fmt.Errorf("--%s goes with --since", f)}
+			}
 		}
 		sel, err := replaySelection(fs)
 		if err != nil {
@@ -82,7 +98,7 @@ func replaySelection(fs *pflag.FlagSet) (publisher.ReplaySelection, error) {
 		sel.Aggregates = append(sel.Aggregates, cdc.Aggregate{Type: typ, ID: id})
 	}
 	if !sel.All && sel.EventID == "" && len(sel.Aggregates) == 0 {
-		return sel, usageError{errors.New("choose what to replay: --all, --aggregate TYPE/ID or --event ID")}
+		return sel, usageError{errors.New("choose what to replay: --all, --aggregate TYPE/ID, --event ID or --since TIME")}
 	}
 	return sel, nil
 }

@@ -34,7 +34,8 @@ aggregates) and confirms the slot only after delivery.`,
 	// prefix): "statsu" → status.
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newMigrateCmd(), newReplayCmd(), newDemoCmd(), newVersionCmd(), newStatusCmd(), newPruneCmd())
+	root.AddCommand(newRunCmd(), newMigrateCmd(), newReplayCmd(), newDemoCmd(), newVersionCmd(), newStatusCmd(), newPruneCmd(),
+		newPauseCmd(), newResumeCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}

@@ -32,7 +32,7 @@ var (
 var pipelineFlags = []string{urlFlag.name, secretFlag.name, secretFileFlag.name, "signature-scheme", "slot", "publication",
 	"retry-min", "retry-max", "request-timeout", "max-attempts", "max-in-flight", "max-buffered-events",
 	"max-buffered-bytes", "backfill", "no-backfill", "format", "source", "batch-max-events", "batch-max-bytes",
-	"batch-linger", "compression", "marks", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
+	"batch-linger", "compression", "marks", "on-gone", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -79,6 +79,7 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	addDeliveryFlags(fs)
 	addBrokerFlags(fs) // brokers.go
 	fs.String(configFlag.name, "", "run the pipelines of this YAML file (env OUTBOX_RELAY_CONFIG); per-pipeline flags are then refused (README: Pipelines)")
+	addControlFlags(fs) // control.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -158,6 +159,9 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, err
 	}
 	if err := deliveryConfig(fs, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := controlConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {

@@ -280,10 +280,31 @@ func writeStatusTable(w io.Writer, r inspect.Report, warnings []string) error {
 	} else {
 		row("  oldest pending", "none")
 	}
+	writeControl(row, r.Control)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	return writeParked(w, r)
+}
+
+// writeControl shows each pipeline with a control row: paused since when and why, or running.
+func writeControl(row func(...string), list []inspect.PipelineControl) {
+	if len(list) == 0 {
+		return
+	}
+	row("")
+	row("PAUSE CONTROL")
+	for _, p := range list {
+		state := "running"
+		if p.Paused {
+			state = "PAUSED"
+			if p.PausedAt != nil {
+				state += " since " + clock(*p.PausedAt)
+			}
+			state += ": " + oneLine(p.Reason, 100)
+		}
+		row("  "+p.Name, state)
+	}
 }
 
 func writeSlot(row func(...string), s inspect.Slot) {

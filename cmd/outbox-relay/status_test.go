@@ -123,6 +123,15 @@ type statusDoc struct {
 		Reason       string `json:"reason"`
 		ParkedEvents int    `json:"parked_events"`
 	} `json:"parked"`
+	Control []struct {
+		Name   string `json:"name"`
+		Paused bool   `json:"paused"`
+		Reason string `json:"reason"`
+	} `json:"control"`
+	Replays []struct {
+		Total int64  `json:"total"`
+		State string `json:"state"`
+	} `json:"replays"`
 }
 
 func statusJSONOf(t *testing.T, args ...string) (statusDoc, string, int) {

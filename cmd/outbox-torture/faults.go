@@ -17,6 +17,8 @@ const (
 	faultPGRestart
 	faultPartition
 	faultSlotDrop
+	faultPause
+	faultReplaySince
 	faultRecv500
 	faultRecvHang
 	faultRecvReset
@@ -25,7 +27,7 @@ const (
 	faultKinds
 )
 
-var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "partition", "slot-drop", "recv-500", "recv-hang",
+var faultNames = [faultKinds]string{"relay-kill", "failover", "pg-restart", "partition", "slot-drop", "pause", "replay-since", "recv-500", "recv-hang",
 	"recv-reset", "recv-drop-ack", "recv-slow"}
 
 func (k faultKind) String() string { return faultNames[k] }
@@ -64,8 +66,10 @@ func (f fault) String() string {
 		return fmt.Sprintf("%s for %s on %.0f%% of requests", f.Kind, f.Hold.Round(time.Millisecond), 100*f.Share)
 	case f.Kind == faultFailover:
 		return fmt.Sprintf("%s after %s beside a standby", f.Kind, f.Hold.Round(time.Millisecond))
-	case f.Kind == faultPartition:
+	case f.Kind == faultPartition || f.Kind == faultPause:
 		return fmt.Sprintf("%s for %s", f.Kind, f.Hold.Round(time.Millisecond))
+	case f.Kind == faultReplaySince:
+		return fmt.Sprintf("%s %s ago", f.Kind, f.Hold.Round(time.Millisecond))
 	}
 	return f.Kind.String()
 }
@@ -109,6 +113,10 @@ func (p *plan) next() fault {
 	case f.Kind == faultPartition:
 		// Long enough for the relay to find the connection dead, with room on a loaded machine.
 		f.Hold = p.between(2*relayReplicationTimeout, 3*relayReplicationTimeout)
+	case f.Kind == faultPause:
+		f.Hold = p.between(500*time.Millisecond, 2*time.Second)
+	case f.Kind == faultReplaySince:
+		f.Hold = p.between(3*time.Second, 10*time.Second) // how far back the replay starts
 	}
 	return f
 }
@@ -133,6 +141,7 @@ type faultStats struct {
 	Healed    []time.Duration // thaw → a relay streams again, per partition
 	SlotDrops []time.Duration // new relay started → it streams on a new slot, per slot-drop
 	PGDown    []time.Duration // restart call, kill to ready
+	Replays   []int64         // events re-sent, per replay-since
 	Failures  []string        // a fault that did not heal
 	Log       []injected      // every fault, in order
 }
@@ -164,6 +173,10 @@ func (t *harness) inject(ctx context.Context, f fault) {
 		t.partition(ctx, f.Hold)
 	case faultSlotDrop:
 		t.slotDrop(ctx)
+	case faultPause:
+		t.pause(ctx, f.Hold)
+	case faultReplaySince:
+		t.replaySince(ctx, f.Hold)
 	default:
 		if t.broker != nil {
 			// A broker run: the receiver sits behind the bridge, so the broker fails instead.

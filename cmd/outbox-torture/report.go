@@ -124,6 +124,13 @@ func takeovers(r *result) string {
 		s += fmt.Sprintf("; %d slot drops, streaming on a new slot in at most %s", n,
 			maxDuration(r.Faults.SlotDrops).Round(10*time.Millisecond))
 	}
+	if n := len(r.Faults.Replays); n > 0 {
+		var events int64
+		for _, e := range r.Faults.Replays {
+			events += e
+		}
+		s += fmt.Sprintf("; %d replays since a time re-sent %d events", n, events)
+	}
 	if n := len(r.Faults.Failures); n > 0 {
 		s += fmt.Sprintf("; %d did not heal", n)
 	}

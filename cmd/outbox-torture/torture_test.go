@@ -26,8 +26,8 @@ func TestTortureShort(t *testing.T) {
 	}
 	cfg := defaultConfig()
 	cfg.Events, cfg.Duration, cfg.Drain = 1500, 35*time.Second, time.Minute
-	// Every kind runs once, shuffled, before any repeats: short gaps fit all nine in the run,
-	// with time to spare for the slow ones (a failover, a restart, a 4–6s partition) on a
+	// Every kind runs once, shuffled, before any repeats: short gaps fit all twelve in the run,
+	// with time to spare for the slow ones (a failover, a restart, a 4–6s partition, a pause) on a
 	// loaded machine.
 	cfg.GapMin, cfg.GapMax = 300*time.Millisecond, 700*time.Millisecond
 	cfg.Seed = randomSeed()

@@ -21,7 +21,8 @@ var ErrForeignTable = errors.New("table outbox_events is not the relay's table")
 var (
 	coreColumns  = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "status", "retries", "created_at", "processed_at"}
 	laterColumns = []string{"last_error", "headers", "event_sequence"}
-	laterTables  = []string{"outbox_parked_aggregates", "outbox_backfill", "outbox_pipeline_events"}
+	laterTables  = []string{"outbox_parked_aggregates", "outbox_backfill", "outbox_pipeline_events", "outbox_pipeline_control",
+		"outbox_replays"}
 )
 
 // CheckSchema checks that the database holds the schema this binary needs: outbox_events with

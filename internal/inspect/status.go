@@ -42,6 +42,12 @@ type Report struct {
 	// ParkedAggregates counts every parked aggregate; Parked lists the oldest of them.
 	ParkedAggregates int64    `json:"parked_aggregates"`
 	Parked           []Parked `json:"parked"`
+	// Pipelines lists the pipelines with a control row (paused or resumed at least once); a
+	// pipeline without one is not paused.
+	Control []PipelineControl `json:"control"`
+	// Replays lists the `replay --since` requests not complete: requested, running or
+	// abandoned.
+	Replays []Replay `json:"replays"`
 }
 
 // Slot is the row of pg_replication_slots for the relay's slot, with positions in bytes.
@@ -130,7 +136,7 @@ type Parked struct {
 // Status reads the report for slot, listing at most topN parked aggregates, oldest first. A
 // missing slot is not an error (see Healthy); a schema that does not fit is (see CheckSchema).
 func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
-	r := Report{Parked: []Parked{}}
+	r := Report{Parked: []Parked{}, Control: []PipelineControl{}, Replays: []Replay{}}
 	var err error
 	if r.CheckedAt, err = checkSchema(ctx, db); err != nil {
 		return r, err
@@ -150,7 +156,13 @@ func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	if r.BeforeSlot, err = readBeforeSlot(ctx, db, slot); err != nil {
 		return r, err
 	}
-	r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN)
+	if r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN); err != nil {
+		return r, err
+	}
+	if r.Control, err = readControl(ctx, db); err != nil {
+		return r, err
+	}
+	r.Replays, err = readReplays(ctx, db, slot)
 	return r, err
 }
 
@@ -209,7 +221,8 @@ func (r Report) Warnings() []string {
 	if n := r.ParkedAggregates; n > 0 {
 		w = append(w, fmt.Sprintf("%d parked aggregate%s held back until `outbox-relay replay`", n, plural(n)))
 	}
-	return w
+	w = append(w, r.pausedWarnings()...)
+	return append(w, r.replayWarnings()...)
 }
 
 func plural(n int64) string {

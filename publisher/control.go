@@ -1,0 +1,96 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultPipeline is the name of the pipeline when none is given.
+const DefaultPipeline = "default"
+
+// GoneAction is what a 410 Gone answer does.
+type GoneAction int
+
+const (
+	// GonePause pauses the pipeline and leaves the event undelivered and not parked, as the
+	// Standard Webhooks spec asks (stop sending to an endpoint that says it is gone), until
+	// `outbox-relay resume`.
+	GonePause GoneAction = iota
+	// GoneRetry treats 410 like any other failed attempt: retried with backoff, dead-lettered
+	// after MaxAttempts.
+	GoneRetry
+)
+
+// ParseGoneAction parses "pause" or "retry".
+func ParseGoneAction(s string) (GoneAction, error) {
+	switch s {
+	case "pause", "":
+		return GonePause, nil
+	case "retry":
+		return GoneRetry, nil
+	}
+	return 0, fmt.Errorf("on_gone %q: use pause or retry", s)
+}
+
+// String returns "pause" or "retry".
+func (a GoneAction) String() string {
+	if a == GoneRetry {
+		return "retry"
+	}
+	return "pause"
+}
+
+// Control is a pipeline's row of outbox_pipeline_control: whether it is paused, and why.
+type Control struct {
+	Pipeline string     `json:"pipeline"`
+	Paused   bool       `json:"paused"`
+	Reason   string     `json:"reason"`
+	PausedAt *time.Time `json:"paused_at"`
+	// Version grows with every write, so a reader that polls sees a pause and a resume that
+	// both happened between two polls.
+	Version int64 `json:"version"`
+}
+
+// Execer runs a statement and a query; *pgx.Conn, *pgxpool.Pool and pgx.Tx satisfy it.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SetPaused pauses (paused true, with reason) or resumes a pipeline in outbox_pipeline_control.
+// The process that leads the pipeline reads it within its control poll interval, and so does
+// any process that takes over later. It returns the row as written.
+func SetPaused(ctx context.Context, db Execer, pipeline string, paused bool, reason string) (Control, error) {
+	c := Control{Pipeline: pipeline}
+	err := db.QueryRow(ctx, `
+		INSERT INTO outbox_pipeline_control AS c (pipeline, paused, reason, paused_at)
+		VALUES ($1, $2, $3, CASE WHEN $2 THEN now() END)
+		ON CONFLICT (pipeline) DO UPDATE SET paused = $2, reason = $3,
+			paused_at = CASE WHEN NOT $2 THEN NULL WHEN c.paused THEN c.paused_at ELSE now() END,
+			version = c.version + 1, updated_at = now()
+		RETURNING paused, reason, paused_at, version`, pipeline, paused, reason).
+		Scan(&c.Paused, &c.Reason, &c.PausedAt, &c.Version)
+	if err != nil {
+		return c, fmt.Errorf("write pipeline control: %w", err)
+	}
+	return c, nil
+}
+
+// ReadControl reads a pipeline's control row; a pipeline without one is not paused (version 0).
+func ReadControl(ctx context.Context, db Execer, pipeline string) (Control, error) {
+	c := Control{Pipeline: pipeline}
+	err := db.QueryRow(ctx, `SELECT paused, reason, paused_at, version FROM outbox_pipeline_control WHERE pipeline = $1`,
+		pipeline).Scan(&c.Paused, &c.Reason, &c.PausedAt, &c.Version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("read pipeline control: %w", err)
+	}
+	return c, nil
+}

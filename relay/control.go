@@ -1,0 +1,93 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/publisher"
+)
+
+// ControlConfig is the pipelines' control: each pipeline's row in outbox_pipeline_control (by
+// its name), which `outbox-relay pause` and `resume` write, is read every PollInterval.
+type ControlConfig struct {
+	// OnGone is what a 410 Gone answer does in the default pipeline (Pipeline.OnGone in each
+	// pipeline of a config file): the zero value publisher.GonePause pauses the pipeline
+	// (durably) and leaves the event undelivered; publisher.GoneRetry retries it like any
+	// failed attempt.
+	OnGone publisher.GoneAction
+	// PollInterval is how often the leader reads the control row. If zero, 1s.
+	PollInterval time.Duration
+}
+
+func (c *ControlConfig) defaults() {
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+}
+
+// control reads the pipeline's control row every PollInterval until ctx ends, and pauses or
+// resumes the publisher when the row changes (its version grows). The publisher starts paused,
+// so nothing is sent before the first read; a process that stands by reads too, so it takes
+// over in the state the row says. Only changes are applied: a pause the publisher decided
+// itself (410 Gone) is not undone by a read taken before it was recorded.
+func (r *pipelineRunner) control(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Control.PollInterval)
+	defer t.Stop()
+	seen := int64(-1)
+	var failing bool
+	for {
+		c, err := r.readControl(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !failing {
+				r.log.Warn().Err(err).Msg("cannot read the pipeline's control row; keeping the current pause state")
+			}
+			failing = true
+		case err == nil:
+			failing = false
+			if c.Version != seen {
+				r.apply(c, seen < 0)
+				seen = c.Version
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *pipelineRunner) readControl(ctx context.Context) (publisher.Control, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return publisher.ReadControl(ctx, r.pool, r.p.Name)
+}
+
+// apply makes the publisher follow the control row, logging transitions (first: the start).
+func (r *pipelineRunner) apply(c publisher.Control, first bool) {
+	log := r.log
+	if c.Paused {
+		r.pub.Pause(c.Reason)
+		log.Warn().Str("pipeline", c.Pipeline).Str("reason", c.Reason).Time("paused_at", deref(c.PausedAt)).
+			Msg("pipeline paused: nothing is sent until `outbox-relay resume`")
+		return
+	}
+	r.pub.Resume()
+	if !first {
+		log.Info().Str("pipeline", c.Pipeline).Msg("pipeline resumed")
+	}
+}
+
+// recordPause writes a pause the publisher decided (410 Gone) to the control row.
+func (r *pipelineRunner) recordPause(ctx context.Context, reason string) error {
+	_, err := publisher.SetPaused(ctx, r.pool, r.p.Name, true, reason)
+	return err
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
