@@ -45,7 +45,7 @@ const (
 type Delivery struct {
 	// Format is raw or cloudevents. Empty: raw.
 	Format Format
-	// Source is the CloudEvents source attribute. Empty: "/outbox-relay/<slot>".
+	// Source is the CloudEvents source attribute. Empty: "/outbox-relay/<pipeline>".
 	Source string
 	// Batch sends several events per request, always as a CloudEvents batch. The zero value
 	// sends one event per request.

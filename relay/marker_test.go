@@ -89,7 +89,7 @@ type markTracer struct {
 type markKey struct{}
 
 func (tr *markTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(d.SQL, "UPDATE outbox_events SET status = 'done'") {
+	if strings.HasPrefix(d.SQL, "UPDATE outbox_events o SET status = 'done'") {
 		return context.WithValue(ctx, markKey{}, true)
 	}
 	return ctx
