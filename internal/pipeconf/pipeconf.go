@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -68,20 +71,28 @@ type rawFile struct {
 }
 
 type rawPipeline struct {
-	Name              scalar     `yaml:"name"`
-	Filter            scalar     `yaml:"filter"`
-	Slot              scalar     `yaml:"slot"`
-	Publication       scalar     `yaml:"publication"`
-	Webhook           rawWebhook `yaml:"webhook"`
-	RetryMin          scalar     `yaml:"retry_min"`
-	RetryMax          scalar     `yaml:"retry_max"`
-	MaxAttempts       scalar     `yaml:"max_attempts"`
-	MaxInFlight       scalar     `yaml:"max_in_flight"`
-	MaxBufferedEvents scalar     `yaml:"max_buffered_events"`
-	MaxBufferedBytes  scalar     `yaml:"max_buffered_bytes"`
-	RateLimit         scalar     `yaml:"rate_limit"`
-	Shadow            scalar     `yaml:"shadow"`
-	Initial           scalar     `yaml:"initial"`
+	Name              scalar      `yaml:"name"`
+	Filter            scalar      `yaml:"filter"`
+	Slot              scalar      `yaml:"slot"`
+	Publication       scalar      `yaml:"publication"`
+	Webhook           *rawWebhook `yaml:"webhook"`
+	NATS              *rawNATS    `yaml:"nats"`
+	Kafka             *rawKafka   `yaml:"kafka"`
+	Format            scalar      `yaml:"format"`
+	Source            scalar      `yaml:"source"`
+	Batch             *rawBatch   `yaml:"batch"`
+	Compression       scalar      `yaml:"compression"`
+	Marks             scalar      `yaml:"marks"`
+	OnGone            scalar      `yaml:"on_gone"`
+	RetryMin          scalar      `yaml:"retry_min"`
+	RetryMax          scalar      `yaml:"retry_max"`
+	MaxAttempts       scalar      `yaml:"max_attempts"`
+	MaxInFlight       scalar      `yaml:"max_in_flight"`
+	MaxBufferedEvents scalar      `yaml:"max_buffered_events"`
+	MaxBufferedBytes  scalar      `yaml:"max_buffered_bytes"`
+	RateLimit         scalar      `yaml:"rate_limit"`
+	Shadow            scalar      `yaml:"shadow"`
+	Initial           scalar      `yaml:"initial"`
 }
 
 type rawWebhook struct {
@@ -91,6 +102,59 @@ type rawWebhook struct {
 	SignatureScheme scalar `yaml:"signature_scheme"`
 	RequestTimeout  scalar `yaml:"request_timeout"`
 }
+
+type rawBatch struct {
+	MaxEvents scalar `yaml:"max_events"`
+	MaxBytes  scalar `yaml:"max_bytes"`
+	Linger    scalar `yaml:"linger"`
+}
+
+// rawNATS mirrors natsdest.Config key for key, so that every value gets ${NAME} and a line.
+type rawNATS struct {
+	URL            scalar     `yaml:"url"`
+	Subject        scalar     `yaml:"subject"`
+	CredsFile      scalar     `yaml:"creds_file"`
+	TLS            rawTLS     `yaml:"tls"`
+	RequestTimeout scalar     `yaml:"request_timeout"`
+	CreateStream   *rawStream `yaml:"create_stream"`
+}
+
+type rawTLS struct {
+	CA   scalar `yaml:"ca"`
+	Cert scalar `yaml:"cert"`
+	Key  scalar `yaml:"key"`
+}
+
+type rawStream struct {
+	Name     scalar `yaml:"name"`
+	Replicas scalar `yaml:"replicas"`
+	MaxAge   scalar `yaml:"max_age"`
+}
+
+// rawKafka mirrors kafkadest.Config key for key.
+type rawKafka struct {
+	Brokers        scalar      `yaml:"brokers"`
+	Topic          scalar      `yaml:"topic"`
+	SASL           rawSASL     `yaml:"sasl"`
+	TLS            rawKafkaTLS `yaml:"tls"`
+	Compression    scalar      `yaml:"compression"`
+	RequestTimeout scalar      `yaml:"request_timeout"`
+}
+
+type rawSASL struct {
+	Mechanism    scalar `yaml:"mechanism"`
+	User         scalar `yaml:"user"`
+	Password     scalar `yaml:"password"`
+	PasswordFile scalar `yaml:"password_file"`
+}
+
+type rawKafkaTLS struct {
+	Enabled scalar `yaml:"enabled"`
+	rawTLS  `yaml:",inline"`
+}
+
+// DefaultBatchLinger is a batch's linger when `batch:` leaves it out, as --batch-linger's default.
+const DefaultBatchLinger = 5 * time.Millisecond
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
@@ -132,12 +196,11 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 	return f, p.err
 }
 
+var yamlTypeName = regexp.MustCompile(` in type pipeconf\.\w+`)
+
 // cleanYAMLError turns yaml's type names into the file's words.
 func cleanYAMLError(err error) string {
-	s := err.Error()
-	for _, t := range []string{" in type pipeconf.rawFile", " in type pipeconf.rawPipeline", " in type pipeconf.rawWebhook"} {
-		s = strings.ReplaceAll(s, t, "")
-	}
+	s := yamlTypeName.ReplaceAllString(err.Error(), "")
 	s = strings.ReplaceAll(s, "field ", "unknown key ")
 	s = strings.ReplaceAll(s, " not found", "")
 	return s
@@ -245,8 +308,6 @@ func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 		Filter:            strings.TrimSpace(p.str(rp.Filter)),
 		Slot:              p.str(rp.Slot),
 		Publication:       p.str(rp.Publication),
-		WebhookURL:        p.str(rp.Webhook.URL),
-		RequestTimeout:    p.duration(rp.Webhook.RequestTimeout, "request_timeout"),
 		RetryMin:          p.duration(rp.RetryMin, "retry_min"),
 		RetryMax:          p.duration(rp.RetryMax, "retry_max"),
 		MaxAttempts:       p.integer(rp.MaxAttempts, "max_attempts", -1),
@@ -257,7 +318,7 @@ func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 		Shadow:            p.boolean(rp.Shadow, "shadow"),
 	}
 	if !rp.Name.set {
-		p.fail(rp.Webhook.URL, "a pipeline has no name")
+		p.failLine(rp.line(), "a pipeline has no name")
 	}
 	switch initial := p.str(rp.Initial); initial {
 	case "", "none":
@@ -269,26 +330,201 @@ func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 	if pl.RetryMin > 0 && pl.RetryMax > 0 && pl.RetryMax < pl.RetryMin {
 		p.fail(rp.RetryMax, "retry_max %s is less than retry_min %s", pl.RetryMax, pl.RetryMin)
 	}
-	if !rp.Webhook.URL.set {
+	on, err := publisher.ParseGoneAction(p.str(rp.OnGone))
+	if err != nil {
+		p.fail(rp.OnGone, "%v", err)
+	}
+	pl.OnGone = on
+	pl.Delivery = p.delivery(rp)
+	p.destination(rp, &pl)
+	return pl
+}
+
+// line is the pipeline's first line: its name's, else its first other key's.
+func (rp rawPipeline) line() int {
+	l := rp.Name.line
+	vs := []scalar{rp.Filter, rp.Slot, rp.Publication, rp.Format, rp.Shadow, rp.Initial, rp.OnGone, rp.Marks}
+	if rp.Webhook != nil {
+		vs = append(vs, rp.Webhook.URL, rp.Webhook.Secret, rp.Webhook.SecretFile)
+	}
+	if rp.NATS != nil {
+		vs = append(vs, rp.NATS.URL)
+	}
+	if rp.Kafka != nil {
+		vs = append(vs, rp.Kafka.Brokers)
+	}
+	for _, v := range vs {
+		if v.set && (l == 0 || v.line < l) {
+			l = v.line
+		}
+	}
+	return l
+}
+
+func (p *parser) failLine(line int, format string, args ...any) {
+	p.fail(scalar{line: line}, format, args...)
+}
+
+// firstLine is the smallest line among the set values: where a block starts in the file.
+func firstLine(fallback int, vs ...scalar) int {
+	l := 0
+	for _, v := range vs {
+		if v.set && (l == 0 || v.line < l) {
+			l = v.line
+		}
+	}
+	if l == 0 {
+		return fallback
+	}
+	return l
+}
+
+// line is where the nats block starts (its first key), else fallback.
+func (n *rawNATS) line(fallback int) int {
+	vs := []scalar{n.URL, n.Subject, n.CredsFile, n.RequestTimeout, n.TLS.CA, n.TLS.Cert, n.TLS.Key}
+	if s := n.CreateStream; s != nil {
+		vs = append(vs, s.Name, s.Replicas, s.MaxAge)
+	}
+	return firstLine(fallback, vs...)
+}
+
+// line is where the kafka block starts (its first key), else fallback.
+func (k *rawKafka) line(fallback int) int {
+	return firstLine(fallback, k.Brokers, k.Topic, k.Compression, k.RequestTimeout, k.SASL.Mechanism, k.SASL.User,
+		k.SASL.Password, k.SASL.PasswordFile, k.TLS.Enabled, k.TLS.CA, k.TLS.Cert, k.TLS.Key)
+}
+
+// delivery reads format, source, batch, compression and marks, each checked at its own line.
+func (p *parser) delivery(rp rawPipeline) publisher.Delivery {
+	d := publisher.Delivery{
+		Format:      publisher.Format(p.str(rp.Format)),
+		Source:      p.str(rp.Source),
+		Compression: publisher.Compression(p.str(rp.Compression)),
+		Marks:       publisher.MarksMode(p.str(rp.Marks)),
+	}
+	if b := rp.Batch; b != nil {
+		d.Batch.MaxEvents = p.integer(b.MaxEvents, "batch.max_events", 0)
+		d.Batch.MaxBytes = p.size(b.MaxBytes, "batch.max_bytes")
+		d.Batch.Linger = DefaultBatchLinger
+		if b.Linger.set {
+			d.Batch.Linger = p.duration(b.Linger, "batch.linger")
+		}
+	}
+	// Each value alone through Delivery.Validate, so that its error names the right line.
+	for _, one := range []struct {
+		v scalar
+		d publisher.Delivery
+	}{{rp.Format, publisher.Delivery{Format: d.Format}}, {rp.Compression, publisher.Delivery{Compression: d.Compression}},
+		{rp.Marks, publisher.Delivery{Marks: d.Marks}}} {
+		if err := one.d.Validate(); err != nil {
+			p.fail(one.v, "%v", err)
+		}
+	}
+	if err := d.Validate(); err != nil && p.err == nil {
+		p.failLine(rp.line(), "%v", err)
+	}
+	return d
+}
+
+// destination reads exactly one of webhook, nats and kafka into pl.
+func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
+	type block struct {
+		name string
+		line int
+	}
+	var given []block
+	if w := rp.Webhook; w != nil {
+		given = append(given, block{"webhook", firstLine(rp.line(), w.URL, w.Secret, w.SecretFile, w.SignatureScheme, w.RequestTimeout)})
+	}
+	if n := rp.NATS; n != nil {
+		given = append(given, block{"nats", n.line(rp.line())})
+	}
+	if k := rp.Kafka; k != nil {
+		given = append(given, block{"kafka", k.line(rp.line())})
+	}
+	slices.SortStableFunc(given, func(a, b block) int { return a.line - b.line })
+	switch {
+	case len(given) == 0:
+		p.failLine(rp.line(), "pipeline %q has no destination: give webhook (url and secret), nats or kafka", pl.Name)
+		return
+	case len(given) > 1:
+		p.failLine(given[1].line, "pipeline %q has both %s and %s: a pipeline has exactly one of webhook, nats or kafka; drop one",
+			pl.Name, given[0].name, given[1].name)
+		return
+	case rp.Webhook != nil:
+		p.webhook(*rp.Webhook, rp, pl)
+		return
+	}
+	// A broker sends one message per event with the webhook contract's headers: the webhook's
+	// request shapes do not apply, and relay would refuse them at start.
+	if pl.Delivery.Format != publisher.FormatRaw {
+		p.fail(rp.Format, "format %s is a webhook setting: %s sends one message per event; drop format", pl.Delivery.Format, given[0].name)
+	}
+	if rp.Batch != nil && pl.Delivery.Batch.Enabled() {
+		p.fail(rp.Batch.MaxEvents, "batch is a webhook setting: %s sends one message per event; drop batch", given[0].name)
+	}
+	if pl.Delivery.Compression != publisher.CompressionNone {
+		p.fail(rp.Compression, "compression applies to webhook request bodies; for kafka set kafka.compression (nats has none)")
+	}
+	if n := rp.NATS; n != nil {
+		c := natsdest.Config{
+			URL:            p.str(n.URL),
+			Subject:        p.str(n.Subject),
+			CredsFile:      p.str(n.CredsFile),
+			TLS:            natsdest.TLSConfig{CA: p.str(n.TLS.CA), Cert: p.str(n.TLS.Cert), Key: p.str(n.TLS.Key)},
+			RequestTimeout: p.duration(n.RequestTimeout, "nats.request_timeout"),
+		}
+		if s := n.CreateStream; s != nil {
+			c.CreateStream = &natsdest.StreamConfig{Name: p.str(s.Name), Replicas: p.integer(s.Replicas, "nats.create_stream.replicas", 0),
+				MaxAge: p.duration(s.MaxAge, "nats.create_stream.max_age")}
+		}
+		if err := c.Validate(); err != nil {
+			p.failLine(n.line(rp.line()), "%v", err)
+		}
+		pl.Destination.NATS = &c
+		return
+	}
+	k := rp.Kafka
+	c := kafkadest.Config{
+		Brokers: p.str(k.Brokers),
+		Topic:   p.str(k.Topic),
+		SASL: kafkadest.SASLConfig{Mechanism: p.str(k.SASL.Mechanism), User: p.str(k.SASL.User),
+			Password: p.str(k.SASL.Password), PasswordFile: p.str(k.SASL.PasswordFile)},
+		TLS: kafkadest.TLSConfig{Enabled: p.boolean(k.TLS.Enabled, "kafka.tls.enabled"), CA: p.str(k.TLS.CA),
+			Cert: p.str(k.TLS.Cert), Key: p.str(k.TLS.Key)},
+		Compression:    p.str(k.Compression),
+		RequestTimeout: p.duration(k.RequestTimeout, "kafka.request_timeout"),
+	}
+	if err := c.Validate(); err != nil {
+		p.failLine(k.line(rp.line()), "%v", err)
+	}
+	pl.Destination.Kafka = &c
+}
+
+// webhook reads the webhook block: url, secret(s), scheme and request timeout.
+func (p *parser) webhook(w rawWebhook, rp rawPipeline, pl *relay.Pipeline) {
+	pl.WebhookURL = p.str(w.URL)
+	pl.RequestTimeout = p.duration(w.RequestTimeout, "request_timeout")
+	if !w.URL.set {
 		p.fail(rp.Name, "pipeline %q has no webhook url", pl.Name)
 	} else if _, err := publisher.ParseURL(pl.WebhookURL); err != nil {
-		p.fail(rp.Webhook.URL, "%v", err)
+		p.fail(w.URL, "%v", err)
 	}
-	scheme, err := signature.ParseScheme(p.str(rp.Webhook.SignatureScheme))
+	scheme, err := signature.ParseScheme(p.str(w.SignatureScheme))
 	if err != nil {
-		p.fail(rp.Webhook.SignatureScheme, "%v", err)
+		p.fail(w.SignatureScheme, "%v", err)
 	}
 	pl.Scheme = scheme
 	switch {
-	case rp.Webhook.Secret.set && rp.Webhook.SecretFile.set:
-		p.fail(rp.Webhook.SecretFile, "give secret or secret_file, not both")
-	case rp.Webhook.Secret.set:
-		pl.Secrets = splitSecrets(p.str(rp.Webhook.Secret))
-	case rp.Webhook.SecretFile.set:
-		path := p.str(rp.Webhook.SecretFile)
+	case w.Secret.set && w.SecretFile.set:
+		p.fail(w.SecretFile, "give secret or secret_file, not both")
+	case w.Secret.set:
+		pl.Secrets = splitSecrets(p.str(w.Secret))
+	case w.SecretFile.set:
+		path := p.str(w.SecretFile)
 		b, err := p.readFile(path)
 		if err != nil {
-			p.fail(rp.Webhook.SecretFile, "secret_file: %v", err)
+			p.fail(w.SecretFile, "secret_file: %v", err)
 		}
 		pl.Secrets = splitSecrets(string(b))
 	default:
@@ -296,10 +532,9 @@ func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 	}
 	if p.err == nil {
 		if _, err := signature.Keys(pl.Scheme, pl.Secrets); err != nil {
-			p.fail(rp.Webhook.Secret, "pipeline %q: %v", pl.Name, err)
+			p.fail(w.Secret, "pipeline %q: %v", pl.Name, err)
 		}
 	}
-	return pl
 }
 
 // splitSecrets splits at commas and line ends and trims blanks: several secrets are a rotation.

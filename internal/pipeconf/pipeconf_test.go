@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -112,6 +115,161 @@ func TestParseErrorsNameTheFix(t *testing.T) {
 	}
 }
 
+// brokers is the README's example of the per-pipeline keys added with broker destinations,
+// formats and batching, and on_gone.
+const brokers = `pipelines:
+  - name: events_ce
+    webhook: { url: https://ce.internal/hook, secret: s }
+    format: cloudevents
+    source: ${CE_SOURCE}
+    batch: { max_events: 100, max_bytes: 1MiB, linger: 20ms }
+    compression: gzip
+    marks: "off"
+    on_gone: retry
+  - name: stream
+    filter: "aggregate_type = 'order'"
+    nats:
+      url: nats://n1:4222,nats://${NATS_HOST}:4222
+      subject: orders.{aggregate_type}.{event_type}
+      creds_file: /run/secrets/nats.creds
+      tls: { ca: "${NATS_CA}", cert: /tls/c.pem, key: /tls/k.pem }
+      request_timeout: 5s
+      create_stream: { name: "${STREAM}", replicas: 3, max_age: 168h }
+    marks: done
+  - name: log
+    kafka:
+      brokers: k1:9092,k2:9092
+      topic: outbox.event.{aggregate_type}
+      sasl: { mechanism: scram-sha-512, user: relay, password: "${KAFKA_PASSWORD}" }
+      tls: { enabled: true, ca: /tls/ca.pem }
+      compression: zstd
+      request_timeout: 15s
+    on_gone: pause
+`
+
+var brokersEnv = map[string]string{"CE_SOURCE": "/shop/orders", "NATS_HOST": "n2", "NATS_CA": "/tls/ca.pem",
+	"STREAM": "OUTBOX", "KAFKA_PASSWORD": "pw"}
+
+func TestParseDestinationsFormatsAndOnGone(t *testing.T) {
+	f, err := Parse([]byte(brokers), env(brokersEnv), files(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Pipelines) != 3 {
+		t.Fatalf("got %d pipelines", len(f.Pipelines))
+	}
+	ce, st, lg := f.Pipelines[0], f.Pipelines[1], f.Pipelines[2]
+
+	wantD := publisher.Delivery{Format: publisher.FormatCloudEvents, Source: "/shop/orders",
+		Batch:       publisher.Batch{MaxEvents: 100, MaxBytes: 1 << 20, Linger: 20 * time.Millisecond},
+		Compression: publisher.CompressionGzip, Marks: publisher.MarksOff}
+	if ce.Delivery != wantD || ce.OnGone != publisher.GoneRetry || ce.WebhookURL != "https://ce.internal/hook" ||
+		ce.Destination.NATS != nil || ce.Destination.Kafka != nil {
+		t.Fatalf("events_ce = %+v", ce)
+	}
+
+	wantN := natsdest.Config{URL: "nats://n1:4222,nats://n2:4222", Subject: "orders.{aggregate_type}.{event_type}",
+		CredsFile: "/run/secrets/nats.creds", TLS: natsdest.TLSConfig{CA: "/tls/ca.pem", Cert: "/tls/c.pem", Key: "/tls/k.pem"},
+		RequestTimeout: 5 * time.Second}
+	n := st.Destination.NATS
+	if n == nil || n.CreateStream == nil || *n.CreateStream != (natsdest.StreamConfig{Name: "OUTBOX", Replicas: 3, MaxAge: 168 * time.Hour}) {
+		t.Fatalf("stream's nats = %+v", n)
+	}
+	if m := *n; func() bool { m.CreateStream = nil; return m != wantN }() {
+		t.Fatalf("stream's nats = %+v, want %+v", m, wantN)
+	}
+	if st.WebhookURL != "" || st.Destination.Kafka != nil || st.OnGone != publisher.GonePause ||
+		st.Delivery != (publisher.Delivery{Format: publisher.FormatRaw, Compression: publisher.CompressionNone, Marks: publisher.MarksDone}) {
+		t.Fatalf("stream = %+v", st)
+	}
+
+	wantK := kafkadest.Config{Brokers: "k1:9092,k2:9092", Topic: "outbox.event.{aggregate_type}",
+		SASL: kafkadest.SASLConfig{Mechanism: "scram-sha-512", User: "relay", Password: "pw"},
+		TLS:  kafkadest.TLSConfig{Enabled: true, CA: "/tls/ca.pem"}, Compression: "zstd", RequestTimeout: 15 * time.Second}
+	if k := lg.Destination.Kafka; k == nil || *k != wantK || lg.Destination.NATS != nil || lg.WebhookURL != "" {
+		t.Fatalf("log's kafka = %+v, want %+v", k, wantK)
+	}
+	for _, p := range f.Pipelines {
+		if err := p.Validate(); err != nil {
+			t.Errorf("relay refuses %s: %v", p.Name, err)
+		}
+	}
+}
+
+// Left out, the new keys keep relay's zero values, except a batch's linger, which is the
+// default of --batch-linger as in the flags.
+func TestParseNewKeysDefaults(t *testing.T) {
+	f, err := Parse([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"+
+		"  - name: b\n    webhook: {url: http://localhost/h, secret: s}\n    batch: {max_events: 10}\n"), env(nil), files(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.Pipelines[0], f.Pipelines[1]
+	if a.OnGone != publisher.GonePause || a.Delivery.Batch != (publisher.Batch{}) || a.Delivery.Format != publisher.FormatRaw ||
+		a.Delivery.Marks != publisher.MarksDone || a.Delivery.Compression != publisher.CompressionNone || a.Delivery.Source != "" {
+		t.Fatalf("a = %+v", a)
+	}
+	if b.Delivery.Batch != (publisher.Batch{MaxEvents: 10, Linger: DefaultBatchLinger}) {
+		t.Fatalf("b's batch = %+v", b.Delivery.Batch)
+	}
+	f, err = Parse([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n    batch: {max_events: 10, linger: 0s}\n"), env(nil), files(nil))
+	if err != nil || f.Pipelines[0].Delivery.Batch.Linger != 0 {
+		t.Fatalf("linger: 0s gave %+v, %v", f.Pipelines, err)
+	}
+}
+
+func TestParseNewKeysErrors(t *testing.T) {
+	const hook = "pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"
+	const nats = "pipelines:\n  - name: a\n    nats:\n      url: nats://localhost:4222\n"
+	const kafka = "pipelines:\n  - name: a\n    kafka:\n      brokers: localhost:9092\n"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"webhook and nats", hook + "    nats: {url: nats://localhost:4222}\n", `line 4: pipeline "a" has both webhook and nats: a pipeline has exactly one of webhook, nats or kafka`},
+		{"nats and kafka", nats + "    kafka:\n      brokers: localhost:9092\n", `line 6: pipeline "a" has both nats and kafka`},
+		{"all three", hook + "    kafka: {brokers: x:1}\n    nats: {url: nats://x}\n", `line 4: pipeline "a" has both webhook and kafka`},
+		{"no name", "pipelines:\n  - filter: x\n    nats: {url: nats://x}\n", "line 2: a pipeline has no name"},
+		{"no destination", "pipelines:\n  - name: a\n    filter: x\n", `line 2: pipeline "a" has no destination: give webhook (url and secret), nats or kafka`},
+		{"unknown nats key", nats + "      subjekt: x\n", "line 5: unknown key subjekt"},
+		{"unknown nats tls key", nats + "      tls: {ca: a, crt: b}\n", "line 5: unknown key crt"},
+		{"unknown create_stream key", nats + "      create_stream: {name: S, replica: 3}\n", "line 5: unknown key replica"},
+		{"unknown kafka key", kafka + "      acks: all\n", "line 5: unknown key acks"},
+		{"unknown sasl key", kafka + "      sasl:\n        mechanism: plain\n        username: u\n", "line 7: unknown key username"},
+		{"unknown batch key", hook + "    batch: {max_events: 2, max_size: 1}\n", "line 4: unknown key max_size"},
+		{"nats unset variable", nats + "      tls:\n        ca: ${NATS_CA}\n", "line 6: environment variable NATS_CA is not set"},
+		{"create_stream unset variable", nats + "      create_stream:\n        name: ${STREAM}\n", "line 6: environment variable STREAM is not set"},
+		{"kafka unset variable", kafka + "      sasl: {mechanism: plain, user: u, password: '${KAFKA_PASSWORD}'}\n", "line 5: environment variable KAFKA_PASSWORD is not set"},
+		{"batch unset variable", hook + "    batch:\n      max_events: ${BATCH}\n", "line 5: environment variable BATCH is not set"},
+		{"nats no url", "pipelines:\n  - name: a\n    nats:\n      subject: x.y\n", "line 4: nats: no server URL"},
+		{"nats bad url", "pipelines:\n  - name: a\n    nats: {url: 'http://localhost:4222'}\n", `line 3: nats: server "http://localhost:4222" has scheme "http"`},
+		{"nats bad timeout", nats + "      request_timeout: soon\n", `line 5: nats.request_timeout "soon"`},
+		{"nats bad replicas", nats + "      create_stream: {name: S, replicas: x}\n", `line 5: nats.create_stream.replicas "x"`},
+		{"nats too many replicas", nats + "      create_stream: {name: S, replicas: 7}\n", "line 4: nats: create_stream.replicas is 7"},
+		{"nats cert without key", nats + "      tls: {cert: c.pem}\n", "nats: tls.cert and tls.key go together"},
+		{"kafka no brokers", "pipelines:\n  - name: a\n    kafka: {topic: t}\n", "line 3: kafka: no brokers"},
+		{"kafka sasl", kafka + "      sasl: {mechanism: plain}\n", "line 4: kafka: sasl needs a user"},
+		{"kafka tls enabled", kafka + "      tls: {enabled: maybe}\n", `line 5: kafka.tls.enabled "maybe": want true or false`},
+		{"kafka compression", kafka + "      compression: brotli\n", "line 4: kafka:"},
+		{"kafka list value", kafka + "      topic: [a, b]\n", "line 5: expected a single value"},
+		{"format", hook + "    format: json\n", `line 4: unknown format "json": use raw or cloudevents`},
+		{"compression", hook + "    compression: br\n", `line 4: unknown compression "br": use none or gzip`},
+		{"marks", hook + "    marks: maybe\n", `line 4: unknown marks mode "maybe": use done or off`},
+		{"on_gone", hook + "    on_gone: ignore\n", `line 4: on_gone "ignore": use pause or retry`},
+		{"batch max_events", hook + "    batch:\n      max_events: -2\n", `line 5: batch.max_events "-2"`},
+		{"batch max_bytes", hook + "    batch:\n      max_events: 2\n      max_bytes: lots\n", `line 6: batch.max_bytes "lots"`},
+		{"batch linger", hook + "    batch:\n      linger: -5ms\n", `line 5: batch.linger "-5ms"`},
+		{"batch as a value", hook + "    batch: 100\n", "line 4:"},
+		{"format on a broker", nats + "    format: cloudevents\n", "line 5: format cloudevents is a webhook setting: nats sends one message per event"},
+		{"batch on a broker", kafka + "    batch:\n      max_events: 10\n", "line 6: batch is a webhook setting: kafka sends one message per event"},
+		{"compression on a broker", kafka + "    compression: gzip\n", "line 5: compression applies to webhook request bodies; for kafka set kafka.compression"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), env(nil), files(nil))
+			if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestSizes(t *testing.T) {
 	for in, want := range map[string]int{"8192": 8192, "512KiB": 512 << 10, "32MiB": 32 << 20, "1GiB": 1 << 30, "2MB": 2e6, "10B": 10, "32 MiB": 32 << 20} {
 		if got, err := ParseSize(in); err != nil || got != want {
@@ -132,8 +290,17 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"))
 	f.Add([]byte("pipelines: [\n"))
 	f.Add([]byte("dsn: ${X}\npipelines: []\n"))
+	f.Add([]byte(brokers))
+	f.Add([]byte("pipelines:\n  - name: a\n    nats: {url: 'nats://${NATS_HOST}:4222', create_stream: {name: S}}\n    on_gone: retry\n"))
+	f.Add([]byte("pipelines:\n  - name: a\n    kafka: {brokers: 'x:1', sasl: {mechanism: plain, user: u, password_file: /p}}\n"))
+	f.Add([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n    nats: {url: nats://x}\n"))
+	f.Add([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n    format: cloudevents\n    batch: {max_events: 5, max_bytes: 64KiB}\n    marks: off\n"))
+	vars := map[string]string{"DB_DSN": "d", "WAREHOUSE_SECRET": "s"}
+	for k, v := range brokersEnv {
+		vars[k] = v
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		file, err := Parse(b, env(map[string]string{"DB_DSN": "d", "WAREHOUSE_SECRET": "s"}), files(map[string]string{"/run/secrets/billing": "x"}))
+		file, err := Parse(b, env(vars), files(map[string]string{"/run/secrets/billing": "x"}))
 		if err != nil {
 			if !errors.Is(err, ErrConfig) {
 				t.Fatalf("error %v does not wrap ErrConfig", err)
@@ -146,6 +313,15 @@ func FuzzParse(f *testing.F) {
 		for _, p := range file.Pipelines {
 			if err := p.Validate(); err != nil {
 				t.Fatalf("parsed an invalid pipeline: %v", err)
+			}
+			if d := p.Delivery; d.Validate() != nil || d != p.Delivery {
+				t.Fatalf("parsed delivery %+v that Validate refuses or changes", p.Delivery)
+			}
+			if n := p.Destination.NATS; n != nil && n.Validate() != nil {
+				t.Fatalf("parsed nats %+v that Validate refuses", *n)
+			}
+			if k := p.Destination.Kafka; k != nil && k.Validate() != nil {
+				t.Fatalf("parsed kafka %+v that Validate refuses", *k)
 			}
 		}
 	})
