@@ -80,7 +80,9 @@ func gauge(ctx context.Context, addr, name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+		// The series carry the pipeline label; the torture relay runs the default pipeline.
+		line := strings.Replace(sc.Text(), `{pipeline="default"}`, "", 1)
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64
 			if _, err := fmt.Sscan(v, &f); err == nil {
 				return f
