@@ -41,7 +41,9 @@ func scrape(addr, name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+		// The relay's own series carry the pipeline label; these tests run the default pipeline.
+		line := strings.Replace(sc.Text(), `{pipeline="default"}`, "", 1)
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err == nil {
 				return f
