@@ -8,7 +8,7 @@ import (
 )
 
 // ControlConfig is the pipelines' control: each pipeline's row in outbox_pipeline_control (by
-// its name), which `outbox-relay pause` and `resume` write, is read every PollInterval.
+// its name; the shards of a sharded pipeline share its row, as they share its destination), which `outbox-relay pause` and `resume` write, is read every PollInterval.
 type ControlConfig struct {
 	// OnGone is what a 410 Gone answer does in the default pipeline (Pipeline.OnGone in each
 	// pipeline of a config file): the zero value publisher.GonePause pauses the pipeline
@@ -61,7 +61,7 @@ func (r *pipelineRunner) control(ctx context.Context) {
 func (r *pipelineRunner) readControl(ctx context.Context) (publisher.Control, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return publisher.ReadControl(ctx, r.pool, r.p.Name)
+	return publisher.ReadControl(ctx, r.pool, r.p.family())
 }
 
 // apply makes the publisher follow the control row, logging transitions (first: the start).
@@ -81,7 +81,7 @@ func (r *pipelineRunner) apply(c publisher.Control, first bool) {
 
 // recordPause writes a pause the publisher decided (410 Gone) to the control row.
 func (r *pipelineRunner) recordPause(ctx context.Context, reason string) error {
-	_, err := publisher.SetPaused(ctx, r.pool, r.p.Name, true, reason)
+	_, err := publisher.SetPaused(ctx, r.pool, r.p.family(), true, reason)
 	return err
 }
 
