@@ -60,6 +60,17 @@ func (p *Pipeline) family() string {
 	return p.Name
 }
 
+// Family is the configured pipeline's name: Name itself, or, for a shard from ShardPipelines or
+// Run's expansion, the name of the pipeline it was split from.
+func (p Pipeline) Family() string { return p.family() }
+
+// ShardPipelines returns every shard of p (Shard is not applied), defaults not applied, or p
+// itself when it is not sharded: what `status` and `drop-pipeline` look at.
+func (p Pipeline) ShardPipelines() []Pipeline {
+	p.Shard = nil
+	return p.expandShards()
+}
+
 // labels are the pipeline's labels on every series: pipeline=<configured name>, and, when the
 // process runs a sharded pipeline, shard=<index> ("0" for a pipeline that is not sharded: the
 // one shard of one), so every series of a registry has the same label names.
