@@ -29,14 +29,28 @@ func (c *ControlConfig) defaults() {
 // resumes the publisher when the row changes (its version grows). The publisher starts paused,
 // so nothing is sent before the first read; a process that stands by reads too, so it takes
 // over in the state the row says. Only changes are applied: a pause the publisher decided
-// itself (410 Gone) is not undone by a read taken before it was recorded.
-func (r *pipelineRunner) control(ctx context.Context) {
+// itself (410 Gone) is not undone by a read taken before it was recorded. It also reads the
+// family's reshard row (see Reshard): a new shard stays paused until the fence is reached, and
+// an old shard whose slot confirmed the fence retires: retire stops its stream.
+func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 	t := time.NewTicker(r.cfg.Control.PollInterval)
 	defer t.Stop()
 	seen := int64(-1)
-	var failing bool
+	var failing, gated bool
 	for {
 		c, err := r.readControl(ctx)
+		fs, ferr := r.fence(ctx)
+		switch {
+		case ferr != nil && ctx.Err() == nil:
+			// Keep the last state: a gate stays closed until a read says it opened.
+			r.log.Warn().Err(ferr).Msg("cannot read the pipeline's reshard row; keeping the current state")
+			fs.gated = gated
+		case fs.retire:
+			r.log.Info().Str("slot", r.p.Slot).Msg("reshard: this old shard delivered everything up to the fence; " +
+				"it stops streaming (its slot is dropped by `outbox-relay reshard`; remove it from the config)")
+			retire()
+			return
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if !failing {
@@ -45,9 +59,9 @@ func (r *pipelineRunner) control(ctx context.Context) {
 			failing = true
 		case err == nil:
 			failing = false
-			if c.Version != seen {
-				r.apply(c, seen < 0)
-				seen = c.Version
+			if c.Version != seen || fs.gated != gated {
+				r.applyGated(c, fs, seen < 0, gated)
+				seen, gated = c.Version, fs.gated
 			}
 		}
 		select {
@@ -55,6 +69,22 @@ func (r *pipelineRunner) control(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// applyGated applies the control row unless the reshard gate holds the pipeline.
+func (r *pipelineRunner) applyGated(c publisher.Control, fs fenceState, first, wasGated bool) {
+	switch {
+	case fs.gated && !c.Paused:
+		r.pub.Pause(fs.why)
+		if !wasGated {
+			r.log.Info().Msg(fs.why)
+		}
+	case wasGated && !c.Paused:
+		r.pub.Resume()
+		r.log.Info().Msg("reshard: the old shards reached the fence; this new shard delivers")
+	default:
+		r.apply(c, first)
 	}
 }
 

@@ -264,6 +264,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if len(cfg.Pipelines) > 0 {
+		if err := checkShardCountsOnce(ctx, cfg, pipes); err != nil {
+			return err
+		}
+	}
 	for _, p := range pipes {
 		setup, err := setupWithRetry(ctx, cfg, p)
 		if stoppedDuringStartup(ctx, err) {
@@ -610,7 +615,7 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return r.poller.Run(streamCtx) })
-	g.Go(func() error { r.control(streamCtx); return nil })
+	g.Go(func() error { r.control(streamCtx, stop); return nil })
 	return g.Wait()
 }
 

@@ -50,6 +50,8 @@ type shardInfo struct {
 	index  int
 	of     int
 	label  bool // the process runs a sharded pipeline: every series has a shard label
+	// slotBase is the slot the shards' slots are named after: Slot, or outbox_relay_<name>.
+	slotBase string
 }
 
 // family is the configured pipeline's name: Name itself unless p is a shard.
@@ -115,7 +117,7 @@ func (p Pipeline) expandShards() []Pipeline {
 			s.Publication = ShardName(p.Publication, p.Shards, i)
 		}
 		s.Shard = nil
-		s.shard = shardInfo{family: p.Name, index: i, of: p.Shards}
+		s.shard = shardInfo{family: p.Name, index: i, of: p.Shards, slotBase: p.WithDefaults().Slot}
 		out = append(out, s)
 	}
 	return out

@@ -79,6 +79,10 @@ could be read, so it works as a probe and for scripts (--json).`,
 		for _, p := range unused.Publications {
 			warnings = append(warnings, fmt.Sprintf("publication %q is named by this relay but no pipeline uses it", p))
 		}
+		if conn, err := pgx.Connect(ctx, dsn); err == nil {
+			warnings = append(warnings, reshardWarnings(ctx, conn)...) // reshard.go
+			conn.Close(context.Background())
+		}
 		if asJSON {
 			err = writeStatusJSON(cmd.OutOrStdout(), rep, warnings, ps, unused)
 		} else {
