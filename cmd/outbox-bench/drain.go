@@ -108,12 +108,15 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 	if err != nil {
 		return res, err
 	}
-	r, err := e.startRelay(ctx, db, o.args...)
-	if o.second {
+	// One relay per row: a plain one started beside a configured one would hold the slot.
+	var r *relayProc
+	switch {
+	case o.second:
 		r, err = e.startTwoPipelines(ctx, db)
-	}
-	if o.shards > 0 {
+	case o.shards > 0:
 		r, err = e.startShards(ctx, db, o.shards)
+	default:
+		r, err = e.startRelay(ctx, db, o.args...)
 	}
 	if err != nil {
 		return res, err
