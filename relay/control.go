@@ -36,16 +36,23 @@ func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 	t := time.NewTicker(r.cfg.Control.PollInterval)
 	defer t.Stop()
 	seen := int64(-1)
-	var failing, gated bool
+	var failing, gated, fenceRead, fenceFailing bool
 	for {
 		c, err := r.readControl(ctx)
 		fs, ferr := r.fence(ctx)
 		switch {
 		case ferr != nil && ctx.Err() == nil:
-			// Keep the last state: a gate stays closed until a read says it opened.
-			r.log.Warn().Err(ferr).Msg("cannot read the pipeline's reshard row; keeping the current state")
-			fs.gated = gated
-		case fs.retire:
+			// Keep the last state, and before any read the closed one: a gate opens only when a
+			// read says so.
+			if !fenceFailing {
+				r.log.Warn().Err(ferr).Msg("cannot read the pipeline's reshard row; keeping the current state")
+			}
+			fenceFailing = true
+			fs = fenceState{gated: gated || !fenceRead, why: "cannot read the reshard row yet"}
+		case ferr == nil:
+			fenceRead, fenceFailing = true, false
+		}
+		if fs.retire {
 			r.log.Info().Str("slot", r.p.Slot).Msg("reshard: this old shard delivered everything up to the fence; " +
 				"it stops streaming (its slot is dropped by `outbox-relay reshard`; remove it from the config)")
 			retire()
