@@ -8,7 +8,7 @@ import (
 )
 
 // ControlConfig is the pipelines' control: each pipeline's row in outbox_pipeline_control (by
-// its name), which `outbox-relay pause` and `resume` write, is read every PollInterval.
+// its name; the shards of a sharded pipeline share its row, as they share its destination), which `outbox-relay pause` and `resume` write, is read every PollInterval.
 type ControlConfig struct {
 	// OnGone is what a 410 Gone answer does in the default pipeline (Pipeline.OnGone in each
 	// pipeline of a config file): the zero value publisher.GonePause pauses the pipeline
@@ -29,14 +29,35 @@ func (c *ControlConfig) defaults() {
 // resumes the publisher when the row changes (its version grows). The publisher starts paused,
 // so nothing is sent before the first read; a process that stands by reads too, so it takes
 // over in the state the row says. Only changes are applied: a pause the publisher decided
-// itself (410 Gone) is not undone by a read taken before it was recorded.
-func (r *pipelineRunner) control(ctx context.Context) {
+// itself (410 Gone) is not undone by a read taken before it was recorded. It also reads the
+// family's reshard row (see Reshard): a new shard stays paused until the fence is reached, and
+// an old shard whose slot confirmed the fence retires: retire stops its stream.
+func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 	t := time.NewTicker(r.cfg.Control.PollInterval)
 	defer t.Stop()
 	seen := int64(-1)
-	var failing bool
+	var failing, gated, fenceRead, fenceFailing bool
 	for {
 		c, err := r.readControl(ctx)
+		fs, ferr := r.fence(ctx)
+		switch {
+		case ferr != nil && ctx.Err() == nil:
+			// Keep the last state, and before any read the closed one: a gate opens only when a
+			// read says so.
+			if !fenceFailing {
+				r.log.Warn().Err(ferr).Msg("cannot read the pipeline's reshard row; keeping the current state")
+			}
+			fenceFailing = true
+			fs = fenceState{gated: gated || !fenceRead, why: "cannot read the reshard row yet"}
+		case ferr == nil:
+			fenceRead, fenceFailing = true, false
+		}
+		if fs.retire {
+			r.log.Info().Str("slot", r.p.Slot).Msg("reshard: this old shard delivered everything up to the fence; " +
+				"it stops streaming (its slot is dropped by `outbox-relay reshard`; remove it from the config)")
+			retire()
+			return
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if !failing {
@@ -45,9 +66,9 @@ func (r *pipelineRunner) control(ctx context.Context) {
 			failing = true
 		case err == nil:
 			failing = false
-			if c.Version != seen {
-				r.apply(c, seen < 0)
-				seen = c.Version
+			if c.Version != seen || fs.gated != gated {
+				r.applyGated(c, fs, seen < 0, gated)
+				seen, gated = c.Version, fs.gated
 			}
 		}
 		select {
@@ -58,10 +79,26 @@ func (r *pipelineRunner) control(ctx context.Context) {
 	}
 }
 
+// applyGated applies the control row unless the reshard gate holds the pipeline.
+func (r *pipelineRunner) applyGated(c publisher.Control, fs fenceState, first, wasGated bool) {
+	switch {
+	case fs.gated && !c.Paused:
+		r.pub.Pause(fs.why)
+		if !wasGated {
+			r.log.Info().Msg(fs.why)
+		}
+	case wasGated && !c.Paused:
+		r.pub.Resume()
+		r.log.Info().Msg("reshard: the old shards reached the fence; this new shard delivers")
+	default:
+		r.apply(c, first)
+	}
+}
+
 func (r *pipelineRunner) readControl(ctx context.Context) (publisher.Control, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return publisher.ReadControl(ctx, r.pool, r.p.Name)
+	return publisher.ReadControl(ctx, r.pool, r.p.family())
 }
 
 // apply makes the publisher follow the control row, logging transitions (first: the start).
@@ -81,7 +118,7 @@ func (r *pipelineRunner) apply(c publisher.Control, first bool) {
 
 // recordPause writes a pause the publisher decided (410 Gone) to the control row.
 func (r *pipelineRunner) recordPause(ctx context.Context, reason string) error {
-	_, err := publisher.SetPaused(ctx, r.pool, r.p.Name, true, reason)
+	_, err := publisher.SetPaused(ctx, r.pool, r.p.family(), true, reason)
 	return err
 }
 

@@ -71,6 +71,19 @@ type Pipeline struct {
 	// pipeline (durably, until `outbox-relay resume`) and leaves the event undelivered;
 	// publisher.GoneRetry retries it like any failed attempt.
 	OnGone publisher.GoneAction
+
+	// Shards splits the pipeline into this many shards (README: Shards): shard i is a pipeline
+	// whose row filter adds ShardExpr(Shards) = i, named ShardName(Name, Shards, i) in the
+	// database (slot and publication likewise, from Slot and Publication when given), with its
+	// own leader, state and series (labels pipeline=Name, shard=i). Every aggregate lives in
+	// exactly one shard. The shards share the destination. 0 or 1: not sharded.
+	Shards int
+	// Shard, if set, is the one shard this process runs (0-based, like a pod ordinal). Nil:
+	// Config.Shard if that is set, else every shard.
+	Shard *int
+
+	shard      shardInfo // set on the pipelines expanded from a sharded one
+	ownsStatus bool      // set by Config.pipelines: see StatusOwner
 }
 
 // DefaultPipeline is the name of the pipeline `outbox-relay run` builds from its flags.
@@ -88,6 +101,9 @@ var ErrPipeline = errors.New("invalid pipeline")
 func (p *Pipeline) Validate() error {
 	if !pipelineName.MatchString(p.Name) {
 		return fmt.Errorf("%w: name %q must match [a-z0-9_]{1,40}", ErrPipeline, p.Name)
+	}
+	if err := p.validateShards(); err != nil {
+		return err
 	}
 	if p.Destination.NATS != nil || p.Destination.Kafka != nil {
 		if p.WebhookURL != "" {
@@ -164,14 +180,16 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 			p.Publication = DefaultPublication
 		}
 		p.defaults()
+		p.ownsStatus = true
 		return []Pipeline{p}, nil
 	}
-	out := make([]Pipeline, len(c.Pipelines))
+	expanded, err := c.expand()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Pipeline, len(expanded))
 	names, slots, pubs := map[string]bool{}, map[string]string{}, map[string]string{}
-	for i, p := range c.Pipelines {
-		if err := p.Validate(); err != nil {
-			return nil, err
-		}
+	for i, p := range expanded {
 		if names[p.Name] {
 			return nil, fmt.Errorf("%w: two pipelines are named %q; names must be unique", ErrPipeline, p.Name)
 		}
@@ -186,6 +204,42 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 		}
 		slots[p.Slot], pubs[p.Publication] = p.Name, p.Name
 		out[i] = p
+	}
+	return out, nil
+}
+
+// expand validates Config.Pipelines and returns them with each sharded pipeline replaced by its
+// shards (those Pipeline.Shard or Config.Shard select), the status owner marked (all shards of
+// a sharded owner own the status of their own rows, which no other shard sees).
+func (c *Config) expand() ([]Pipeline, error) {
+	for _, p := range c.Pipelines {
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	owner := StatusOwner(c.Pipelines)
+	sharded := false
+	for _, p := range c.Pipelines {
+		sharded = sharded || p.Shards > 1
+	}
+	if c.Shard != nil && !sharded {
+		return nil, fmt.Errorf("%w: --shard %d, but no pipeline is sharded: set shards: N on the pipeline to split, "+
+			"or drop --shard", ErrPipeline, *c.Shard)
+	}
+	var out []Pipeline
+	for i, p := range c.Pipelines {
+		if p.Shards > 1 && p.Shard == nil && c.Shard != nil {
+			sel := *c.Shard
+			p.Shard = &sel
+			if err := p.validateShards(); err != nil {
+				return nil, fmt.Errorf("%w (from --shard)", err)
+			}
+		}
+		p.ownsStatus = i == owner
+		for _, s := range p.expandShards() {
+			s.shard.label = sharded
+			out = append(out, s)
+		}
 	}
 	return out, nil
 }

@@ -103,6 +103,9 @@ type Config struct {
 	// ignored. Empty (the default): one pipeline named "default" from those fields, on slot and
 	// publication outbox_relay unless Slot and Publication say otherwise.
 	Pipelines []Pipeline
+	// Shard is --shard: if set, the one shard this process runs of every sharded pipeline that
+	// does not name its own (Pipeline.Shard). Nil: every shard.
+	Shard *int
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
@@ -261,6 +264,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if len(cfg.Pipelines) > 0 {
+		if err := checkShardCountsOnce(ctx, cfg, pipes); err != nil {
+			return err
+		}
+	}
 	for _, p := range pipes {
 		setup, err := setupWithRetry(ctx, cfg, p)
 		if stoppedDuringStartup(ctx, err) {
@@ -282,10 +290,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer pool.Close()
 
-	owner := StatusOwner(pipes)
 	r := &runner{cfg: cfg, pool: pool}
 	for i, p := range pipes {
-		r.pipes = append(r.pipes, newPipelineRunner(cfg, p, i == owner, cfg.Registry, dests[i], pool))
+		r.pipes = append(r.pipes, newPipelineRunner(cfg, p, p.ownsStatus, cfg.Registry, dests[i], pool))
 	}
 	err = r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
@@ -306,8 +313,11 @@ func (c *Config) named(p Pipeline, err error) error {
 	return fmt.Errorf("pipeline %q: %w", p.Name, err)
 }
 
-// pipelineLogger is the process's logger with the pipeline's name on every line.
+// pipelineLogger is the process's logger with the pipeline's name (and shard) on every line.
 func (c *Config) pipelineLogger(p Pipeline) zerolog.Logger {
+	if p.shard.of > 0 {
+		return c.Logger.With().Str("pipeline", p.family()).Int("shard", p.shard.index).Int("shards", p.shard.of).Logger()
+	}
 	return c.Logger.With().Str("pipeline", p.Name).Logger()
 }
 
@@ -470,7 +480,7 @@ type pipelineRunner struct {
 // says whether it writes the rows' status columns (see StatusOwner).
 func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, dest publisher.Destination,
 	pool *pgxpool.Pool) *pipelineRunner {
-	reg = prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": p.Name}, reg)
+	reg = prometheus.WrapRegistererWith(p.labels(), reg)
 	log := cfg.pipelineLogger(p)
 	r := &pipelineRunner{cfg: cfg, p: p, log: log, m: metrics.New(reg), pool: pool,
 		tracker: cdc.NewTracker(p.MaxBufferedEvents, p.MaxBufferedBytes)}
@@ -605,7 +615,7 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return r.poller.Run(streamCtx) })
-	g.Go(func() error { r.control(streamCtx); return nil })
+	g.Go(func() error { r.control(streamCtx, stop); return nil })
 	return g.Wait()
 }
 

@@ -55,6 +55,7 @@ type drainOpts struct {
 	keep   bool     // return the rows as requests
 	args   []string // extra relay flags
 	second bool     // run a second pipeline (secondSlot) whose filter passes nothing, and wait for it too
+	shards int      // if positive: run the bench pipeline in this many shards (shards.go)
 }
 
 // drain writes a backlog with the relay stopped (its slot already exists), then starts the
@@ -68,11 +69,19 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 	if o.second {
 		slots = append(slots, secondSlot)
 	}
+	if o.shards > 0 {
+		slots = nil // createShards makes them
+	}
 	db, err := newBenchDB(ctx, e.cluster, prefix, slots...)
 	if err != nil {
 		return res, err
 	}
 	defer db.drop()
+	if o.shards > 0 {
+		if err := db.createShards(ctx, o.shards); err != nil {
+			return res, err
+		}
+	}
 	e.logf("%s: writing %d events over %d aggregates", prefix, events, aggregates)
 	endLSN, err := db.writeBacklog(ctx, events, aggregates)
 	if err != nil {
@@ -99,9 +108,15 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 	if err != nil {
 		return res, err
 	}
-	r, err := e.startRelay(ctx, db, o.args...)
-	if o.second {
+	// One relay per row: a plain one started beside a configured one would hold the slot.
+	var r *relayProc
+	switch {
+	case o.second:
 		r, err = e.startTwoPipelines(ctx, db)
+	case o.shards > 0:
+		r, err = e.startShards(ctx, db, o.shards)
+	default:
+		r, err = e.startRelay(ctx, db, o.args...)
 	}
 	if err != nil {
 		return res, err

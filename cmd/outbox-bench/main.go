@@ -19,6 +19,8 @@
 //   - Aggregate sweep: BENCH_EVENTS/5 events over 1, 10, 100 and 10,000 aggregates, showing what
 //     per-aggregate ordering costs.
 //   - Resources: a 3×BENCH_EVENTS backlog, for peak RSS and CPU per 100k.
+//   - Shards (shards.go): the drain with the pipeline split into 1, 2 and 4 shards in one relay
+//     process; each shard's walsender decodes all WAL, which the PostgreSQL column shows.
 //
 // # Environment
 //

@@ -115,6 +115,10 @@ func (r *results) tableRows() [][]string {
 		}
 		return r.drainCells(r.twoPipes, note)
 	})
+	for _, k := range benchShards {
+		d := r.shards[k]
+		add(shardRow(k), d != nil, func() []string { return r.shardCells(k, d) })
+	}
 	return out
 }
 

@@ -57,8 +57,9 @@ type results struct {
 	steadyBatch *steadyResult
 	nats        *drainResult // broker.go
 	kafka       *drainResult
-	twoPipes    *drainResult     // the drain with a second pipeline that filters out every row
-	errs        map[string]error // row → why it failed
+	twoPipes    *drainResult         // the drain with a second pipeline that filters out every row
+	shards      map[int]*drainResult // the drains of the bench pipeline in N shards (shards.go)
+	errs        map[string]error     // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
 }
@@ -228,6 +229,14 @@ func (e *env) rows(res *results) []suiteRow {
 		res.twoPipes = keep(d, err)
 		return err
 	}})
+	res.shards = map[int]*drainResult{}
+	for _, k := range benchShards {
+		rows = append(rows, suiteRow{shardRow(k), func(ctx context.Context) error {
+			d, err := e.drain(ctx, fmt.Sprintf("shards_%d", k), n, 1000, drainOpts{shards: k})
+			res.shards[k] = keep(d, err)
+			return err
+		}})
+	}
 	return rows
 }
 

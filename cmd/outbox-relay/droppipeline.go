@@ -49,8 +49,10 @@ aggregates stay in outbox_pipeline_events and outbox_parked_aggregates.`,
 				return usageError{err}
 			}
 			for _, fp := range file.Pipelines {
-				if fp.Name == p.Name {
-					p = fp
+				for _, s := range fp.ShardPipelines() { // a shard is dropped by its name, orders_s2of4
+					if s.Name == p.Name {
+						p = s
+					}
 				}
 			}
 		}

@@ -80,6 +80,7 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	addBrokerFlags(fs) // brokers.go
 	fs.String(configFlag.name, "", "run the pipelines of this YAML file (env OUTBOX_RELAY_CONFIG); per-pipeline flags are then refused (README: Pipelines)")
 	addControlFlags(fs) // control.go
+	fs.Int("shard", -1, "with --config: run only this shard (0-based, e.g. the pod ordinal) of every sharded pipeline that names none; -1 = every shard (README: Shards)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -128,6 +129,10 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		cfg.Destination = broker
 	} else if err := webhookConfig(fs, &cfg); err != nil {
 		return cfg, err
+	}
+	if fs.Changed("shard") {
+		return cfg, usageError{errors.New("--shard selects a shard of a sharded pipeline: give the pipelines with --config, " +
+			"one of them with shards: N (README: Shards)")}
 	}
 	cfg.Slot, _ = fs.GetString("slot")
 	cfg.Publication, _ = fs.GetString("publication")
@@ -208,6 +213,11 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 		return cfg, usageError{err}
 	}
 	cfg.Pipelines = file.Pipelines
+	if shard, _ := fs.GetInt("shard"); shard >= 0 {
+		cfg.Shard = &shard
+	} else if shard < -1 {
+		return cfg, usageError{fmt.Errorf("--shard %d: want a shard index (0-based) or -1 for every shard", shard)}
+	}
 	if cfg.DSN = stringFrom(fs, dsnFlag); cfg.DSN == "" {
 		cfg.DSN = file.DSN
 	}

@@ -19,6 +19,7 @@ func addSinceFlags(fs *pflag.FlagSet) {
 	fs.String("until", "", "with --since: only rows created before this time (RFC 3339 or a duration before now)")
 	fs.String("aggregate-type", "", "with --since: only rows of this aggregate type")
 	fs.String("event-type", "", "with --since: only rows of this event type")
+	// replay defines --pipeline itself (empty by default, see sinceRequest).
 }
 
 // parseWhen reads an RFC 3339 time, or a duration before now.

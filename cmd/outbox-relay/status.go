@@ -79,6 +79,10 @@ could be read, so it works as a probe and for scripts (--json).`,
 		for _, p := range unused.Publications {
 			warnings = append(warnings, fmt.Sprintf("publication %q is named by this relay but no pipeline uses it", p))
 		}
+		if conn, err := pgx.Connect(ctx, dsn); err == nil {
+			warnings = append(warnings, reshardWarnings(ctx, conn)...) // reshard.go
+			conn.Close(context.Background())
+		}
 		if asJSON {
 			err = writeStatusJSON(cmd.OutOrStdout(), rep, warnings, ps, unused)
 		} else {
@@ -166,7 +170,9 @@ func statusPipelines(fs *pflag.FlagSet) ([]relay.Pipeline, error) {
 			return nil, usageError{err}
 		}
 		for _, p := range file.Pipelines {
-			pipes = append(pipes, p.WithDefaults())
+			for _, s := range p.ShardPipelines() {
+				pipes = append(pipes, s.WithDefaults())
+			}
 		}
 		if fs.Changed("slot") {
 			return nil, usageError{fmt.Errorf("--slot and --config: each pipeline names its slot in %s; use --pipeline NAME", path)}
@@ -179,10 +185,14 @@ func statusPipelines(fs *pflag.FlagSet) ([]relay.Pipeline, error) {
 	if name == "" {
 		return pipes, nil
 	}
+	var named []relay.Pipeline
 	for _, p := range pipes {
-		if p.Name == name {
-			return []relay.Pipeline{p}, nil
+		if p.Name == name || p.Family() == name { // a sharded pipeline's name: all its shards
+			named = append(named, p)
 		}
+	}
+	if len(named) > 0 {
+		return named, nil
 	}
 	return nil, usageError{fmt.Errorf("--pipeline %q: no such pipeline (pass --config with the file that names it)", name)}
 }

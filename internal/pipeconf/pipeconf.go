@@ -93,6 +93,8 @@ type rawPipeline struct {
 	RateLimit         scalar      `yaml:"rate_limit"`
 	Shadow            scalar      `yaml:"shadow"`
 	Initial           scalar      `yaml:"initial"`
+	Shards            scalar      `yaml:"shards"`
+	Shard             scalar      `yaml:"shard"`
 }
 
 type rawWebhook struct {
@@ -320,6 +322,7 @@ func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 	if !rp.Name.set {
 		p.failLine(rp.line(), "a pipeline has no name")
 	}
+	p.shards(rp, &pl)
 	switch initial := p.str(rp.Initial); initial {
 	case "", "none":
 	case "pending":
@@ -534,6 +537,21 @@ func (p *parser) webhook(w rawWebhook, rp rawPipeline, pl *relay.Pipeline) {
 		if _, err := signature.Keys(pl.Scheme, pl.Secrets); err != nil {
 			p.fail(w.Secret, "pipeline %q: %v", pl.Name, err)
 		}
+	}
+}
+
+// shards reads shards (how many) and shard (the one this process runs, 0-based).
+func (p *parser) shards(rp rawPipeline, pl *relay.Pipeline) {
+	pl.Shards = p.integer(rp.Shards, "shards", 1)
+	if pl.Shards > relay.MaxShards {
+		p.fail(rp.Shards, "shards %d: at most %d", pl.Shards, relay.MaxShards)
+	}
+	if rp.Shard.set {
+		i := p.integer(rp.Shard, "shard", 0)
+		if i >= max(pl.Shards, 1) {
+			p.fail(rp.Shard, "shard %d does not exist: with shards %d, shard is 0 to %d", i, max(pl.Shards, 1), max(pl.Shards, 1)-1)
+		}
+		pl.Shard = &i
 	}
 }
 

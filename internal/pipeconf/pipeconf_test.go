@@ -326,3 +326,28 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseShards(t *testing.T) {
+	const head = "pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"
+	f, err := Parse([]byte(head+"    shards: 4\n    shard: ${POD}\n"), env(map[string]string{"POD": "3"}), files(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := f.Pipelines[0]; p.Shards != 4 || p.Shard == nil || *p.Shard != 3 {
+		t.Fatalf("shards %d shard %v, want 4 and 3", p.Shards, p.Shard)
+	}
+	f, err = Parse([]byte(head+"    shards: 2\n"), env(nil), files(nil))
+	if err != nil || f.Pipelines[0].Shard != nil {
+		t.Fatalf("without shard: err %v, shard %v; want every shard (nil)", err, f.Pipelines[0].Shard)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{head + "    shards: 0\n", `line 4: shards "0": want a whole number, at least 1`},
+		{head + "    shards: 1000\n", "line 4: shards 1000: at most 256"},
+		{head + "    shards: 4\n    shard: 4\n", "line 5: shard 4 does not exist: with shards 4, shard is 0 to 3"},
+		{head + "    shard: 1\n", "line 4: shard 1 does not exist: with shards 1, shard is 0 to 0"},
+	} {
+		if _, err := Parse([]byte(tc.yaml), env(nil), files(nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
+}
