@@ -17,10 +17,10 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 		fix         string
 	}{
 		{"migrated", "", nil, ""},
-		{"older version", "DROP TABLE outbox_replays; DROP TABLE outbox_pipeline_control; DELETE FROM goose_db_version WHERE version_id = 8",
+		{"older version", "DROP TABLE outbox_reshard; DELETE FROM goose_db_version WHERE version_id = 9",
 			inspect.ErrNoSchema, "run `outbox-relay migrate`"},
 		{"column renamed by hand", "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", inspect.ErrNoSchema,
-			"event_type missing although goose_db_version records version 8"},
+			"event_type missing although goose_db_version records version 9"},
 		{"foreign table", "DROP TABLE goose_db_version; DROP TABLE outbox_events; " +
 			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", inspect.ErrForeignTable, "RENAME TO"},
 	} {
