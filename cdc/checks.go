@@ -41,6 +41,7 @@ var tablePrivileges = []struct {
 	{"outbox_pipeline_events", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{"outbox_pipeline_control", []string{"SELECT", "INSERT", "UPDATE"}},
 	{"outbox_replays", []string{"SELECT", "UPDATE"}},
+	{"outbox_reshard", []string{"SELECT"}},
 	{"goose_db_version", []string{"SELECT"}},
 }
 
