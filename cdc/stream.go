@@ -81,10 +81,22 @@ type Stream struct {
 	sessions  uint64        // streaming sessions started
 	since     time.Time     // the current session started streaming; zero if it has not
 	streaming atomic.Bool
+	pubLost   atomic.Bool // see PublicationLost
 }
 
 // Streaming reports whether the stream holds the slot and is connected.
 func (s *Stream) Streaming() bool { return s.streaming.Load() }
+
+// errPublicationGone is what PublicationLost reports to undefinedObject.
+var errPublicationGone = errors.New("the publication was dropped or replaced while the relay streamed")
+
+// PublicationLost tells the stream that its publication was dropped, or dropped and created
+// again, while it streamed (the caller watches the catalog). PostgreSQL 18's walsender no longer
+// fails on a missing publication: it streams on without the rows, so without this the slot would
+// move past them. The stream then ends as on the walsender's error of older versions: it drops
+// the slot and returns an error wrapping ErrPublicationMissing, and a restart creates a new slot
+// whose backfill delivers the rows still pending.
+func (s *Stream) PublicationLost() { s.pubLost.Store(true) }
 
 func (s *Stream) setStreaming(on bool) {
 	s.streaming.Store(on)
@@ -137,6 +149,12 @@ func (s *Stream) Run(ctx context.Context, out chan<- *Tx, drained <-chan struct{
 // classify decides what follows a failed session: a wait before retrying, or a permanent error.
 // streamed is how long the session streamed (see nextBackoff).
 func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Duration) (time.Duration, error) {
+	if errors.Is(err, errPublicationGone) {
+		// The session's connection is closed now, so the slot can be dropped (undefinedObject).
+		if err = s.undefinedObject(err); errors.Is(err, ErrSlotMissing) {
+			return 0, err
+		}
+	}
 	switch {
 	case errors.Is(err, errSlotActive):
 		if !s.standby {
@@ -325,6 +343,9 @@ func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
 	stop := context.AfterFunc(ctx, func() { _ = l.conn.Conn().SetReadDeadline(time.Now()) })
 	defer stop()
 	for ctx.Err() == nil {
+		if l.s.pubLost.Load() {
+			return errPublicationGone // classify handles it once the connection is closed
+		}
 		if l.s.tracker.Full() {
 			if err := l.paused(ctx); err != nil {
 				return err

@@ -2,7 +2,10 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -37,7 +40,9 @@ func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 	defer t.Stop()
 	seen := int64(-1)
 	var failing, gated, fenceRead, fenceFailing bool
+	pubOID := r.pubOID // the publication's identity; 0: not known yet
 	for {
+		pubOID = r.watchPublication(ctx, pubOID)
 		c, err := r.readControl(ctx)
 		fs, ferr := r.fence(ctx)
 		switch {
@@ -127,4 +132,42 @@ func deref(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return *t
+}
+
+// watchPublication compares the pipeline's publication with the one seen before in this process
+// (oid, 0 for none yet) while it streams, and tells the stream when it was dropped or replaced:
+// PostgreSQL 18 streams on without rows instead of failing (cdc.Stream.PublicationLost). It
+// returns the oid to compare with next time.
+func (r *pipelineRunner) watchPublication(ctx context.Context, seen uint32) uint32 {
+	if !r.stream.Streaming() {
+		// Keep what was seen: a walsender that lost its publication may have dropped the
+		// connection, and the publication may be back (replaced) by the time the stream is.
+		return seen
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var oid uint32
+	err := r.pool.QueryRow(qctx, `SELECT oid FROM pg_publication WHERE pubname = $1`, r.p.Publication).Scan(&oid)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		r.log.Error().Str("publication", r.p.Publication).Msg("publication dropped while streaming")
+		r.stream.PublicationLost()
+		return 0
+	case err != nil:
+		return seen // cannot tell now: look again at the next tick
+	case seen != 0 && oid != seen:
+		r.log.Error().Str("publication", r.p.Publication).Msg("publication dropped and created again while streaming")
+		r.stream.PublicationLost()
+		return 0
+	}
+	return oid
+}
+
+// publicationOID reads the pipeline's publication's oid, or 0 when it cannot be read.
+func (r *pipelineRunner) publicationOID(ctx context.Context) uint32 {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var oid uint32
+	_ = r.pool.QueryRow(qctx, `SELECT oid FROM pg_publication WHERE pubname = $1`, r.p.Publication).Scan(&oid)
+	return oid
 }

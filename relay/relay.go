@@ -472,6 +472,7 @@ type pipelineRunner struct {
 	marker  *publisher.Marker // nil unless the pipeline owns the rows' status
 	poller  *inspect.Poller
 	pool    *pgxpool.Pool // the control row, a pause on 410 Gone
+	pubOID  uint32        // the publication's oid when the run started (0: unknown)
 	lastAck atomic.Int64  // unix nanos of the last delivery
 }
 
@@ -580,6 +581,9 @@ func (r *runner) run(ctx context.Context) error {
 // stream confirms its final position; then the marker flushes what the drain delivered. A
 // permanent error of the stream ends the pipeline's own components.
 func (r *pipelineRunner) run(ctx context.Context) error {
+	// The publication as Setup left it: a drop or a replacement from now on is noticed
+	// (watchPublication), even one that happens before the stream first streams.
+	r.pubOID = r.publicationOID(ctx)
 	txs := make(chan *cdc.Tx, 64)
 	drained := make(chan struct{})
 	streamCtx, stop := context.WithCancel(ctx)
