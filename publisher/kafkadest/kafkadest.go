@@ -22,7 +22,6 @@ package kafkadest
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -36,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -229,26 +229,7 @@ func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Destination, err
 }
 
 func tlsConfig(t TLSConfig) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t.CA != "" {
-		pem, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: tls.ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("kafka: tls.ca %s holds no PEM certificate", t.CA)
-		}
-		tc.RootCAs = pool
-	}
-	if t.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: tls.cert/tls.key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
+	return tlsfiles.Load("kafka", t.CA, t.Cert, t.Key)
 }
 
 // Close releases the client; records not yet acknowledged are failed (and so not confirmed).

@@ -22,7 +22,6 @@ package natsdest
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -35,6 +34,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -210,26 +210,7 @@ func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Destination, err
 }
 
 func tlsConfig(t TLSConfig) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t.CA != "" {
-		pem, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, fmt.Errorf("nats: tls.ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("nats: tls.ca %s holds no PEM certificate", t.CA)
-		}
-		tc.RootCAs = pool
-	}
-	if t.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-		if err != nil {
-			return nil, fmt.Errorf("nats: tls.cert/tls.key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
+	return tlsfiles.Load("nats", t.CA, t.Cert, t.Key)
 }
 
 // ErrNoStream is returned by New when no stream captures the subjects and CreateStream is nil.
