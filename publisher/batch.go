@@ -11,8 +11,9 @@ import (
 // batch, see BatchDestination).
 //
 // Order is kept as without batching: an aggregate's events inside a batch are contiguous and in
-// commit order, an aggregate is in at most one batch in flight, and its next events wait for
-// that batch's 2xx. A batch is all-or-nothing: any other answer retries the same batch (the
+// commit order (for a PartialBatchDestination, a batch holds at most one event per aggregate),
+// an aggregate is in at most one batch in flight, and its next events wait for that batch's
+// 2xx. A batch is all-or-nothing: any other answer retries the same batch (the
 // same events) with the usual backoff, until it has failed narrowAfter times in a row; then it
 // is split in halves, and so on, until a failing event stands alone. Only a lone event is
 // dead-lettered (after MaxAttempts), so a poison event parks only its own aggregate.
@@ -25,6 +26,10 @@ type Batch struct {
 	// Linger is how long a batch that is not full waits for more ready events before it is
 	// sent. If zero, it is sent with whatever is ready at once.
 	Linger time.Duration
+
+	// onePerKey puts at most one event per aggregate in a batch: set by New for a
+	// PartialBatchDestination.
+	onePerKey bool
 }
 
 // Enabled reports whether requests carry more than one event.
@@ -47,6 +52,20 @@ type BatchDestination interface {
 	// every one of them was accepted. attempt is the number of attempts, this one included, of
 	// the event in the batch tried most often.
 	SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) Result
+}
+
+// PartialBatchDestination is a BatchDestination whose batch is not one unit: it sends each
+// event of a batch as a message of its own and each is acknowledged on its own (a broker's
+// per-message acknowledgements), so a batch that failed may have stored any subset of its
+// events. The publisher then puts at most one event per aggregate in a batch: an aggregate
+// never has two events in flight, so a partial failure can neither store an aggregate's later
+// event before its earlier one nor store one behind an event that ends up dead-lettered. A
+// retried batch sends its events again; the destination must make a re-send of an event it
+// already stored harmless (the event id as the broker's de-duplication id).
+type PartialBatchDestination interface {
+	BatchDestination
+	// PartialBatches marks the interface; it does nothing.
+	PartialBatches()
 }
 
 // batch is one request's events, grouped by key: each group is a prefix of its key's FIFO.
@@ -128,7 +147,7 @@ func (s *scheduler) nextBatch(cfg Batch) *batch {
 			}
 			s.ready.pop()
 			heads = append(heads, h)
-			count, size = count+s.keys[h.ev.Key()].len(), size+len(h.ev.Payload)
+			count, size = count+s.claim(cfg, h), size+len(h.ev.Payload)
 		}
 	}
 	take()
@@ -144,7 +163,7 @@ func (s *scheduler) nextBatch(cfg Batch) *batch {
 			take()
 			count = 0
 			for _, h := range heads {
-				count += s.keys[h.ev.Key()].len()
+				count += s.claim(cfg, h)
 			}
 		}
 		t.Stop()
@@ -161,6 +180,9 @@ func (s *scheduler) nextBatch(cfg Batch) *batch {
 	for _, h := range heads {
 		q := s.keys[h.ev.Key()]
 		b.items = append(b.items, h)
+		if cfg.onePerKey {
+			continue
+		}
 		for i := 1; i < q.len() && count < cfg.MaxEvents; i++ {
 			it := q.at(i)
 			if size+len(it.ev.Payload) > cfg.MaxBytes {
@@ -171,6 +193,15 @@ func (s *scheduler) nextBatch(cfg Batch) *batch {
 		}
 	}
 	return b
+}
+
+// claim is how many events the head h may bring into a batch: its key's queued events, or
+// only itself with cfg.onePerKey.
+func (s *scheduler) claim(cfg Batch, h *item) int {
+	if cfg.onePerKey {
+		return 1
+	}
+	return s.keys[h.ev.Key()].len()
 }
 
 // retryBatchIn makes a failed batch ready again after d, as it is. Nothing happens once the

@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"context"
 	"reflect"
 	"sync"
 	"testing"
@@ -34,6 +35,52 @@ func TestSchedulerBatchGathersContiguousPrefixes(t *testing.T) {
 		t.Fatalf("after the first batch %v, want %v", got, want)
 	}
 }
+
+// For a destination that acknowledges each event of a batch on its own, a batch holds at most
+// one event per key: the ready heads, never their followers, so no key has two events in
+// flight.
+func TestSchedulerBatchOnePerKey(t *testing.T) {
+	s := newScheduler()
+	for _, e := range []*cdc.Event{ev("a", "a1"), ev("b", "b1"), ev("a", "a2"), ev("a", "a3"), ev("b", "b2"), ev("c", "c1")} {
+		s.add(&item{ev: e})
+	}
+	cfg := Batch{MaxEvents: 4, MaxBytes: 1 << 20, onePerKey: true}
+	b := s.nextBatch(cfg)
+	if got, want := batchIDs(b), []string{"a1", "b1", "c1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("first batch %v, want %v (one head per key, no followers)", got, want)
+	}
+	s.doneBatch(b)
+	b2 := s.nextBatch(cfg)
+	if got, want := batchIDs(b2), []string{"a2", "b2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("second batch %v, want %v", got, want)
+	}
+	s.doneBatch(b2)
+	if got, want := batchIDs(s.nextBatch(cfg)), []string{"a3"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("third batch %v, want %v", got, want)
+	}
+}
+
+// New sets one event per key for a PartialBatchDestination, and only for one.
+func TestNewBatchesOnePerKeyForPartialDestinations(t *testing.T) {
+	cfg := Config{Batch: Batch{MaxEvents: 10}}
+	if p := New(cfg, partialDest{}, nil, nil); !p.cfg.Batch.onePerKey {
+		t.Error("a PartialBatchDestination gets batches with several events of a key")
+	}
+	if p := New(cfg, wholeDest{}, nil, nil); p.cfg.Batch.onePerKey {
+		t.Error("a whole-batch destination gets one event per key")
+	}
+}
+
+type wholeDest struct{}
+
+func (wholeDest) Send(context.Context, *cdc.Event, int) Result { return Result{} }
+func (wholeDest) SendBatch(context.Context, []*cdc.Event, int) Result {
+	return Result{}
+}
+
+type partialDest struct{ wholeDest }
+
+func (partialDest) PartialBatches() {}
 
 // Splitting keeps order: between keys both halves go at once; within one key the second half
 // waits for the first to be delivered.

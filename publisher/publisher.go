@@ -122,6 +122,9 @@ func New(cfg Config, dest Destination, acker Acker, marks Marks) *Publisher {
 	m := newPublisherMetrics(cfg.Registerer)
 	sched := newScheduler()
 	sched.parkedGauge = m.ParkedAggregates
+	if _, ok := dest.(PartialBatchDestination); ok {
+		cfg.Batch.onePerKey = true
+	}
 	p := &Publisher{cfg: cfg, dest: dest, acker: acker, marks: marks, sched: sched, log: cfg.Logger, m: m}
 	if cfg.RateLimit > 0 {
 		p.limit = newWindowLimiter(cfg.RateLimit, time.Second)

@@ -54,13 +54,20 @@ func kafkaMsgs(t *testing.T, ctx context.Context, brokers, topic string) []broke
 // persisted) with the relay binary SIGKILLed three times and the whole cluster restarted once
 // mid-stream: every event in the topic, first appearances in commit order per aggregate, and
 // the slot never confirmed past an event the topic did not hold.
+//
+// Batched (many records produced at once, each acknowledged on its own), the same must hold.
 func TestKafkaSIGKILLAndClusterRestartLoseNothing(t *testing.T) {
+	t.Run("one per request", func(t *testing.T) { testKafkaKillsAndRestart(t) })
+	t.Run("batch 100", func(t *testing.T) { testKafkaKillsAndRestart(t, "--batch-max-events", "100", "--batch-linger", "2ms") })
+}
+
+func testKafkaKillsAndRestart(t *testing.T, extra ...string) {
 	e := newEnv(t)
 	const topic = "outbox.event.order"
 	kc := kafkatest.Start(t, 3, 8, topic)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	args := []string{"--kafka-brokers", kc.Brokers()}
+	args := append([]string{"--kafka-brokers", kc.Brokers()}, extra...)
 	cmd := e.brokerProcess(args...)
 	waitFor(t, 60*time.Second, "slot created", func() bool {
 		var n int

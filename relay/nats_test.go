@@ -41,6 +41,23 @@ func natsEnd(t *testing.T, url, stream string) func(context.Context) (map[int]in
 	}
 }
 
+// tryNATSMsgs is natsMsgs for a waitFor: false, rather than a wait beyond the waitFor's own
+// limit, while the stream cannot be read (a cluster electing a leader).
+func tryNATSMsgs(t *testing.T, ctx context.Context, url, stream string) ([]brokerMsg, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	msgs, err := natstest.TryReadStream(ctx, url, stream)
+	if err != nil {
+		t.Logf("read stream %s: %v (retrying)", stream, err)
+		return nil, false
+	}
+	var out []brokerMsg
+	for _, m := range msgs {
+		out = append(out, newBrokerMsg(t, 0, int64(m.Seq), m.Header.Get, m.Data))
+	}
+	return out, true
+}
+
 func natsMsgs(t *testing.T, ctx context.Context, url, stream string) []brokerMsg {
 	var out []brokerMsg
 	for _, m := range natstest.ReadStream(ctx, t, url, stream) {
@@ -53,12 +70,20 @@ func natsMsgs(t *testing.T, ctx context.Context, url, stream string) []brokerMsg
 // SIGKILLed three times and the NATS server restarted once mid-stream: every event in the
 // stream, first appearances in commit order per aggregate, and the slot never confirmed past
 // an event the stream did not hold.
+//
+// Batched (several messages published at once, each acknowledged on its own), the same must
+// hold.
 func TestNATSSIGKILLAndServerRestartLoseNothing(t *testing.T) {
+	t.Run("one per request", func(t *testing.T) { testNATSKillsAndRestart(t) })
+	t.Run("batch 100", func(t *testing.T) { testNATSKillsAndRestart(t, "--batch-max-events", "100", "--batch-linger", "2ms") })
+}
+
+func testNATSKillsAndRestart(t *testing.T, extra ...string) {
 	e := newEnv(t)
 	srv := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	args := []string{"--nats-url", srv.URL(), "--nats-create-stream", "OUTBOX"}
+	args := append([]string{"--nats-url", srv.URL(), "--nats-create-stream", "OUTBOX"}, extra...)
 	cmd := e.brokerProcess(args...)
 	waitFor(t, 60*time.Second, "slot created", func() bool {
 		var n int
@@ -96,8 +121,9 @@ func TestNATSSIGKILLAndServerRestartLoseNothing(t *testing.T) {
 	// it (so the last samples cover every event).
 	var msgs []brokerMsg
 	waitFor(t, 5*time.Minute, "every event in the stream", func() bool {
-		msgs = natsMsgs(t, ctx, srv.URL(), "OUTBOX")
-		return relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
+		var ok bool
+		msgs, ok = tryNATSMsgs(t, ctx, srv.URL(), "OUTBOX")
+		return ok && relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
 	})
 	var maxLSN int64
 	for _, m := range msgs {
@@ -173,10 +199,15 @@ func TestNATSClusterNodeKillLosesNothing(t *testing.T) {
 	_ = cmd.Wait()
 	cmd = e.brokerProcess(args...)
 	res := <-produced
+	// The lost node comes back once every event is committed (until then the relay publishes to
+	// the two nodes left); it catches up from them, and the final reads see a whole cluster.
+	leader.Restart()
+	t.Logf("restarted the killed node")
 	var msgs []brokerMsg
 	waitFor(t, 5*time.Minute, "every event in the stream", func() bool {
-		msgs = natsMsgs(t, ctx, cl.URL(), "OUTBOX")
-		return relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
+		var ok bool
+		msgs, ok = tryNATSMsgs(t, ctx, cl.URL(), "OUTBOX")
+		return ok && relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
 	})
 	var maxLSN int64
 	for _, m := range msgs {
@@ -190,6 +221,82 @@ func TestNATSClusterNodeKillLosesNothing(t *testing.T) {
 	stopSampling()
 	rep := checkBroker(t, res, natsMsgs(t, ctx, cl.URL(), "OUTBOX"), samples())
 	t.Logf("duplicates %d of %d events", rep.Duplicates, rep.Committed)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("SIGTERM: exit %v, want 0", err)
+	}
+}
+
+// A poison message in a batch to NATS: JetStream refuses one event (bigger than the stream's
+// max_msg_size) while it stores the rest of its batch. Only that event is dead-lettered and only
+// its aggregate parked, and none of that aggregate's later events ever reaches the stream (with
+// several events of an aggregate in one batch, they would: JetStream acknowledges each message
+// on its own). Every other event is in the stream.
+func TestNATSPoisonInBatchParksOnlyItsAggregate(t *testing.T) {
+	e := newEnv(t)
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OUTBOX", Subjects: []string{"outbox.>"},
+		MaxMsgSize: 400, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// The backlog, in one transaction before the relay starts, so that batches are full: 20
+	// aggregates of 10 events; order/7's fourth event (seq 3) is too big for the stream.
+	const aggs, per, poisonSeq = 20, 10, 3
+	if _, err := e.pool.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', a::text, 'order.created',
+		       jsonb_build_object('seq', s, 'pad', CASE WHEN a = 7 AND s = $3 THEN repeat('x', 1000) ELSE '' END)
+		FROM generate_series(0, $2 - 1) s, generate_series(0, $1 - 1) a ORDER BY s, a`, aggs, per, poisonSeq); err != nil {
+		t.Fatal(err)
+	}
+	cmd := e.brokerProcess("--nats-url", srv.URL(), "--batch-max-events", "50", "--batch-linger", "2ms",
+		"--max-attempts", "3")
+	waitFor(t, time.Minute, "the poison event failed and the rest of its aggregate parked", func() bool {
+		c := e.statusCounts(poisonAgg)
+		return c["failed"] == 1 && c["parked"] == per-poisonSeq-1
+	})
+	waitFor(t, time.Minute, "every other event in the stream", func() bool {
+		n := 0
+		for _, m := range natsMsgs(t, ctx, srv.URL(), "OUTBOX") {
+			if m.Aggregate != poisonAgg {
+				n++
+			}
+		}
+		return n >= (aggs-1)*per
+	})
+	seen := map[string]bool{}
+	var poisonSeen []int
+	for _, m := range natsMsgs(t, ctx, srv.URL(), "OUTBOX") {
+		if m.Aggregate == poisonAgg {
+			poisonSeen = append(poisonSeen, m.Seq)
+		}
+		seen[m.ID] = true
+	}
+	if len(seen) != (aggs-1)*per+poisonSeq {
+		t.Errorf("%d distinct events in the stream, want %d", len(seen), (aggs-1)*per+poisonSeq)
+	}
+	for i, s := range poisonSeen {
+		if s != i {
+			t.Fatalf("the poisoned aggregate's events in the stream: %v, want 0..%d (nothing past the dead letter)", poisonSeen, poisonSeq-1)
+		}
+	}
+	if len(poisonSeen) != poisonSeq {
+		t.Fatalf("the poisoned aggregate's events in the stream: %v, want 0..%d", poisonSeen, poisonSeq-1)
+	}
+	var lastErr string
+	if err := e.pool.QueryRow(ctx, `SELECT last_error FROM outbox_events WHERE status = 'failed'`).Scan(&lastErr); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dead letter: %s", lastErr)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

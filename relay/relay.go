@@ -128,9 +128,10 @@ func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher
 	if (d.NATS != nil || d.Kafka != nil) && p.WebhookURL != "" {
 		return nil, nil, errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
 	}
-	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Batch.Enabled() || p.Delivery.Format != "" && p.Delivery.Format != publisher.FormatRaw) {
-		return nil, nil, errors.New("batching and the CloudEvents format are webhook settings: a broker destination " +
-			"sends one message per event with the webhook contract's headers, so leave them unset")
+	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Format != "" && p.Delivery.Format != publisher.FormatRaw ||
+		p.Delivery.Compression != "" && p.Delivery.Compression != publisher.CompressionNone) {
+		return nil, nil, errors.New("the CloudEvents format and request compression are webhook settings: a broker destination " +
+			"sends one message per event with the webhook contract's headers (a batch is many messages sent at once), so leave them unset")
 	}
 	if d.NATS != nil && d.Kafka != nil {
 		return nil, nil, errors.New("both a NATS and a Kafka destination are configured: a pipeline has exactly one destination, drop one")

@@ -100,7 +100,7 @@ type Msg struct {
 func ReadStream(ctx context.Context, t testing.TB, url, stream string) []Msg {
 	t.Helper()
 	for {
-		msgs, err := readStream(ctx, url, stream)
+		msgs, err := TryReadStream(ctx, url, stream)
 		if err == nil {
 			return msgs
 		}
@@ -111,7 +111,8 @@ func ReadStream(ctx context.Context, t testing.TB, url, stream string) []Msg {
 	}
 }
 
-func readStream(ctx context.Context, url, stream string) ([]Msg, error) {
+// TryReadStream is one attempt of ReadStream: an error when the stream cannot be read now.
+func TryReadStream(ctx context.Context, url, stream string) ([]Msg, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return nil, err

@@ -153,7 +153,7 @@ type Destination struct {
 	log     zerolog.Logger
 }
 
-var _ publisher.Destination = (*Destination)(nil)
+var _ publisher.PartialBatchDestination = (*Destination)(nil)
 
 // New validates cfg, builds the idempotent acks=all producer and waits until a broker answers
 // (retrying, logged, until ctx ends). Close releases it.
@@ -257,6 +257,41 @@ func (d *Destination) Send(ctx context.Context, ev *cdc.Event, attempt int) publ
 	}
 	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
 }
+
+// SendBatch produces evs without waiting between them and waits until every one is
+// acknowledged with acks=all, for at most the request timeout: delivered only when all are.
+// The publisher gives it at most one event per aggregate (PartialBatches), so a batch that
+// failed half way cannot reorder an aggregate; its retry produces the records that were
+// already stored again (duplicates, with the same id header).
+func (d *Destination) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) publisher.Result {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	done := make(chan error, len(evs)) // buffered: no promise blocks on an abandoned wait
+	for _, ev := range evs {
+		d.cl.Produce(ctx, d.Record(ev), func(_ *kgo.Record, err error) { done <- err })
+	}
+	var err error
+	for range evs {
+		select {
+		case e := <-done:
+			if err == nil {
+				err = e
+			}
+			continue
+		case <-ctx.Done():
+			err = fmt.Errorf("kafka: not every record acknowledged within %s: %w", d.timeout, context.Cause(ctx))
+		}
+		break
+	}
+	if err != nil {
+		return publisher.Result{Err: err, Label: label(ctx, err)}
+	}
+	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+}
+
+// PartialBatches implements publisher.PartialBatchDestination: each record of a batch is
+// acknowledged on its own.
+func (d *Destination) PartialBatches() {}
 
 // Record builds the record of ev: topic, key, value and headers.
 func (d *Destination) Record(ev *cdc.Event) *kgo.Record {

@@ -156,7 +156,7 @@ type Destination struct {
 	log     zerolog.Logger
 }
 
-var _ publisher.Destination = (*Destination)(nil)
+var _ publisher.PartialBatchDestination = (*Destination)(nil)
 
 // New validates cfg, connects, and checks that a stream captures the subjects the template
 // can produce, creating it if cfg.CreateStream asks. Servers that cannot be reached are
@@ -192,14 +192,17 @@ func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Destination, err
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect: %w", err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("nats: %w", err)
-	}
 	timeout := cfg.RequestTimeout
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
+	}
+	// Batches publish asynchronously: the publisher bounds what is outstanding (its batches in
+	// flight), so the client's own cap would only stall; an unanswered publish is dropped after
+	// the request timeout rather than kept forever.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16), jetstream.WithPublishAsyncTimeout(timeout))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nats: %w", err)
 	}
 	d := &Destination{nc: nc, js: js, tmpl: tmpl, timeout: timeout, log: log}
 	if err := d.checkStream(ctx, cfg); err != nil {
@@ -324,6 +327,50 @@ func (d *Destination) Send(ctx context.Context, ev *cdc.Event, attempt int) publ
 	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
 }
 
+// SendBatch publishes evs without waiting between them and waits for every PubAck: delivered
+// only when JetStream acknowledged each one. The publisher gives it at most one event per
+// aggregate (PartialBatches), so a batch that failed half way, whose stored messages JetStream
+// drops as duplicates when the batch is retried, cannot reorder an aggregate.
+func (d *Destination) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) publisher.Result {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	futs := make([]jetstream.PubAckFuture, 0, len(evs))
+	var failed error
+	for _, ev := range evs {
+		f, err := d.js.PublishMsgAsync(d.Message(ev))
+		if err != nil {
+			failed = err
+			break
+		}
+		futs = append(futs, f)
+	}
+	stored := 0
+wait:
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+			stored++
+		case err := <-f.Err():
+			if failed == nil {
+				failed = err
+			}
+		case <-ctx.Done():
+			if failed == nil {
+				failed = fmt.Errorf("nats: %d of %d messages not acknowledged within %s: %w", len(futs)-stored, len(evs), d.timeout, context.Cause(ctx))
+			}
+			break wait
+		}
+	}
+	if failed != nil {
+		return publisher.Result{Err: failed, Label: label(ctx, failed)}
+	}
+	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+}
+
+// PartialBatches implements publisher.PartialBatchDestination: each message of a batch is
+// acknowledged on its own.
+func (d *Destination) PartialBatches() {}
+
 // Message builds the message of ev: subject, data and headers.
 func (d *Destination) Message(ev *cdc.Event) *nats.Msg {
 	h := make(nats.Header, 8)
@@ -336,7 +383,8 @@ func (d *Destination) Message(ev *cdc.Event) *nats.Msg {
 func label(ctx context.Context, err error) string {
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || ctx.Err() == context.DeadlineExceeded:
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || ctx.Err() == context.DeadlineExceeded:
 		return publisher.ResultTimeout
 	case errors.As(err, &apiErr):
 		return publisher.ResultRejected

@@ -158,11 +158,27 @@ func TestSendMessageAndDuplicate(t *testing.T) {
 // counting counts the failed attempts of a destination.
 type counting struct {
 	*Destination
-	failed atomic.Int64
+	failed  atomic.Int64
+	batches atomic.Int64 // batches of more than one event sent
 }
 
 func (c *counting) Send(ctx context.Context, ev *cdc.Event, attempt int) publisher.Result {
 	r := c.Destination.Send(ctx, ev, attempt)
+	if !r.Delivered {
+		c.failed.Add(1)
+	}
+	return r
+}
+
+// countingBatches counts the failed batches too, and keeps the destination a
+// PartialBatchDestination.
+type countingBatches struct{ *counting }
+
+func (c *countingBatches) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) publisher.Result {
+	if len(evs) > 1 {
+		c.batches.Add(1)
+	}
+	r := c.Destination.SendBatch(ctx, evs, attempt)
 	if !r.Delivered {
 		c.failed.Add(1)
 	}
@@ -181,7 +197,16 @@ func (a *acks) n() int                     { a.mu.Lock(); defer a.mu.Unlock(); r
 // The publisher through this destination while the server crashes and comes back, twice:
 // every event ends up in the stream, each aggregate's first appearances are in commit order
 // (retries included), and every event acknowledged to the publisher is in the stream.
+//
+// Batched, the destination gets at most one event per aggregate per batch, published without
+// waiting between them: a restart fails batches half way, and their retries must neither lose
+// nor reorder anything.
 func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
+	t.Run("one per request", func(t *testing.T) { testOrderAcrossRestarts(t, publisher.Batch{}) })
+	t.Run("batch 20", func(t *testing.T) { testOrderAcrossRestarts(t, publisher.Batch{MaxEvents: 20}) })
+}
+
+func testOrderAcrossRestarts(t *testing.T, batch publisher.Batch) {
 	ctx := testCtx(t)
 	srv := natstest.Start(t)
 	d, err := New(ctx, Config{URL: srv.URL(), RequestTimeout: 2 * time.Second,
@@ -192,8 +217,12 @@ func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
 	defer d.Close()
 	a := &acks{}
 	cd := &counting{Destination: d}
+	var dest publisher.Destination = cd
+	if batch.Enabled() {
+		dest = &countingBatches{cd}
+	}
 	pub := publisher.New(publisher.Config{MaxInFlight: 16, RetryMin: 20 * time.Millisecond,
-		RetryMax: 200 * time.Millisecond}, cd, a, nil)
+		RetryMax: 200 * time.Millisecond, Batch: batch}, dest, a, nil)
 	const aggs, per = 20, 50
 	txs := make(chan *cdc.Tx)
 	runCtx, stop := context.WithCancel(ctx)
@@ -260,4 +289,7 @@ func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
 		t.Fatalf("%d distinct events in the stream, want %d", len(seen), total)
 	}
 	t.Logf("%d failed attempts; %d messages stored for %d events", cd.failed.Load(), len(msgs), total)
+	if batch.Enabled() && cd.batches.Load() == 0 {
+		t.Fatal("no batch was sent: this run tested single events only")
+	}
 }
