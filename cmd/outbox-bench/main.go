@@ -14,7 +14,8 @@
 //   - Broker drains (broker.go): the same kind of backlog drained into NATS JetStream (file
 //     storage, one nats-server node) and into Kafka (franz-go's kfake), each running inside this
 //     process and sharing the cores; events/s until the broker holds them all, the relay's
-//     CPU-seconds per 100k, and the NATS rate over the raw decode's (target 0.4).
+//     CPU-seconds per 100k, and the NATS rate over the raw decode's (target 0.4). Each broker
+//     also drains in batches of 100 (NATS with --marks off too).
 //   - Steady latency: commit-to-receipt p50/p99/max at 1,000 and 5,000 committed events/s.
 //   - Aggregate sweep: BENCH_EVENTS/5 events over 1, 10, 100 and 10,000 aggregates, showing what
 //     per-aggregate ordering costs.

@@ -93,8 +93,10 @@ func (r *results) tableRows() [][]string {
 		d := r.variants[v.row]
 		add(v.row, d != nil, func() []string { return r.drainCells(d, r.ceilingNote(d)) })
 	}
-	add(rowNATS, r.nats != nil, func() []string { return r.brokerCells(r.nats) })
-	add(rowKafka, r.kafka != nil, func() []string { return r.brokerCells(r.kafka) })
+	for _, b := range brokerRows {
+		d := r.brokers[b.row]
+		add(b.row, d != nil, func() []string { return r.brokerCells(d) })
+	}
 	add(rowSteady1k, r.steady1k != nil, func() []string { return steadyCells(r.steady1k) })
 	add(rowSteady5k, r.steady5k != nil, func() []string { return steadyCells(r.steady5k) })
 	add(rowSteadyBatch, r.steadyBatch != nil, func() []string { return steadyCells(r.steadyBatch) })
@@ -304,14 +306,15 @@ func writeMethod(w io.Writer, r *results) {
 	}
 }
 
+func verdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
 // targets states each target of issue 3 as PASS or MISS with the figure behind it.
 func (r *results) targets() []string {
-	verdict := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "MISS"
-	}
 	var out []string
 	if r.drain != nil && r.lean != nil && r.lean.Rate > 0 {
 		ratio := r.drain.Rate / r.lean.Rate
@@ -340,9 +343,7 @@ func (r *results) targets() []string {
 		out = append(out, "MISS p99 < 10ms at 1,000 events/s with batch 100, linger 5ms: no data")
 	}
 	out = append(out, r.cpuTarget())
-	if r.cfg.selected(rowNATS) {
-		out = append(out, r.natsTarget()) // broker.go
-	}
+	out = append(out, r.natsTargets()...) // broker.go
 	if d := r.resources; d != nil {
 		out = append(out, fmt.Sprintf("%s peak RSS < 100 MB on a %s-event backlog: %s%s", verdict(d.Relay.PeakRSS < targetRSSBytes),
 			thousands(float64(d.Events)), mb(d.Relay.PeakRSS), scaledNote(d.Events, 300_000)))

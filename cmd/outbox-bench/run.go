@@ -55,11 +55,10 @@ type results struct {
 	// variants are the drains with other delivery settings (batching, marks), by row name.
 	variants    map[string]*drainResult
 	steadyBatch *steadyResult
-	nats        *drainResult // broker.go
-	kafka       *drainResult
-	twoPipes    *drainResult         // the drain with a second pipeline that filters out every row
-	shards      map[int]*drainResult // the drains of the bench pipeline in N shards (shards.go)
-	errs        map[string]error     // row → why it failed
+	brokers     map[string]*drainResult // broker.go, by row name
+	twoPipes    *drainResult            // the drain with a second pipeline that filters out every row
+	shards      map[int]*drainResult    // the drains of the bench pipeline in N shards (shards.go)
+	errs        map[string]error        // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
 }
@@ -203,15 +202,18 @@ func (e *env) rows(res *results) []suiteRow {
 			return err
 		}},
 	}...)
-	rows = append(rows, suiteRow{rowNATS, func(ctx context.Context) error {
-		d, err := e.brokerRow(ctx, "nats", func(ctx context.Context) (brokerSink, error) { return startNATS(ctx) })
-		res.nats = keep(d, err)
-		return err
-	}}, suiteRow{rowKafka, func(ctx context.Context) error {
-		d, err := e.brokerRow(ctx, "kafka", func(context.Context) (brokerSink, error) { return startKafka() })
-		res.kafka = keep(d, err)
-		return err
-	}})
+	res.brokers = map[string]*drainResult{}
+	for _, b := range brokerRows {
+		start := func(context.Context) (brokerSink, error) { return startKafka() }
+		if b.nats {
+			start = func(ctx context.Context) (brokerSink, error) { return startNATS(ctx) }
+		}
+		rows = append(rows, suiteRow{b.row, func(ctx context.Context) error {
+			d, err := e.brokerRow(ctx, b.prefix, start, b.args...)
+			res.brokers[b.row] = keep(d, err)
+			return err
+		}})
+	}
 	for _, a := range sweepAggregates {
 		rows = append(rows, suiteRow{sweepRow(a), func(ctx context.Context) error {
 			d, err := e.drain(ctx, fmt.Sprintf("sweep_%d", a), max(n/5, 1), a, drainOpts{})

@@ -330,7 +330,7 @@ func tuneGC() {
 func addDeliveryFlags(fs *pflag.FlagSet) {
 	fs.String("format", "raw", "request format: raw (payload body, X-Event-* headers) or cloudevents (CloudEvents 1.0 binary mode); batches are always CloudEvents batch mode")
 	fs.String("source", "", "CloudEvents source attribute; empty = /outbox-relay/<pipeline> (/outbox-relay/default without --config)")
-	fs.Int("batch-max-events", 1, "events per request; 1 = one event per request, more sends CloudEvents batches")
+	fs.Int("batch-max-events", 1, "events per request; 1 = one event per request, more sends CloudEvents batches (to a broker: that many messages at once, one per aggregate)")
 	fs.Int("batch-max-bytes", 1<<20, "summed payload bytes per batch; a larger event travels alone")
 	fs.Duration("batch-linger", 5*time.Millisecond, "how long a batch that is not full waits for more ready events")
 	fs.String("compression", "none", "request body compression: none or gzip (the signature covers the compressed bytes)")

@@ -459,12 +459,10 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 		return
 	}
 	// A broker sends one message per event with the webhook contract's headers: the webhook's
-	// request shapes do not apply, and relay would refuse them at start.
+	// request shapes do not apply, and relay would refuse them at start. A batch is many
+	// messages sent at once.
 	if pl.Delivery.Format != publisher.FormatRaw {
 		p.fail(rp.Format, "format %s is a webhook setting: %s sends one message per event; drop format", pl.Delivery.Format, given[0].name)
-	}
-	if rp.Batch != nil && pl.Delivery.Batch.Enabled() {
-		p.fail(rp.Batch.MaxEvents, "batch is a webhook setting: %s sends one message per event; drop batch", given[0].name)
 	}
 	if pl.Delivery.Compression != publisher.CompressionNone {
 		p.fail(rp.Compression, "compression applies to webhook request bodies; for kafka set kafka.compression (nats has none)")
