@@ -42,6 +42,7 @@ bench:
 # Fault-injection run (issue 7): the real relay against a throwaway PostgreSQL under relay kills,
 # failovers, crash restarts and a misbehaving receiver; prints a Markdown summary and fails if an
 # invariant breaks. Scale with TORTURE_EVENTS, TORTURE_DURATION; TORTURE_SEED replays a schedule.
-# SINK=nats or SINK=kafka runs the relays against that broker (in-process) instead of the webhook.
+# SINK=nats or SINK=kafka runs the relays against that broker (in-process) instead of the webhook;
+# BATCH=100 then has them send the broker 100 messages at once.
 torture:
-	TORTURE_SINK=$(SINK) $(GO) run ./cmd/outbox-torture
+	TORTURE_SINK=$(SINK) TORTURE_BATCH=$(BATCH) $(GO) run ./cmd/outbox-torture

@@ -40,6 +40,10 @@ type config struct {
 	// Sink, if set, is the broker the relays deliver to instead of the webhook: nats or kafka
 	// (TORTURE_SINK; make torture SINK=...; broker.go).
 	Sink string
+	// Batch, if above 1, has the relays send the broker that many messages at once
+	// (--batch-max-events; TORTURE_BATCH). Brokers only: the torture receiver checks one event
+	// per request, and the relay tests cover webhook batches.
+	Batch int
 }
 
 func defaultConfig() config {
@@ -93,6 +97,16 @@ func parseConfig(getenv func(string) string) (config, error) {
 	case "nats", "kafka":
 	default:
 		return cfg, fmt.Errorf("TORTURE_SINK=%q: set nats or kafka, or leave it empty for the webhook", cfg.Sink)
+	}
+	if v := getenv("TORTURE_BATCH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return cfg, fmt.Errorf("TORTURE_BATCH=%q: set the messages per batch, e.g. 100 (1: none)", v)
+		}
+		if n > 1 && cfg.Sink == "" {
+			return cfg, fmt.Errorf("TORTURE_BATCH=%s needs TORTURE_SINK=nats or kafka: the torture receiver checks one event per request (relay/batch_test.go covers webhook batches)", v)
+		}
+		cfg.Batch = n
 	}
 	cfg.Pipelines = 1
 	if v := getenv("TORTURE_PIPELINES"); v != "" {

@@ -36,6 +36,9 @@ func TestParseConfig(t *testing.T) {
 		{"gap too short", map[string]string{"TORTURE_FAULT_GAP": "1ms"}, nil, "TORTURE_FAULT_GAP"},
 		{"unknown sink", map[string]string{"TORTURE_SINK": "rabbitmq"}, nil, "nats or kafka"},
 		{"nats sink", map[string]string{"TORTURE_SINK": "nats"}, func(c config) bool { return c.Sink == "nats" }, ""},
+		{"batch without a broker", map[string]string{"TORTURE_BATCH": "100"}, nil, "needs TORTURE_SINK"},
+		{"bad batch", map[string]string{"TORTURE_SINK": "kafka", "TORTURE_BATCH": "many"}, nil, "TORTURE_BATCH"},
+		{"broker batch", map[string]string{"TORTURE_SINK": "nats", "TORTURE_BATCH": "100"}, func(c config) bool { return c.Batch == 100 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

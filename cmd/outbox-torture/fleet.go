@@ -216,6 +216,14 @@ func (f *fleet) stop(grace time.Duration) []string {
 	f.reap()
 	f.mu.Lock()
 	procs := append([]*relayProc(nil), f.procs...)
+	f.mu.Unlock()
+	// A relay started a moment ago (a failover's new standby) may not have installed its
+	// signal handler yet; SIGTERM would then end it as an unclean exit that says nothing about
+	// the relay. Its metrics listener is up once it runs, so wait for that first (bounded).
+	for _, p := range procs {
+		p.waitListening(5 * time.Second)
+	}
+	f.mu.Lock()
 	for _, p := range procs {
 		p.ours = true
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -238,6 +246,23 @@ func (f *fleet) stop(grace time.Duration) []string {
 	}
 	f.reap()
 	return bad
+}
+
+// waitListening waits up to limit until p's metrics address accepts connections, or p exits.
+func (p *relayProc) waitListening(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", p.addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // killAll SIGKILLs whatever still runs. Safe to call more than once.
