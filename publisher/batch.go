@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
@@ -112,14 +113,14 @@ func abs(x int) int {
 	return x
 }
 
-// nextBatch blocks until there is work: a formed batch (a retry, the halves of a split, the
+// nextBatch blocks until there is work and the scheduler is not paused: a formed batch (a retry, the halves of a split, the
 // rest of a split key), or else a new batch gathered from the ready heads, which waits up to
 // cfg.Linger to fill. One worker gathers at a time, so ready events go into few full batches
 // rather than many small ones. It returns nil once the scheduler is closed.
 func (s *scheduler) nextBatch(cfg Batch) *batch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for !s.closed && len(s.formed) == 0 && (s.ready.len() == 0 || s.gathering) {
+	for !s.closed && (s.paused || len(s.formed) == 0 && (s.ready.len() == 0 || s.gathering)) {
 		s.cond.Wait()
 	}
 	if s.closed {
@@ -226,6 +227,15 @@ func (s *scheduler) retryBatchIn(bs []*batch, d time.Duration) {
 	})
 }
 
+// requeueBatch makes a batch whose attempt did not count ready again at once (behind a pause).
+func (s *scheduler) requeueBatch(b *batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.pushFormed(b)
+	}
+}
+
 func (s *scheduler) pushFormed(b *batch) {
 	s.formed = append(s.formed, b)
 	s.cond.Signal()
@@ -293,7 +303,28 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 		p.deliveredBatch(ctx, b)
 		return
 	}
+	if o.Gone && p.cfg.OnGone == GonePause {
+		p.goneBatch(ctx, b, o)
+		return
+	}
 	p.failedBatch(ctx, b, o, elapsed, attempt)
+}
+
+// goneBatch handles a 410 Gone answer to a batch under GonePause as gone does for one event:
+// the pipeline pauses, and the batch waits as formed, its attempt not counted, until a resume.
+func (p *Publisher) goneBatch(ctx context.Context, b *batch, o Result) {
+	first := b.items[0].ev
+	reason := "the endpoint answered 410 Gone (a batch of " + strconv.Itoa(len(b.items)) + " events from " + first.ID +
+		"): it says it is gone; resume once it accepts events again"
+	p.Pause(reason)
+	for _, it := range b.items {
+		it.attempt--
+	}
+	p.sched.requeueBatch(b)
+	recorded := p.cfg.RecordPause == nil || p.durably(ctx, "record pause", func(ctx context.Context) error {
+		return p.cfg.RecordPause(ctx, reason)
+	})
+	p.logGone(first, o, recorded)
 }
 
 func (p *Publisher) deliveredBatch(ctx context.Context, b *batch) {

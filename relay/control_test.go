@@ -189,11 +189,14 @@ func TestPauseHoldsDeliveryAcrossLeaderSIGKILL(t *testing.T) {
 	t.Logf("%d events committed, %d of them while paused", len(res.Committed), held)
 }
 
-// goneFor answers 410 Gone to every request of aggregate order/7 while on is set.
+// goneFor answers 410 Gone to every request that carries an event of aggregate order/7 (alone
+// or in a batch) while on is set.
 func (e *env) goneFor(on *atomic.Bool) {
-	e.recv.SetFail(func(req *http.Request) int {
-		if on.Load() && req.Header.Get("X-Aggregate-Type")+"/"+req.Header.Get("X-Aggregate-Id") == poisonAgg {
-			return http.StatusGone
+	e.recv.SetFailEvents(func(ds []relaytest.Delivery) int {
+		for _, d := range ds {
+			if on.Load() && d.Aggregate == poisonAgg {
+				return http.StatusGone
+			}
 		}
 		return 0
 	})
@@ -202,7 +205,14 @@ func (e *env) goneFor(on *atomic.Bool) {
 // A 410 Gone pauses the pipeline durably, logs an error naming `outbox-relay resume`, and leaves
 // the event undelivered, not dead-lettered and not parked, though MaxAttempts is small; after
 // resume it and everything behind it arrive in order.
+//
+// Batched, the same: a batch answered 410 waits as formed, and nothing else is sent meanwhile.
 func TestGonePausesThePipeline(t *testing.T) {
+	t.Run("one per request", func(t *testing.T) { testGonePauses(t, false) })
+	t.Run("batch 20", func(t *testing.T) { testGonePauses(t, true) })
+}
+
+func testGonePauses(t *testing.T, batched bool) {
 	e := newEnv(t)
 	var gone atomic.Bool
 	gone.Store(true)
@@ -210,6 +220,9 @@ func TestGonePausesThePipeline(t *testing.T) {
 	var logs relaytest.SyncBuffer
 	cfg := e.config()
 	deadLetterConfig(&cfg)
+	if batched {
+		batchConfig(&cfg)
+	}
 	cfg.Logger = zerolog.New(io.MultiWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
 	r := e.startWith(cfg)
 	defer r.stop(t)
@@ -253,6 +266,9 @@ func TestGonePausesThePipeline(t *testing.T) {
 	requireOK(t, e.waitDelivered(all, 30*time.Second))
 	if n := e.statusCounts(poisonAgg); n["failed"]+n["parked"] > 0 {
 		t.Fatalf("events of %s failed or parked: %v", poisonAgg, n)
+	}
+	if batched {
+		requireBatched(t, e.recv.RequestLog())
 	}
 }
 

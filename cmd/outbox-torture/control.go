@@ -14,8 +14,9 @@ import (
 )
 
 // pausedSlack is how many deliveries may still be recorded after the leader reports the pause:
-// attempts already under way finish (at most --max-in-flight, 64), hung ones included.
-const pausedSlack = 64
+// attempts already under way finish (at most --max-in-flight, 64, each of up to
+// TORTURE_BATCH events), hung ones included.
+func (t *harness) pausedSlack() int { return 64 * max(t.cfg.Batch, 1) }
 
 // pause pauses the pipeline through the database for hold, while the writers go on, and resumes
 // it. The leader must report the pause within takeoverLimit and deliver nothing new meanwhile
@@ -38,7 +39,7 @@ func (t *harness) pause(ctx context.Context, hold time.Duration) {
 	if !sleep(ctx, hold) {
 		return
 	}
-	if n := t.recv.mark() - before; n > pausedSlack {
+	if n := t.recv.mark() - before; n > t.pausedSlack() {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("pause: %d deliveries in %s while paused", n, hold.Round(time.Millisecond)))
 	}
 }
