@@ -22,12 +22,14 @@ func TestDemoFlags(t *testing.T) {
 		rate     float64
 		duration time.Duration
 		usage    bool
+		nats     bool
 	}{
-		{"defaults take DB_DSN", nil, "postgres://from-env/db", 50, 0, false},
+		{"defaults take DB_DSN", nil, "postgres://from-env/db", 50, 0, false, false},
 		{"flags win over the environment", []string{"--dsn", "postgres://flag/db", "--rate", "200", "--duration", "1m"},
-			"postgres://flag/db", 200, time.Minute, false},
-		{"rate must be positive", []string{"--rate", "-1"}, "", 0, 0, true},
-		{"duration must not be negative", []string{"--duration", "-1s"}, "", 0, 0, true},
+			"postgres://flag/db", 200, time.Minute, false, false},
+		{"rate must be positive", []string{"--rate", "-1"}, "", 0, 0, true, false},
+		{"duration must not be negative", []string{"--duration", "-1s"}, "", 0, 0, true, false},
+		{"nats selects the broker", []string{"--nats"}, "postgres://from-env/db", 50, 0, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,8 +45,8 @@ func TestDemoFlags(t *testing.T) {
 			if tt.usage {
 				return
 			}
-			if cfg.DSN != tt.dsn || cfg.Rate != tt.rate || cfg.Duration != tt.duration {
-				t.Errorf("got dsn=%q rate=%v duration=%v", cfg.DSN, cfg.Rate, cfg.Duration)
+			if cfg.DSN != tt.dsn || cfg.Rate != tt.rate || cfg.Duration != tt.duration || cfg.NATS != tt.nats {
+				t.Errorf("got dsn=%q rate=%v duration=%v nats=%v", cfg.DSN, cfg.Rate, cfg.Duration, cfg.NATS)
 			}
 		})
 	}

@@ -132,7 +132,7 @@ func (d *demo) drain() error {
 		case <-deadline.C:
 			d.println(fmt.Sprintf("demo: %d events not delivered within %s", max(s.written-s.delivered, 0), d.cfg.DrainTimeout))
 			if d.natsWarehouse != nil && s.reservations < s.written {
-				d.println(fmt.Sprintf("demo: %d events delivered to JetStream but not applied by the consumer; its last errors:\n%s",
+				d.println(fmt.Sprintf("demo: %d events not applied by the consumer (no stock reserved); its last errors:\n%s",
 					s.written-s.reservations, d.natsWarehouse.errs.String()))
 			}
 			return nil

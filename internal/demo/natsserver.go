@@ -28,7 +28,7 @@ const NATSServerEnv = "NATS_SERVER_BIN"
 var ErrNoNATSServer = errors.New("no nats-server binary")
 
 // natsServerBin returns the nats-server binary: $NATS_SERVER_BIN if set, else nats-server on
-// PATH. Its error names the fix and wraps ErrNoNATSServer.
+// PATH, else the Debian package's. Its error names the fix and wraps ErrNoNATSServer.
 func natsServerBin() (string, error) {
 	if p := os.Getenv(NATSServerEnv); p != "" {
 		if _, err := exec.LookPath(p); err != nil {
@@ -37,13 +37,19 @@ func natsServerBin() (string, error) {
 		}
 		return p, nil
 	}
-	p, err := exec.LookPath("nats-server")
-	if err != nil {
-		return "", fmt.Errorf("%w on PATH for --nats: install it with `%s`, or set %s to its path",
-			ErrNoNATSServer, NATSInstallHint, NATSServerEnv)
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return p, nil
 	}
-	return p, nil
+	// The Debian package installs it in /usr/sbin, which is not on a normal user's PATH.
+	if _, err := exec.LookPath(debianNATSServer); err == nil {
+		return debianNATSServer, nil
+	}
+	return "", fmt.Errorf("%w on PATH or in /usr/sbin for --nats: install it with `%s`, or set %s to its path",
+		ErrNoNATSServer, NATSInstallHint, NATSServerEnv)
 }
+
+// debianNATSServer is where the Debian package puts the binary.
+const debianNATSServer = "/usr/sbin/nats-server"
 
 // natsStopSignal is how a broker outage stops the server: SIGKILL, no chance to flush or say
 // goodbye to its clients, as in a crash.
