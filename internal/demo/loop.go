@@ -24,7 +24,7 @@ func (d *demo) loop(ctx context.Context) error {
 		upNote:   "consumer recovered; the relay catches up"}
 	var brokerErr <-chan error // nil, so never ready, without a broker
 	if d.nats != nil {
-		d.outages.consumer, brokerErr = d.nats, d.nats.restarts
+		d.outages.consumer, brokerErr = d.nats, d.nats.failed
 		d.outages.downNote = fmt.Sprintf("nats-server killed (SIGKILL) for %s; the relay retries its publishes", d.cfg.FailFor)
 		d.outages.upNote = "nats-server restarted on the same port and store; the relay and the consumer catch up"
 	}

@@ -27,9 +27,10 @@ const NATSServerEnv = "NATS_SERVER_BIN"
 // binary to start.
 var ErrNoNATSServer = errors.New("no nats-server binary")
 
-// natsServerBin returns the nats-server binary: $NATS_SERVER_BIN if set, else nats-server on
-// PATH, else the Debian package's. Its error names the fix and wraps ErrNoNATSServer.
-func natsServerBin() (string, error) {
+// NATSServerBin returns the nats-server binary Run starts with NATS set: $NATS_SERVER_BIN if
+// set, else nats-server on PATH, else the Debian package's. Its error names the fix and wraps
+// ErrNoNATSServer.
+func NATSServerBin() (string, error) {
 	if p := os.Getenv(NATSServerEnv); p != "" {
 		if _, err := exec.LookPath(p); err != nil {
 			return "", fmt.Errorf("%w: %s=%s is not an executable (%v): point it at nats-server, or unset it and install the binary with `%s`",
@@ -64,11 +65,13 @@ type natsServer struct {
 	log      *logTail // the server's output, for the error when it does not start
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
+	cmd  *exec.Cmd     // the running process; nil once stop took it
 	done chan struct{} // closed when cmd has exited and was reaped
 	down bool          // stopped on purpose
 
-	restarts chan error // an outage's failed restart, for the demo to stop on
+	// failed holds the first failure (a failed restart, an exit on its own) until the demo's
+	// watch loop takes it and stops, or Close returns it.
+	failed chan error
 }
 
 // startNATS starts nats-server in a new temporary directory on a free loopback port and waits
@@ -83,7 +86,7 @@ func startNATS(ctx context.Context, bin string) (*natsServer, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &natsServer{bin: bin, dir: dir, port: port, log: newLogTail(20), restarts: make(chan error, 1)}
+	s := &natsServer{bin: bin, dir: dir, port: port, log: newLogTail(20), failed: make(chan error, 1)}
 	if err := s.start(ctx); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -115,11 +118,28 @@ func (s *natsServer) start(ctx context.Context) error {
 		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	s.mu.Lock()
 	s.cmd, s.done, s.down = cmd, done, false
 	s.mu.Unlock()
-	return s.waitReady(ctx, done)
+	go func() {
+		defer close(done)
+		err := cmd.Wait()
+		s.mu.Lock()
+		onItsOwn := s.cmd == cmd // stop takes cmd before it signals
+		s.mu.Unlock()
+		if onItsOwn {
+			s.fail(fmt.Errorf("nats-server exited on its own (%v); its last output:\n%s", err, s.log.last(5)))
+		}
+	}()
+	if err := s.waitReady(ctx, done); err != nil {
+		// The error says it all, an exit while starting included: not again from Close.
+		select {
+		case <-s.failed:
+		default:
+		}
+		return err
+	}
+	return nil
 }
 
 // waitReady waits until a client gets JetStream's account info, up to a minute.
@@ -177,7 +197,7 @@ func (s *natsServer) stop(sig syscall.Signal) {
 }
 
 // SetFailing kills the server (on) or starts it again on the same port and store (off). A
-// failed restart goes to restarts, where the demo's watch loop sees it.
+// failed restart goes to failed, where the demo's watch loop sees it.
 func (s *natsServer) SetFailing(on bool) {
 	if on {
 		s.mu.Lock()
@@ -193,10 +213,15 @@ func (s *natsServer) SetFailing(on bool) {
 		return
 	}
 	if err := s.start(context.Background()); err != nil {
-		select {
-		case s.restarts <- fmt.Errorf("restart nats-server: %w", err):
-		default:
-		}
+		s.fail(fmt.Errorf("restart nats-server: %w", err))
+	}
+}
+
+// fail reports err to the demo, unless a failure is already waiting.
+func (s *natsServer) fail(err error) {
+	select {
+	case s.failed <- err:
+	default:
 	}
 }
 
@@ -207,11 +232,18 @@ func (s *natsServer) Failing() bool {
 	return s.down
 }
 
-// Close stops the server (SIGTERM: it shuts down cleanly) and removes its directory.
+// Close stops the server (SIGTERM: it shuts down cleanly) and removes its directory. It
+// returns a failure the demo has not taken yet, such as an exit on its own after the demo
+// stopped watching.
 func (s *natsServer) Close() error {
 	s.stop(syscall.SIGTERM)
-	if err := os.RemoveAll(s.dir); err != nil {
-		return fmt.Errorf("remove the nats-server store %s: %w", s.dir, err)
+	var err error
+	select {
+	case err = <-s.failed: // not reported yet
+	default:
 	}
-	return nil
+	if rerr := os.RemoveAll(s.dir); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("remove the nats-server store %s: %w", s.dir, rerr))
+	}
+	return err
 }
