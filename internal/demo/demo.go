@@ -132,7 +132,8 @@ const (
 // Run runs the demo until ctx is done or cfg.Duration has passed, waits for the last deliveries,
 // removes everything it started, and prints a summary line. A cancelled ctx is the normal way to
 // stop it, and then Run returns nil. With no DSN and no server binaries installed, it returns an
-// error that says how to install them (errors.Is(err, pgcluster.ErrNoBinaries)).
+// error that says how to install them (errors.Is(err, pgcluster.ErrNoBinaries)); with NATS and
+// no nats-server binary, likewise (errors.Is(err, ErrNoNATSServer)), before starting anything.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	d := &demo{cfg: cfg, out: cfg.Out, notes: make(chan string, 16), relayLog: newLogTail(20)}
