@@ -24,15 +24,25 @@ is lost after it committed, so retries, catch-up and redelivery are visible.
 
 Ctrl-C (or --duration) stops writing, waits for the last deliveries, prints a summary line and
 removes everything it started. With DB_DSN set it uses that database instead and drops only
-its own slots and publications, %s and %s.`, demo.DefaultFailEvery, demo.DefaultFailFor, demo.DefaultLoseEvery, demo.Slot, demo.AuditSlot),
+its own slots and publications, %s and %s.
+
+With --nats the warehouse pipeline publishes to NATS JetStream instead: the demo starts a real
+nats-server (on PATH, or $%s; Debian: %s) with JetStream on a temporary store,
+the relay creates the stream %s, and the warehouse reads it through a durable consumer that applies
+each message once (inbox_events, one transaction) before it acks. The outage is then the broker's:
+nats-server is killed for %s every %s and restarted on the same port and store.`, demo.DefaultFailEvery, demo.DefaultFailFor,
+			demo.DefaultLoseEvery, demo.Slot, demo.AuditSlot, demo.NATSServerEnv, demo.NATSInstallHint, demo.NATSStream,
+			demo.DefaultFailFor, demo.DefaultFailEvery),
 		Example: `  outbox-relay demo                    # until Ctrl-C
   outbox-relay demo --duration 1m --rate 200
+  outbox-relay demo --nats             # through a real nats-server with JetStream
   DB_DSN=postgres://postgres@localhost:5432/scratch outbox-relay demo`,
 	}
 	fs := cmd.Flags()
 	fs.String(dsnFlag.name, "", "use this database instead of a throwaway cluster; it needs wal_level=logical (env DB_DSN; optional)")
 	fs.Duration("duration", 0, "stop after writing for this long; 0 runs until Ctrl-C")
 	fs.Float64("rate", demo.DefaultRate, "orders written per second")
+	fs.Bool("nats", false, "publish to NATS JetStream on a nats-server the demo starts (on PATH or $"+demo.NATSServerEnv+"), with broker restarts as the outages")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := demoConfig(fs)
 		if err != nil {
@@ -51,6 +61,7 @@ func demoConfig(fs *pflag.FlagSet) (demo.Config, error) {
 	cfg.DSN = stringFrom(fs, dsnFlag)
 	cfg.Duration, _ = fs.GetDuration("duration")
 	cfg.Rate, _ = fs.GetFloat64("rate")
+	cfg.NATS, _ = fs.GetBool("nats")
 	if cfg.Duration < 0 {
 		return cfg, usageError{fmt.Errorf("--duration must not be negative; 0 runs until Ctrl-C")}
 	}

@@ -12,13 +12,26 @@
 // absorbs the duplicate. At the end delivered and reservations both equal written: delivery at
 // least once, effect exactly once.
 //
+// # With NATS JetStream
+//
+// With Config.NATS, the warehouse pipeline publishes to a real nats-server instead: the demo
+// starts the binary (nats-server on PATH, or $NATS_SERVER_BIN) with JetStream on a temporary
+// store, the relay creates the stream OUTBOX, and the warehouse is a durable JetStream consumer
+// that applies each message once in one transaction with inbox_events (as examples/natsconsumer)
+// and then acks. The outage is then the broker's: every FailEvery the server is killed
+// (SIGKILL) for FailFor and started again on the same port and store, and the relay retries
+// its publishes until it is back. One in LoseEvery of the consumer's acks is lost (a nak after
+// the commit), so JetStream redelivers and the inbox absorbs the duplicate. The audit pipeline
+// stays a webhook.
+//
 // # What it leaves behind
 //
 // When it started its own cluster, nothing: Run stops the relay and the consumer, stops the
 // server and removes its directory, on a cancelled context (Ctrl-C) too. In a database it was
 // given, it drops the slots and publications of its two pipelines (outbox_relay_demo, and
 // outbox_relay_demo_big for the filtered audit pipeline that receives big orders) and keeps the
-// tables and the rows it wrote: orders, outbox_events, inbox_events and stock_reservations.
+// tables and the rows it wrote: orders, outbox_events, inbox_events and stock_reservations. The
+// nats-server of NATS mode is always its own: stopped, and its store removed, at the end.
 package demo
 
 import (
@@ -66,6 +79,13 @@ type Config struct {
 	// ClusterStarted, if set, is called with the throwaway cluster's directory once its server
 	// runs.
 	ClusterStarted func(dir string)
+	// NATS publishes the warehouse pipeline to NATS JetStream on a nats-server the demo starts
+	// (see the package doc), and makes its outages broker restarts. False (the zero value): the
+	// warehouse is a webhook consumer.
+	NATS bool
+	// NATSStarted, if set, is called with the nats-server's store directory and URL once it first
+	// runs (NATS mode only).
+	NATSStarted func(dir, url string)
 }
 
 // Defaults for Config fields left zero.
@@ -112,7 +132,8 @@ const (
 // Run runs the demo until ctx is done or cfg.Duration has passed, waits for the last deliveries,
 // removes everything it started, and prints a summary line. A cancelled ctx is the normal way to
 // stop it, and then Run returns nil. With no DSN and no server binaries installed, it returns an
-// error that says how to install them (errors.Is(err, pgcluster.ErrNoBinaries)).
+// error that says how to install them (errors.Is(err, pgcluster.ErrNoBinaries)); with NATS and
+// no nats-server binary, likewise (errors.Is(err, ErrNoNATSServer)), before starting anything.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	d := &demo{cfg: cfg, out: cfg.Out, notes: make(chan string, 16), relayLog: newLogTail(20)}
@@ -157,6 +178,9 @@ type demo struct {
 	outages      *outages
 	notes        chan string
 
+	nats          *natsServer    // NATS mode: the broker
+	natsWarehouse *natsWarehouse // NATS mode: the consumer, instead of consumer
+
 	baseline int64 // stock_reservations rows before this run
 	started  time.Time
 	last     sample   // the latest sample
@@ -176,6 +200,14 @@ func (d *demo) run(ctx context.Context) error {
 
 // setup starts everything but the producer: database, schema, consumer, relay.
 func (d *demo) setup(ctx context.Context) error {
+	var natsBin string
+	if d.cfg.NATS {
+		// Before anything starts: a missing binary is the first thing to fix.
+		var err error
+		if natsBin, err = NATSServerBin(); err != nil {
+			return err
+		}
+	}
 	d.dsn = d.cfg.DSN
 	if d.dsn == "" {
 		var err error
@@ -198,7 +230,14 @@ func (d *demo) setup(ctx context.Context) error {
 	if d.secret, err = newSecret(); err != nil {
 		return err
 	}
-	if err := d.startConsumer(ctx); err != nil {
+	if d.cfg.NATS {
+		if err := d.startBroker(ctx, natsBin); err != nil {
+			return err
+		}
+		if err := d.startNATSConsumer(ctx); err != nil {
+			return err
+		}
+	} else if err := d.startConsumer(ctx); err != nil {
 		return err
 	}
 	if n, err := reservations(ctx, pool); err == nil {
@@ -212,6 +251,22 @@ func (d *demo) setup(ctx context.Context) error {
 		return err
 	}
 	return d.startRelay(ctx)
+}
+
+// startBroker starts the nats-server of NATS mode; it is stopped, and its store removed, after
+// the relay and the consumer.
+func (d *demo) startBroker(ctx context.Context, bin string) error {
+	d.println("demo: starting nats-server with JetStream (" + bin + ")")
+	s, err := startNATS(ctx, bin)
+	if err != nil {
+		return err
+	}
+	d.nats = s
+	d.cleanup("stop nats-server and remove its store", func(context.Context) error { return s.Close() })
+	if d.cfg.NATSStarted != nil {
+		d.cfg.NATSStarted(s.dir, s.URL())
+	}
+	return nil
 }
 
 func newSecret() (string, error) {

@@ -31,3 +31,10 @@ func (t *logTail) String() string {
 	defer t.mu.Unlock()
 	return strings.Join(t.lines, "\n")
 }
+
+// last returns the last n kept lines, oldest first.
+func (t *logTail) last(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines[max(len(t.lines)-n, 0):], "\n")
+}

@@ -19,7 +19,15 @@ func (d *demo) loop(ctx context.Context) error {
 	}
 	d.started = time.Now()
 	d.writer = &writer{pool: d.pool, rate: d.cfg.Rate}
-	d.outages = &outages{every: d.cfg.FailEvery, length: d.cfg.FailFor, consumer: d.consumer, notes: d.notes}
+	d.outages = &outages{every: d.cfg.FailEvery, length: d.cfg.FailFor, consumer: d.consumer, notes: d.notes,
+		downNote: fmt.Sprintf("consumer failing on purpose for %s; the relay retries", d.cfg.FailFor),
+		upNote:   "consumer recovered; the relay catches up"}
+	var brokerErr <-chan error // nil, so never ready, without a broker
+	if d.nats != nil {
+		d.outages.consumer, brokerErr = d.nats, d.nats.failed
+		d.outages.downNote = fmt.Sprintf("nats-server killed (SIGKILL) for %s; the relay retries its publishes", d.cfg.FailFor)
+		d.outages.upNote = "nats-server restarted on the same port and store; the relay and the consumer catch up"
+	}
 	writeErr := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -30,7 +38,7 @@ func (d *demo) loop(ctx context.Context) error {
 		}
 	}()
 	go func() { defer wg.Done(); d.outages.run(runCtx) }()
-	err := d.watch(runCtx, writeErr)
+	err := d.watch(runCtx, writeErr, brokerErr)
 	cancel()
 	wg.Wait()
 	if err == nil {
@@ -45,7 +53,7 @@ func (d *demo) loop(ctx context.Context) error {
 }
 
 // watch shows the status until ctx is done or a part fails.
-func (d *demo) watch(ctx context.Context, writeErr <-chan error) error {
+func (d *demo) watch(ctx context.Context, writeErr, brokerErr <-chan error) error {
 	tick := time.NewTicker(refresh)
 	defer tick.Stop()
 	d.history = []sample{d.sample(ctx)}
@@ -56,6 +64,8 @@ func (d *demo) watch(ctx context.Context, writeErr <-chan error) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-writeErr:
+			return err
+		case err := <-brokerErr:
 			return err
 		case <-d.relayRun.done:
 			return d.relayFailed()
@@ -121,6 +131,10 @@ func (d *demo) drain() error {
 		select {
 		case <-deadline.C:
 			d.println(fmt.Sprintf("demo: %d events not delivered within %s", max(s.written-s.delivered, 0), d.cfg.DrainTimeout))
+			if d.natsWarehouse != nil && s.reservations < s.written {
+				d.println(fmt.Sprintf("demo: %d events not applied by the consumer (no stock reserved); its last errors:\n%s",
+					s.written-s.reservations, d.natsWarehouse.errs.String()))
+			}
 			return nil
 		case <-d.relayRun.done:
 			return d.relayFailed()
@@ -137,14 +151,22 @@ func (d *demo) sample(ctx context.Context) sample {
 	if families, err := d.registry.Gather(); err == nil {
 		s.readRelay(families)
 	}
-	s.duplicates = int64(d.consumer.Stats().Duplicates)
-	s.lost = d.lose.lost.Load()
+	if w := d.natsWarehouse; w != nil {
+		s.nats, s.duplicates, s.lost = true, w.duplicates.Load(), w.lost.Load()
+	} else {
+		s.duplicates = int64(d.consumer.Stats().Duplicates)
+		s.lost = d.lose.lost.Load()
+	}
 	if n, err := reservations(ctx, d.pool); err == nil {
 		s.reservations = int64(n) - d.baseline
 	}
 	// Read last, so that what was delivered and reserved is never ahead of what was written.
 	s.written, s.bigWritten = d.writer.written.Load(), d.writer.big.Load()
-	s.failing = d.consumer.Failing()
+	if d.nats != nil {
+		s.failing = d.nats.Failing()
+	} else {
+		s.failing = d.consumer.Failing()
+	}
 	s.outageLeft, s.nextOutage = d.outages.timing(s.at)
 	d.last = s
 	return s
@@ -160,33 +182,57 @@ func (d *demo) header() {
 	if d.cfg.Duration > 0 {
 		until = "for " + d.cfg.Duration.String() + " (or until Ctrl-C)"
 	}
-	d.println("outbox-relay demo: orders → outbox_events → relay → signed POST → inbox → stock_reservations")
+	if d.nats != nil {
+		d.println("outbox-relay demo: orders → outbox_events → relay → NATS JetStream → durable consumer → inbox → stock_reservations")
+	} else {
+		d.println("outbox-relay demo: orders → outbox_events → relay → signed POST → inbox → stock_reservations")
+	}
 	d.println("  database  " + d.dsn + " " + where)
+	if d.nats != nil {
+		d.println("  nats      nats-server at " + d.nats.URL() + " (JetStream store in " + d.nats.dir + ", removed at the end)")
+	}
 	d.println("  relay     metrics at http://" + d.metricsAddr + "/metrics; two pipelines:")
-	d.println("            " + pipelineWarehouse + ": every order to " + d.consumerURL())
+	if d.nats != nil {
+		d.println("            " + pipelineWarehouse + ": every order to stream " + natsStream + " (subjects " + natsSubjects +
+			"), read by the durable consumer " + natsDurable)
+	} else {
+		d.println("            " + pipelineWarehouse + ": every order to " + d.consumerURL())
+	}
 	d.println("            " + pipelineAudit + ": only orders with total >= 400 (row filter " + auditFilter + ") to " + d.auditURL())
-	d.println(fmt.Sprintf("  writing   %g orders/s %s; the consumer fails for %s every %s,", d.cfg.Rate, until,
-		d.cfg.FailFor, d.cfg.FailEvery))
-	d.println(fmt.Sprintf("            and 1 in %d of its answers is lost after it committed", d.cfg.LoseEvery))
+	if d.nats != nil {
+		d.println(fmt.Sprintf("  writing   %g orders/s %s; nats-server is killed for %s every %s and restarted,", d.cfg.Rate, until,
+			d.cfg.FailFor, d.cfg.FailEvery))
+		d.println(fmt.Sprintf("            and 1 in %d of the consumer's acks is lost after it committed", d.cfg.LoseEvery))
+	} else {
+		d.println(fmt.Sprintf("  writing   %g orders/s %s; the consumer fails for %s every %s,", d.cfg.Rate, until,
+			d.cfg.FailFor, d.cfg.FailEvery))
+		d.println(fmt.Sprintf("            and 1 in %d of its answers is lost after it committed", d.cfg.LoseEvery))
+	}
 	d.println("")
 }
 
 // goodbye says what teardown removed or kept.
 func (d *demo) goodbye() string {
+	broker := ""
+	if d.nats != nil {
+		broker = "; stopped nats-server and removed its store in " + d.nats.dir
+	}
 	if d.clusterDir != "" {
-		return "demo: stopped the relay and the consumer; removed the cluster in " + d.clusterDir
+		return "demo: stopped the relay and the consumer; removed the cluster in " + d.clusterDir + broker
 	}
 	return "demo: stopped the relay and the consumer; dropped slot and publication " + Slot +
-		"; the tables orders, outbox_events, inbox_events and stock_reservations keep their rows"
+		"; the tables orders, outbox_events, inbox_events and stock_reservations keep their rows" + broker
 }
 
-// outages makes the consumer fail for length every every, and tells when.
+// outages makes the consumer (or in NATS mode the broker) fail for length every every, and
+// tells when.
 type outages struct {
-	every, length time.Duration
-	consumer      interface{ SetFailing(bool) }
-	notes         chan<- string
-	next          atomic.Int64 // unix nanos when the next outage starts
-	until         atomic.Int64 // unix nanos when the current outage ends; 0 when none
+	every, length    time.Duration
+	consumer         interface{ SetFailing(bool) }
+	downNote, upNote string // what the status says when an outage starts and ends
+	notes            chan<- string
+	next             atomic.Int64 // unix nanos when the next outage starts
+	until            atomic.Int64 // unix nanos when the current outage ends; 0 when none
 }
 
 func (o *outages) run(ctx context.Context) {
@@ -198,14 +244,14 @@ func (o *outages) run(ctx context.Context) {
 		}
 		o.until.Store(time.Now().Add(o.length).UnixNano())
 		o.consumer.SetFailing(true)
-		o.note(fmt.Sprintf("consumer failing on purpose for %s; the relay retries", o.length))
+		o.note(o.downNote)
 		ok := sleep(ctx, o.length)
 		o.consumer.SetFailing(false)
 		o.until.Store(0)
 		if !ok {
 			return
 		}
-		o.note("consumer recovered; the relay catches up")
+		o.note(o.upNote)
 	}
 }
 

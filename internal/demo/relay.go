@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -30,11 +31,18 @@ const (
 func (d *demo) startRelay(ctx context.Context) error {
 	ready := make(chan string, 1)
 	d.registry = prometheus.NewRegistry()
+	warehouse := relay.Pipeline{Name: pipelineWarehouse, WebhookURL: d.consumerURL(), Secrets: []string{d.secret}, Slot: Slot,
+		Publication: Publication, RetryMin: relayRetryMin, RetryMax: relayRetryMax, RequestTimeout: 5 * time.Second}
+	if d.nats != nil {
+		// The relay creates the stream; a publish waits at most 2s for its PubAck, so that one
+		// sent while the broker is down is retried soon after it is back.
+		warehouse.WebhookURL, warehouse.Secrets, warehouse.RequestTimeout = "", nil, 2*time.Second
+		warehouse.Destination.NATS = &natsdest.Config{URL: d.nats.URL(), CreateStream: &natsdest.StreamConfig{Name: natsStream}}
+	}
 	cfg := relay.Config{
 		DSN: d.dsn,
 		Pipelines: []relay.Pipeline{
-			{Name: pipelineWarehouse, WebhookURL: d.consumerURL(), Secrets: []string{d.secret}, Slot: Slot,
-				Publication: Publication, RetryMin: relayRetryMin, RetryMax: relayRetryMax, RequestTimeout: 5 * time.Second},
+			warehouse,
 			{Name: pipelineAudit, Filter: auditFilter, WebhookURL: d.auditURL(), Secrets: []string{d.secret}, Slot: AuditSlot,
 				Publication: AuditPublication, RetryMin: relayRetryMin, RetryMax: relayRetryMax, RequestTimeout: 5 * time.Second},
 		},

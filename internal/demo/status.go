@@ -21,7 +21,8 @@ type sample struct {
 	duplicates   int64 // redeliveries the inbox absorbed
 	lost         int64 // answers loseAcks replaced with a 502
 	reservations int64 // stock reserved by the warehouse during this run
-	failing      bool  // the consumer is failing on purpose
+	failing      bool  // the consumer (NATS mode: the broker) is failing on purpose
+	nats         bool  // NATS mode: delivered is PubAcks, lost is acks, failing is the broker
 	outageLeft   time.Duration
 	nextOutage   time.Duration
 }
@@ -104,24 +105,38 @@ func formatQuantile(h hist, q float64) string {
 }
 
 func (s sample) consumerState() string {
-	if s.failing {
+	switch {
+	case s.failing && s.nats:
+		return "down"
+	case s.failing:
 		return "failing"
 	}
 	return "ok"
 }
 
+// faulty is what fails on purpose: the consumer, or in NATS mode the broker.
+func (s sample) faulty() string {
+	if s.nats {
+		return "broker"
+	}
+	return "consumer"
+}
+
 // line is the progress line printed when the output is not a terminal.
 func (w window) line() string {
 	s := w.now
-	return fmt.Sprintf("demo: t=%s written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d lag=%s p99=%s consumer=%s",
+	return fmt.Sprintf("demo: t=%s written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d lag=%s p99=%s %s=%s",
 		w.elapsed.Round(time.Second), s.written, s.delivered, s.audited, s.duplicates, s.reservations, s.retries,
-		formatBytes(s.lagBytes), w.p99(), s.consumerState())
+		formatBytes(s.lagBytes), w.p99(), s.faulty(), s.consumerState())
 }
 
 // block is the status screen redrawn in place on a terminal; note is the latest event. Its
 // lines stay under 80 columns, or wrapping would break the redraw.
 func (w window) block(note string) []string {
 	s := w.now
+	if s.nats {
+		return w.natsBlock(note)
+	}
 	consumer := fmt.Sprintf("ok, next outage in %s", s.nextOutage.Round(time.Second))
 	if s.failing {
 		consumer = fmt.Sprintf("FAILING on purpose (%s more): answers 500, the relay retries", s.outageLeft.Round(time.Second))
@@ -138,6 +153,29 @@ func (w window) block(note string) []string {
 		fmt.Sprintf("  latency       p99 %s, p50 %s, commit → delivered, last %s", w.p99(), w.p50(),
 			w.now.at.Sub(w.base.at).Round(time.Second)),
 		fmt.Sprintf("  consumer      %s", consumer),
+		fmt.Sprintf("  last event    %s", note),
+	}
+}
+
+// natsBlock is block in NATS mode.
+func (w window) natsBlock(note string) []string {
+	s := w.now
+	broker := fmt.Sprintf("ok, next restart in %s", s.nextOutage.Round(time.Second))
+	if s.failing {
+		broker = fmt.Sprintf("DOWN: nats-server killed (%s more), the relay retries", s.outageLeft.Round(time.Second))
+	}
+	return []string{
+		fmt.Sprintf("  elapsed       %s", w.elapsed.Round(time.Second)),
+		fmt.Sprintf("  written       %-8d orders + outbox events, one transaction each (%.0f/s)", s.written, w.rate()),
+		fmt.Sprintf("  delivered     %-8d published to JetStream and acknowledged (PubAck)", s.delivered),
+		fmt.Sprintf("  big orders    %-8d via the filtered audit pipeline (total >= 400)", s.audited),
+		fmt.Sprintf("  reservations  %-8d stock reserved, once per order", s.reservations),
+		fmt.Sprintf("  duplicates    %-8d redeliveries absorbed by the inbox (%d acks lost)", s.duplicates, s.lost),
+		fmt.Sprintf("  retries       %-8d failed publishes, retried with backoff", s.retries),
+		fmt.Sprintf("  lag           %-8s of WAL not yet confirmed on the slot", formatBytes(s.lagBytes)),
+		fmt.Sprintf("  latency       p99 %s, p50 %s, commit → PubAck, last %s", w.p99(), w.p50(),
+			w.now.at.Sub(w.base.at).Round(time.Second)),
+		fmt.Sprintf("  broker        %s", broker),
 		fmt.Sprintf("  last event    %s", note),
 	}
 }

@@ -58,9 +58,14 @@ func (w *warehouse) reserve(ctx context.Context, tx pgx.Tx, ev inbox.Event) erro
 	if ev.Type != "order.created" {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO stock_reservations (event_id, order_id) VALUES ($1, $2)`, ev.ID, ev.AggregateID)
+	return reserveStock(ctx, tx, ev.ID.String(), ev.AggregateID)
+}
+
+// reserveStock is the warehouse's effect of one order.created event, in the inbox's transaction.
+func reserveStock(ctx context.Context, tx pgx.Tx, eventID, orderID string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO stock_reservations (event_id, order_id) VALUES ($1, $2)`, eventID, orderID)
 	if err != nil {
-		return fmt.Errorf("reserve stock for order %s: %w", ev.AggregateID, err)
+		return fmt.Errorf("reserve stock for order %s: %w", orderID, err)
 	}
 	return nil
 }
