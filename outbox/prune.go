@@ -53,15 +53,21 @@ type PruneResult struct {
 // (locked, or processed late) are not rescanned. The ids are collected into an array so that
 // the DELETE always finds them through the primary key.
 const (
+	// pruneKeepSQL keeps a row that another pipeline dead-lettered or parked (in its own
+	// state, outbox_pipeline_events): `outbox-relay replay` for that pipeline needs the row
+	// though the status owner delivered it.
+	pruneKeepSQL = `
+          AND NOT EXISTS (SELECT 1 FROM outbox_pipeline_events pe
+                          WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))`
 	pruneCutoffSQL = `SELECT now() - make_interval(secs => $1)`
 	pruneCountSQL  = `
-SELECT count(*) FROM outbox_events WHERE status = 'done' AND available_at < $1 AND processed_at < $1`
+SELECT count(*) FROM outbox_events WHERE status = 'done' AND available_at < $1 AND processed_at < $1` + pruneKeepSQL
 	pruneBatchSQL = `
 WITH batch AS (
     DELETE FROM outbox_events WHERE id = ANY(ARRAY(
         SELECT id FROM outbox_events
         WHERE status = 'done' AND available_at < $1 AND available_at >= coalesce($3::timestamptz, '-infinity')
-          AND processed_at < $1
+          AND processed_at < $1` + pruneKeepSQL + `
         ORDER BY available_at
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
@@ -71,7 +77,8 @@ SELECT count(*), max(available_at) FROM batch`
 
 // Prune deletes outbox rows with status 'done' whose processed_at is older than
 // opts.OlderThan, in batches of opts.BatchSize, each in its own transaction, until a batch
-// deletes fewer than a full batch. It never touches pending, failed or parked rows. Rows locked
+// deletes fewer than a full batch. It never touches pending, failed or parked rows, nor a row
+// that another pipeline dead-lettered or parked (a replay of that pipeline still needs it). Rows locked
 // by another transaction are skipped, so concurrent prunes share the work. It returns what it
 // deleted so far even when it fails.
 //

@@ -172,6 +172,43 @@ func TestPruneDeletesAreNotStreamed(t *testing.T) {
 	}
 }
 
+// A row the status owner delivered ('done') but another pipeline dead-lettered or parked is
+// kept: that pipeline's replay reads it. Once the replay delivered it (its entry is gone), or
+// when that pipeline only abandoned it (a shadow, never replayed), it is pruned like any other.
+func TestPruneKeepsRowsAnotherPipelineStillNeeds(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	rows(t, conn, 10, "done", 10*24*time.Hour)
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox_pipeline_events (pipeline, event_id, status)
+		SELECT 'audit', id, CASE WHEN aggregate_id::int <= 2 THEN 'failed' WHEN aggregate_id::int <= 4 THEN 'parked' ELSE 'abandoned' END
+		FROM outbox_events WHERE aggregate_id::int <= 6`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := outbox.Prune(ctx, conn, outbox.PruneOptions{OlderThan: 24 * time.Hour, DryRun: true})
+	if err != nil || res.Deleted != 6 {
+		t.Fatalf("dry run: %d rows (%v), want 6", res.Deleted, err)
+	}
+	if res, err = outbox.Prune(ctx, conn, outbox.PruneOptions{OlderThan: 24 * time.Hour}); err != nil || res.Deleted != 6 {
+		t.Fatalf("pruned %d rows (%v), want 6 (10 done, 4 still needed by pipeline audit)", res.Deleted, err)
+	}
+	var kept []string
+	r, _ := conn.Query(ctx, `SELECT aggregate_id FROM outbox_events ORDER BY aggregate_id::int`)
+	var id string
+	if _, err := pgx.ForEachRow(r, []any{&id}, func() error { kept = append(kept, id); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(kept, ",") != "1,2,3,4" {
+		t.Fatalf("kept rows of aggregates %v, want 1,2,3,4 (audit's failed and parked)", kept)
+	}
+	// audit's replay delivered them: their entries go, and so do the rows.
+	if _, err := conn.Exec(ctx, `DELETE FROM outbox_pipeline_events WHERE status <> 'abandoned'`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = outbox.Prune(ctx, conn, outbox.PruneOptions{OlderThan: 24 * time.Hour}); err != nil || res.Deleted != 4 {
+		t.Fatalf("after the replay pruned %d rows (%v), want 4", res.Deleted, err)
+	}
+}
+
 func TestPruneWithoutTable(t *testing.T) {
 	conn, err := pgx.Connect(context.Background(), pgtest.NewDB(t))
 	if err != nil {
