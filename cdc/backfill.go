@@ -14,7 +14,7 @@ import (
 // consistent point, which the stream will never carry. It reports how many rows it recorded and
 // whether they are in commit order (see backfillOrder). If recording fails, the new slot is
 // dropped again so a retry starts clean.
-func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot string, backfill bool, filter string) (int, bool, error) {
+func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication string, backfill bool, filter string) (int, bool, error) {
 	repl, err := (&Stream{cfg: Config{DSN: dsn}}).connect(ctx)
 	if err != nil {
 		return 0, false, err
@@ -30,7 +30,7 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, err
 	}
-	n, err := recordBackfill(ctx, conn, slot, res.SnapshotName, backfill, commitOrder, filter)
+	n, err := recordBackfill(ctx, conn, slot, publication, res.SnapshotName, backfill, commitOrder, filter)
 	if err != nil {
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", slot, err)
@@ -64,7 +64,7 @@ func backfillOrder(commitOrder bool) string {
 	return order
 }
 
-func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string, backfill, commitOrder bool, filter string) (int, error) {
+func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snapshot string, backfill, commitOrder bool, filter string) (int, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return 0, err
@@ -75,10 +75,11 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, snapshot string, 
 	}
 	// The snapshot's xmin: every transaction older than it had ended when the slot was created.
 	_, err = tx.Exec(ctx, `
-		INSERT INTO outbox_slots (slot, created_at, snapshot_xmin, backfill)
-		VALUES ($1, now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint, $2)
+		INSERT INTO outbox_slots (slot, created_at, snapshot_xmin, backfill, publication_oid)
+		VALUES ($1, now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint, $2,
+		        (SELECT oid FROM pg_publication WHERE pubname = $3))
 		ON CONFLICT (slot) DO UPDATE SET created_at = excluded.created_at, snapshot_xmin = excluded.snapshot_xmin,
-			backfill = excluded.backfill`, slot, backfill)
+			backfill = excluded.backfill, publication_oid = excluded.publication_oid`, slot, backfill, publication)
 	if err != nil {
 		return 0, err
 	}

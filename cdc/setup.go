@@ -119,7 +119,7 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	case exists:
 		_, err = ensureSlot(ctx, conn, slot) // checks it
 	default:
-		res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, !opts.NoBackfill || res.SlotRecreated, opts.Filter)
+		res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, publication, !opts.NoBackfill || res.SlotRecreated, opts.Filter)
 		res.SlotCreated = err == nil
 	}
 	if err != nil {
@@ -139,8 +139,13 @@ func recreateIfNeeded(ctx context.Context, conn *pgx.Conn, slot, publication str
 			return err
 		}
 	}
+	why := "older than publication " + publication + ", which was missing"
 	if !res.PublicationCreated {
-		return nil
+		replaced, err := publicationReplaced(ctx, conn, slot, publication)
+		if err != nil || !replaced {
+			return err
+		}
+		why = "older than publication " + publication + ", which was dropped and created again since the slot was made"
 	}
 	exists, err := slotExists(ctx, conn, slot)
 	if err != nil || !exists {
@@ -150,8 +155,29 @@ func recreateIfNeeded(ctx context.Context, conn *pgx.Conn, slot, publication str
 		return fmt.Errorf("%w: publication %q was missing, so slot %q cannot decode its WAL; dropping it failed: %v: %w; "+
 			"stop every relay on it and recreate the slot", ErrPublicationMissing, publication, slot, err, ErrRecreateSlot)
 	}
-	res.SlotRecreated, res.SlotRecreatedWhy = true, "older than publication "+publication+", which was missing"
+	res.SlotRecreated, res.SlotRecreatedWhy = true, why
 	return nil
+}
+
+// publicationReplaced reports whether publication is not the one slot was created against
+// (outbox_slots.publication_oid): dropped and created again while no relay ran, so the slot
+// decodes WAL written while it was missing. PostgreSQL 15-17 fail on that WAL for good;
+// PostgreSQL 18 streams on without its rows, so nothing else would notice. A slot recorded
+// without an oid (made before migration 10) adopts the current publication.
+func publicationReplaced(ctx context.Context, conn *pgx.Conn, slot, publication string) (bool, error) {
+	var recorded, current *uint32
+	err := conn.QueryRow(ctx, `SELECT s.publication_oid, p.oid FROM outbox_slots s
+		LEFT JOIN pg_publication p ON p.pubname = $2 WHERE s.slot = $1`, slot, publication).Scan(&recorded, &current)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) || current == nil:
+		return false, nil // not a slot the relay recorded, or no publication to compare
+	case err != nil:
+		return false, fmt.Errorf("read the publication slot %q was created against: %w", slot, err)
+	case recorded == nil:
+		_, err = conn.Exec(ctx, `UPDATE outbox_slots SET publication_oid = $2 WHERE slot = $1 AND publication_oid IS NULL`, slot, *current)
+		return false, err
+	}
+	return *recorded != *current, nil
 }
 
 // dropSlot drops slot, waiting a few seconds for a walsender that just failed on it to let go.

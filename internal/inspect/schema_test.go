@@ -17,10 +17,10 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 		fix         string
 	}{
 		{"migrated", "", nil, ""},
-		{"older version", "DROP TABLE outbox_reshard; DELETE FROM goose_db_version WHERE version_id = 9",
+		{"older version", "ALTER TABLE outbox_slots DROP COLUMN publication_oid; DELETE FROM goose_db_version WHERE version_id = 10",
 			inspect.ErrNoSchema, "run `outbox-relay migrate`"},
 		{"column renamed by hand", "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", inspect.ErrNoSchema,
-			"event_type missing although goose_db_version records version 9"},
+			"event_type missing although goose_db_version records version 10"},
 		{"foreign table", "DROP TABLE goose_db_version; DROP TABLE outbox_events; " +
 			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", inspect.ErrForeignTable, "RENAME TO"},
 	} {
