@@ -134,48 +134,31 @@ func (w window) line() string {
 // lines stay under 80 columns, or wrapping would break the redraw.
 func (w window) block(note string) []string {
 	s := w.now
+	// The words that differ between the webhook consumer and NATS.
+	delivered, lost, retries, acked := "signed POSTs answered 2xx", "answers lost", "failed attempts", "delivered"
+	who, state := "consumer", fmt.Sprintf("ok, next outage in %s", s.nextOutage.Round(time.Second))
+	if s.failing {
+		state = fmt.Sprintf("FAILING on purpose (%s more): answers 500, the relay retries", s.outageLeft.Round(time.Second))
+	}
 	if s.nats {
-		return w.natsBlock(note)
-	}
-	consumer := fmt.Sprintf("ok, next outage in %s", s.nextOutage.Round(time.Second))
-	if s.failing {
-		consumer = fmt.Sprintf("FAILING on purpose (%s more): answers 500, the relay retries", s.outageLeft.Round(time.Second))
-	}
-	return []string{
-		fmt.Sprintf("  elapsed       %s", w.elapsed.Round(time.Second)),
-		fmt.Sprintf("  written       %-8d orders + outbox events, one transaction each (%.0f/s)", s.written, w.rate()),
-		fmt.Sprintf("  delivered     %-8d signed POSTs answered 2xx", s.delivered),
-		fmt.Sprintf("  big orders    %-8d via the filtered audit pipeline (total >= 400)", s.audited),
-		fmt.Sprintf("  reservations  %-8d stock reserved, once per order", s.reservations),
-		fmt.Sprintf("  duplicates    %-8d redeliveries absorbed by the inbox (%d answers lost)", s.duplicates, s.lost),
-		fmt.Sprintf("  retries       %-8d failed attempts, retried with backoff", s.retries),
-		fmt.Sprintf("  lag           %-8s of WAL not yet confirmed on the slot", formatBytes(s.lagBytes)),
-		fmt.Sprintf("  latency       p99 %s, p50 %s, commit → delivered, last %s", w.p99(), w.p50(),
-			w.now.at.Sub(w.base.at).Round(time.Second)),
-		fmt.Sprintf("  consumer      %s", consumer),
-		fmt.Sprintf("  last event    %s", note),
-	}
-}
-
-// natsBlock is block in NATS mode.
-func (w window) natsBlock(note string) []string {
-	s := w.now
-	broker := fmt.Sprintf("ok, next restart in %s", s.nextOutage.Round(time.Second))
-	if s.failing {
-		broker = fmt.Sprintf("DOWN: nats-server killed (%s more), the relay retries", s.outageLeft.Round(time.Second))
+		delivered, lost, retries, acked = "published to JetStream and acknowledged (PubAck)", "acks lost", "failed publishes", "PubAck"
+		who, state = "broker", fmt.Sprintf("ok, next restart in %s", s.nextOutage.Round(time.Second))
+		if s.failing {
+			state = fmt.Sprintf("DOWN: nats-server killed (%s more), the relay retries", s.outageLeft.Round(time.Second))
+		}
 	}
 	return []string{
 		fmt.Sprintf("  elapsed       %s", w.elapsed.Round(time.Second)),
 		fmt.Sprintf("  written       %-8d orders + outbox events, one transaction each (%.0f/s)", s.written, w.rate()),
-		fmt.Sprintf("  delivered     %-8d published to JetStream and acknowledged (PubAck)", s.delivered),
+		fmt.Sprintf("  delivered     %-8d %s", s.delivered, delivered),
 		fmt.Sprintf("  big orders    %-8d via the filtered audit pipeline (total >= 400)", s.audited),
 		fmt.Sprintf("  reservations  %-8d stock reserved, once per order", s.reservations),
-		fmt.Sprintf("  duplicates    %-8d redeliveries absorbed by the inbox (%d acks lost)", s.duplicates, s.lost),
-		fmt.Sprintf("  retries       %-8d failed publishes, retried with backoff", s.retries),
+		fmt.Sprintf("  duplicates    %-8d redeliveries absorbed by the inbox (%d %s)", s.duplicates, s.lost, lost),
+		fmt.Sprintf("  retries       %-8d %s, retried with backoff", s.retries, retries),
 		fmt.Sprintf("  lag           %-8s of WAL not yet confirmed on the slot", formatBytes(s.lagBytes)),
-		fmt.Sprintf("  latency       p99 %s, p50 %s, commit → PubAck, last %s", w.p99(), w.p50(),
+		fmt.Sprintf("  latency       p99 %s, p50 %s, commit → %s, last %s", w.p99(), w.p50(), acked,
 			w.now.at.Sub(w.base.at).Round(time.Second)),
-		fmt.Sprintf("  broker        %s", broker),
+		fmt.Sprintf("  %-13s %s", who, state),
 		fmt.Sprintf("  last event    %s", note),
 	}
 }

@@ -83,9 +83,18 @@ func TestStatusFitsAndSummarises(t *testing.T) {
 		now:     sample{at: start.Add(10 * time.Second), written: 500, delivered: 480, duplicates: 9, reservations: 480, retries: 120, lagBytes: 3 << 20, failing: true, outageLeft: 3 * time.Second},
 		elapsed: 42 * time.Second,
 	}
-	for _, l := range w.block("12:00:00 consumer failing on purpose for 4s; the relay retries") {
-		if n := len([]rune(l)); n >= 80 {
-			t.Errorf("status line of %d columns wraps on an 80-column terminal: %q", n, l)
+	for _, nats := range []bool{false, true} {
+		nw := w
+		nw.now.nats = nats
+		lines := nw.block("12:00:00 consumer failing on purpose for 4s; the relay retries")
+		for _, l := range lines {
+			if n := len([]rune(l)); n >= 80 {
+				t.Errorf("status line of %d columns wraps on an 80-column terminal: %q", n, l)
+			}
+		}
+		want := map[bool]string{false: "  consumer      FAILING on purpose", true: "  broker        DOWN: nats-server killed"}[nats]
+		if !strings.Contains(strings.Join(lines, "\n"), want) {
+			t.Errorf("nats=%v: status lacks %q:\n%s", nats, want, strings.Join(lines, "\n"))
 		}
 	}
 	line := w.line()
