@@ -43,6 +43,6 @@ bench:
 # failovers, crash restarts and a misbehaving receiver; prints a Markdown summary and fails if an
 # invariant breaks. Scale with TORTURE_EVENTS, TORTURE_DURATION; TORTURE_SEED replays a schedule.
 # SINK=nats or SINK=kafka runs the relays against that broker (in-process) instead of the webhook;
-# BATCH=100 then has them send the broker 100 messages at once.
+# BATCH=100 has the relays batch (CloudEvents batches of up to 100 events, or 100 messages at once).
 torture:
 	TORTURE_SINK=$(SINK) TORTURE_BATCH=$(BATCH) $(GO) run ./cmd/outbox-torture

@@ -36,7 +36,7 @@ func TestParseConfig(t *testing.T) {
 		{"gap too short", map[string]string{"TORTURE_FAULT_GAP": "1ms"}, nil, "TORTURE_FAULT_GAP"},
 		{"unknown sink", map[string]string{"TORTURE_SINK": "rabbitmq"}, nil, "nats or kafka"},
 		{"nats sink", map[string]string{"TORTURE_SINK": "nats"}, func(c config) bool { return c.Sink == "nats" }, ""},
-		{"batch without a broker", map[string]string{"TORTURE_BATCH": "100"}, nil, "needs TORTURE_SINK"},
+		{"webhook batch", map[string]string{"TORTURE_BATCH": "20"}, func(c config) bool { return c.Batch == 20 && c.Sink == "" }, ""},
 		{"bad batch", map[string]string{"TORTURE_SINK": "kafka", "TORTURE_BATCH": "many"}, nil, "TORTURE_BATCH"},
 		{"broker batch", map[string]string{"TORTURE_SINK": "nats", "TORTURE_BATCH": "100"}, func(c config) bool { return c.Batch == 100 }, ""},
 	}

@@ -13,14 +13,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
-// pausedSlack is how many deliveries may still be recorded after the leader reports the pause:
-// attempts already under way finish (at most --max-in-flight, 64, each of up to
-// TORTURE_BATCH events), hung ones included.
-func (t *harness) pausedSlack() int { return 64 * max(t.cfg.Batch, 1) }
+// pauseGrace is how long attempts under way when the pause took effect may still finish: the
+// relays' --request-timeout (1s) bounds each, hung ones included, and a little more for the
+// receiver to record the last. After it, a paused pipeline delivers nothing.
+const pauseGrace = 1500 * time.Millisecond
 
-// pause pauses the pipeline through the database for hold, while the writers go on, and resumes
-// it. The leader must report the pause within takeoverLimit and deliver nothing new meanwhile
-// (beyond the attempts under way); the final checks then find everything delivered, in order.
+// pause pauses the pipeline through the database for pauseGrace + hold, while the writers go
+// on, and resumes it. The leader must report the pause within takeoverLimit and, once the
+// attempts under way have had pauseGrace to finish, deliver nothing for hold; the final checks
+// then find everything delivered, in order.
 func (t *harness) pause(ctx context.Context, hold time.Duration) {
 	if err := t.setPaused(ctx, true); err != nil {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("pause: %v", err))
@@ -35,12 +36,16 @@ func (t *harness) pause(ctx context.Context, hold time.Duration) {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("pause: no leader reported it within %s", takeoverLimit))
 		return
 	}
+	if !sleep(ctx, pauseGrace) {
+		return
+	}
 	before := t.recv.mark()
 	if !sleep(ctx, hold) {
 		return
 	}
-	if n := t.recv.mark() - before; n > t.pausedSlack() {
-		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("pause: %d deliveries in %s while paused", n, hold.Round(time.Millisecond)))
+	if after := t.recv.mark(); before >= 0 && after > before {
+		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("pause: %d deliveries in %s while paused (after %s for attempts under way)",
+			after-before, hold.Round(time.Millisecond), pauseGrace))
 	}
 }
 

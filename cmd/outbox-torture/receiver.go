@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/cloudevents"
 	"github.com/outbox-relay/outbox-relay/inbox"
 )
 
@@ -193,20 +194,42 @@ func reset(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
+// record logs the events of a request the inbox accepted: one, or each event of a CloudEvents
+// batch (TORTURE_BATCH), in the batch's order.
 func (r *receiver) record(req *http.Request, body []byte) {
+	attempt, _ := strconv.Atoi(req.Header.Get("X-Attempt"))
+	var ds []delivery
+	if cloudevents.IsBatch(req.Header) {
+		evs, err := cloudevents.ParseBatch(body)
+		if err != nil {
+			return // the inbox accepted it, so it parses; nothing to record otherwise
+		}
+		for _, ev := range evs {
+			ds = append(ds, delivery{ID: ev.ID, Seq: payloadSeq(ev.Data), Attempt: attempt, Sequence: ev.Sequence,
+				Aggregate: ev.AggregateType + "/" + ev.AggregateID})
+		}
+	} else {
+		ds = append(ds, delivery{ID: req.Header.Get("X-Event-Id"), Seq: payloadSeq(body), Attempt: attempt,
+			Sequence:  req.Header.Get("X-Event-Sequence"),
+			Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")})
+	}
+	r.mu.Lock()
+	now := time.Now()
+	for _, d := range ds {
+		d.At = now
+		r.log = append(r.log, d)
+		r.seen[d.ID] = struct{}{}
+	}
+	r.mu.Unlock()
+}
+
+// payloadSeq is the writer's per-aggregate sequence in a payload.
+func payloadSeq(data []byte) int {
 	var p struct {
 		Seq int `json:"seq"`
 	}
-	_ = json.Unmarshal(body, &p)
-	attempt, _ := strconv.Atoi(req.Header.Get("X-Attempt"))
-	d := delivery{ID: req.Header.Get("X-Event-Id"), Seq: p.Seq, Attempt: attempt,
-		Sequence:  req.Header.Get("X-Event-Sequence"),
-		Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")}
-	r.mu.Lock()
-	d.At = time.Now()
-	r.log = append(r.log, d)
-	r.seen[d.ID] = struct{}{}
-	r.mu.Unlock()
+	_ = json.Unmarshal(data, &p)
+	return p.Seq
 }
 
 // mark is the number of deliveries recorded so far: deliveries at a lower index of the log were

@@ -39,9 +39,9 @@ func writeSummary(w io.Writer, r *result) {
 	faults := faultCounts(r)
 	if r.Config.Sink != "" {
 		faults += fmt.Sprintf("; sink %s: each recv-* fault was a broker restart for its hold (broker.go)", r.Config.Sink)
-		if r.Config.Batch > 1 {
-			faults += fmt.Sprintf("; batches of up to %d messages", r.Config.Batch)
-		}
+	}
+	if r.Config.Batch > 1 {
+		faults += fmt.Sprintf("; batches of up to %d events", r.Config.Batch)
 	}
 	row("faults", faults, nil)
 	row("receiver answers", receiverAnswers(r), nil)

@@ -162,9 +162,9 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		defer stopBroker()
 		t.broker = br
 		args = brokerArgs(args, br.relayArgs())
-		if cfg.Batch > 1 {
-			args = append(args, "--batch-max-events", strconv.Itoa(cfg.Batch), "--batch-linger", "2ms")
-		}
+	}
+	if cfg.Batch > 1 {
+		args = append(args, "--batch-max-events", strconv.Itoa(cfg.Batch), "--batch-linger", "2ms")
 	}
 	if cfg.Pipelines == 2 {
 		t.recv2 = relaytest.NewReceiver(secret)
