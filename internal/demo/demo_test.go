@@ -68,24 +68,33 @@ func summaryFields(t *testing.T, out string) map[string]int {
 	return fields
 }
 
-func TestRunDeliversEveryOrderOnceThroughOutagesAndLostAnswers(t *testing.T) {
-	t.Parallel()
-	var out relaytest.SyncBuffer
-	var c cluster
-	err := Run(context.Background(), Config{
-		Out: &out, Duration: 6 * time.Second, Rate: 100,
-		FailEvery: 2 * time.Second, FailFor: 700 * time.Millisecond, LoseEvery: 10,
-		ProgressInterval: time.Second, ClusterStarted: c.started(t),
-	})
-	if err != nil {
+// runToSummary runs the demo with cfg (its output to out, its cluster reported to c), checks
+// that it ended cleanly, removed its cluster and wrote at least 100 orders, and returns the
+// summary's fields and the orders written.
+func runToSummary(t *testing.T, c *cluster, out *relaytest.SyncBuffer, cfg Config) (map[string]int, int) {
+	t.Helper()
+	cfg.Out, cfg.ClusterStarted = out, c.started(t)
+	if err := Run(context.Background(), cfg); err != nil {
 		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
 	}
 	c.assertGone(t)
 	f := summaryFields(t, out.String())
 	written := f["written"]
 	if written < 100 {
-		t.Fatalf("written=%d, want hundreds at 100/s for 6s\n%s", written, out.String())
+		t.Fatalf("written=%d, want hundreds at %.0f/s for %s\n%s", written, cfg.Rate, cfg.Duration, out.String())
 	}
+	return f, written
+}
+
+func TestRunDeliversEveryOrderOnceThroughOutagesAndLostAnswers(t *testing.T) {
+	t.Parallel()
+	var out relaytest.SyncBuffer
+	var c cluster
+	f, written := runToSummary(t, &c, &out, Config{
+		Duration: 6 * time.Second, Rate: 100,
+		FailEvery: 2 * time.Second, FailFor: 700 * time.Millisecond, LoseEvery: 10,
+		ProgressInterval: time.Second,
+	})
 	if f["delivered"] != written || f["reservations"] != written {
 		t.Errorf("delivered=%d reservations=%d, want both = written=%d", f["delivered"], f["reservations"], written)
 	}
