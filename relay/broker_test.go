@@ -3,11 +3,13 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,4 +155,100 @@ func checkBroker(t *testing.T, res relaytest.Result, msgs []brokerMsg, samples [
 	t.Logf("%d samples of the confirmed LSN; %d (sample, event) pairs checked; %d messages for %d events",
 		len(samples), checked, len(msgs), rep.Committed)
 	return rep
+}
+
+// brokerSink is what a broker run needs of its broker: the relay's flags, the end offsets for
+// sampleConfirmed, and everything it holds (false while it cannot be read, e.g. a cluster
+// electing a leader).
+type brokerSink struct {
+	args []string
+	end  func(context.Context) (map[int]int64, bool)
+	read func(context.Context) ([]brokerMsg, bool)
+}
+
+// brokerKillRun writes 10k events over 100 aggregates while the relay binary delivers them to
+// the broker and faults injects faults; kill SIGKILLs the relay and starts another. Once every
+// event is committed (and afterProduce, if set, has run), it waits until the broker holds every
+// event and the slot confirmed past the last, and checks: nothing lost, first appearances in
+// commit order per aggregate, the slot never confirmed past an event the broker lacked (the
+// confirmed LSN sampled before the broker's end offsets), and the last relay exits 0 on
+// SIGTERM.
+func (e *env) brokerKillRun(ctx context.Context, sink brokerSink, faults func(kill func()), afterProduce func()) {
+	t := e.t
+	t.Helper()
+	cmd := e.brokerProcess(sink.args...)
+	waitFor(t, 60*time.Second, "slot created", func() bool {
+		var n int
+		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
+		return n == 1
+	})
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	samples := e.sampleConfirmed(sampleCtx, sink.end)
+	produced := make(chan relaytest.Result, 1)
+	go func() {
+		res, err := relaytest.Produce(ctx, e.pool,
+			relaytest.Workload{Events: 10000, Aggregates: 100, MaxTxSize: 10, Rollback: 0.05, Writers: 4})
+		if err != nil {
+			t.Error(err)
+		}
+		produced <- res
+	}()
+	faults(func() {
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		cmd = e.brokerProcess(sink.args...)
+	})
+	res := <-produced
+	if afterProduce != nil {
+		afterProduce()
+	}
+	var msgs []brokerMsg
+	waitFor(t, 5*time.Minute, "every event in the broker", func() bool {
+		var ok bool
+		msgs, ok = sink.read(ctx)
+		return ok && relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
+	})
+	var maxLSN int64
+	for _, m := range msgs {
+		maxLSN = max(maxLSN, m.CommitLSN)
+	}
+	waitFor(t, 2*time.Minute, "slot confirmed past the last event", func() bool {
+		c, _ := e.slotLSNs()
+		return c > maxLSN
+	})
+	time.Sleep(200 * time.Millisecond) // one more sample after the final confirmation
+	stopSampling()
+	waitFor(t, 2*time.Minute, "a final read of the broker", func() bool {
+		var ok bool
+		msgs, ok = sink.read(ctx)
+		return ok
+	})
+	rep := checkBroker(t, res, msgs, samples())
+	t.Logf("duplicates %d of %d events", rep.Duplicates, rep.Committed)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("SIGTERM: exit %v, want 0", err)
+	}
+}
+
+// killsAndABrokerRestart are the faults of the SIGKILL tests: four steps 0.4–1 s apart, three
+// relay SIGKILLs and, third, a broker crash: down (stop) for 0.2–1 s with sends in flight, then
+// back from its data (start).
+func killsAndABrokerRestart(stop, start func()) func(kill func()) {
+	return func(kill func()) {
+		for step := 0; step < 4; step++ {
+			time.Sleep(time.Duration(400+rand.IntN(600)) * time.Millisecond)
+			if step == 2 {
+				stop()
+				time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
+				start()
+				continue
+			}
+			kill()
+		}
+	}
 }

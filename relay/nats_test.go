@@ -83,65 +83,15 @@ func testNATSKillsAndRestart(t *testing.T, extra ...string) {
 	srv := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	args := append([]string{"--nats-url", srv.URL(), "--nats-create-stream", "OUTBOX"}, extra...)
-	cmd := e.brokerProcess(args...)
-	waitFor(t, 60*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	samples := e.sampleConfirmed(sampleCtx, natsEnd(t, srv.URL(), "OUTBOX"))
-	produced := make(chan relaytest.Result, 1)
-	go func() {
-		res, err := relaytest.Produce(ctx, e.pool,
-			relaytest.Workload{Events: 10000, Aggregates: 100, MaxTxSize: 10, Rollback: 0.05, Writers: 4})
-		if err != nil {
-			t.Error(err)
-		}
-		produced <- res
-	}()
-	for step := 0; step < 4; step++ {
-		time.Sleep(time.Duration(400+rand.IntN(600)) * time.Millisecond)
-		if step == 2 {
-			// The broker crashes with publishes in flight and comes back on the same store.
-			srv.Shutdown()
-			time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
-			srv.Restart()
-			continue
-		}
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
-		cmd = e.brokerProcess(args...)
-	}
-	res := <-produced
-	// Wait until the stream holds every committed event, then until the slot confirmed all of
-	// it (so the last samples cover every event).
-	var msgs []brokerMsg
-	waitFor(t, 5*time.Minute, "every event in the stream", func() bool {
-		var ok bool
-		msgs, ok = tryNATSMsgs(t, ctx, srv.URL(), "OUTBOX")
-		return ok && relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
-	})
-	var maxLSN int64
-	for _, m := range msgs {
-		maxLSN = max(maxLSN, m.CommitLSN)
-	}
-	waitFor(t, 2*time.Minute, "slot confirmed past the last event", func() bool {
-		c, _ := e.slotLSNs()
-		return c > maxLSN
-	})
-	time.Sleep(200 * time.Millisecond) // one more sample after the final confirmation
-	stopSampling()
-	rep := checkBroker(t, res, natsMsgs(t, ctx, srv.URL(), "OUTBOX"), samples())
-	t.Logf("duplicates %d of %d events", rep.Duplicates, rep.Committed)
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("SIGTERM: exit %v, want 0", err)
+	e.brokerKillRun(ctx, natsSink(t, srv.URL(), extra...), killsAndABrokerRestart(srv.Shutdown, srv.Restart), nil)
+}
+
+// natsSink is the stream OUTBOX at url, which the relay creates.
+func natsSink(t *testing.T, url string, extra ...string) brokerSink {
+	return brokerSink{
+		args: append([]string{"--nats-url", url, "--nats-create-stream", "OUTBOX"}, extra...),
+		end:  natsEnd(t, url, "OUTBOX"),
+		read: func(ctx context.Context) ([]brokerMsg, bool) { return tryNATSMsgs(t, ctx, url, "OUTBOX") },
 	}
 }
 
@@ -161,72 +111,30 @@ func TestNATSClusterNodeKillLosesNothing(t *testing.T) {
 	cl := natstest.StartCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	args := []string{"--nats-url", cl.URL(), "--nats-create-stream", "OUTBOX", "--nats-stream-replicas", "3"}
-	cmd := e.brokerProcess(args...)
-	waitFor(t, 60*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
-	waitFor(t, 60*time.Second, "stream leader elected", func() bool { return cl.StreamLeader("OUTBOX") != nil })
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	samples := e.sampleConfirmed(sampleCtx, natsEnd(t, cl.URL(), "OUTBOX"))
-	produced := make(chan relaytest.Result, 1)
-	go func() {
-		res, err := relaytest.Produce(ctx, e.pool,
-			relaytest.Workload{Events: 10000, Aggregates: 100, MaxTxSize: 10, Rollback: 0.05, Writers: 4})
-		if err != nil {
-			t.Error(err)
+	sink := natsSink(t, cl.URL(), "--nats-stream-replicas", "3")
+	var leader *natstest.Server
+	e.brokerKillRun(ctx, sink, func(kill func()) {
+		waitFor(t, 60*time.Second, "stream leader elected", func() bool { return cl.StreamLeader("OUTBOX") != nil })
+		// Kill the stream's leader once it has stored some of the events, with publishes in
+		// flight, then SIGKILL the relay once.
+		waitFor(t, 2*time.Minute, "stream holds 2000 messages", func() bool {
+			offs, ok := sink.end(ctx)
+			return ok && offs[0] > 2000
+		})
+		if leader = cl.StreamLeader("OUTBOX"); leader == nil {
+			t.Fatal("no stream leader to kill")
 		}
-		produced <- res
-	}()
-	// Kill the stream's leader once it has stored some of the events, with publishes in flight.
-	end := natsEnd(t, cl.URL(), "OUTBOX")
-	waitFor(t, 2*time.Minute, "stream holds 2000 messages", func() bool {
-		offs, ok := end(ctx)
-		return ok && offs[0] > 2000
+		leader.Shutdown()
+		t.Logf("killed the stream leader")
+		time.Sleep(time.Duration(300+rand.IntN(500)) * time.Millisecond)
+		kill()
+	}, func() {
+		// The lost node comes back once every event is committed (until then the relay
+		// publishes to the two nodes left); it catches up from them, and the final reads see a
+		// whole cluster.
+		leader.Restart()
+		t.Logf("restarted the killed node")
 	})
-	leader := cl.StreamLeader("OUTBOX")
-	if leader == nil {
-		t.Fatal("no stream leader to kill")
-	}
-	leader.Shutdown()
-	t.Logf("killed the stream leader")
-	time.Sleep(time.Duration(300+rand.IntN(500)) * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	cmd = e.brokerProcess(args...)
-	res := <-produced
-	// The lost node comes back once every event is committed (until then the relay publishes to
-	// the two nodes left); it catches up from them, and the final reads see a whole cluster.
-	leader.Restart()
-	t.Logf("restarted the killed node")
-	var msgs []brokerMsg
-	waitFor(t, 5*time.Minute, "every event in the stream", func() bool {
-		var ok bool
-		msgs, ok = tryNATSMsgs(t, ctx, cl.URL(), "OUTBOX")
-		return ok && relaytest.Check(res, toDeliveries(msgs)).Delivered == len(res.Committed)
-	})
-	var maxLSN int64
-	for _, m := range msgs {
-		maxLSN = max(maxLSN, m.CommitLSN)
-	}
-	waitFor(t, 2*time.Minute, "slot confirmed past the last event", func() bool {
-		c, _ := e.slotLSNs()
-		return c > maxLSN
-	})
-	time.Sleep(200 * time.Millisecond)
-	stopSampling()
-	rep := checkBroker(t, res, natsMsgs(t, ctx, cl.URL(), "OUTBOX"), samples())
-	t.Logf("duplicates %d of %d events", rep.Duplicates, rep.Committed)
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("SIGTERM: exit %v, want 0", err)
-	}
 }
 
 // A poison message in a batch to NATS: JetStream refuses one event (bigger than the stream's
