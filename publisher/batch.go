@@ -313,18 +313,11 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 // goneBatch handles a 410 Gone answer to a batch under GonePause as gone does for one event:
 // the pipeline pauses, and the batch waits as formed, its attempt not counted, until a resume.
 func (p *Publisher) goneBatch(ctx context.Context, b *batch, o Result) {
-	first := b.items[0].ev
-	reason := "the endpoint answered 410 Gone (a batch of " + strconv.Itoa(len(b.items)) + " events from " + first.ID +
-		"): it says it is gone; resume once it accepts events again"
-	p.Pause(reason)
 	for _, it := range b.items {
 		it.attempt--
 	}
-	p.sched.requeueBatch(b)
-	recorded := p.cfg.RecordPause == nil || p.durably(ctx, "record pause", func(ctx context.Context) error {
-		return p.cfg.RecordPause(ctx, reason)
-	})
-	p.logGone(first, o, recorded)
+	what := "a batch of " + strconv.Itoa(len(b.items)) + " events from " + b.items[0].ev.ID
+	p.pauseOnGone(ctx, what, b.items[0].ev, o, func() { p.sched.requeueBatch(b) })
 }
 
 func (p *Publisher) deliveredBatch(ctx context.Context, b *batch) {

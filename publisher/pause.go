@@ -47,15 +47,20 @@ func (p *Publisher) Paused() (bool, string) {
 // RecordPause), and the event goes back to the head of its key, undelivered and not parked, its
 // attempt not counted towards MaxAttempts; `outbox-relay resume` sends it again.
 func (p *Publisher) gone(ctx context.Context, it *item, o Result) {
-	ev := it.ev
-	reason := "the endpoint answered 410 Gone (event " + ev.ID + "): it says it is gone; resume once it accepts events again"
-	p.Pause(reason)
 	it.attempt--
-	p.sched.requeue(it)
+	p.pauseOnGone(ctx, "event "+it.ev.ID, it.ev, o, func() { p.sched.requeue(it) })
+}
+
+// pauseOnGone pauses the pipeline for a 410 Gone answer to what (an event, a batch), puts back
+// what was sent with requeue (behind the pause), records the pause durably and logs it.
+func (p *Publisher) pauseOnGone(ctx context.Context, what string, first *cdc.Event, o Result, requeue func()) {
+	reason := "the endpoint answered 410 Gone (" + what + "): it says it is gone; resume once it accepts events again"
+	p.Pause(reason)
+	requeue()
 	recorded := p.cfg.RecordPause == nil || p.durably(ctx, "record pause", func(ctx context.Context) error {
 		return p.cfg.RecordPause(ctx, reason)
 	})
-	p.logGone(ev, o, recorded)
+	p.logGone(first, o, recorded)
 }
 
 func (p *Publisher) logGone(ev *cdc.Event, o Result, recorded bool) {
