@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/desttest"
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -154,46 +153,6 @@ func TestSendMessageAndDuplicate(t *testing.T) {
 	}
 }
 
-// acks records the events the publisher settled, in order.
-// counting counts the failed attempts of a destination.
-type counting struct {
-	*Destination
-	failed  atomic.Int64
-	batches atomic.Int64 // batches of more than one event sent
-}
-
-func (c *counting) Send(ctx context.Context, ev *cdc.Event, attempt int) publisher.Result {
-	r := c.Destination.Send(ctx, ev, attempt)
-	if !r.Delivered {
-		c.failed.Add(1)
-	}
-	return r
-}
-
-// countingBatches counts the failed batches too, and keeps the destination a
-// PartialBatchDestination.
-type countingBatches struct{ *counting }
-
-func (c *countingBatches) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) publisher.Result {
-	if len(evs) > 1 {
-		c.batches.Add(1)
-	}
-	r := c.Destination.SendBatch(ctx, evs, attempt)
-	if !r.Delivered {
-		c.failed.Add(1)
-	}
-	return r
-}
-
-type acks struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (a *acks) Ack(ev *cdc.Event)          { a.mu.Lock(); a.ids = append(a.ids, ev.ID); a.mu.Unlock() }
-func (a *acks) Grow(*cdc.Tx, []*cdc.Event) {}
-func (a *acks) n() int                     { a.mu.Lock(); defer a.mu.Unlock(); return len(a.ids) }
-
 // The publisher through this destination while the server crashes and comes back, twice:
 // every event ends up in the stream, each aggregate's first appearances are in commit order
 // (retries included), and every event acknowledged to the publisher is in the stream.
@@ -215,83 +174,21 @@ func testOrderAcrossRestarts(t *testing.T, batch publisher.Batch) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	a := &acks{}
-	cd := &counting{Destination: d}
-	var dest publisher.Destination = cd
-	if batch.Enabled() {
-		dest = &countingBatches{cd}
-	}
-	pub := publisher.New(publisher.Config{MaxInFlight: 16, RetryMin: 20 * time.Millisecond,
-		RetryMax: 200 * time.Millisecond, Batch: batch}, dest, a, nil)
-	const aggs, per = 20, 50
-	txs := make(chan *cdc.Tx)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); pub.Run(runCtx, txs) }()
 	// The broker goes down twice while events keep coming and comes back on the same store:
 	// first briefly, so that what the client buffers while it reconnects is sent after the
 	// restart and acknowledged in time (while what was in flight at the crash is lost), then for
 	// longer than the request timeout, so that attempts fail even when none was in flight.
-	faults := make(chan struct{})
-	go func() {
-		defer close(faults)
-		for i, at := range []int{aggs * per / 4, aggs * per / 2} {
-			for a.n() < at && ctx.Err() == nil {
-				time.Sleep(time.Millisecond)
-			}
-			srv.Shutdown()
-			time.Sleep([]time.Duration{200 * time.Millisecond, time.Second}[i])
-			srv.Restart()
-		}
-	}()
-	total := 0
-	for n := 0; n < per; n++ {
-		for g := 0; g < aggs; g++ {
-			txs <- event(fmt.Sprintf("agg-%02d", g), n).Tx
-			total++
-		}
-	}
-	<-faults
-	for a.n() < total {
-		if ctx.Err() != nil {
-			t.Fatalf("%d of %d events acknowledged", a.n(), total)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	<-done
-	if cd.failed.Load() == 0 {
-		t.Fatal("no attempt failed: the restarts were not noticed, so this test tested no retry")
-	}
+	acked := desttest.AcrossOutages(t, ctx, d, batch, event, func(i int) {
+		srv.Shutdown()
+		time.Sleep([]time.Duration{200 * time.Millisecond, time.Second}[i])
+		srv.Restart()
+	})
 	msgs := natstest.ReadStream(ctx, t, srv.URL(), "OUTBOX")
-	seen := map[string]bool{}
-	next := map[string]int{}
-	for _, m := range msgs {
-		id := m.Header.Get("Nats-Msg-Id")
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		agg := m.Header.Get("X-Aggregate-Id")
-		var n int
-		fmt.Sscanf(strings.TrimPrefix(id, agg+"-"), "%d", &n)
-		if n != next[agg] {
-			t.Fatalf("aggregate %s: first appearance of event %d at stream seq %d, want event %d (commit order)", agg, n, m.Seq, next[agg])
-		}
-		next[agg]++
+	stored := make([]desttest.Stored, len(msgs))
+	for i, m := range msgs {
+		stored[i] = desttest.Stored{ID: m.Header.Get("Nats-Msg-Id"), Aggregate: m.Header.Get("X-Aggregate-Id"),
+			Where: fmt.Sprintf("stream seq %d", m.Seq)}
 	}
-	a.mu.Lock()
-	for _, id := range a.ids {
-		if !seen[id] {
-			t.Errorf("event %s acknowledged but not in the stream", id)
-		}
-	}
-	a.mu.Unlock()
-	if len(seen) != total {
-		t.Fatalf("%d distinct events in the stream, want %d", len(seen), total)
-	}
-	t.Logf("%d failed attempts; %d messages stored for %d events", cd.failed.Load(), len(msgs), total)
-	if batch.Enabled() && cd.batches.Load() == 0 {
-		t.Fatal("no batch was sent: this run tested single events only")
-	}
+	n := desttest.CheckOrder(t, stored, acked)
+	t.Logf("%d messages stored for %d events", len(msgs), n)
 }
