@@ -6,8 +6,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -47,29 +48,60 @@ func TestHistSinceCountsOnlyNewObservations(t *testing.T) {
 	}
 }
 
-// readRelay must find the relay's real series, under their real names.
+// readRelay must read the relay's real series, under their real names and types.
 func TestReadRelayFromTheRelaysRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	rec := metrics.NewRecorder(reg)
-	relay.RegisterMetrics(rec)
-	rec.Collector("outbox_relay_events_delivered_total").(prometheus.Counter).Add(7)
-	attempts := rec.Collector("outbox_relay_delivery_attempts_total").(*prometheus.CounterVec)
+	relay.RegisterMetrics(reg)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]dto.MetricType{}
+	for _, f := range families {
+		types[f.GetName()] = f.GetType()
+	}
+	for name, want := range map[string]dto.MetricType{seriesDelivered: dto.MetricType_COUNTER,
+		seriesAttempts: dto.MetricType_COUNTER, seriesLag: dto.MetricType_GAUGE, seriesEndToEnd: dto.MetricType_HISTOGRAM} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
+			t.Errorf("%s: %d series, %v: the relay does not export it", name, n, err)
+		}
+		if types[name] != want {
+			t.Errorf("%s is a %v in the relay, readRelay reads a %v", name, types[name], want)
+		}
+	}
+
+	// The same series written, one pipeline's apart from the audit pipeline's.
+	vals := prometheus.NewRegistry()
+	own := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": "default"}, vals)
+	audit := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipelineAudit}, vals)
+	delivered := prometheus.NewCounter(prometheus.CounterOpts{Name: seriesDelivered, Help: "h"})
+	audited := prometheus.NewCounter(prometheus.CounterOpts{Name: seriesDelivered, Help: "h"})
+	attempts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: seriesAttempts, Help: "h"}, []string{"result"})
+	lag := prometheus.NewGauge(prometheus.GaugeOpts{Name: seriesLag, Help: "h"})
+	endToEnd := prometheus.NewHistogram(prometheus.HistogramOpts{Name: seriesEndToEnd, Help: "h",
+		Buckets: []float64{0.001, 0.002, 0.004, 0.008}})
+	own.MustRegister(delivered, attempts, lag, endToEnd)
+	audit.MustRegister(audited)
+	delivered.Add(7)
+	audited.Add(2)
 	attempts.WithLabelValues(publisher.ResultSuccess).Add(7)
 	attempts.WithLabelValues(publisher.Result5xx).Add(3)
 	attempts.WithLabelValues(publisher.ResultTimeout).Add(1)
-	rec.Collector("outbox_relay_replication_lag_bytes").(prometheus.Gauge).Set(2048)
-	endToEnd := rec.Collector("outbox_relay_end_to_end_seconds").(prometheus.Histogram)
+	lag.Set(2048)
 	for i := 0; i < 100; i++ {
 		endToEnd.Observe(0.003)
 	}
-	families, err := reg.Gather()
+	if got := testutil.ToFloat64(delivered); got != 7 {
+		t.Fatalf("delivered counter reads %v, want 7", got)
+	}
+	families, err = vals.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var s sample
 	s.readRelay(families)
-	if s.delivered != 7 || s.retries != 4 || s.lagBytes != 2048 {
-		t.Fatalf("delivered=%d retries=%d lag=%d, want 7, 4, 2048", s.delivered, s.retries, s.lagBytes)
+	if s.delivered != 7 || s.audited != 2 || s.retries != 4 || s.lagBytes != 2048 {
+		t.Fatalf("delivered=%d audited=%d retries=%d lag=%d, want 7, 2, 4, 2048", s.delivered, s.audited, s.retries, s.lagBytes)
 	}
 	if p99, ok := s.e2e.quantile(0.99); !ok || p99 < 2*time.Millisecond || p99 > 4*time.Millisecond {
 		t.Fatalf("p99 = %v, %v; want within the 2-4ms bucket", p99, ok)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -15,10 +14,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -36,17 +35,21 @@ type series struct {
 }
 
 // registered returns every family a relay registers (relay.RegisterMetrics: the wiring's, the
-// stream's, the publisher's and the marker's), by name. A vector with no children is absent
-// from Gather, so each registered vector first gets a child with placeholder label values; a
-// vector added later is covered without touching this test.
+// stream's, the publisher's and the marker's), by name. Every collector must export at least one
+// series before its first write (a vector's children created up front), so that a dashboard
+// reads 0 rather than no data and every family shows in Gather; a collector added later is
+// checked without touching this test.
 func registered(t *testing.T) map[string]series {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	rec := metrics.NewRecorder(reg)
+	rec := &recording{Registerer: reg}
 	relay.RegisterMetrics(rec)
-	for _, name := range rec.Names() {
-		if vec := metricVec(reflect.ValueOf(rec.Collector(name))); vec != nil {
-			touch(t, name, vec)
+	if len(rec.all) == 0 {
+		t.Fatal("relay.RegisterMetrics registered nothing")
+	}
+	for _, c := range rec.all {
+		if testutil.CollectAndCount(c) == 0 {
+			t.Errorf("%s exports no series before its first write: create its children up front", describe(c))
 		}
 	}
 	families, err := reg.Gather()
@@ -67,29 +70,38 @@ func registered(t *testing.T) map[string]series {
 	return out
 }
 
-// metricVec returns the *prometheus.MetricVec embedded in a CounterVec, GaugeVec or
-// HistogramVec field, or nil for a plain metric.
-func metricVec(field reflect.Value) *prometheus.MetricVec {
-	if field.Kind() != reflect.Pointer || field.IsNil() || field.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	embedded := field.Elem().FieldByName("MetricVec")
-	if !embedded.IsValid() {
-		return nil
-	}
-	vec, _ := embedded.Interface().(*prometheus.MetricVec)
-	return vec
+// recording is a Registerer that keeps every collector registered through it (a pipeline's
+// collectors as wrapped with its label).
+type recording struct {
+	prometheus.Registerer
+	all []prometheus.Collector
 }
 
-// touch creates one child of vec, trying label counts until the vector accepts one.
-func touch(t *testing.T, name string, vec *prometheus.MetricVec) {
-	t.Helper()
-	for n := 1; n <= 16; n++ {
-		if _, err := vec.GetMetricWithLabelValues(slices.Repeat([]string{"placeholder"}, n)...); err == nil {
-			return
+func (r *recording) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.all = append(r.all, c)
+	return nil
+}
+
+func (r *recording) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
 		}
 	}
-	t.Fatalf("%s: no label count from 1 to 16 is accepted", name)
+}
+
+// describe names a collector by its descriptors, for an error message.
+func describe(c prometheus.Collector) string {
+	descs := make(chan *prometheus.Desc)
+	go func() { c.Describe(descs); close(descs) }()
+	var out []string
+	for d := range descs {
+		out = append(out, d.String())
+	}
+	return strings.Join(out, ", ")
 }
 
 // identifier is a PromQL metric name or label name token.

@@ -7,10 +7,6 @@ package metrics
 
 import (
 	"errors"
-	"reflect"
-	"regexp"
-	"sync"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -89,84 +85,3 @@ func New(reg prometheus.Registerer) *Metrics {
 
 // Discard returns metrics registered nowhere, for components built without a registry.
 func Discard() *Metrics { return New(nil) }
-
-// Recorder is a Registerer that remembers every collector registered through it by the name
-// of its first series, so that a test can write a component's series, or touch a vector so it
-// is gathered. Use it only in tests.
-type Recorder struct {
-	prometheus.Registerer
-	mu     sync.Mutex
-	byName map[string]prometheus.Collector
-}
-
-// NewRecorder returns a Recorder registering on reg.
-func NewRecorder(reg prometheus.Registerer) *Recorder {
-	return &Recorder{Registerer: reg, byName: map[string]prometheus.Collector{}}
-}
-
-var fqName = regexp.MustCompile(`fqName: "([^"]*)"`)
-
-// Register registers c and remembers it.
-func (r *Recorder) Register(c prometheus.Collector) error {
-	if err := r.Registerer.Register(c); err != nil {
-		return err
-	}
-	descs := make(chan *prometheus.Desc, 256)
-	go func() { c.Describe(descs); close(descs) }()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for d := range descs {
-		if m := fqName.FindStringSubmatch(d.String()); m != nil {
-			if _, seen := r.byName[m[1]]; !seen {
-				r.byName[m[1]] = unwrap(c)
-			}
-		}
-	}
-	return nil
-}
-
-// unwrap returns the collector that prometheus.WrapRegistererWith wrapped (a pipeline's
-// label), so that a test can write the component's own series; any other collector as it is.
-// The wrapper's type is unexported, hence the reflection: this is test support only.
-func unwrap(c prometheus.Collector) prometheus.Collector {
-	v := reflect.ValueOf(c)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return c
-	}
-	f := v.Elem().FieldByName("wrappedCollector")
-	if !f.IsValid() || f.Type() != reflect.TypeFor[prometheus.Collector]() {
-		return c
-	}
-	inner, ok := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(prometheus.Collector)
-	if !ok || inner == nil {
-		return c
-	}
-	return unwrap(inner)
-}
-
-// MustRegister registers cs and remembers them; it panics on an error.
-func (r *Recorder) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-// Collector returns the collector registered for the series name (outbox_relay_...), or nil.
-func (r *Recorder) Collector(name string) prometheus.Collector {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.byName[name]
-}
-
-// Names returns the names of the collectors registered, in no order.
-func (r *Recorder) Names() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	names := make([]string, 0, len(r.byName))
-	for n := range r.byName {
-		names = append(names, n)
-	}
-	return names
-}
