@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // OutboxTable is the table whose inserts become events, in schema OutboxSchema. A table of
@@ -180,14 +183,12 @@ func (d *Decoder) insert(b []byte) error {
 	if !rel.outbox {
 		return nil
 	}
-	ev, err := rel.cols.event(b[5:])
+	m, err := rel.cols.message(b[5:])
 	if err != nil {
 		return err
 	}
-	ev.Index = len(d.open.Events)
-	ev.Tx = d.open
-	d.open.Events = append(d.open.Events, ev)
-	d.open.bytes += ev.Size()
+	d.open.Events = append(d.open.Events, m)
+	d.open.bytes += size(m)
 	return nil
 }
 
@@ -216,12 +217,11 @@ func (d *Decoder) message(b []byte) error {
 	if err := json.Unmarshal(rest[4:4+l], &req); err != nil || (len(req.Aggregates) == 0 && req.SinceRequest == 0) {
 		return nil
 	}
-	ev := &Event{ReplaySince: req.SinceRequest, ReplayPipeline: req.Pipeline, Index: len(d.open.Events), Tx: d.open}
-	if len(req.Aggregates) > 0 {
-		ev.Replay = req.Aggregates
+	if len(req.Aggregates) == 0 {
+		req.Aggregates = nil
 	}
-	d.open.Events = append(d.open.Events, ev)
-	d.open.bytes += ev.Size()
+	d.open.Controls = append(d.open.Controls, Control{At: len(d.open.Events), Replay: &req})
+	d.open.bytes += eventOverhead
 	return nil
 }
 
@@ -232,12 +232,32 @@ func (d *Decoder) commit(m *pglogrepl.CommitMessage) (*Tx, error) {
 	}
 	d.open = nil
 	tx.CommitLSN, tx.EndLSN, tx.CommitTime = m.CommitLSN, m.TransactionEndLSN, m.CommitTime
-	tx.remaining = len(tx.Events)
+	tx.stamp()
 	return tx, nil
 }
 
-// event decodes a TupleData into an Event, copying what it keeps.
-func (c columns) event(b []byte) (*Event, error) {
+// stamp gives every event its Sequence, from the commit LSN and its index, and its CommitTime.
+// The sequences of a transaction share one allocation.
+func (tx *Tx) stamp() {
+	if len(tx.Events) == 0 {
+		return
+	}
+	var b strings.Builder
+	b.Grow(len(tx.Events) * envelope.SequenceLen)
+	var one [envelope.SequenceLen]byte
+	for i := range tx.Events {
+		b.Write(envelope.AppendSequence(one[:0], uint64(tx.CommitLSN), i))
+	}
+	all := b.String()
+	for i, m := range tx.Events {
+		m.Sequence = all[i*envelope.SequenceLen : (i+1)*envelope.SequenceLen]
+		m.CommitTime = tx.CommitTime
+	}
+}
+
+// message decodes a TupleData into a Message, copying what it keeps. Its Sequence and
+// CommitTime are set at the commit.
+func (c columns) message(b []byte) (*envelope.Message, error) {
 	vals, err := tupleValues(b)
 	if err != nil {
 		return nil, err
@@ -255,7 +275,7 @@ func (c columns) event(b []byte) (*Event, error) {
 			f[k] = vals[i]
 		}
 	}
-	return &Event{
+	return &envelope.Message{
 		ID: string(f[0]), AggregateType: string(f[1]), AggregateID: string(f[2]), EventType: string(f[3]),
 		Payload: bytes.Clone(f[4]), Headers: bytes.Clone(f[5]), CreatedAt: parseTimestamptz(f[6]),
 	}, nil

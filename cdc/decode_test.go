@@ -3,7 +3,10 @@ package cdc
 import (
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // pgoutput v1 message builders, following the protocol documentation's message formats.
@@ -89,8 +92,13 @@ func TestDecodeTransaction(t *testing.T) {
 	}
 	ev := tx.Events[1]
 	if ev.ID != "a2" || ev.AggregateType != "order" || ev.AggregateID != "43" || ev.EventType != "order.created" ||
-		string(ev.Payload) != `{"n": 1}` || ev.Index != 1 || ev.Tx != tx || ev.Headers != nil {
+		string(ev.Payload) != `{"n": 1}` || ev.Headers != nil {
 		t.Fatalf("event = %+v", ev)
+	}
+	// The stream position of the event is computed once, at the commit.
+	if ev.Sequence != "0000000001538A30-00000001" || tx.Events[0].Sequence != "0000000001538A30-00000000" ||
+		!ev.CommitTime.Equal(tx.CommitTime) || ev.CommitTime.IsZero() {
+		t.Fatalf("sequence %q, %q; commit time %v (tx %v)", tx.Events[0].Sequence, ev.Sequence, ev.CommitTime, tx.CommitTime)
 	}
 	if ev.CreatedAt.IsZero() || ev.CreatedAt.Nanosecond() != 123456000 {
 		t.Fatalf("created_at = %v", ev.CreatedAt)
@@ -169,8 +177,13 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		for i, ev := range tx.Events {
-			if ev.Tx != tx || ev.Index != i {
+			if ev.Sequence != envelope.Sequence(uint64(tx.CommitLSN), i) || !ev.CommitTime.Equal(tx.CommitTime) {
 				t.Fatalf("inconsistent event %d: %+v", i, ev)
+			}
+		}
+		for _, c := range tx.Controls {
+			if c.Replay == nil || c.At < 0 || c.At > len(tx.Events) {
+				t.Fatalf("inconsistent control record: %+v", c)
 			}
 		}
 	})
@@ -190,11 +203,19 @@ func TestDecodeReplayRequest(t *testing.T) {
 	d := NewDecoder()
 	mustDecode(t, d, msgRelation(1, "outbox_events", outboxCols...))
 	mustDecode(t, d, msgBegin(10, 1))
+	mustDecode(t, d, msgInsert(1, outboxRow("before", "1")...))
 	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[{"type":"order","id":"42"}]}`))
 	mustDecode(t, d, msgMessage(true, "someone.else", `{"aggregates":[{"type":"x","id":"y"}]}`))
 	mustDecode(t, d, msgMessage(true, ReplayPrefix, `not json`))
+	mustDecode(t, d, msgInsert(1, outboxRow("after", "1")...))
 	tx := mustDecode(t, d, msgCommit(10, 20))
-	if len(tx.Events) != 1 || len(tx.Events[0].Replay) != 1 || tx.Events[0].Replay[0] != (Aggregate{"order", "42"}) {
+	// The request travels beside the rows, at its place between them; the rows are only rows.
+	if len(tx.Controls) != 1 || tx.Controls[0].At != 1 || tx.Controls[0].Replay == nil ||
+		!reflect.DeepEqual(tx.Controls[0].Replay.Aggregates, []Aggregate{{"order", "42"}}) {
+		t.Fatalf("controls = %+v", tx.Controls)
+	}
+	if len(tx.Events) != 2 || tx.Events[0].ID != "before" || tx.Events[1].ID != "after" ||
+		tx.Events[1].Sequence != envelope.Sequence(10, 1) {
 		t.Fatalf("events = %+v", tx.Events)
 	}
 	// A non-transactional message arrives outside any transaction and is ignored.
@@ -212,23 +233,30 @@ func TestDecodeReplaySinceRequest(t *testing.T) {
 	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[],"since_request":7,"pipeline":"billing"}`))
 	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[],"pipeline":"billing"}`))
 	tx := mustDecode(t, d, msgCommit(10, 20))
-	if len(tx.Events) != 1 || tx.Events[0].ReplaySince != 7 || tx.Events[0].ReplayPipeline != "billing" || tx.Events[0].Replay != nil {
-		t.Fatalf("events = %+v", tx.Events)
+	if len(tx.Events) != 0 || len(tx.Controls) != 1 {
+		t.Fatalf("events = %+v, controls = %+v", tx.Events, tx.Controls)
+	}
+	if r := tx.Controls[0].Replay; r == nil || r.SinceRequest != 7 || r.Pipeline != "billing" || r.Aggregates != nil {
+		t.Fatalf("replay request = %+v", r)
 	}
 }
 
 func TestTrackerGrowHoldsTheTransaction(t *testing.T) {
 	tr := NewTracker(100, 1<<20)
-	req := newTx(100, 1) // one replay request
+	req := newTx(100, 0)
+	req.Controls = []Control{{Replay: &ReplayRequest{SinceRequest: 1}}}
 	tr.Add(req)
-	more := []*Event{{ID: "a", Tx: req}, {ID: "b", Tx: req}}
+	if tr.Confirmable() != 0 {
+		t.Fatal("confirmed a replay request before it was carried out")
+	}
+	more := []*envelope.Message{{ID: "a"}, {ID: "b"}}
 	tr.Grow(req, more)
-	tr.Ack(req.Events[0])
+	tr.AckControl(req)
 	if tr.Confirmable() != 0 {
 		t.Fatal("confirmed a replay before its events were delivered")
 	}
-	tr.Ack(more[0])
-	tr.Ack(more[1])
+	tr.Ack(req, more[0])
+	tr.Ack(req, more[1])
 	if tr.Confirmable() != 100 {
 		t.Fatalf("confirmable %s", tr.Confirmable())
 	}

@@ -4,36 +4,9 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
-
-// Event is one committed outbox_events row.
-type Event struct {
-	ID            string // uuid, text form
-	AggregateType string
-	AggregateID   string
-	EventType     string
-	Payload       []byte // the jsonb column's text, as PostgreSQL outputs it
-	Headers       []byte // the optional headers jsonb column, nil when absent or NULL
-	CreatedAt     time.Time
-	Index         int // position within its transaction, from 0
-	// Seq, when set, is the event's original stream position (X-Event-Sequence), kept by a
-	// replayed event; otherwise the position derives from Tx and Index.
-	Seq string
-	// Replay, when not nil, makes this a replay request (a logical decoding message written by
-	// `outbox-relay replay`), not a row: re-send the dead-lettered and parked events of these
-	// aggregates at this point of the stream.
-	Replay []Aggregate
-	// ReplayPipeline is the replay request's ReplayRequest.Pipeline ("" for "default").
-	ReplayPipeline string
-	// ReplaySince, when not zero, makes this a `replay --since` request (the id of its
-	// outbox_replays row) for pipeline ReplayPipeline, not a row.
-	ReplaySince int64
-	// Replayed marks a row re-sent by a `replay --since` request: it belongs to the request's
-	// transaction (Tx) and keeps its original Seq.
-	Replayed bool
-
-	Tx *Tx // the transaction that committed it
-}
 
 // Aggregate names an aggregate: the ordering key.
 type Aggregate struct {
@@ -41,7 +14,7 @@ type Aggregate struct {
 	ID   string `json:"id"`
 }
 
-// Key is the aggregate's ordering key, as Event.Key.
+// Key is the aggregate's ordering key, as a string.
 func (a Aggregate) Key() string { return a.Type + "\x00" + a.ID }
 
 // ReplayPrefix is the prefix of the transactional logical decoding message that requests a
@@ -60,25 +33,25 @@ type ReplayRequest struct {
 	SinceRequest int64 `json:"since_request,omitempty"`
 }
 
-// Key is the ordering key: events with equal keys are delivered one at a time, in commit order.
-func (e *Event) Key() string { return e.AggregateType + "\x00" + e.AggregateID }
-
-// Size is the event's weight against the buffer's byte limit.
-func (e *Event) Size() int {
-	return len(e.ID) + len(e.AggregateType) + len(e.AggregateID) + len(e.EventType) +
-		len(e.Payload) + len(e.Headers) + eventOverhead
+// size is an event's weight against the buffer's byte limit.
+func size(m *envelope.Message) int {
+	return len(m.ID) + len(m.AggregateType) + len(m.AggregateID) + len(m.EventType) +
+		len(m.Payload) + len(m.Headers) + eventOverhead
 }
 
-// eventOverhead approximates the struct, map and queue bookkeeping per buffered event.
+// eventOverhead approximates the struct, map and queue bookkeeping per buffered event (or
+// control record).
 const eventOverhead = 256
 
-// Tx is one committed transaction's outbox rows.
+// Tx is one committed transaction's outbox rows, and the control records beside them.
 type Tx struct {
 	Xid        uint32
 	CommitLSN  pglogrepl.LSN // LSN of the commit record
 	EndLSN     pglogrepl.LSN // end of the commit record: what is confirmed once delivered
 	CommitTime time.Time
-	Events     []*Event
+	Events     []*envelope.Message
+	// Controls are settled (Tracker.AckControl) like events before the transaction is confirmed.
+	Controls []Control
 	// Backfill marks a batch of rows read from the table, not the stream (see the publisher's
 	// backfill): the Tracker does not track it.
 	Backfill bool
@@ -88,6 +61,14 @@ type Tx struct {
 	// session or process may already have delivered it and not confirmed it yet.
 	Resent bool
 
-	remaining int // undelivered events, guarded by the Tracker
+	remaining int // undelivered events and controls, guarded by the Tracker
 	bytes     int
+}
+
+// Control is an operator's request met in the stream: it takes effect at its place in commit
+// order, after the At events of its transaction before it. One of its kinds is set.
+type Control struct {
+	At int
+	// Replay is a replay request (a logical decoding message with ReplayPrefix).
+	Replay *ReplayRequest
 }

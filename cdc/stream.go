@@ -479,8 +479,9 @@ func (l *loop) committed(ctx context.Context, tx *Tx) error {
 	tx.Session, tx.Resent = l.session, tx.CommitTime.Before(l.started)
 	l.walEnd = max(l.walEnd, tx.EndLSN)
 	s.tracker.Add(tx)
-	s.m.EventsReceived.Add(float64(len(tx.Events)))
-	if len(tx.Events) == 0 {
+	// A control record has always counted as an event received.
+	s.m.EventsReceived.Add(float64(len(tx.Events) + len(tx.Controls)))
+	if len(tx.Events)+len(tx.Controls) == 0 {
 		return nil
 	}
 	return l.handoff(ctx, tx)

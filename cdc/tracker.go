@@ -5,15 +5,19 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // Tracker is the single source of truth for what may be confirmed to the server. It keeps the
-// received transactions in stream (commit) order, each with a count of undelivered events. When
-// the oldest transaction's count reaches zero it is popped and its end LSN becomes confirmable;
-// so the lowest undelivered event always pins the confirmation. It also weighs the buffer:
-// events and bytes received and not yet delivered.
+// received transactions in stream (commit) order, each with a count of unsettled events and
+// control records. When the oldest transaction's count reaches zero it is popped and its end
+// LSN becomes confirmable; so the lowest undelivered event always pins the confirmation. It
+// also weighs the buffer: events (control records count as events) and bytes received and not
+// yet settled.
 //
-// Add is called by the stream's goroutine only; Ack by any number of delivery goroutines.
+// Add is called by the stream's goroutine only; Ack, AckControl and Grow by any number of
+// delivery goroutines.
 type Tracker struct {
 	mu          sync.Mutex
 	fifo        []*Tx
@@ -38,36 +42,42 @@ func NewTracker(maxEvents, maxBytes int) *Tracker {
 func (t *Tracker) Add(tx *Tx) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tx.remaining = len(tx.Events)
-	t.events += len(tx.Events)
+	tx.remaining = len(tx.Events) + len(tx.Controls)
+	t.events += tx.remaining
 	t.bytes += tx.bytes
 	t.fifo = append(t.fifo, tx)
 	t.popLocked()
 }
 
-// Grow adds events to a transaction that is still outstanding: the events a replay request
-// (an event of tx) stands for. Call it before acknowledging the request itself.
-func (t *Tracker) Grow(tx *Tx, evs []*Event) {
+// Grow adds events to a transaction that is still outstanding: the events one of its control
+// records (a replay request) stands for. Call it before settling that record.
+func (t *Tracker) Grow(tx *Tx, ms []*envelope.Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, ev := range evs {
+	for _, m := range ms {
 		tx.remaining++
 		t.events++
-		t.bytes += ev.Size()
+		t.bytes += size(m)
 	}
 }
 
-// Ack records that ev is settled (delivered, or durably parked) and will not be sent again by
-// this process.
-func (t *Tracker) Ack(ev *Event) {
-	if ev.Tx.Backfill {
+// Ack records that m, an event of tx (or one Grow added to it), is settled (delivered, or
+// durably parked) and will not be sent again by this process.
+func (t *Tracker) Ack(tx *Tx, m *envelope.Message) { t.settle(tx, size(m)) }
+
+// AckControl records that a control record of tx is carried out (a replay request, once the
+// events it stands for are added with Grow, or once it is complete).
+func (t *Tracker) AckControl(tx *Tx) { t.settle(tx, eventOverhead) }
+
+func (t *Tracker) settle(tx *Tx, bytes int) {
+	if tx.Backfill {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ev.Tx.remaining--
+	tx.remaining--
 	t.events--
-	t.bytes -= ev.Size()
+	t.bytes -= bytes
 	t.popLocked()
 	t.signal()
 }

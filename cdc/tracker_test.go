@@ -4,17 +4,22 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 func newTx(end pglogrepl.LSN, n int) *Tx {
 	tx := &Tx{EndLSN: end}
 	for i := 0; i < n; i++ {
-		ev := &Event{ID: "e", Index: i, Tx: tx, Payload: []byte("{}")}
-		tx.Events = append(tx.Events, ev)
-		tx.bytes += ev.Size()
+		m := &envelope.Message{ID: "e", Payload: []byte("{}")}
+		tx.Events = append(tx.Events, m)
+		tx.bytes += size(m)
 	}
 	return tx
 }
+
+// ack settles the i-th event of tx.
+func ack(tr *Tracker, tx *Tx, i int) { tr.Ack(tx, tx.Events[i]) }
 
 func TestTrackerConfirmsOnlyAContiguousDeliveredPrefix(t *testing.T) {
 	tr := NewTracker(1000, 1<<20)
@@ -23,16 +28,17 @@ func TestTrackerConfirmsOnlyAContiguousDeliveredPrefix(t *testing.T) {
 	tr.Add(b)
 	tr.Add(c)
 	steps := []struct {
-		ack  *Event
+		tx   *Tx
+		i    int
 		want pglogrepl.LSN
 	}{
-		{c.Events[0], 0},   // a later transaction done first: nothing confirmable
-		{a.Events[1], 0},   // a has one event left
-		{b.Events[0], 0},   // b done, but a still pins
-		{a.Events[0], 300}, // a done: a, b, c pop together
+		{c, 0, 0},   // a later transaction done first: nothing confirmable
+		{a, 1, 0},   // a has one event left
+		{b, 0, 0},   // b done, but a still pins
+		{a, 0, 300}, // a done: a, b, c pop together
 	}
 	for i, s := range steps {
-		tr.Ack(s.ack)
+		ack(tr, s.tx, s.i)
 		if got := tr.Confirmable(); got != s.want {
 			t.Fatalf("step %d: confirmable %s, want %s", i, got, s.want)
 		}
@@ -57,7 +63,7 @@ func TestTrackerEmptyTransactionConfirmsAtOnceWhenNothingPrecedes(t *testing.T) 
 	if tr.Confirmable() != 50 {
 		t.Fatalf("empty tx confirmed ahead of an undelivered one: %s", tr.Confirmable())
 	}
-	tr.Ack(a.Events[0])
+	ack(tr, a, 0)
 	if tr.Confirmable() != 70 {
 		t.Fatalf("confirmable %s, want 70", tr.Confirmable())
 	}
@@ -76,7 +82,7 @@ func TestTrackerAdvanceIfIdle(t *testing.T) {
 	if tr.AdvanceIfIdle(900) {
 		t.Fatal("advanced past an undelivered transaction")
 	}
-	tr.Ack(a.Events[0])
+	ack(tr, a, 0)
 	if !tr.AdvanceIfIdle(900) || tr.Confirmable() != 900 {
 		t.Fatalf("confirmable %s", tr.Confirmable())
 	}
@@ -89,7 +95,7 @@ func TestTrackerFullByCountAndBytes(t *testing.T) {
 	if !tr.Full() {
 		t.Fatal("2 events in a 2-event buffer is not full")
 	}
-	tr.Ack(a.Events[0])
+	ack(tr, a, 0)
 	if tr.Full() {
 		t.Fatal("still full after an ack")
 	}
@@ -114,7 +120,7 @@ func TestTrackerCompactsLongQueues(t *testing.T) {
 		tr.Add(tx)
 	}
 	for i, tx := range txs[:4999] {
-		tr.Ack(tx.Events[0])
+		ack(tr, tx, 0)
 		if tr.Confirmable() != pglogrepl.LSN(i+1) {
 			t.Fatalf("after %d acks confirmable %s", i+1, tr.Confirmable())
 		}

@@ -1,48 +1,39 @@
-package publisher
+package envelope
 
 import (
 	"encoding/json"
-	"net/http"
+	"net/textproto"
 	"sort"
 	"strings"
-
-	"github.com/outbox-relay/outbox-relay/cdc"
 )
 
-// eventHeaders passes the headers that describe the event itself to h: X-Event-Id,
-// X-Event-Type, X-Aggregate-Type, X-Aggregate-Id and X-Event-Sequence. A webhook request and a
-// broker message carry the same ones.
-func eventHeaders(ev *cdc.Event, h headerSink) {
-	h.add("X-Event-Id", headerValue(ev.ID))
-	h.add("X-Event-Type", headerValue(ev.EventType))
-	h.add("X-Aggregate-Type", headerValue(ev.AggregateType))
-	h.add("X-Aggregate-Id", headerValue(ev.AggregateID))
-	var seq [25]byte
-	h.addBytes("X-Event-Sequence", appendSequence(seq[:0], ev))
-}
-
 // EachHeader passes the headers of the webhook contract that a broker message carries to f: the
-// event's (X-Event-Id, X-Event-Type, X-Aggregate-Type, X-Aggregate-Id, X-Event-Sequence), then
-// those forwarded from the row's headers column (traceparent, tracestate, X-*). It leaves out
-// what only HTTP needs: Content-Type, User-Agent, X-Attempt and the signature (a broker
-// authenticates its clients itself). Values are made safe for a header line.
-func EachHeader(ev *cdc.Event, f func(k, v string)) {
-	eventHeaders(ev, funcHead(f))
-	if len(ev.Headers) > 0 {
-		forwardHeaders(ev.Headers, f)
+// event's (EventHeaders), then those forwarded from the row's headers column (ForwardHeaders).
+// It leaves out what only HTTP needs: Content-Type, User-Agent, X-Attempt and the signature (a
+// broker authenticates its clients itself). Values are made safe for a header line.
+func EachHeader(m *Message, f func(k, v string)) {
+	EventHeaders(m, f)
+	if len(m.Headers) > 0 {
+		ForwardHeaders(m.Headers, f)
 	}
 }
 
-// funcHead passes headers to a function.
-type funcHead func(k, v string)
+// EventHeaders passes the headers that describe the event itself to f: X-Event-Id,
+// X-Event-Type, X-Aggregate-Type, X-Aggregate-Id and X-Event-Sequence. A webhook request and a
+// broker message carry the same ones.
+func EventHeaders(m *Message, f func(k, v string)) {
+	f("X-Event-Id", HeaderValue(m.ID))
+	f("X-Event-Type", HeaderValue(m.EventType))
+	f("X-Aggregate-Type", HeaderValue(m.AggregateType))
+	f("X-Aggregate-Id", HeaderValue(m.AggregateID))
+	f("X-Event-Sequence", m.Sequence)
+}
 
-func (h funcHead) add(k, v string)             { h(k, v) }
-func (h funcHead) addBytes(k string, v []byte) { h(k, string(v)) }
-
-// forwardHeaders passes on the entries of a row's headers column (a JSON object) that a
-// request may carry: traceparent, tracestate and X-* names, except the contract's own headers,
-// which a row cannot override. Values must be strings. These headers are not signed.
-func forwardHeaders(raw []byte, f func(k, v string)) {
+// ForwardHeaders passes on the entries of a row's headers column (a JSON object) that a
+// request may carry, sorted by name: traceparent, tracestate and X-* names, except the
+// contract's own headers, which a row cannot override. Values must be strings; they are made
+// safe for a header line, and names canonical. These headers are not signed.
+func ForwardHeaders(raw []byte, f func(k, v string)) {
 	var m map[string]any
 	if json.Unmarshal(raw, &m) != nil {
 		return
@@ -57,7 +48,7 @@ func forwardHeaders(raw []byte, f func(k, v string)) {
 		if !ok || !forwardable(k) {
 			continue
 		}
-		f(http.CanonicalHeaderKey(k), headerValue(v))
+		f(textproto.CanonicalMIMEHeaderKey(k), HeaderValue(v))
 	}
 }
 
@@ -95,9 +86,10 @@ func validName(name string) bool {
 	return true
 }
 
-// headerValue returns v with control characters (other than tab) percent-encoded, so a value
-// taken from a row can never end a header line or inject another header.
-func headerValue(v string) string {
+// HeaderValue returns v as it is when it holds no control character, and otherwise with its
+// control characters (other than tab) and '%' percent-encoded, so a value taken from a row can
+// never end a header line or inject another header.
+func HeaderValue(v string) string {
 	clean := true
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {

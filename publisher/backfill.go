@@ -10,15 +10,15 @@ import (
 // backfillPage is how many backfill events are held at once.
 const backfillPage = 4096
 
-// settle records that ev will not be sent again by this process: for a streamed event the
-// tracker is told; a backfill event counts down its page.
-func (p *Publisher) settle(ev *cdc.Event) {
-	if ev.Tx.Backfill {
+// settle records that it will not be sent again by this process: for a streamed event the
+// tracker is told; a backfill event counts down its page, a replay --since event its page.
+func (p *Publisher) settle(it *item) {
+	if it.tx.Backfill {
 		p.backfillLeft.Done()
 		return
 	}
-	p.acker.Ack(ev)
-	if ev.Replayed {
+	p.acker.Ack(it.tx, it.m)
+	if it.since {
 		p.since.left.Done()
 	}
 }

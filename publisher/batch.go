@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // Batch configures batched delivery: one request carries several events (as a CloudEvents
@@ -49,10 +50,10 @@ const narrowAfter = 2
 // BatchDestination is a Destination that can also carry several events in one request.
 type BatchDestination interface {
 	Destination
-	// SendBatch makes one attempt to deliver evs (in this order) together: delivered means
+	// SendBatch makes one attempt to deliver ms (in this order) together: delivered means
 	// every one of them was accepted. attempt is the number of attempts, this one included, of
 	// the event in the batch tried most often.
-	SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) Result
+	SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) Result
 }
 
 // PartialBatchDestination is a BatchDestination whose batch is not one unit: it sends each
@@ -78,21 +79,13 @@ type batch struct {
 	after *batch
 }
 
-func (b *batch) bytes() int {
-	n := 0
-	for _, it := range b.items {
-		n += len(it.ev.Payload)
-	}
-	return n
-}
-
 // split cuts a batch in two: between keys when it has several (both halves may go at once),
 // or in the middle of its one key (the second half then waits for the first).
 func (b *batch) split() (left, right *batch, chained bool) {
 	n := len(b.items)
 	cut, best := -1, n
 	for i := 1; i < n; i++ {
-		if b.items[i].ev.Key() != b.items[i-1].ev.Key() {
+		if b.items[i].key() != b.items[i-1].key() {
 			if d := abs(2*i - n); d < best {
 				cut, best = i, d
 			}
@@ -143,12 +136,12 @@ func (s *scheduler) nextBatch(cfg Batch) *batch {
 	take := func() {
 		for s.ready.len() > 0 && !full() {
 			h := s.ready.peek()
-			if len(heads) > 0 && size+len(h.ev.Payload) > cfg.MaxBytes {
+			if len(heads) > 0 && size+len(h.m.Payload) > cfg.MaxBytes {
 				return
 			}
 			s.ready.pop()
 			heads = append(heads, h)
-			count, size = count+s.claim(cfg, h), size+len(h.ev.Payload)
+			count, size = count+s.claim(cfg, h), size+len(h.m.Payload)
 		}
 	}
 	take()
@@ -176,21 +169,21 @@ func (s *scheduler) nextBatch(cfg Batch) *batch {
 	b := &batch{}
 	count, size = len(heads), 0
 	for _, h := range heads {
-		size += len(h.ev.Payload)
+		size += len(h.m.Payload)
 	}
 	for _, h := range heads {
-		q := s.keys[h.ev.Key()]
+		q := s.keys[h.key()]
 		b.items = append(b.items, h)
 		if cfg.onePerKey {
 			continue
 		}
 		for i := 1; i < q.len() && count < cfg.MaxEvents; i++ {
 			it := q.at(i)
-			if size+len(it.ev.Payload) > cfg.MaxBytes {
+			if size+len(it.m.Payload) > cfg.MaxBytes {
 				break
 			}
 			b.items = append(b.items, it)
-			count, size = count+1, size+len(it.ev.Payload)
+			count, size = count+1, size+len(it.m.Payload)
 		}
 	}
 	return b
@@ -202,7 +195,7 @@ func (s *scheduler) claim(cfg Batch, h *item) int {
 	if cfg.onePerKey {
 		return 1
 	}
-	return s.keys[h.ev.Key()].len()
+	return s.keys[h.key()].len()
 }
 
 // retryBatchIn makes a failed batch ready again after d, as it is. Nothing happens once the
@@ -244,12 +237,12 @@ func (s *scheduler) pushFormed(b *batch) {
 // doneBatch removes a delivered batch's events from their keys and makes what follows ready: the
 // rest of a split key, or else each key's next event. It returns the keys whose replay it
 // completed.
-func (s *scheduler) doneBatch(b *batch) (replayed []string) {
+func (s *scheduler) doneBatch(b *batch) (replayed []cdc.Aggregate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	touched := make([]string, 0, 4)
+	touched := make([]cdc.Aggregate, 0, 4)
 	for _, it := range b.items {
-		k := it.ev.Key()
+		k := it.key()
 		if it.replay {
 			s.replaying[k]--
 			if s.replaying[k] == 0 {
@@ -286,15 +279,15 @@ func (p *Publisher) batchWorker(ctx context.Context, dest BatchDestination) {
 
 func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *batch) {
 	attempt := 0
-	evs := make([]*cdc.Event, len(b.items))
+	ms := make([]*envelope.Message, len(b.items))
 	for i, it := range b.items {
 		it.attempt++
 		attempt = max(attempt, it.attempt)
-		evs[i] = it.ev
+		ms[i] = it.m
 	}
 	p.m.Inflight.Inc()
 	start := time.Now()
-	o := dest.SendBatch(ctx, evs, attempt)
+	o := dest.SendBatch(ctx, ms, attempt)
 	elapsed := time.Since(start)
 	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
@@ -316,34 +309,20 @@ func (p *Publisher) goneBatch(ctx context.Context, b *batch, o Result) {
 	for _, it := range b.items {
 		it.attempt--
 	}
-	what := "a batch of " + strconv.Itoa(len(b.items)) + " events from " + b.items[0].ev.ID
-	p.pauseOnGone(ctx, what, b.items[0].ev, o, func() { p.sched.requeueBatch(b) })
+	what := "a batch of " + strconv.Itoa(len(b.items)) + " events from " + b.items[0].m.ID
+	p.pauseOnGone(ctx, what, b.items[0].m, o, func() { p.sched.requeueBatch(b) })
 }
 
 func (p *Publisher) deliveredBatch(ctx context.Context, b *batch) {
 	p.m.EventsDelivered.Add(float64(len(b.items)))
 	for _, it := range b.items {
-		ev := it.ev
-		if !ev.Tx.CommitTime.IsZero() && !it.replay {
-			p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
-		}
-		if p.marks != nil {
-			p.marks.Done(ev.ID, Sequence(ev), it.attempt-1)
-		}
+		p.observeDelivered(it)
 	}
-	for _, k := range p.sched.doneBatch(b) {
-		it := b.items[0]
-		for _, x := range b.items {
-			if x.ev.Key() == k {
-				it = x
-			}
-		}
-		agg := cdc.Aggregate{Type: it.ev.AggregateType, ID: it.ev.AggregateID}
-		_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
-		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
+	for _, agg := range p.sched.doneBatch(b) {
+		p.unparkDelivered(ctx, agg)
 	}
 	for _, it := range b.items {
-		p.settle(it.ev)
+		p.settle(it)
 	}
 }
 
@@ -359,7 +338,7 @@ func (p *Publisher) failedBatch(ctx context.Context, b *batch, o Result, elapsed
 	}
 	b.fails++
 	delay := nextDelay(min(b.fails, attempt), o.RetryAfter, p.cfg.RetryMin, p.cfg.RetryMax)
-	first := b.items[0].ev
+	first := b.items[0].m
 	e := p.log.Warn().Str("first_event_id", first.ID).Int("events", len(b.items)).Int("attempt", attempt).
 		Dur("duration", elapsed).Dur("retry_in", delay).Str("result", o.Label)
 	if o.Err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 func batchIDs(b *batch) []string { return ids(b.items) }
@@ -16,8 +16,8 @@ func batchIDs(b *batch) []string { return ids(b.items) }
 // most MaxEvents of them; a key in flight in one batch is in no other until it is delivered.
 func TestSchedulerBatchGathersContiguousPrefixes(t *testing.T) {
 	s := newScheduler()
-	for _, e := range []*cdc.Event{ev("a", "a1"), ev("b", "b1"), ev("a", "a2"), ev("a", "a3"), ev("b", "b2"), ev("c", "c1")} {
-		s.add(&item{ev: e})
+	for _, e := range []*item{it("a", "a1"), it("b", "b1"), it("a", "a2"), it("a", "a3"), it("b", "b2"), it("c", "c1")} {
+		s.add(e)
 	}
 	cfg := Batch{MaxEvents: 4, MaxBytes: 1 << 20}
 	b := s.nextBatch(cfg)
@@ -41,8 +41,8 @@ func TestSchedulerBatchGathersContiguousPrefixes(t *testing.T) {
 // flight.
 func TestSchedulerBatchOnePerKey(t *testing.T) {
 	s := newScheduler()
-	for _, e := range []*cdc.Event{ev("a", "a1"), ev("b", "b1"), ev("a", "a2"), ev("a", "a3"), ev("b", "b2"), ev("c", "c1")} {
-		s.add(&item{ev: e})
+	for _, e := range []*item{it("a", "a1"), it("b", "b1"), it("a", "a2"), it("a", "a3"), it("b", "b2"), it("c", "c1")} {
+		s.add(e)
 	}
 	cfg := Batch{MaxEvents: 4, MaxBytes: 1 << 20, onePerKey: true}
 	b := s.nextBatch(cfg)
@@ -73,8 +73,8 @@ func TestNewBatchesOnePerKeyForPartialDestinations(t *testing.T) {
 
 type wholeDest struct{}
 
-func (wholeDest) Send(context.Context, *cdc.Event, int) Result { return Result{} }
-func (wholeDest) SendBatch(context.Context, []*cdc.Event, int) Result {
+func (wholeDest) Send(context.Context, *envelope.Message, int) Result { return Result{} }
+func (wholeDest) SendBatch(context.Context, []*envelope.Message, int) Result {
 	return Result{}
 }
 
@@ -88,7 +88,7 @@ func TestBatchSplit(t *testing.T) {
 	mk := func(idsIn ...string) *batch {
 		b := &batch{}
 		for _, id := range idsIn {
-			b.items = append(b.items, &item{ev: ev(id[:1], id)})
+			b.items = append(b.items, it(id[:1], id))
 		}
 		return b
 	}
@@ -105,9 +105,9 @@ func TestBatchSplit(t *testing.T) {
 // MaxBytes bounds a batch's payload bytes; an event larger than it travels alone.
 func TestSchedulerBatchMaxBytes(t *testing.T) {
 	s := newScheduler()
-	pay := func(e *cdc.Event, n int) *cdc.Event { e.Payload = make([]byte, n); return e }
-	for _, e := range []*cdc.Event{pay(ev("a", "a1"), 4), pay(ev("a", "a2"), 4), pay(ev("b", "b1"), 100), pay(ev("c", "c1"), 4)} {
-		s.add(&item{ev: e})
+	pay := func(e *item, n int) *item { e.m.Payload = make([]byte, n); return e }
+	for _, e := range []*item{pay(it("a", "a1"), 4), pay(it("a", "a2"), 4), pay(it("b", "b1"), 100), pay(it("c", "c1"), 4)} {
+		s.add(e)
 	}
 	cfg := Batch{MaxEvents: 10, MaxBytes: 10}
 	var got [][]string
@@ -125,7 +125,7 @@ func TestSchedulerBatchMaxBytes(t *testing.T) {
 // too: what arrives must wake the gatherer, not one of them.
 func TestSchedulerBatchLingerFills(t *testing.T) {
 	s := newScheduler()
-	s.add(&item{ev: ev("a", "a1")})
+	s.add(it("a", "a1"))
 	cfg := Batch{MaxEvents: 4, MaxBytes: 1 << 20, Linger: time.Hour}
 	got := make(chan *batch, 5)
 	var workers sync.WaitGroup
@@ -161,11 +161,11 @@ func TestSchedulerBatchLingerFills(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		worker()
 	}
-	s.add(&item{ev: ev("b", "b1")})
+	s.add(it("b", "b1"))
 	until("b1 claimed by the gatherer", func() bool { return s.ready.len() == 0 })
-	s.add(&item{ev: ev("c", "c1")})
+	s.add(it("c", "c1"))
 	until("c1 claimed by the gatherer", func() bool { return s.ready.len() == 0 })
-	s.add(&item{ev: ev("a", "a2")}) // a follower: fills the batch
+	s.add(it("a", "a2")) // a follower: fills the batch
 	select {
 	case b := <-got:
 		if want := []string{"a1", "a2", "b1", "c1"}; !reflect.DeepEqual(batchIDs(b), want) {

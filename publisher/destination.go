@@ -5,16 +5,19 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
-// Destination is where a Publisher delivers events, one attempt at a time. *Webhook implements
-// it; anything else that can accept an event (a broker) can too. The Publisher decides order,
-// retries and dead letters; a Destination only sends.
+// Destination is where a Publisher delivers events, one attempt at a time: the webhook
+// (publisher/webhook), NATS JetStream (publisher/natsdest) and Kafka (publisher/kafkadest)
+// implement it, and a program can plug in its own. The Publisher decides order, retries and
+// dead letters; a Destination only sends. It sees the event's envelope.Message alone, never
+// the stream's bookkeeping.
 type Destination interface {
-	// Send makes one attempt (1-based) to deliver ev and reports what came of it. It returns
-	// when ctx ends, with the attempt failed. It is called from many goroutines at once.
-	Send(ctx context.Context, ev *cdc.Event, attempt int) Result
+	// Send makes one attempt (1-based) to deliver m and reports what came of it. It returns
+	// when ctx ends, with the attempt failed. It is called from many goroutines at once, and
+	// must not modify m.
+	Send(ctx context.Context, m *envelope.Message, attempt int) Result
 }
 
 // Result is what came of one attempt.
@@ -40,8 +43,9 @@ type Result struct {
 
 func (r Result) ok() bool { return r.Delivered }
 
-// reason is the last error of a failed attempt, for last_error.
-func (r Result) reason() string {
+// Reason is what a failed attempt leaves as the event's last_error: the result label and the
+// error, or the HTTP status.
+func (r Result) Reason() string {
 	if r.Err != nil {
 		return r.Label + ": " + r.Err.Error()
 	}

@@ -1,4 +1,8 @@
-// Package publisher orders, signs, delivers and retries outbox events as webhook POSTs.
+// Package publisher is the delivery engine: it orders, batches, retries and parks outbox
+// events on their way to a Destination, and carries out pauses and replays. What goes over
+// the wire is a destination's business: publisher/webhook (signed HTTP POSTs),
+// publisher/natsdest (NATS JetStream) and publisher/kafkadest (Kafka) implement Destination,
+// and so can a program's own. A destination receives an envelope.Message and nothing else.
 //
 // # Ordering
 //
@@ -9,10 +13,11 @@
 //
 // # Retries
 //
-// Events go to a Destination, one attempt at a time; *Webhook is the one for an HTTP endpoint.
-// For a webhook, delivered means a 2xx answer. Anything else, a timeout or a network error schedules the same
-// event again after an exponential, jittered delay from RetryMin up to RetryMax (or the
-// receiver's Retry-After, up to RetryMax). A waiting retry holds no worker: other keys proceed.
+// Events go to a Destination, one attempt at a time (or one batch, for a BatchDestination);
+// the Destination reports a Result. For a webhook, delivered means a 2xx answer. Anything else,
+// a timeout or a network error schedules the same event again after an exponential, jittered
+// delay from RetryMin up to RetryMax (or the destination's Result.RetryAfter, up to RetryMax). A
+// waiting retry holds no worker: other keys proceed.
 //
 // # Acknowledgement
 //
@@ -29,8 +34,9 @@
 // Config.RecordPause, and puts the event back at the head of its key, unacknowledged.
 //
 // A replay request arrives in the stream as a transactional logical message, at its place in
-// commit order. For parked aggregates (RequestReplay) their failed and parked events are queued
-// there. For a time range (RequestReplaySince) the publisher first waits until everything queued
+// commit order: a control record of its transaction (cdc.Control), beside its events, never
+// among what a destination sees. For parked aggregates (RequestReplay) their failed and parked
+// events are queued there. For a time range (RequestReplaySince) the publisher first waits until everything queued
 // ahead is delivered and marked, then reads the rows page by page in their original order per
 // aggregate (the X-Event-Sequence recorded at marking), queuing a page and waiting for it to
 // settle before the next; it takes nothing from the stream meanwhile, so the replay goes out

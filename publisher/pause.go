@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // pauseState is whether the publisher is paused, and why; the scheduler holds the heads back.
@@ -48,12 +48,12 @@ func (p *Publisher) Paused() (bool, string) {
 // attempt not counted towards MaxAttempts; `outbox-relay resume` sends it again.
 func (p *Publisher) gone(ctx context.Context, it *item, o Result) {
 	it.attempt--
-	p.pauseOnGone(ctx, "event "+it.ev.ID, it.ev, o, func() { p.sched.requeue(it) })
+	p.pauseOnGone(ctx, "event "+it.m.ID, it.m, o, func() { p.sched.requeue(it) })
 }
 
 // pauseOnGone pauses the pipeline for a 410 Gone answer to what (an event, a batch), puts back
 // what was sent with requeue (behind the pause), records the pause durably and logs it.
-func (p *Publisher) pauseOnGone(ctx context.Context, what string, first *cdc.Event, o Result, requeue func()) {
+func (p *Publisher) pauseOnGone(ctx context.Context, what string, first *envelope.Message, o Result, requeue func()) {
 	reason := "the endpoint answered 410 Gone (" + what + "): it says it is gone; resume once it accepts events again"
 	p.Pause(reason)
 	requeue()
@@ -63,9 +63,9 @@ func (p *Publisher) pauseOnGone(ctx context.Context, what string, first *cdc.Eve
 	p.logGone(first, o, recorded)
 }
 
-func (p *Publisher) logGone(ev *cdc.Event, o Result, recorded bool) {
-	e := p.log.Error().Str("pipeline", p.cfg.Pipeline).Str("event_id", ev.ID).Str("aggregate_type", ev.AggregateType).
-		Str("aggregate_id", ev.AggregateID).Int("status_code", o.Status).Bool("pause_recorded", recorded)
+func (p *Publisher) logGone(m *envelope.Message, o Result, recorded bool) {
+	e := p.log.Error().Str("pipeline", p.cfg.Pipeline).Str("event_id", m.ID).Str("aggregate_type", m.AggregateType).
+		Str("aggregate_id", m.AggregateID).Int("status_code", o.Status).Bool("pause_recorded", recorded)
 	e.Msgf("the endpoint answered 410 Gone: pipeline %q is paused, nothing is sent and the event stays undelivered; "+
 		"once the endpoint accepts events again, resume the pipeline with `outbox-relay resume`", p.cfg.Pipeline)
 }

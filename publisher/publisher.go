@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // Config configures a Publisher.
@@ -83,11 +84,16 @@ func (c *Config) defaults() {
 	}
 }
 
-// Acker is told about every settled event, and about the events a replay request stands for;
-// cdc.Tracker implements it.
+// Acker is told about every settled event and control record, and about the events a replay
+// request stands for; cdc.Tracker implements it.
 type Acker interface {
-	Ack(ev *cdc.Event)
-	Grow(tx *cdc.Tx, evs []*cdc.Event)
+	// Ack settles m, an event of tx.
+	Ack(tx *cdc.Tx, m *envelope.Message)
+	// AckControl settles one control record of tx, once carried out.
+	AckControl(tx *cdc.Tx)
+	// Grow adds to tx the events one of its control records stands for, before that record is
+	// settled.
+	Grow(tx *cdc.Tx, ms []*envelope.Message)
 }
 
 // Marks records delivered rows with their stream position (Sequence); *Marker implements it.
@@ -115,8 +121,8 @@ type Publisher struct {
 	since        sinceRun
 }
 
-// New returns a Publisher that sends to dest (a *Webhook, for example), acknowledges to acker
-// and records marks. marks may be nil.
+// New returns a Publisher that sends to dest (a webhook.Destination, for example),
+// acknowledges to acker and records marks. marks may be nil.
 func New(cfg Config, dest Destination, acker Acker, marks Marks) *Publisher {
 	cfg.defaults()
 	m := newPublisherMetrics(cfg.Registerer)
@@ -197,29 +203,44 @@ func (p *Publisher) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
 	}
 }
 
-// queue hands a transaction's events to the scheduler in order: replay requests unpark their
-// aggregates, events of parked aggregates are parked durably, and events already delivered by
-// an earlier process are acknowledged without sending.
+// queue hands a transaction's events to the scheduler in order, and carries out its control
+// records at their places among them: replay requests unpark their aggregates. Events of
+// parked aggregates are parked durably, and events already delivered by an earlier process
+// are acknowledged without sending.
 func (p *Publisher) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]bool) {
-	var parked []*cdc.Event
-	for _, ev := range tx.Events {
+	var parked []*item
+	next := 0 // the next control record
+	for i, m := range tx.Events {
+		for ; next < len(tx.Controls) && tx.Controls[next].At <= i; next++ {
+			p.settleParked(ctx, parked)
+			parked = nil
+			p.control(ctx, tx, &tx.Controls[next])
+		}
+		it := &item{m: m, tx: tx}
 		switch {
-		case ev.ReplaySince != 0:
-			p.settleParked(ctx, parked)
-			parked = nil
-			p.replaySince(ctx, ev)
-		case ev.Replay != nil:
-			p.settleParked(ctx, parked)
-			parked = nil
-			p.replay(ctx, ev)
-		case delivered[ev.ID]:
+		case delivered[m.ID]:
 			p.m.EventsSkipped.Inc()
-			p.settle(ev)
-		case !p.sched.add(&item{ev: ev}):
-			parked = append(parked, ev)
+			p.settle(it)
+		case !p.sched.add(it):
+			parked = append(parked, it)
 		}
 	}
 	p.settleParked(ctx, parked)
+	for ; next < len(tx.Controls); next++ {
+		p.control(ctx, tx, &tx.Controls[next])
+	}
+}
+
+// control carries out a control record of tx at its place in the stream.
+func (p *Publisher) control(ctx context.Context, tx *cdc.Tx, c *cdc.Control) {
+	switch {
+	case c.Replay != nil && c.Replay.SinceRequest != 0:
+		p.replaySince(ctx, tx, c.Replay)
+	case c.Replay != nil:
+		p.replay(ctx, tx, c.Replay)
+	default:
+		p.acker.AckControl(tx) // a kind this publisher does not act on
+	}
 }
 
 func (p *Publisher) worker(ctx context.Context) {
@@ -236,7 +257,7 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	it.attempt++
 	p.m.Inflight.Inc()
 	start := time.Now()
-	o := p.dest.Send(ctx, it.ev, it.attempt)
+	o := p.dest.Send(ctx, it.m, it.attempt)
 	elapsed := time.Since(start)
 	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
@@ -253,23 +274,31 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 }
 
 func (p *Publisher) delivered(ctx context.Context, it *item) {
-	ev := it.ev
 	p.m.EventsDelivered.Inc()
-	if !ev.Tx.CommitTime.IsZero() && !it.replay {
-		p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
+	p.observeDelivered(it)
+	if p.sched.done(it) {
+		p.unparkDelivered(ctx, it.key())
+	}
+	p.settle(it)
+}
+
+// observeDelivered records a delivered event's end-to-end latency and its mark.
+func (p *Publisher) observeDelivered(it *item) {
+	if !it.tx.CommitTime.IsZero() && !it.replay {
+		p.m.EndToEnd.Observe(time.Since(it.tx.CommitTime).Seconds())
 	}
 	if p.marks != nil {
-		p.marks.Done(ev.ID, Sequence(ev), it.attempt-1)
+		p.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1)
 	}
-	if p.sched.done(it) {
-		agg := cdc.Aggregate{Type: ev.AggregateType, ID: ev.AggregateID}
-		// The event was delivered, so it is acknowledged either way; if the row cannot be removed
-		// before the relay stops, the aggregate loads as parked at the next start and a replay
-		// (which finds nothing left to send) unparks it.
-		_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
-		p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
-	}
-	p.settle(ev)
+}
+
+// unparkDelivered forgets agg as parked once its replay is delivered. The events were delivered,
+// so they are acknowledged either way; if the row cannot be removed before the relay stops, the
+// aggregate loads as parked at the next start and a replay (which finds nothing left to send)
+// unparks it.
+func (p *Publisher) unparkDelivered(ctx context.Context, agg cdc.Aggregate) {
+	_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
+	p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
 }
 
 // failed logs the attempt and schedules the next one, or dead-letters the event after
@@ -284,8 +313,8 @@ func (p *Publisher) failed(ctx context.Context, it *item, o Result, elapsed time
 		return
 	}
 	delay := nextDelay(it.attempt, o.RetryAfter, p.cfg.RetryMin, p.cfg.RetryMax)
-	e := p.log.Warn().Str("event_id", it.ev.ID).Str("aggregate_type", it.ev.AggregateType).
-		Str("aggregate_id", it.ev.AggregateID).Str("event_type", it.ev.EventType).Int("attempt", it.attempt).
+	e := p.log.Warn().Str("event_id", it.m.ID).Str("aggregate_type", it.m.AggregateType).
+		Str("aggregate_id", it.m.AggregateID).Str("event_type", it.m.EventType).Int("attempt", it.attempt).
 		Dur("duration", elapsed).Dur("retry_in", delay).Str("result", o.Label)
 	if o.Err != nil {
 		e = e.Str("error", o.Err.Error())
@@ -293,8 +322,8 @@ func (p *Publisher) failed(ctx context.Context, it *item, o Result, elapsed time
 		e = e.Int("status_code", o.Status)
 	}
 	if p.cfg.LogPayloads {
-		e = e.RawJSON("payload", it.ev.Payload)
+		e = e.RawJSON("payload", it.m.Payload)
 	}
-	e.Str("lsn", it.ev.Tx.CommitLSN.String()).Msg("delivery failed; will retry")
+	e.Str("lsn", it.tx.CommitLSN.String()).Msg("delivery failed; will retry")
 	p.sched.retryIn(it, delay)
 }

@@ -31,15 +31,13 @@ func (r *Resume) active(tx *cdc.Tx) bool {
 func (r *Resume) filter(ctx context.Context, txs []*cdc.Tx) map[string]bool {
 	var ids []string
 	for _, tx := range txs {
-		for _, ev := range tx.Events {
-			if ev.ID != "" { // a replay request is no row
-				ids = append(ids, ev.ID)
-			}
+		for _, m := range tx.Events {
+			ids = append(ids, m.ID)
 		}
 	}
 	if len(ids) == 0 {
-		// Only replay requests: they say nothing about whether later transactions were
-		// delivered, so the checks go on.
+		// Only control records (replay requests): they say nothing about whether later
+		// transactions were delivered, so the checks go on.
 		return nil
 	}
 	seen, err := r.Delivered(ctx, ids)

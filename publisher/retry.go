@@ -2,8 +2,6 @@ package publisher
 
 import (
 	"math/rand/v2"
-	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -17,20 +15,6 @@ func backoff(n int, lo, hi time.Duration) time.Duration {
 	d = min(d, hi)
 	jittered := time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 	return min(jittered, hi)
-}
-
-// retryAfter parses a Retry-After header (delay seconds or an HTTP date) relative to now.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
-	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
-		return time.Duration(secs) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
 }
 
 // nextDelay is the wait before the next attempt: the destination's Retry-After when given

@@ -1,7 +1,6 @@
 package publisher
 
 import (
-	"net/http"
 	"testing"
 	"time"
 )
@@ -30,25 +29,17 @@ func TestBackoffGrowsWithJitterUpToTheCap(t *testing.T) {
 	}
 }
 
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+// A destination's asked delay (an HTTP Retry-After, as the webhook parses it) is taken as
+// asked up to RetryMax; without one, the backoff applies.
+func TestNextDelayTakesTheAskedDelayUpToTheCap(t *testing.T) {
 	lo, hi := time.Second, time.Minute
-	// The Webhook parses the header; the publisher caps what it asked for.
-	nextDelay := func(attempts int, header string, lo, hi time.Duration, now time.Time) time.Duration {
-		d, _ := retryAfter(header, now)
-		return nextDelay(attempts, d, lo, hi)
+	if d := nextDelay(1, 7*time.Second, lo, hi); d != 7*time.Second {
+		t.Fatalf("asked 7s: %v", d)
 	}
-	if d := nextDelay(1, "7", lo, hi, now); d != 7*time.Second {
-		t.Fatalf("seconds: %v", d)
-	}
-	date := now.Add(30 * time.Second).Format(http.TimeFormat)
-	if d := nextDelay(1, date, lo, hi, now); d != 30*time.Second {
-		t.Fatalf("http date: %v", d)
-	}
-	if d := nextDelay(1, "3600", lo, hi, now); d != hi {
+	if d := nextDelay(1, time.Hour, lo, hi); d != hi {
 		t.Fatalf("not capped: %v", d)
 	}
-	if d := nextDelay(1, "soon", lo, hi, now); d < 800*time.Millisecond || d > 1200*time.Millisecond {
-		t.Fatalf("garbage Retry-After should fall back to backoff: %v", d)
+	if d := nextDelay(1, 0, lo, hi); d < 800*time.Millisecond || d > 1200*time.Millisecond {
+		t.Fatalf("no asked delay should fall back to backoff: %v", d)
 	}
 }

@@ -7,13 +7,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
-// item is one event on its way, with its attempt count.
+// item is one event on its way: the message destinations see, the transaction it settles
+// against, and the publisher's own bookkeeping.
 type item struct {
-	ev      *cdc.Event
+	m       *envelope.Message
+	tx      *cdc.Tx
 	attempt int  // attempts made so far
-	replay  bool // re-sent by a replay request
+	replay  bool // re-sent by a replay request: its aggregate was parked
+	since   bool // re-sent by a replay --since request: it counts down the request's page
+}
+
+// key is the item's ordering key, its aggregate. As a map key it costs no allocation.
+func (it *item) key() cdc.Aggregate {
+	return cdc.Aggregate{Type: it.m.AggregateType, ID: it.m.AggregateID}
 }
 
 // scheduler holds per-key FIFOs and the queue of ready heads. A key's head is ready, in
@@ -26,10 +35,10 @@ type item struct {
 type scheduler struct {
 	mu        sync.Mutex
 	cond      *sync.Cond
-	keys      map[string]*fifo
+	keys      map[cdc.Aggregate]*fifo
 	ready     fifo
-	parked    map[string]bool
-	replaying map[string]int // replayed events not yet delivered, per key
+	parked    map[cdc.Aggregate]bool
+	replaying map[cdc.Aggregate]int // replayed events not yet delivered, per key
 	timers    map[*item]*time.Timer
 	closed    bool
 	// formed are batches ready to be sent as they are (batched delivery only; see nextBatch),
@@ -45,7 +54,7 @@ type scheduler struct {
 }
 
 func newScheduler() *scheduler {
-	s := &scheduler{keys: map[string]*fifo{}, parked: map[string]bool{}, replaying: map[string]int{},
+	s := &scheduler{keys: map[cdc.Aggregate]*fifo{}, parked: map[cdc.Aggregate]bool{}, replaying: map[cdc.Aggregate]int{},
 		timers: map[*item]*time.Timer{}}
 	s.cond = sync.NewCond(&s.mu)
 	s.gcond = sync.NewCond(&s.mu)
@@ -57,7 +66,7 @@ func newScheduler() *scheduler {
 func (s *scheduler) add(it *item) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := it.ev.Key()
+	k := it.key()
 	if s.parked[k] {
 		return false
 	}
@@ -65,7 +74,7 @@ func (s *scheduler) add(it *item) bool {
 	return true
 }
 
-func (s *scheduler) enqueueLocked(k string, it *item) {
+func (s *scheduler) enqueueLocked(k cdc.Aggregate, it *item) {
 	q := s.keys[k]
 	if q == nil {
 		q = &fifo{}
@@ -139,7 +148,7 @@ func (s *scheduler) retry(it *item) {
 func (s *scheduler) done(it *item) (lastReplay bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := it.ev.Key()
+	k := it.key()
 	if it.replay {
 		s.replaying[k]--
 		if lastReplay = s.replaying[k] == 0; lastReplay {
@@ -160,7 +169,7 @@ func (s *scheduler) done(it *item) (lastReplay bool) {
 func (s *scheduler) park(it *item) []*item {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := it.ev.Key()
+	k := it.key()
 	s.parked[k] = true
 	s.parkedChanged()
 	delete(s.replaying, k)
@@ -175,7 +184,7 @@ func (s *scheduler) park(it *item) []*item {
 }
 
 // setParked marks keys parked, as loaded at start.
-func (s *scheduler) setParked(keys []string) {
+func (s *scheduler) setParked(keys []cdc.Aggregate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range keys {
@@ -185,23 +194,24 @@ func (s *scheduler) setParked(keys []string) {
 }
 
 // isParked reports whether k is parked.
-func (s *scheduler) isParked(k string) bool {
+func (s *scheduler) isParked(k cdc.Aggregate) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.parked[k]
 }
 
-// unpark queues a parked key's replayed events, in order, ahead of anything that arrives later.
-func (s *scheduler) unpark(k string, evs []*cdc.Event) {
+// unpark queues a parked key's replayed events, in order, ahead of anything that arrives later;
+// they settle against tx, the replay request's transaction.
+func (s *scheduler) unpark(k cdc.Aggregate, tx *cdc.Tx, ms []*envelope.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.parked, k)
 	s.parkedChanged()
-	for _, ev := range evs {
-		s.enqueueLocked(k, &item{ev: ev, replay: true})
+	for _, m := range ms {
+		s.enqueueLocked(k, &item{m: m, tx: tx, replay: true})
 	}
-	if len(evs) > 0 {
-		s.replaying[k] += len(evs)
+	if len(ms) > 0 {
+		s.replaying[k] += len(ms)
 	}
 }
 

@@ -7,11 +7,15 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
-func ev(agg, id string) *cdc.Event {
-	return &cdc.Event{ID: id, AggregateType: "order", AggregateID: agg}
+func ev(agg, id string) *envelope.Message {
+	return &envelope.Message{ID: id, AggregateType: "order", AggregateID: agg}
 }
+
+// it is an item of ev(agg, id) in a transaction of its own.
+func it(agg, id string) *item { return &item{m: ev(agg, id), tx: &cdc.Tx{}} }
 
 // take pops every ready head without blocking (the scheduler has at least one ready head
 // whenever ready.len() > 0) and returns their ids.
@@ -31,7 +35,7 @@ func takeReady(s *scheduler) []*item {
 func ids(its []*item) []string {
 	out := make([]string, len(its))
 	for i, it := range its {
-		out[i] = it.ev.ID
+		out[i] = it.m.ID
 	}
 	return out
 }
@@ -40,9 +44,9 @@ func ids(its []*item) []string {
 // key only after its head is done, keys independent of each other.
 func TestSchedulerOrderPerKey(t *testing.T) {
 	s := newScheduler()
-	for _, e := range []*cdc.Event{ev("a", "a1"), ev("b", "b1"), ev("a", "a2"), ev("a", "a3"), ev("b", "b2")} {
-		if !s.add(&item{ev: e}) {
-			t.Fatalf("add %s refused on an unparked key", e.ID)
+	for _, e := range []*item{it("a", "a1"), it("b", "b1"), it("a", "a2"), it("a", "a3"), it("b", "b2")} {
+		if !s.add(e) {
+			t.Fatalf("add %s refused on an unparked key", e.m.ID)
 		}
 	}
 	heads := takeReady(s)
@@ -59,7 +63,7 @@ func TestSchedulerOrderPerKey(t *testing.T) {
 	}
 	var order []string
 	step := func(it *item) []*item {
-		order = append(order, it.ev.ID)
+		order = append(order, it.m.ID)
 		s.done(it)
 		return takeReady(s)
 	}
@@ -105,54 +109,55 @@ func TestSchedulerParkAndUnpark(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newScheduler()
 			for _, id := range tt.queued {
-				s.add(&item{ev: ev("a", id)})
+				s.add(it("a", id))
 			}
-			s.add(&item{ev: ev("b", "b1")})
+			s.add(it("b", "b1"))
 			heads := takeReady(s)
 			head := heads[0]
-			if head.ev.ID != tt.queued[0] {
-				t.Fatalf("head = %s", head.ev.ID)
+			if head.m.ID != tt.queued[0] {
+				t.Fatalf("head = %s", head.m.ID)
 			}
 			behind := s.park(head)
 			if got := ids(behind); len(got) != len(tt.wantBehind) || (len(got) > 0 && !reflect.DeepEqual(got, tt.wantBehind)) {
 				t.Fatalf("behind = %v, want %v", got, tt.wantBehind)
 			}
-			if !s.isParked(head.ev.Key()) || s.parkedCount() != 1 {
+			if !s.isParked(head.key()) || s.parkedCount() != 1 {
 				t.Fatal("key not parked")
 			}
 			for _, id := range tt.arriving {
-				if s.add(&item{ev: ev("a", id)}) {
+				if s.add(it("a", id)) {
 					t.Fatalf("add %s accepted on a parked key", id)
 				}
 			}
 			// Another key is not affected by the park.
 			s.done(heads[1])
-			if !s.add(&item{ev: ev("b", "b2")}) {
+			if !s.add(it("b", "b2")) {
 				t.Fatal("other key refused")
 			}
 			if got := ids(takeReady(s)); !reflect.DeepEqual(got, []string{"b2"}) {
 				t.Fatalf("other key ready = %v", got)
 			}
 
-			var evs []*cdc.Event
+			var evs []*envelope.Message
 			for _, id := range tt.replayed {
 				evs = append(evs, ev("a", id))
 			}
-			s.unpark("order\x00a", evs)
-			if s.isParked("order\x00a") || s.parkedCount() != 0 {
+			a := cdc.Aggregate{Type: "order", ID: "a"}
+			s.unpark(a, &cdc.Tx{}, evs)
+			if s.isParked(a) || s.parkedCount() != 0 {
 				t.Fatal("still parked after unpark")
 			}
 			// An event arriving after the replay request queues behind the replayed ones.
-			s.add(&item{ev: ev("a", "late")})
+			s.add(it("a", "late"))
 			var order []string
 			forgot := false
 			for ready := takeReady(s); len(ready) > 0; ready = takeReady(s) {
 				for _, it := range ready {
-					if it.ev.AggregateID != "a" {
+					if it.m.AggregateID != "a" {
 						s.done(it)
 						continue
 					}
-					order = append(order, it.ev.ID)
+					order = append(order, it.m.ID)
 					if s.done(it) {
 						forgot = true
 					}
@@ -171,11 +176,11 @@ func TestSchedulerParkAndUnpark(t *testing.T) {
 
 func TestSchedulerSetParkedRefusesAtStart(t *testing.T) {
 	s := newScheduler()
-	s.setParked([]string{"order\x00a"})
-	if s.add(&item{ev: ev("a", "a1")}) {
+	s.setParked([]cdc.Aggregate{{Type: "order", ID: "a"}})
+	if s.add(it("a", "a1")) {
 		t.Fatal("event of a key parked at start was queued")
 	}
-	if !s.add(&item{ev: ev("b", "b1")}) {
+	if !s.add(it("b", "b1")) {
 		t.Fatal("event of another key refused")
 	}
 }
@@ -200,7 +205,7 @@ func TestSchedulerCloseWakesWorkers(t *testing.T) {
 	close(got)
 	for it := range got {
 		if it != nil {
-			t.Fatalf("next returned %v after close", it.ev.ID)
+			t.Fatalf("next returned %v after close", it.m.ID)
 		}
 	}
 	if s.next() != nil {

@@ -10,7 +10,7 @@ import (
 // head back from a timer set at the same moment with a longer delay.
 func TestCloseStopsRetryTimers(t *testing.T) {
 	closed, open := newScheduler(), newScheduler()
-	a, b := &item{ev: ev("1", "a")}, &item{ev: ev("1", "b")}
+	a, b := it("1", "a"), it("1", "b")
 	closed.add(a)
 	open.add(b)
 	if got := closed.next(); got != a {

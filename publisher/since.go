@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // SinceRequest selects what `replay --since` re-sends: the rows of a time range (created_at)
@@ -153,9 +154,10 @@ type SinceState struct {
 type SinceStore interface {
 	// SinceState reads request id.
 	SinceState(ctx context.Context, id int64) (SinceState, error)
-	// SincePage returns up to limit rows after st.After, in order, as replayed events of tx (the
-	// request's transaction), and the position of the last.
-	SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*cdc.Event, SinceCursor, error)
+	// SincePage returns up to limit rows after st.After, in order, to be re-sent within tx (the
+	// request's transaction), and the position of the last. Each keeps its recorded Sequence,
+	// or, if none was recorded, takes one at tx's commit LSN that rises with insertion order.
+	SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*envelope.Message, SinceCursor, error)
 	// SinceProgress records that every row up to st.After was delivered (Sent of them), and
 	// whether the request is complete.
 	SinceProgress(ctx context.Context, st SinceState) error

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // sincePage is how many rows a replay --since holds at once.
@@ -16,7 +17,7 @@ type sinceRun struct {
 	left countdown // replayed events of the current page not yet settled
 }
 
-// replaySince handles a replay --since request at its place in the stream. It reads the rows
+// replaySince handles a replay --since request of tx at its place in the stream. It reads the rows
 // page by page in replay order (SinceCursor) and queues each page behind what is queued for its
 // aggregates, which is everything committed before the request; it waits for a page to settle
 // before reading the next, and takes nothing from the stream meanwhile, so the replay goes out
@@ -25,24 +26,24 @@ type sinceRun struct {
 // after each page the position is recorded, so a relay restarted in the middle meets the request
 // again and resumes after the last recorded page. If ctx ends first, the request is not
 // acknowledged.
-func (p *Publisher) replaySince(ctx context.Context, req *cdc.Event) {
+func (p *Publisher) replaySince(ctx context.Context, tx *cdc.Tx, req *cdc.ReplayRequest) {
 	store, ok := p.cfg.Store.(SinceStore)
-	if !ok || !p.mine(req) {
-		p.log.Info().Int64("replay", req.ReplaySince).Str("pipeline", req.ReplayPipeline).
+	if !ok || !p.mine(req.Pipeline) {
+		p.log.Info().Int64("replay", req.SinceRequest).Str("pipeline", req.Pipeline).
 			Msg("replay request for another pipeline; ignored")
-		p.acker.Ack(req)
+		p.acker.AckControl(tx)
 		return
 	}
 	var st SinceState
 	if !p.durably(ctx, "read replay request", func(ctx context.Context) (err error) {
-		st, err = store.SinceState(ctx, req.ReplaySince)
+		st, err = store.SinceState(ctx, req.SinceRequest)
 		return err
 	}) {
 		return
 	}
 	if st.Done {
 		p.log.Info().Int64("replay", st.ID).Msg("replay request already complete; skipped")
-		p.acker.Ack(req)
+		p.acker.AckControl(tx)
 		return
 	}
 	if !p.drainAhead(ctx) {
@@ -52,7 +53,7 @@ func (p *Publisher) replaySince(ctx context.Context, req *cdc.Event) {
 		Msg("replay since started")
 	defer p.m.ReplayPending.Set(0)
 	for {
-		n, ok := p.sincePage(ctx, store, &st, req.Tx)
+		n, ok := p.sincePage(ctx, store, &st, tx)
 		if !ok {
 			return // stopping: the request stays unconfirmed and resumes at the next start
 		}
@@ -65,7 +66,7 @@ func (p *Publisher) replaySince(ctx context.Context, req *cdc.Event) {
 		return
 	}
 	p.log.Info().Int64("replay", st.ID).Int64("events", st.Sent).Msg("replay since complete")
-	p.acker.Ack(req)
+	p.acker.AckControl(tx)
 }
 
 // marksWait bounds how long a replay waits for the done-marks of what was delivered before it.
@@ -102,23 +103,23 @@ func (p *Publisher) drainAhead(ctx context.Context) bool {
 // sincePage replays the next page and records the progress; it returns the page's size, and
 // false if ctx ended first.
 func (p *Publisher) sincePage(ctx context.Context, store SinceStore, st *SinceState, tx *cdc.Tx) (int, bool) {
-	var evs []*cdc.Event
+	var ms []*envelope.Message
 	var next SinceCursor
 	if !p.durably(ctx, "read rows to replay", func(ctx context.Context) (err error) {
-		evs, next, err = store.SincePage(ctx, *st, sincePage, tx)
+		ms, next, err = store.SincePage(ctx, *st, sincePage, tx)
 		return err
 	}) {
 		return 0, false
 	}
-	if len(evs) == 0 {
+	if len(ms) == 0 {
 		return 0, true
 	}
-	p.acker.Grow(tx, evs)
-	p.since.left.Add(len(evs))
-	var parked []*cdc.Event
-	for _, ev := range evs {
-		if !p.sched.add(&item{ev: ev}) {
-			parked = append(parked, ev) // its aggregate is parked: held, and re-sent by its replay
+	p.acker.Grow(tx, ms)
+	p.since.left.Add(len(ms))
+	var parked []*item
+	for _, m := range ms {
+		if it := (&item{m: m, tx: tx, since: true}); !p.sched.add(it) {
+			parked = append(parked, it) // its aggregate is parked: held, and re-sent by its replay
 		}
 	}
 	p.settleParked(ctx, parked)
@@ -127,12 +128,12 @@ func (p *Publisher) sincePage(ctx context.Context, store SinceStore, st *SinceSt
 	case <-ctx.Done():
 		return 0, false
 	}
-	st.Sent += int64(len(evs))
+	st.Sent += int64(len(ms))
 	st.After = next
 	p.m.ReplayPending.Set(float64(max(st.Total-st.Sent, 0)))
 	if !p.durably(ctx, "record replay progress", func(ctx context.Context) error { return store.SinceProgress(ctx, *st) }) {
 		return 0, false
 	}
 	p.log.Info().Int64("replay", st.ID).Int64("sent", st.Sent).Int64("events", st.Total).Msg("replay since progress")
-	return len(evs), true
+	return len(ms), true
 }

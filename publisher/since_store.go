@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // SinceState implements SinceStore.
@@ -48,7 +49,7 @@ ORDER BY 1, 2, 3 LIMIT $8`
 const beforeAnyID = "00000000-0000-0000-0000-000000000000"
 
 // SincePage implements SinceStore.
-func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*cdc.Event, SinceCursor, error) {
+func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*envelope.Message, SinceCursor, error) {
 	after := st.After
 	insert, id := after.Insert, after.ID
 	if id == "" {
@@ -59,19 +60,19 @@ func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cd
 		return nil, after, fmt.Errorf("read rows to replay: %w", err)
 	}
 	defer rows.Close()
-	var evs []*cdc.Event
+	var evs []*envelope.Message
 	for rows.Next() {
-		ev := &cdc.Event{Tx: tx, Replayed: true}
+		ev := &envelope.Message{}
 		var payload, headers string
 		if err := rows.Scan(&after.Sequence, &after.Insert, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
 			&payload, &headers, &ev.CreatedAt); err != nil {
 			return nil, st.After, err
 		}
-		after.ID, ev.Seq, ev.Payload = ev.ID, after.Sequence, []byte(payload)
-		if ev.Seq == "" {
+		after.ID, ev.Sequence, ev.Payload = ev.ID, after.Sequence, []byte(payload)
+		if ev.Sequence == "" {
 			// Delivered before sequences were recorded: a new one after the request's commit LSN,
 			// rising with insertion order.
-			ev.Index = int(after.Insert)
+			ev.Sequence = envelope.Sequence(uint64(tx.CommitLSN), int(after.Insert))
 		}
 		if headers != "" {
 			ev.Headers = []byte(headers)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // Store keeps dead letters and parked aggregates durable. The publisher writes through it
@@ -18,23 +19,25 @@ import (
 type Store interface {
 	// Parked returns the parked aggregates, loaded at start.
 	Parked(ctx context.Context) ([]cdc.Aggregate, error)
-	// DeadLetter marks ev failed with its attempts and last error, and parks its aggregate.
-	DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, lastErr string) error
+	// DeadLetter marks m failed with its attempts and last error, and parks its aggregate.
+	DeadLetter(ctx context.Context, m *envelope.Message, attempts int, lastErr string) error
 	// Park marks events held behind a dead letter.
-	Park(ctx context.Context, evs []*cdc.Event) error
-	// Replayable returns the failed and parked events of an aggregate in commit order, as
-	// events of tx (the replay request's transaction).
-	Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*cdc.Event, error)
+	Park(ctx context.Context, ms []*envelope.Message) error
+	// Replayable returns the failed and parked events of an aggregate in commit order, to be
+	// re-sent within tx (the replay request's transaction): each keeps its recorded Sequence,
+	// or, if none was recorded, takes one at tx's commit LSN.
+	Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*envelope.Message, error)
 	// Unpark forgets a parked aggregate once its replay is delivered.
 	Unpark(ctx context.Context, agg cdc.Aggregate) error
 	// BackfillPage returns up to limit still-pending backfill events of slot after position
-	// after, in order, as events of tx, and the last position read.
-	BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*cdc.Event, int64, error)
+	// after, in order, to be sent within tx (a Backfill transaction), and the last position
+	// read. Each event's Sequence is at tx's commit LSN, its index its backfill position.
+	BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*envelope.Message, int64, error)
 	// BackfillDone forgets a slot's backfill.
 	BackfillDone(ctx context.Context, slot string) error
 	// Abandoned records an event a shadow pipeline gave up on after its last attempt; it is
 	// settled, never parked.
-	Abandoned(ctx context.Context, ev *cdc.Event, attempts int, lastErr string) error
+	Abandoned(ctx context.Context, m *envelope.Message, attempts int, lastErr string) error
 }
 
 // PGStore is the Store on the outbox tables, scoped to one pipeline.
@@ -74,15 +77,15 @@ const pipelineEventSQL = `INSERT INTO outbox_pipeline_events (pipeline, event_id
 		last_error = excluded.last_error, event_sequence = excluded.event_sequence, updated_at = now()`
 
 // DeadLetter implements Store.
-func (s PGStore) DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, lastErr string) error {
+func (s PGStore) DeadLetter(ctx context.Context, ev *envelope.Message, attempts int, lastErr string) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
 		var tag pgconn.CommandTag
 		var err error
 		if s.OwnState {
-			tag, err = tx.Exec(ctx, pipelineEventSQL, s.pipeline(), ev.ID, "failed", attempts-1, lastErr, Sequence(ev))
+			tag, err = tx.Exec(ctx, pipelineEventSQL, s.pipeline(), ev.ID, "failed", attempts-1, lastErr, ev.Sequence)
 		} else {
 			tag, err = tx.Exec(ctx, `UPDATE outbox_events SET status = 'failed', retries = $2, last_error = $3, event_sequence = $4
-				WHERE id = $1`, ev.ID, attempts-1, lastErr, Sequence(ev))
+				WHERE id = $1`, ev.ID, attempts-1, lastErr, ev.Sequence)
 		}
 		if err != nil {
 			return err
@@ -99,8 +102,8 @@ func (s PGStore) DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, la
 }
 
 // Abandoned implements Store.
-func (s PGStore) Abandoned(ctx context.Context, ev *cdc.Event, attempts int, lastErr string) error {
-	tag, err := s.Pool.Exec(ctx, pipelineEventSQL, s.pipeline(), ev.ID, "abandoned", attempts-1, lastErr, Sequence(ev))
+func (s PGStore) Abandoned(ctx context.Context, ev *envelope.Message, attempts int, lastErr string) error {
+	tag, err := s.Pool.Exec(ctx, pipelineEventSQL, s.pipeline(), ev.ID, "abandoned", attempts-1, lastErr, ev.Sequence)
 	if err != nil {
 		return err
 	}
@@ -108,14 +111,14 @@ func (s PGStore) Abandoned(ctx context.Context, ev *cdc.Event, attempts int, las
 }
 
 // Park implements Store.
-func (s PGStore) Park(ctx context.Context, evs []*cdc.Event) error {
+func (s PGStore) Park(ctx context.Context, evs []*envelope.Message) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	ids := make([]string, len(evs))
 	seqs := make([]string, len(evs))
 	for i, ev := range evs {
-		ids[i], seqs[i] = ev.ID, Sequence(ev)
+		ids[i], seqs[i] = ev.ID, ev.Sequence
 	}
 	var tag pgconn.CommandTag
 	var err error
@@ -147,7 +150,7 @@ func visible(affected int64, want int) error {
 }
 
 // Replayable implements Store.
-func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*cdc.Event, error) {
+func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*envelope.Message, error) {
 	q := `
 		SELECT id::text, event_type, payload::text, coalesce(headers::text, ''), coalesce(event_sequence, ''), created_at
 		FROM outbox_events
@@ -165,12 +168,15 @@ func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) 
 		return nil, fmt.Errorf("load events to replay: %w", err)
 	}
 	defer rows.Close()
-	var evs []*cdc.Event
+	var evs []*envelope.Message
 	for rows.Next() {
-		ev := &cdc.Event{AggregateType: agg.Type, AggregateID: agg.ID, Tx: tx}
+		ev := &envelope.Message{AggregateType: agg.Type, AggregateID: agg.ID}
 		var payload, headers string
-		if err := rows.Scan(&ev.ID, &ev.EventType, &payload, &headers, &ev.Seq, &ev.CreatedAt); err != nil {
+		if err := rows.Scan(&ev.ID, &ev.EventType, &payload, &headers, &ev.Sequence, &ev.CreatedAt); err != nil {
 			return nil, err
+		}
+		if ev.Sequence == "" {
+			ev.Sequence = envelope.Sequence(uint64(tx.CommitLSN), 0)
 		}
 		ev.Payload = []byte(payload)
 		if headers != "" {
@@ -197,7 +203,7 @@ func (s PGStore) Unpark(ctx context.Context, agg cdc.Aggregate) error {
 }
 
 // BackfillPage implements Store.
-func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*cdc.Event, int64, error) {
+func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*envelope.Message, int64, error) {
 	rows, err := s.Pool.Query(ctx, `
 		SELECT b.position, e.id::text, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text,
 		       coalesce(e.headers::text, ''), e.created_at
@@ -208,16 +214,16 @@ func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, lim
 		return nil, after, fmt.Errorf("read backfill: %w", err)
 	}
 	defer rows.Close()
-	var evs []*cdc.Event
+	var evs []*envelope.Message
 	last := after
 	for rows.Next() {
-		ev := &cdc.Event{Tx: tx}
+		ev := &envelope.Message{}
 		var payload, headers string
 		var pos int64
 		if err := rows.Scan(&pos, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType, &payload, &headers, &ev.CreatedAt); err != nil {
 			return nil, after, err
 		}
-		ev.Payload, ev.Index, last = []byte(payload), int(pos), pos
+		ev.Payload, ev.Sequence, last = []byte(payload), envelope.Sequence(uint64(tx.CommitLSN), int(pos)), pos
 		if headers != "" {
 			ev.Headers = []byte(headers)
 		}

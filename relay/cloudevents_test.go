@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -117,7 +118,7 @@ func jsonEqual(a, b any) bool {
 func TestCloudEventsBinaryModeReadsWithTheSDK(t *testing.T) {
 	e := newEnv(t)
 	srv, ch := capture(t)
-	e.start(func(c *Config) { c.WebhookURL = srv.URL; c.Delivery.Format = publisher.FormatCloudEvents })
+	e.start(func(c *Config) { c.WebhookURL = srv.URL; c.Delivery.Format = webhook.FormatCloudEvents })
 	want := enqueueCE(t, e, 2)
 	prev := ""
 	for _, w := range want {

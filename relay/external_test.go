@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -50,7 +51,7 @@ func TestPublicPackagesConfigureAStreamAndAPublisher(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	tracker := cdc.NewTracker(1000, 1<<20)
 	stream := cdc.NewStream(cdc.Config{DSN: dsn, Slot: "ext", Publication: "ext", Registerer: reg}, tracker)
-	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: srv.URL, Secrets: []string{secret}})
+	hook, err := webhook.New(webhook.Config{URL: srv.URL, Secrets: []string{secret}})
 	if err != nil {
 		t.Fatal(err)
 	}

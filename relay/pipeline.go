@@ -63,7 +63,7 @@ type Pipeline struct {
 	Backfill bool
 	// Delivery is the request format, batching, compression and marks mode. The zero value is
 	// raw, one event per request, uncompressed, rows marked done.
-	Delivery publisher.Delivery
+	Delivery Delivery
 	// Destination, if it names a broker (NATS or Kafka), replaces the webhook. The zero value:
 	// the webhook of WebhookURL.
 	Destination DestinationConfig

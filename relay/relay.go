@@ -24,12 +24,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -94,7 +96,7 @@ type Config struct {
 	// Delivery is the default pipeline's request format, batching, compression and marks mode
 	// (--format, --batch-*, --compression, --marks). The zero value is raw, one event per
 	// request, uncompressed, rows marked done.
-	Delivery publisher.Delivery
+	Delivery Delivery
 	// Destination selects a broker instead of the webhook for the default pipeline (README:
 	// Broker destinations). Its zero value is the webhook of WebhookURL, Secrets and Scheme.
 	Destination DestinationConfig
@@ -128,8 +130,8 @@ func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher
 	if (d.NATS != nil || d.Kafka != nil) && p.WebhookURL != "" {
 		return nil, nil, errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
 	}
-	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Format != "" && p.Delivery.Format != publisher.FormatRaw ||
-		p.Delivery.Compression != "" && p.Delivery.Compression != publisher.CompressionNone) {
+	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Format != "" && p.Delivery.Format != webhook.FormatRaw ||
+		p.Delivery.Compression != "" && p.Delivery.Compression != webhook.CompressionNone) {
 		return nil, nil, errors.New("the CloudEvents format and request compression are webhook settings: a broker destination " +
 			"sends one message per event with the webhook contract's headers (a batch is many messages sent at once), so leave them unset")
 	}
@@ -158,7 +160,7 @@ func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher
 		}
 		return nd, nd.Close, nil
 	}
-	hook, err := publisher.NewWebhook(publisher.WebhookConfig{URL: p.WebhookURL, Secrets: p.Secrets,
+	hook, err := webhook.New(webhook.Config{URL: p.WebhookURL, Secrets: p.Secrets,
 		Scheme: p.Scheme, Timeout: p.RequestTimeout, MaxConns: p.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
 		Format: p.Delivery.Format, Source: p.Delivery.Source, DefaultSource: "/outbox-relay/" + p.Name,
 		Compression: p.Delivery.Compression})
@@ -518,13 +520,16 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 }
 
 // Ack passes a settled event to the tracker and notes the time, for the stall check.
-func (r *pipelineRunner) Ack(ev *cdc.Event) {
-	r.tracker.Ack(ev)
+func (r *pipelineRunner) Ack(tx *cdc.Tx, m *envelope.Message) {
+	r.tracker.Ack(tx, m)
 	r.lastAck.Store(time.Now().UnixNano())
 }
 
+// AckControl passes a settled control record to the tracker.
+func (r *pipelineRunner) AckControl(tx *cdc.Tx) { r.tracker.AckControl(tx) }
+
 // Grow passes a replay's events to the tracker.
-func (r *pipelineRunner) Grow(tx *cdc.Tx, evs []*cdc.Event) { r.tracker.Grow(tx, evs) }
+func (r *pipelineRunner) Grow(tx *cdc.Tx, ms []*envelope.Message) { r.tracker.Grow(tx, ms) }
 
 // run starts every pipeline and the process's servers under one errgroup and waits for all of
 // them. The metrics server answers until every pipeline's marker is done.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -183,7 +184,7 @@ func webhookConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 		return usageError{errors.New("no webhook URL: set WEBHOOK_URL or pass --webhook-url, e.g. https://consumer.example/webhooks " +
 			"(or --nats-url for a NATS JetStream destination)")}
 	}
-	if _, err := publisher.ParseURL(cfg.WebhookURL); err != nil {
+	if _, err := webhook.ParseURL(cfg.WebhookURL); err != nil {
 		return usageError{fmt.Errorf("%w (set WEBHOOK_URL or --webhook-url)", err)}
 	}
 	if cfg.Secrets, err = secrets(fs); err != nil {
@@ -341,13 +342,13 @@ func addDeliveryFlags(fs *pflag.FlagSet) {
 func deliveryConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	d := &cfg.Delivery
 	format, _ := fs.GetString("format")
-	d.Format = publisher.Format(format)
+	d.Format = webhook.Format(format)
 	d.Source, _ = fs.GetString("source")
 	d.Batch.MaxEvents, _ = fs.GetInt("batch-max-events")
 	d.Batch.MaxBytes, _ = fs.GetInt("batch-max-bytes")
 	d.Batch.Linger, _ = fs.GetDuration("batch-linger")
 	compression, _ := fs.GetString("compression")
-	d.Compression = publisher.Compression(compression)
+	d.Compression = webhook.Compression(compression)
 	marks, _ := fs.GetString("marks")
 	d.Marks = publisher.MarksMode(marks)
 	if err := d.Validate(); err != nil {

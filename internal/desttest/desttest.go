@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -24,12 +25,12 @@ const (
 )
 
 // AcrossOutages publishes every event through dest with a publisher (16 in flight, retries
-// from 20ms to 200ms, batch as given), calls outage(0) once a quarter of them are
-// acknowledged and outage(1) once half are, and returns the acknowledged ids once all are. It
-// fails t unless some attempt failed (the outages then tested no retry), and, batched, unless
-// some batch carried several events.
+// from 20ms to 200ms, batch as given), each in a transaction of its own, calls outage(0) once a
+// quarter of them are acknowledged and outage(1) once half are, and returns the acknowledged
+// ids once all are. It fails t unless some attempt failed (the outages then tested no retry),
+// and, batched, unless some batch carried several events.
 func AcrossOutages(t *testing.T, ctx context.Context, dest publisher.Destination, batch publisher.Batch,
-	event func(agg string, n int) *cdc.Event, outage func(i int)) (acked []string) {
+	event func(agg string, n int) *envelope.Message, outage func(i int)) (acked []string) {
 	t.Helper()
 	c := &counter{}
 	var wrapped publisher.Destination = countedDest{dest, c}
@@ -56,7 +57,7 @@ func AcrossOutages(t *testing.T, ctx context.Context, dest publisher.Destination
 	}()
 	for n := 0; n < PerAggregate; n++ {
 		for g := 0; g < Aggregates; g++ {
-			txs <- event(fmt.Sprintf("agg-%02d", g), n).Tx
+			txs <- &cdc.Tx{CommitTime: time.Now(), Events: []*envelope.Message{event(fmt.Sprintf("agg-%02d", g), n)}}
 		}
 	}
 	<-faults
@@ -122,8 +123,8 @@ type countedDest struct {
 	c *counter
 }
 
-func (d countedDest) Send(ctx context.Context, ev *cdc.Event, attempt int) publisher.Result {
-	r := d.Destination.Send(ctx, ev, attempt)
+func (d countedDest) Send(ctx context.Context, m *envelope.Message, attempt int) publisher.Result {
+	r := d.Destination.Send(ctx, m, attempt)
 	if !r.Delivered {
 		d.c.failed.Add(1)
 	}
@@ -136,11 +137,11 @@ type countedPartial struct {
 	pd publisher.PartialBatchDestination
 }
 
-func (d countedPartial) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) publisher.Result {
-	if len(evs) > 1 {
+func (d countedPartial) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) publisher.Result {
+	if len(ms) > 1 {
 		d.c.batches.Add(1)
 	}
-	r := d.pd.SendBatch(ctx, evs, attempt)
+	r := d.pd.SendBatch(ctx, ms, attempt)
 	if !r.Delivered {
 		d.c.failed.Add(1)
 	}
@@ -155,7 +156,17 @@ type acks struct {
 	ids []string
 }
 
-func (a *acks) Ack(ev *cdc.Event)          { a.mu.Lock(); a.ids = append(a.ids, ev.ID); a.mu.Unlock() }
-func (a *acks) Grow(*cdc.Tx, []*cdc.Event) {}
-func (a *acks) n() int                     { a.mu.Lock(); defer a.mu.Unlock(); return len(a.ids) }
-func (a *acks) all() []string              { a.mu.Lock(); defer a.mu.Unlock(); return append([]string(nil), a.ids...) }
+func (a *acks) Ack(_ *cdc.Tx, m *envelope.Message) {
+	a.mu.Lock()
+	a.ids = append(a.ids, m.ID)
+	a.mu.Unlock()
+}
+func (a *acks) AckControl(*cdc.Tx)                {}
+func (a *acks) Grow(*cdc.Tx, []*envelope.Message) {}
+func (a *acks) n() int                            { a.mu.Lock(); defer a.mu.Unlock(); return len(a.ids) }
+
+func (a *acks) all() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.ids...)
+}

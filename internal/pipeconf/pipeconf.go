@@ -20,6 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -398,11 +399,11 @@ func (k *rawKafka) line(fallback int) int {
 }
 
 // delivery reads format, source, batch, compression and marks, each checked at its own line.
-func (p *parser) delivery(rp rawPipeline) publisher.Delivery {
-	d := publisher.Delivery{
-		Format:      publisher.Format(p.str(rp.Format)),
+func (p *parser) delivery(rp rawPipeline) relay.Delivery {
+	d := relay.Delivery{
+		Format:      webhook.Format(p.str(rp.Format)),
 		Source:      p.str(rp.Source),
-		Compression: publisher.Compression(p.str(rp.Compression)),
+		Compression: webhook.Compression(p.str(rp.Compression)),
 		Marks:       publisher.MarksMode(p.str(rp.Marks)),
 	}
 	if b := rp.Batch; b != nil {
@@ -416,9 +417,9 @@ func (p *parser) delivery(rp rawPipeline) publisher.Delivery {
 	// Each value alone through Delivery.Validate, so that its error names the right line.
 	for _, one := range []struct {
 		v scalar
-		d publisher.Delivery
-	}{{rp.Format, publisher.Delivery{Format: d.Format}}, {rp.Compression, publisher.Delivery{Compression: d.Compression}},
-		{rp.Marks, publisher.Delivery{Marks: d.Marks}}} {
+		d relay.Delivery
+	}{{rp.Format, relay.Delivery{Format: d.Format}}, {rp.Compression, relay.Delivery{Compression: d.Compression}},
+		{rp.Marks, relay.Delivery{Marks: d.Marks}}} {
 		if err := one.d.Validate(); err != nil {
 			p.fail(one.v, "%v", err)
 		}
@@ -461,10 +462,10 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 	// A broker sends one message per event with the webhook contract's headers: the webhook's
 	// request shapes do not apply, and relay would refuse them at start. A batch is many
 	// messages sent at once.
-	if pl.Delivery.Format != publisher.FormatRaw {
+	if pl.Delivery.Format != webhook.FormatRaw {
 		p.fail(rp.Format, "format %s is a webhook setting: %s sends one message per event; drop format", pl.Delivery.Format, given[0].name)
 	}
-	if pl.Delivery.Compression != publisher.CompressionNone {
+	if pl.Delivery.Compression != webhook.CompressionNone {
 		p.fail(rp.Compression, "compression applies to webhook request bodies; for kafka set kafka.compression (nats has none)")
 	}
 	if n := rp.NATS; n != nil {
@@ -508,7 +509,7 @@ func (p *parser) webhook(w rawWebhook, rp rawPipeline, pl *relay.Pipeline) {
 	pl.RequestTimeout = p.duration(w.RequestTimeout, "request_timeout")
 	if !w.URL.set {
 		p.fail(rp.Name, "pipeline %q has no webhook url", pl.Name)
-	} else if _, err := publisher.ParseURL(pl.WebhookURL); err != nil {
+	} else if _, err := webhook.ParseURL(pl.WebhookURL); err != nil {
 		p.fail(w.URL, "%v", err)
 	}
 	scheme, err := signature.ParseScheme(p.str(w.SignatureScheme))

@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -160,9 +161,9 @@ func TestParseDestinationsFormatsAndOnGone(t *testing.T) {
 	}
 	ce, st, lg := f.Pipelines[0], f.Pipelines[1], f.Pipelines[2]
 
-	wantD := publisher.Delivery{Format: publisher.FormatCloudEvents, Source: "/shop/orders",
+	wantD := relay.Delivery{Format: webhook.FormatCloudEvents, Source: "/shop/orders",
 		Batch:       publisher.Batch{MaxEvents: 100, MaxBytes: 1 << 20, Linger: 20 * time.Millisecond},
-		Compression: publisher.CompressionGzip, Marks: publisher.MarksOff}
+		Compression: webhook.CompressionGzip, Marks: publisher.MarksOff}
 	if ce.Delivery != wantD || ce.OnGone != publisher.GoneRetry || ce.WebhookURL != "https://ce.internal/hook" ||
 		ce.Destination.NATS != nil || ce.Destination.Kafka != nil {
 		t.Fatalf("events_ce = %+v", ce)
@@ -179,7 +180,7 @@ func TestParseDestinationsFormatsAndOnGone(t *testing.T) {
 		t.Fatalf("stream's nats = %+v, want %+v", m, wantN)
 	}
 	if st.WebhookURL != "" || st.Destination.Kafka != nil || st.OnGone != publisher.GonePause ||
-		st.Delivery != (publisher.Delivery{Format: publisher.FormatRaw, Compression: publisher.CompressionNone, Marks: publisher.MarksDone}) {
+		st.Delivery != (relay.Delivery{Format: webhook.FormatRaw, Compression: webhook.CompressionNone, Marks: publisher.MarksDone}) {
 		t.Fatalf("stream = %+v", st)
 	}
 
@@ -205,8 +206,8 @@ func TestParseNewKeysDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := f.Pipelines[0], f.Pipelines[1]
-	if a.OnGone != publisher.GonePause || a.Delivery.Batch != (publisher.Batch{}) || a.Delivery.Format != publisher.FormatRaw ||
-		a.Delivery.Marks != publisher.MarksDone || a.Delivery.Compression != publisher.CompressionNone || a.Delivery.Source != "" {
+	if a.OnGone != publisher.GonePause || a.Delivery.Batch != (publisher.Batch{}) || a.Delivery.Format != webhook.FormatRaw ||
+		a.Delivery.Marks != publisher.MarksDone || a.Delivery.Compression != webhook.CompressionNone || a.Delivery.Source != "" {
 		t.Fatalf("a = %+v", a)
 	}
 	if b.Delivery.Batch != (publisher.Batch{MaxEvents: 10, Linger: DefaultBatchLinger}) {

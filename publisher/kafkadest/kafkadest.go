@@ -8,7 +8,7 @@
 // default: one aggregate, one partition), value = the payload bytes (as the webhook body),
 // header id = the event id (the router's header), plus the webhook contract's X-Event-Id,
 // X-Event-Type, X-Aggregate-Type, X-Aggregate-Id, X-Event-Sequence and the row's forwarded
-// traceparent/tracestate/X-* headers (publisher.EachHeader).
+// traceparent/tracestate/X-* headers (envelope.EachHeader).
 //
 // Order: the publisher keeps one event per aggregate in flight and sends the next only after
 // this destination reported the previous one acknowledged; the key keeps an aggregate on one
@@ -34,7 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -235,17 +235,17 @@ func tlsConfig(t TLSConfig) (*tls.Config, error) {
 // Close releases the client; records not yet acknowledged are failed (and so not confirmed).
 func (d *Destination) Close() { d.cl.Close() }
 
-// Send produces ev and waits until the partition leader acknowledged it with acks=all, for at
+// Send produces m and waits until the partition leader acknowledged it with acks=all, for at
 // most the request timeout. A record already sent to a broker cannot be withdrawn (the
 // idempotent producer keeps retrying it until the broker answers), so when the wait ends first
 // the attempt is reported failed while the record stays in the producer: the retry produces
 // the same event again behind it on the same partition, so at worst a duplicate appears later,
 // never the aggregate's next event before it.
-func (d *Destination) Send(ctx context.Context, ev *cdc.Event, attempt int) publisher.Result {
+func (d *Destination) Send(ctx context.Context, m *envelope.Message, attempt int) publisher.Result {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	done := make(chan error, 1) // buffered: the promise never blocks on an abandoned wait
-	d.cl.Produce(ctx, d.Record(ev), func(_ *kgo.Record, err error) { done <- err })
+	d.cl.Produce(ctx, d.Record(m), func(_ *kgo.Record, err error) { done <- err })
 	var err error
 	select {
 	case err = <-done:
@@ -258,20 +258,20 @@ func (d *Destination) Send(ctx context.Context, ev *cdc.Event, attempt int) publ
 	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
 }
 
-// SendBatch produces evs without waiting between them and waits until every one is
+// SendBatch produces ms without waiting between them and waits until every one is
 // acknowledged with acks=all, for at most the request timeout: delivered only when all are.
 // The publisher gives it at most one event per aggregate (PartialBatches), so a batch that
 // failed half way cannot reorder an aggregate; its retry produces the records that were
 // already stored again (duplicates, with the same id header).
-func (d *Destination) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) publisher.Result {
+func (d *Destination) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) publisher.Result {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	done := make(chan error, len(evs)) // buffered: no promise blocks on an abandoned wait
-	for _, ev := range evs {
-		d.cl.Produce(ctx, d.Record(ev), func(_ *kgo.Record, err error) { done <- err })
+	done := make(chan error, len(ms)) // buffered: no promise blocks on an abandoned wait
+	for _, m := range ms {
+		d.cl.Produce(ctx, d.Record(m), func(_ *kgo.Record, err error) { done <- err })
 	}
 	var err error
-	for range evs {
+	for range ms {
 		select {
 		case e := <-done:
 			if err == nil {
@@ -293,12 +293,12 @@ func (d *Destination) SendBatch(ctx context.Context, evs []*cdc.Event, attempt i
 // acknowledged on its own.
 func (d *Destination) PartialBatches() {}
 
-// Record builds the record of ev: topic, key, value and headers.
-func (d *Destination) Record(ev *cdc.Event) *kgo.Record {
+// Record builds the record of m: topic, key, value and headers.
+func (d *Destination) Record(m *envelope.Message) *kgo.Record {
 	h := make([]kgo.RecordHeader, 0, 8)
-	h = append(h, kgo.RecordHeader{Key: IDHeader, Value: []byte(ev.ID)})
-	publisher.EachHeader(ev, func(k, v string) { h = append(h, kgo.RecordHeader{Key: k, Value: []byte(v)}) })
-	return &kgo.Record{Topic: d.tmpl.expand(ev), Key: []byte(ev.AggregateID), Value: ev.Payload, Headers: h}
+	h = append(h, kgo.RecordHeader{Key: IDHeader, Value: []byte(m.ID)})
+	envelope.EachHeader(m, func(k, v string) { h = append(h, kgo.RecordHeader{Key: k, Value: []byte(v)}) })
+	return &kgo.Record{Topic: d.tmpl.expand(m), Key: []byte(m.AggregateID), Value: m.Payload, Headers: h}
 }
 
 func label(ctx context.Context, err error) string {

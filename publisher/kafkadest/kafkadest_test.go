@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/desttest"
 	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -21,10 +20,10 @@ func TestTopicTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := tm.expand(&cdc.Event{AggregateType: "Order Line/ü"}), "outbox.event.Order_Line___"; got != want {
+	if got, want := tm.expand(&envelope.Message{AggregateType: "Order Line/ü"}), "outbox.event.Order_Line___"; got != want {
 		t.Errorf("expand = %q, want %q", got, want)
 	}
-	if got, want := tm.expand(&cdc.Event{}), "outbox.event._"; got != want {
+	if got, want := tm.expand(&envelope.Message{}), "outbox.event._"; got != want {
 		t.Errorf("expand of an empty type = %q, want %q", got, want)
 	}
 	for _, bad := range []string{"", "a b", "a/{event_type}", "x.{nope}", "x.{event_type"} {
@@ -61,13 +60,11 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func event(agg string, n int) *cdc.Event {
-	tx := &cdc.Tx{CommitLSN: pglogrepl.LSN(1000 + n), CommitTime: time.Now()}
-	ev := &cdc.Event{ID: fmt.Sprintf("%s-%04d", agg, n), AggregateType: "order", AggregateID: agg,
+func event(agg string, n int) *envelope.Message {
+	return &envelope.Message{ID: fmt.Sprintf("%s-%04d", agg, n), AggregateType: "order", AggregateID: agg,
 		EventType: "order.created", Payload: []byte(fmt.Sprintf(`{"n":%d}`, n)),
-		Headers: []byte(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`), Tx: tx}
-	tx.Events = []*cdc.Event{ev}
-	return ev
+		Headers:  []byte(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`),
+		Sequence: envelope.Sequence(uint64(1000+n), 0), CommitTime: time.Now()}
 }
 
 // One record: the outbox event router's topic, key and id header, the payload as value, and
@@ -93,14 +90,14 @@ func TestSendRecord(t *testing.T) {
 		t.Errorf("key %q value %q", r.Key, r.Value)
 	}
 	for k, want := range map[string]string{"id": ev.ID, "X-Event-Id": ev.ID, "X-Event-Type": "order.created",
-		"X-Aggregate-Type": "order", "X-Aggregate-Id": "o-1", "X-Event-Sequence": publisher.Sequence(ev),
+		"X-Aggregate-Type": "order", "X-Aggregate-Id": "o-1", "X-Event-Sequence": ev.Sequence,
 		"Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"} {
 		if got := r.Headers[k]; got != want {
 			t.Errorf("header %s = %q, want %q", k, got, want)
 		}
 	}
 	// A topic that does not exist is a failed attempt, labelled as a broker's refusal.
-	missing := &cdc.Event{ID: "x", AggregateType: "nope", AggregateID: "1", Payload: []byte(`{}`), Tx: ev.Tx}
+	missing := &envelope.Message{ID: "x", AggregateType: "nope", AggregateID: "1", Payload: []byte(`{}`), Sequence: ev.Sequence}
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if r := d.Send(sctx, missing, 1); r.Delivered {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // template is a parsed topic template: literal text and placeholders.
@@ -63,8 +63,8 @@ func topicChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
-// expand returns the topic of ev.
-func (t template) expand(ev *cdc.Event) string {
+// expand returns the topic of m.
+func (t template) expand(m *envelope.Message) string {
 	var b strings.Builder
 	for _, p := range t {
 		var v string
@@ -73,11 +73,11 @@ func (t template) expand(ev *cdc.Event) string {
 			b.WriteString(p.lit)
 			continue
 		case "{aggregate_type}":
-			v = ev.AggregateType
+			v = m.AggregateType
 		case "{aggregate_id}":
-			v = ev.AggregateID
+			v = m.AggregateID
 		case "{event_type}":
-			v = ev.EventType
+			v = m.EventType
 		}
 		if v == "" {
 			b.WriteByte('_')

@@ -7,7 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
 )
 
@@ -25,7 +25,7 @@ func BenchmarkSendBatch(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		evs := make([]*cdc.Event, 100)
+		evs := make([]*envelope.Message, 100)
 		for j := range evs {
 			evs[j] = event(fmt.Sprintf("agg-%03d", j), i)
 		}

@@ -6,7 +6,7 @@
 // bytes as a webhook body), and the headers are Nats-Msg-Id = the event id (so JetStream's
 // duplicate window drops a re-publish after a retry or a relay restart) plus the webhook
 // contract's X-Event-Id, X-Event-Type, X-Aggregate-Type, X-Aggregate-Id, X-Event-Sequence and
-// the forwarded traceparent/tracestate/X-* of the row (publisher.EachHeader).
+// the forwarded traceparent/tracestate/X-* of the row (envelope.EachHeader).
 //
 // Order: the publisher keeps one event per aggregate in flight and sends the next one only
 // after this destination reported the previous one delivered, that is after its PubAck. So
@@ -33,7 +33,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -310,34 +310,34 @@ func (d *Destination) Close() {
 // MsgIDHeader is the JetStream de-duplication header, set to the event id.
 const MsgIDHeader = "Nats-Msg-Id"
 
-// Send publishes ev and waits for its PubAck: delivered once JetStream stored it (or reported
+// Send publishes m and waits for its PubAck: delivered once JetStream stored it (or reported
 // it a duplicate of a message it already stored).
-func (d *Destination) Send(ctx context.Context, ev *cdc.Event, attempt int) publisher.Result {
+func (d *Destination) Send(ctx context.Context, m *envelope.Message, attempt int) publisher.Result {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	msg := d.Message(ev)
+	msg := d.Message(m)
 	ack, err := d.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return publisher.Result{Err: err, Label: label(ctx, err)}
 	}
 	if ack.Duplicate {
-		d.log.Debug().Str("event_id", ev.ID).Str("stream", ack.Stream).Int("attempt", attempt).
+		d.log.Debug().Str("event_id", m.ID).Str("stream", ack.Stream).Int("attempt", attempt).
 			Msg("nats: already stored (duplicate window)")
 	}
 	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
 }
 
-// SendBatch publishes evs without waiting between them and waits for every PubAck: delivered
+// SendBatch publishes ms without waiting between them and waits for every PubAck: delivered
 // only when JetStream acknowledged each one. The publisher gives it at most one event per
 // aggregate (PartialBatches), so a batch that failed half way, whose stored messages JetStream
 // drops as duplicates when the batch is retried, cannot reorder an aggregate.
-func (d *Destination) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) publisher.Result {
+func (d *Destination) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) publisher.Result {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	futs := make([]jetstream.PubAckFuture, 0, len(evs))
+	futs := make([]jetstream.PubAckFuture, 0, len(ms))
 	var failed error
-	for _, ev := range evs {
-		f, err := d.js.PublishMsgAsync(d.Message(ev))
+	for _, m := range ms {
+		f, err := d.js.PublishMsgAsync(d.Message(m))
 		if err != nil {
 			failed = err
 			break
@@ -356,7 +356,7 @@ wait:
 			}
 		case <-ctx.Done():
 			if failed == nil {
-				failed = fmt.Errorf("nats: %d of %d messages not acknowledged within %s: %w", len(futs)-stored, len(evs), d.timeout, context.Cause(ctx))
+				failed = fmt.Errorf("nats: %d of %d messages not acknowledged within %s: %w", len(futs)-stored, len(ms), d.timeout, context.Cause(ctx))
 			}
 			break wait
 		}
@@ -371,12 +371,12 @@ wait:
 // acknowledged on its own.
 func (d *Destination) PartialBatches() {}
 
-// Message builds the message of ev: subject, data and headers.
-func (d *Destination) Message(ev *cdc.Event) *nats.Msg {
+// Message builds the message of m: subject, data and headers.
+func (d *Destination) Message(m *envelope.Message) *nats.Msg {
 	h := make(nats.Header, 8)
-	h[MsgIDHeader] = []string{ev.ID}
-	publisher.EachHeader(ev, func(k, v string) { h[k] = append(h[k], v) })
-	return &nats.Msg{Subject: d.tmpl.expand(ev), Data: ev.Payload, Header: h}
+	h[MsgIDHeader] = []string{m.ID}
+	envelope.EachHeader(m, func(k, v string) { h[k] = append(h[k], v) })
+	return &nats.Msg{Subject: d.tmpl.expand(m), Data: m.Payload, Header: h}
 }
 
 // label classifies a failed publish for the result label.

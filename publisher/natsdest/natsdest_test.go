@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/desttest"
 	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -22,7 +21,7 @@ func TestSubjectTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &cdc.Event{AggregateType: "order.line", AggregateID: "a b", EventType: "created>*\n"}
+	ev := &envelope.Message{AggregateType: "order.line", AggregateID: "a b", EventType: "created>*\n"}
 	if got, want := tm.expand(ev), "outbox.order_line.created___"; got != want {
 		t.Errorf("expand = %q, want %q", got, want)
 	}
@@ -30,7 +29,7 @@ func TestSubjectTemplate(t *testing.T) {
 		t.Errorf("wildcard = %q, want %q", got, want)
 	}
 	tm, _ = parseTemplate("events.{aggregate_type}-{aggregate_id}.x")
-	if got, want := tm.expand(&cdc.Event{AggregateType: "", AggregateID: "7"}), "events._-7.x"; got != want {
+	if got, want := tm.expand(&envelope.Message{AggregateType: "", AggregateID: "7"}), "events._-7.x"; got != want {
 		t.Errorf("expand = %q, want %q", got, want)
 	}
 	if got, want := tm.wildcard(), "events.*.x"; got != want {
@@ -111,13 +110,11 @@ func TestStreamCheckAndCreate(t *testing.T) {
 	}
 }
 
-func event(agg string, n int) *cdc.Event {
-	tx := &cdc.Tx{CommitLSN: pglogrepl.LSN(1000 + n), CommitTime: time.Now()}
-	ev := &cdc.Event{ID: fmt.Sprintf("%s-%04d", agg, n), AggregateType: "order", AggregateID: agg,
+func event(agg string, n int) *envelope.Message {
+	return &envelope.Message{ID: fmt.Sprintf("%s-%04d", agg, n), AggregateType: "order", AggregateID: agg,
 		EventType: "order.created", Payload: []byte(fmt.Sprintf(`{"n":%d}`, n)),
-		Headers: []byte(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","X-Event-Id":"forged"}`), Tx: tx}
-	tx.Events = []*cdc.Event{ev}
-	return ev
+		Headers:  []byte(`{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","X-Event-Id":"forged"}`),
+		Sequence: envelope.Sequence(uint64(1000+n), 0), CommitTime: time.Now()}
 }
 
 // One message: data, subject, Nats-Msg-Id and the contract's headers; a re-publish of the same
@@ -145,7 +142,7 @@ func TestSendMessageAndDuplicate(t *testing.T) {
 		t.Errorf("subject %q data %q", m.Subject, m.Data)
 	}
 	for k, want := range map[string]string{"Nats-Msg-Id": ev.ID, "X-Event-Id": ev.ID, "X-Event-Type": "order.created",
-		"X-Aggregate-Type": "order", "X-Aggregate-Id": "o-1", "X-Event-Sequence": publisher.Sequence(ev),
+		"X-Aggregate-Type": "order", "X-Aggregate-Id": "o-1", "X-Event-Sequence": ev.Sequence,
 		"Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"} {
 		if got := m.Header.Values(k); len(got) != 1 || got[0] != want {
 			t.Errorf("header %s = %q, want [%q]", k, got, want)

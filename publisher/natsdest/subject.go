@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 )
 
 // template is a parsed subject template: literal text and placeholders.
@@ -79,19 +79,19 @@ func parseTemplate(s string) (template, error) {
 	return t, nil
 }
 
-// expand returns the subject of ev.
-func (t template) expand(ev *cdc.Event) string {
+// expand returns the subject of m.
+func (t template) expand(m *envelope.Message) string {
 	var b strings.Builder
 	for _, p := range t.parts {
 		switch p.field {
 		case 0:
 			b.WriteString(p.lit)
 		case fieldAggregateType:
-			writeToken(&b, ev.AggregateType)
+			writeToken(&b, m.AggregateType)
 		case fieldAggregateID:
-			writeToken(&b, ev.AggregateID)
+			writeToken(&b, m.AggregateID)
 		case fieldEventType:
-			writeToken(&b, ev.EventType)
+			writeToken(&b, m.EventType)
 		}
 	}
 	return b.String()

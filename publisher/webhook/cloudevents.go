@@ -1,4 +1,4 @@
-package publisher
+package webhook
 
 import (
 	"bytes"
@@ -8,17 +8,17 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/cloudevents"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
-// ceEvent is ev as the CloudEvents wire package sees it.
-func (w *Webhook) ceEvent(ev *cdc.Event) cloudevents.Event {
-	tp, ts := traceContext(ev.Headers)
-	return cloudevents.Event{ID: ev.ID, Source: w.source, Type: ev.EventType, AggregateType: ev.AggregateType,
-		AggregateID: ev.AggregateID, Time: ev.CreatedAt, Sequence: Sequence(ev), TraceParent: tp, TraceState: ts,
-		Data: ev.Payload}
+// ceEvent is m as the CloudEvents wire package sees it.
+func (w *Destination) ceEvent(m *envelope.Message) cloudevents.Event {
+	tp, ts := traceContext(m.Headers)
+	return cloudevents.Event{ID: m.ID, Source: w.source, Type: m.EventType, AggregateType: m.AggregateType,
+		AggregateID: m.AggregateID, Time: m.CreatedAt, Sequence: m.Sequence, TraceParent: tp, TraceState: ts,
+		Data: m.Payload}
 }
 
 // traceContext returns the traceparent and tracestate entries of a row's headers column.
@@ -47,16 +47,16 @@ func traceContext(raw []byte) (tp, ts string) {
 
 // eachCEHeader passes the headers of a CloudEvents binary-mode request: the ce- attributes and
 // trace context, the signature over body, and the row's forwarded X-* headers.
-func (w *Webhook) eachCEHeader(ev *cdc.Event, attempt int, ts int64, body []byte, h headerSink) {
-	e := w.ceEvent(ev)
+func (w *Destination) eachCEHeader(m *envelope.Message, attempt int, ts int64, body []byte, h headerSink) {
+	e := w.ceEvent(m)
 	// The id, source and type are never empty here (the stream rejects rows without them), so
 	// this cannot fail; if it did, the request would go without ce- headers and fail visibly.
 	_ = cloudevents.BinaryHeaders(&e, h.add)
 	var num [20]byte
 	h.addBytes("X-Attempt", strconv.AppendInt(num[:0], int64(attempt), 10))
-	w.signatureHeaders(ev.ID, ts, body, h)
-	if len(ev.Headers) > 0 {
-		forwardHeaders(ev.Headers, func(k, v string) {
+	w.signatureHeaders(m.ID, ts, body, h)
+	if len(m.Headers) > 0 {
+		envelope.ForwardHeaders(m.Headers, func(k, v string) {
 			if l := strings.ToLower(k); l != "traceparent" && l != "tracestate" {
 				h.add(k, v)
 			}
@@ -64,11 +64,11 @@ func (w *Webhook) eachCEHeader(ev *cdc.Event, attempt int, ts int64, body []byte
 	}
 }
 
-// appendBatch appends the CloudEvents batch body of evs to dst.
-func (w *Webhook) appendBatch(dst []byte, evs []*cdc.Event) ([]byte, error) {
-	ces := make([]cloudevents.Event, len(evs))
-	for i, ev := range evs {
-		ces[i] = w.ceEvent(ev)
+// appendBatch appends the CloudEvents batch body of ms to dst.
+func (w *Destination) appendBatch(dst []byte, ms []*envelope.Message) ([]byte, error) {
+	ces := make([]cloudevents.Event, len(ms))
+	for i, m := range ms {
+		ces[i] = w.ceEvent(m)
 	}
 	return cloudevents.AppendBatch(dst, ces)
 }
@@ -76,15 +76,15 @@ func (w *Webhook) appendBatch(dst []byte, evs []*cdc.Event) ([]byte, error) {
 // eachBatchHeader passes the headers of a batch request. Under Standard Webhooks its
 // webhook-id is derived from the events' ids (cloudevents.BatchID), so a batch retried as
 // formed carries the same id on every attempt.
-func (w *Webhook) eachBatchHeader(evs []*cdc.Event, attempt int, ts int64, body []byte, h headerSink) {
+func (w *Destination) eachBatchHeader(ms []*envelope.Message, attempt int, ts int64, body []byte, h headerSink) {
 	h.add("Content-Type", cloudevents.ContentTypeBatch)
 	var num [20]byte
 	h.addBytes("X-Attempt", strconv.AppendInt(num[:0], int64(attempt), 10))
 	id := ""
 	if w.scheme == signature.StandardWebhooks {
-		ids := make([]string, len(evs))
-		for i, ev := range evs {
-			ids[i] = ev.ID
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = m.ID
 		}
 		id = cloudevents.BatchID(ids)
 	}
@@ -93,7 +93,7 @@ func (w *Webhook) eachBatchHeader(evs []*cdc.Event, attempt int, ts int64, body 
 
 // signatureHeaders passes User-Agent, the signature headers over body (id is the Standard
 // Webhooks webhook-id) and Content-Encoding.
-func (w *Webhook) signatureHeaders(id string, ts int64, body []byte, h headerSink) {
+func (w *Destination) signatureHeaders(id string, ts int64, body []byte, h headerSink) {
 	if w.ua != "" {
 		h.add("User-Agent", w.ua)
 	}
@@ -101,7 +101,7 @@ func (w *Webhook) signatureHeaders(id string, ts int64, body []byte, h headerSin
 	tsText := strconv.AppendInt(num[:0], ts, 10)
 	var sig [160]byte
 	if w.scheme == signature.StandardWebhooks {
-		h.add("Webhook-Id", headerValue(id))
+		h.add("Webhook-Id", envelope.HeaderValue(id))
 		h.addBytes("Webhook-Timestamp", tsText)
 		h.addBytes("Webhook-Signature", w.signer.AppendStandard(sig[:0], id, ts, body))
 	} else {

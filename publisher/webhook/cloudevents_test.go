@@ -1,4 +1,4 @@
-package publisher
+package webhook
 
 import (
 	"bytes"
@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/cloudevents"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -32,16 +32,15 @@ func TestBatchGzipSignatureAndStableWebhookID(t *testing.T) {
 		got <- req{r.Header.Clone(), b}
 	}))
 	defer srv.Close()
-	w, err := NewWebhook(WebhookConfig{URL: srv.URL, Secrets: []string{secret}, Scheme: signature.StandardWebhooks,
+	w, err := New(Config{URL: srv.URL, Secrets: []string{secret}, Scheme: signature.StandardWebhooks,
 		Compression: CompressionGzip, DefaultSource: "/outbox-relay/p"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	tx := &cdc.Tx{CommitLSN: 0x10}
-	evs := []*cdc.Event{
-		{ID: "e1", AggregateType: "order", AggregateID: "1", EventType: "t", Payload: []byte(`{"a":1}`), Tx: tx},
-		{ID: "e2", AggregateType: "order", AggregateID: "1", EventType: "t", Payload: []byte(`{"a":2}`), Index: 1, Tx: tx},
+	evs := []*envelope.Message{
+		{ID: "e1", AggregateType: "order", AggregateID: "1", EventType: "t", Payload: []byte(`{"a":1}`), Sequence: envelope.Sequence(0x10, 0)},
+		{ID: "e2", AggregateType: "order", AggregateID: "1", EventType: "t", Payload: []byte(`{"a":2}`), Sequence: envelope.Sequence(0x10, 1)},
 	}
 	var ids []string
 	for attempt := 1; attempt <= 2; attempt++ {

@@ -1,4 +1,4 @@
-package publisher
+package webhook
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func TestWebhookGoesThroughTheEnvironmentsHTTPProxy(t *testing.T) {
 	}
 	os.Setenv("HTTP_PROXY", proxy.URL)
 
-	w, err := NewWebhook(WebhookConfig{URL: "http://receiver.test/hooks/in?tenant=a", Secrets: []string{"s"}, Timeout: 10 * time.Second})
+	w, err := New(Config{URL: "http://receiver.test/hooks/in?tenant=a", Secrets: []string{"s"}, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,14 +89,14 @@ func TestWebhookGoesThroughTheEnvironmentsHTTPProxy(t *testing.T) {
 		t.Fatal("HTTP_PROXY is set but the webhook uses the lean direct client")
 	}
 	ctx := context.Background()
-	if o := w.Send(ctx, testEvent(), 1); !o.ok() {
+	if o := w.Send(ctx, testEvent(), 1); !o.Delivered {
 		t.Fatalf("delivery through the proxy: status %d, %v", o.Status, o.Err)
 	}
 	mu.Lock()
 	fail = true
 	mu.Unlock()
 	o := w.Send(ctx, testEvent(), 2)
-	if o.Status != http.StatusServiceUnavailable || o.RetryAfter != 7*time.Second || o.ok() {
+	if o.Status != http.StatusServiceUnavailable || o.RetryAfter != 7*time.Second || o.Delivered {
 		t.Fatalf("a 503 with Retry-After: 7 through the proxy came back as status %d, Retry-After %s, err %v",
 			o.Status, o.RetryAfter, o.Err)
 	}

@@ -1,4 +1,4 @@
-package publisher
+package webhook
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 // in one call and reading the answer with readResponse. It does what net/http's client
 // does for this one shape of request at about half the CPU per request, which on a machine
 // shared with PostgreSQL and the receiver is most of the relay's cost. It is used only for a
-// direct connection: when a proxy applies to the URL, the Webhook uses net/http instead.
+// direct connection: when a proxy applies to the URL, the Destination uses net/http instead.
 type rawClient struct {
 	addr    string      // host:port to dial
 	host    string      // Host header

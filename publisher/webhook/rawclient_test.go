@@ -1,4 +1,4 @@
-package publisher
+package webhook
 
 import (
 	"context"
@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
-func testEvent() *cdc.Event {
-	return &cdc.Event{ID: "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70", AggregateType: "order", AggregateID: "42",
-		EventType: "order.created", Payload: []byte(`{"order_id":42}`), Tx: &cdc.Tx{CommitLSN: 7}}
+func testEvent() *envelope.Message {
+	return &envelope.Message{ID: "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70", AggregateType: "order", AggregateID: "42",
+		EventType: "order.created", Payload: []byte(`{"order_id":42}`), Sequence: envelope.Sequence(7, 0)}
 }
 
 // The lean client sends what net/http would: the path and query, Host, the body and every
@@ -40,7 +41,7 @@ func TestRawClientRequestAndReuse(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	w, err := NewWebhook(WebhookConfig{URL: srv.URL + "/hooks/in?tenant=a", Secrets: []string{"s"}, UserAgent: "outbox-relay/test"})
+	w, err := New(Config{URL: srv.URL + "/hooks/in?tenant=a", Secrets: []string{"s"}, UserAgent: "outbox-relay/test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestRawClientRequestAndReuse(t *testing.T) {
 	}
 	for i := 1; i <= 3; i++ {
 		o := w.Send(context.Background(), testEvent(), i)
-		if !o.ok() || o.Status != http.StatusAccepted || o.RetryAfter != 3*time.Second {
+		if !o.Delivered || o.Status != http.StatusAccepted || o.RetryAfter != 3*time.Second {
 			t.Fatalf("attempt %d: %+v", i, o)
 		}
 	}
@@ -70,13 +71,13 @@ func TestRawClientRequestAndReuse(t *testing.T) {
 func TestRawClientRetriesAStaleConnection(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer srv.Close()
-	w, _ := NewWebhook(WebhookConfig{URL: srv.URL, Secrets: []string{"s"}})
-	if o := w.Send(context.Background(), testEvent(), 1); !o.ok() {
+	w, _ := New(Config{URL: srv.URL, Secrets: []string{"s"}})
+	if o := w.Send(context.Background(), testEvent(), 1); !o.Delivered {
 		t.Fatalf("first: %+v", o)
 	}
 	srv.CloseClientConnections()
 	time.Sleep(50 * time.Millisecond)
-	if o := w.Send(context.Background(), testEvent(), 2); !o.ok() {
+	if o := w.Send(context.Background(), testEvent(), 2); !o.Delivered {
 		t.Fatalf("after the server closed the idle connection: %+v", o)
 	}
 }
@@ -86,8 +87,8 @@ func TestRawClientTimeoutAndTLS(t *testing.T) {
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
 	defer slow.Close()
 	defer close(release)
-	w, _ := NewWebhook(WebhookConfig{URL: slow.URL, Secrets: []string{"s"}, Timeout: 200 * time.Millisecond})
-	if o := w.Send(context.Background(), testEvent(), 1); o.Label != ResultTimeout {
+	w, _ := New(Config{URL: slow.URL, Secrets: []string{"s"}, Timeout: 200 * time.Millisecond})
+	if o := w.Send(context.Background(), testEvent(), 1); o.Label != publisher.ResultTimeout {
 		t.Fatalf("hung receiver: %+v, want a timeout", o)
 	}
 
@@ -98,12 +99,12 @@ func TestRawClientTimeoutAndTLS(t *testing.T) {
 	}))
 	defer tlsSrv.Close()
 	roots := tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
-	w, _ = NewWebhook(WebhookConfig{URL: tlsSrv.URL, Secrets: []string{"s"}, TLS: &tls.Config{RootCAs: roots}})
-	if o := w.Send(context.Background(), testEvent(), 1); !o.ok() {
+	w, _ = New(Config{URL: tlsSrv.URL, Secrets: []string{"s"}, TLS: &tls.Config{RootCAs: roots}})
+	if o := w.Send(context.Background(), testEvent(), 1); !o.Delivered {
 		t.Fatalf("https with the server's CA: %+v", o)
 	}
-	w, _ = NewWebhook(WebhookConfig{URL: tlsSrv.URL, Secrets: []string{"s"}})
-	if o := w.Send(context.Background(), testEvent(), 1); o.ok() || o.Label != ResultNetwork {
+	w, _ = New(Config{URL: tlsSrv.URL, Secrets: []string{"s"}})
+	if o := w.Send(context.Background(), testEvent(), 1); o.Delivered || o.Label != publisher.ResultNetwork {
 		t.Fatalf("https with an unknown CA: %+v, want a network error", o)
 	}
 }
@@ -113,11 +114,11 @@ func TestRawClientCancel(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
 	defer srv.Close()
 	defer close(release)
-	w, _ := NewWebhook(WebhookConfig{URL: srv.URL, Secrets: []string{"s"}, Timeout: time.Minute})
+	w, _ := New(Config{URL: srv.URL, Secrets: []string{"s"}, Timeout: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	if o := w.Send(ctx, testEvent(), 1); o.ok() {
+	if o := w.Send(ctx, testEvent(), 1); o.Delivered {
 		t.Fatal("a cancelled attempt succeeded")
 	}
 	if time.Since(start) > 10*time.Second {

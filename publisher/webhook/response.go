@@ -1,4 +1,4 @@
-package publisher
+package webhook
 
 import (
 	"bufio"
@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"time"
 )
 
 // response is what delivery needs from an HTTP/1.x answer.
@@ -154,4 +156,18 @@ func truncate(b []byte) []byte {
 		return b[:64]
 	}
 	return b
+}
+
+// retryAfter parses a Retry-After header (delay seconds or an HTTP date) relative to now.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
 }

@@ -1,9 +1,11 @@
-package publisher
+package webhook
 
 import (
 	"bufio"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadResponse(t *testing.T) {
@@ -58,4 +60,26 @@ func FuzzReadResponse(f *testing.F) {
 			t.Fatalf("accepted status %d", r.status)
 		}
 	})
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		header string
+		want   time.Duration
+		ok     bool
+	}{
+		{"7", 7 * time.Second, true},
+		{now.Add(30 * time.Second).Format(http.TimeFormat), 30 * time.Second, true},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true}, // a date passed: at once
+		{"3600", time.Hour, true}, // the publisher caps it
+		{"soon", 0, false},
+		{"-1", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		if d, ok := retryAfter(tt.header, now); d != tt.want || ok != tt.ok {
+			t.Errorf("retryAfter(%q) = %v, %v; want %v, %v", tt.header, d, ok, tt.want, tt.ok)
+		}
+	}
 }

@@ -1,4 +1,32 @@
-package publisher
+// Package webhook is the publisher.Destination for an HTTP endpoint: one signed POST per
+// attempt (or per batch), in the webhook contract's raw format or as CloudEvents.
+//
+// # Requests
+//
+// A raw request carries the payload as its body and the contract's headers: the event's
+// (envelope.EventHeaders), X-Attempt, the signature of the scheme configured (X-Signature and
+// X-Timestamp, or Standard Webhooks' webhook-id, webhook-timestamp and webhook-signature, one
+// signature per secret during a rotation), and the row's forwarded traceparent, tracestate and
+// X-* headers. FormatCloudEvents sends one event in CloudEvents binary mode; a batch is always
+// CloudEvents batch mode. CompressionGzip compresses the body, and the signature covers the
+// bytes as sent.
+//
+// # Answers
+//
+// A 2xx is delivered. Anything else is a failed attempt whose result label
+// (publisher.Result3xx, Result4xx, Result5xx, ResultTimeout, ResultNetwork) is what
+// outbox_relay_delivery_attempts_total counts; a Retry-After is passed on, a 410 Gone is
+// reported as Result.Gone, and a redirect is not followed (a RedirectError names where it
+// pointed).
+//
+// # Connections
+//
+// For a direct connection, a lean HTTP/1.1 client keeps up to MaxConns connections alive and
+// writes each request in one call: it costs about half the CPU of net/http's client per request,
+// which on a machine shared with PostgreSQL is most of the relay's cost. When the environment's
+// proxy settings (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) apply to the URL, net/http's client is used
+// instead, through the proxy.
+package webhook
 
 import (
 	"bytes"
@@ -14,16 +42,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
-// WebhookConfig configures the HTTP side of delivery.
-type WebhookConfig struct {
+// Config configures a webhook destination. URL and Secrets are required.
+type Config struct {
 	URL string
 	// Secrets sign every request; several mean rotation (one signature per secret).
 	Secrets []string
-	Scheme  signature.Scheme
+	// Scheme is the signature scheme. The zero value is signature.XSignature.
+	Scheme signature.Scheme
 	// Timeout bounds one attempt, from connecting to reading the answer. If zero, 10s.
 	Timeout time.Duration
 	// MaxConns is the number of kept-alive connections. If zero, 64.
@@ -37,16 +67,18 @@ type WebhookConfig struct {
 	Format Format
 	// Source is the CloudEvents source; if empty, DefaultSource; if that is empty too,
 	// "/outbox-relay".
-	Source        string
+	Source string
+	// DefaultSource is the source when Source is empty (the relay passes
+	// "/outbox-relay/<pipeline>"). Empty: "/outbox-relay".
 	DefaultSource string
 	// Compression of request bodies: gzip sends Content-Encoding: gzip, and the signature
 	// covers the compressed bytes as sent. Empty or none: uncompressed.
 	Compression Compression
 }
 
-// Webhook sends one signed POST per attempt; it is the Publisher's Destination for an HTTP
-// endpoint.
-type Webhook struct {
+// Destination sends one signed POST per attempt; it is the publisher.Destination (a
+// publisher.BatchDestination) for an HTTP endpoint. It is safe for concurrent use.
+type Destination struct {
 	url     string
 	signer  *signature.Signer
 	scheme  signature.Scheme
@@ -98,9 +130,11 @@ func redactURL(raw string) string {
 	return raw[:start+colon+1] + "xxxxx" + raw[start+at:]
 }
 
-// NewWebhook validates the URL and secrets and builds the client: a lean HTTP/1.1 client for
-// direct connections, or net/http's when the environment's proxy settings apply to the URL.
-func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
+var _ publisher.BatchDestination = (*Destination)(nil)
+
+// New validates the URL and secrets and builds the client: a lean HTTP/1.1 client for direct
+// connections, or net/http's when the environment's proxy settings apply to the URL.
+func New(cfg Config) (*Destination, error) {
 	u, err := ParseURL(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -115,7 +149,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 64
 	}
-	w := &Webhook{url: cfg.URL, signer: signature.NewSigner(keys), scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent,
+	w := &Destination{url: cfg.URL, signer: signature.NewSigner(keys), scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent,
 		ce: cfg.Format == FormatCloudEvents, source: cfg.Source, gzip: cfg.Compression == CompressionGzip}
 	if w.source == "" {
 		w.source = cfg.DefaultSource
@@ -138,7 +172,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 
 // Close releases idle connections. It may be called more than once; a Send after it opens a
 // new connection.
-func (w *Webhook) Close() {
+func (w *Destination) Close() {
 	if w.raw != nil {
 		w.raw.close()
 	}
@@ -151,10 +185,10 @@ func (w *Webhook) Close() {
 // it to a URL that was never configured.
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-// Send makes one attempt (1-based) to deliver ev: delivered when answered 2xx.
-func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) Result {
+// Send makes one attempt (1-based) to deliver m: delivered when answered 2xx.
+func (w *Destination) Send(ctx context.Context, m *envelope.Message, attempt int) publisher.Result {
 	ts := time.Now().Unix()
-	body := ev.Payload
+	body := m.Payload
 	var buf *bodyBuf
 	if w.gzip {
 		buf = getBody()
@@ -163,33 +197,33 @@ func (w *Webhook) Send(ctx context.Context, ev *cdc.Event, attempt int) Result {
 	}
 	heads := func(h headerSink) {
 		if w.ce {
-			w.eachCEHeader(ev, attempt, ts, body, h)
+			w.eachCEHeader(m, attempt, ts, body, h)
 		} else {
-			w.eachHeader(ev, attempt, ts, body, h)
+			w.eachHeader(m, attempt, ts, body, h)
 		}
 	}
 	return w.post(ctx, heads, body)
 }
 
-// SendBatch makes one attempt to deliver evs in one request, as a CloudEvents batch: delivered
+// SendBatch makes one attempt to deliver ms in one request, as a CloudEvents batch: delivered
 // (every event) when answered 2xx.
-func (w *Webhook) SendBatch(ctx context.Context, evs []*cdc.Event, attempt int) Result {
+func (w *Destination) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) publisher.Result {
 	ts := time.Now().Unix()
 	buf := getBody()
 	defer putBody(buf)
-	body, err := w.appendBatch(buf.plain[:0], evs)
+	body, err := w.appendBatch(buf.plain[:0], ms)
 	buf.plain = body
 	if err != nil {
-		return Result{Err: err, Label: ResultNetwork}
+		return publisher.Result{Err: err, Label: publisher.ResultNetwork}
 	}
 	if w.gzip {
 		body = buf.gzip(body)
 	}
-	return w.post(ctx, func(h headerSink) { w.eachBatchHeader(evs, attempt, ts, body, h) }, body)
+	return w.post(ctx, func(h headerSink) { w.eachBatchHeader(ms, attempt, ts, body, h) }, body)
 }
 
 // post sends one request with the headers heads passes and body.
-func (w *Webhook) post(ctx context.Context, heads func(headerSink), body []byte) Result {
+func (w *Destination) post(ctx context.Context, heads func(headerSink), body []byte) publisher.Result {
 	if w.raw != nil {
 		resp, err := w.raw.post(ctx, func(b []byte) []byte {
 			h := rawHead{b}
@@ -202,13 +236,13 @@ func (w *Webhook) post(ctx context.Context, heads func(headerSink), body []byte)
 }
 
 // sendStd sends through net/http (used when a proxy applies).
-func (w *Webhook) sendStd(ctx context.Context, heads func(headerSink), body []byte) Result {
+func (w *Destination) sendStd(ctx context.Context, heads func(headerSink), body []byte) publisher.Result {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	// net/http may still read the body after Do returns, and body may be a pooled buffer.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(bytes.Clone(body)))
 	if err != nil {
-		return Result{Err: err, Label: ResultNetwork}
+		return publisher.Result{Err: err, Label: publisher.ResultNetwork}
 	}
 	heads(stdHead(req.Header))
 	resp, err := w.client.Do(req)
@@ -222,11 +256,11 @@ func (w *Webhook) sendStd(ctx context.Context, heads func(headerSink), body []by
 		location: loc[:min(len(loc), maxLocation)]}, nil)
 }
 
-func result(ctx context.Context, resp response, err error) Result {
+func result(ctx context.Context, resp response, err error) publisher.Result {
 	if err != nil {
-		return Result{Err: err, Label: errorResult(ctx, err)}
+		return publisher.Result{Err: err, Label: errorResult(ctx, err)}
 	}
-	r := Result{Delivered: resp.status >= 200 && resp.status < 300, Status: resp.status,
+	r := publisher.Result{Delivered: resp.status >= 200 && resp.status < 300, Status: resp.status,
 		Label: statusResult(resp.status), Gone: resp.status == http.StatusGone}
 	if d, ok := retryAfter(resp.retryAfter, time.Now()); ok {
 		r.RetryAfter = d
@@ -280,9 +314,9 @@ func (h stdHead) addBytes(k string, v []byte) { h[k] = append(h[k], string(v)) }
 // eachHeader passes every header of one attempt to h: the public contract, the signature of this
 // attempt, then headers forwarded from the row's headers column. Values from the row are made
 // safe for a header line.
-func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, body []byte, h headerSink) {
+func (w *Destination) eachHeader(m *envelope.Message, attempt int, ts int64, body []byte, h headerSink) {
 	h.add("Content-Type", "application/json")
-	eventHeaders(ev, h)
+	envelope.EventHeaders(m, h.add)
 	var num [20]byte
 	h.addBytes("X-Attempt", strconv.AppendInt(num[:0], int64(attempt), 10))
 	if w.ua != "" {
@@ -291,9 +325,9 @@ func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, body []byte, 
 	tsText := strconv.AppendInt(num[:0], ts, 10)
 	var sig [160]byte
 	if w.scheme == signature.StandardWebhooks {
-		h.add("Webhook-Id", headerValue(ev.ID))
+		h.add("Webhook-Id", envelope.HeaderValue(m.ID))
 		h.addBytes("Webhook-Timestamp", tsText)
-		h.addBytes("Webhook-Signature", w.signer.AppendStandard(sig[:0], ev.ID, ts, body))
+		h.addBytes("Webhook-Signature", w.signer.AppendStandard(sig[:0], m.ID, ts, body))
 	} else {
 		h.addBytes("X-Timestamp", tsText)
 		h.addBytes("X-Signature", w.signer.AppendX(sig[:0], ts, body))
@@ -301,56 +335,28 @@ func (w *Webhook) eachHeader(ev *cdc.Event, attempt int, ts int64, body []byte, 
 	if w.gzip {
 		h.add("Content-Encoding", "gzip")
 	}
-	if len(ev.Headers) > 0 {
-		forwardHeaders(ev.Headers, h.add)
-	}
-}
-
-// Sequence is the X-Event-Sequence value: the commit LSN and the index within the transaction,
-// as fixed-width uppercase hex ("0000000001538A30-00000003"), so it rises strictly per aggregate
-// in commit order when compared as a string.
-func Sequence(ev *cdc.Event) string {
-	var b [25]byte
-	return string(appendSequence(b[:0], ev))
-}
-
-func appendSequence(dst []byte, ev *cdc.Event) []byte {
-	if ev.Seq != "" {
-		return append(dst, ev.Seq...)
-	}
-	var b [25]byte
-	hexFixed(b[:16], uint64(ev.Tx.CommitLSN))
-	b[16] = '-'
-	hexFixed(b[17:], uint64(ev.Index))
-	return append(dst, b[:]...)
-}
-
-// hexFixed writes v as uppercase hex filling dst, most significant digit first.
-func hexFixed(dst []byte, v uint64) {
-	const digits = "0123456789ABCDEF"
-	for i := len(dst) - 1; i >= 0; i-- {
-		dst[i] = digits[v&0xF]
-		v >>= 4
+	if len(m.Headers) > 0 {
+		envelope.ForwardHeaders(m.Headers, h.add)
 	}
 }
 
 func statusResult(code int) string {
 	switch {
 	case code >= 200 && code < 300:
-		return ResultSuccess
+		return publisher.ResultSuccess
 	case code >= 300 && code < 400:
-		return Result3xx
+		return publisher.Result3xx
 	case code >= 400 && code < 500:
-		return Result4xx
+		return publisher.Result4xx
 	}
-	return Result5xx // 5xx, and anything else a server answers, a failure too
+	return publisher.Result5xx // 5xx, and anything else a server answers, a failure too
 }
 
 func errorResult(ctx context.Context, err error) string {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded ||
 		(errors.As(err, &ne) && ne.Timeout()) {
-		return ResultTimeout
+		return publisher.ResultTimeout
 	}
-	return ResultNetwork
+	return publisher.ResultNetwork
 }

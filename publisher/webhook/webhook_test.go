@@ -1,23 +1,22 @@
-package publisher
+package webhook
 
 import (
 	"net/http"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // The public contract, with a fixed secret, timestamp and body. The expected signature was
 // computed independently: printf '1700000000{"order_id":42}' | openssl dgst -sha256 -hmac topsecret
 func TestHeadersKnownAnswer(t *testing.T) {
-	w, err := NewWebhook(WebhookConfig{URL: "http://127.0.0.1:1/hook", Secrets: []string{"topsecret"}})
+	w, err := New(Config{URL: "http://127.0.0.1:1/hook", Secrets: []string{"topsecret"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx := &cdc.Tx{CommitLSN: 0x1538A30}
-	ev := &cdc.Event{ID: "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70", AggregateType: "order", AggregateID: "42",
-		EventType: "order.created", Payload: []byte(`{"order_id":42}`), Index: 3, Tx: tx}
+	ev := &envelope.Message{ID: "0193a0c4-6c1e-7cc2-9f1a-2b3c4d5e6f70", AggregateType: "order", AggregateID: "42",
+		EventType: "order.created", Payload: []byte(`{"order_id":42}`), Sequence: envelope.Sequence(0x1538A30, 3)}
 	h := http.Header{}
 	w.eachHeader(ev, 2, 1700000000, ev.Payload, stdHead(h))
 	want := map[string]string{
@@ -40,11 +39,11 @@ func TestHeadersKnownAnswer(t *testing.T) {
 
 func TestStandardWebhooksHeaders(t *testing.T) {
 	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	w, err := NewWebhook(WebhookConfig{URL: "https://example.com/h", Secrets: []string{secret}, Scheme: signature.StandardWebhooks})
+	w, err := New(Config{URL: "https://example.com/h", Secrets: []string{secret}, Scheme: signature.StandardWebhooks})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := &cdc.Event{ID: "msg_p5jXN8AQM9LWM0D4loKWxJek", Payload: []byte(`{"test": 2432232314}`), Tx: &cdc.Tx{}}
+	ev := &envelope.Message{ID: "msg_p5jXN8AQM9LWM0D4loKWxJek", Payload: []byte(`{"test": 2432232314}`)}
 	h := http.Header{}
 	w.eachHeader(ev, 1, 1614265330, ev.Payload, stdHead(h))
 	if got := h.Get("webhook-signature"); got != "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=" {
@@ -52,15 +51,6 @@ func TestStandardWebhooksHeaders(t *testing.T) {
 	}
 	if h.Get("webhook-id") != ev.ID || h.Get("webhook-timestamp") != "1614265330" || h.Get("X-Signature") != "" {
 		t.Fatalf("headers = %v", h)
-	}
-}
-
-func TestSequenceRisesInCommitOrder(t *testing.T) {
-	a := &cdc.Event{Tx: &cdc.Tx{CommitLSN: 0xFFFF}, Index: 9}
-	b := &cdc.Event{Tx: &cdc.Tx{CommitLSN: 0x10000}, Index: 0}
-	c := &cdc.Event{Tx: b.Tx, Index: 10}
-	if !(Sequence(a) < Sequence(b) && Sequence(b) < Sequence(c)) {
-		t.Fatalf("%s %s %s not rising", Sequence(a), Sequence(b), Sequence(c))
 	}
 }
 
@@ -76,9 +66,9 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestForwardedHeaders(t *testing.T) {
-	w, _ := NewWebhook(WebhookConfig{URL: "http://127.0.0.1:1/", Secrets: []string{"s"}})
-	ev := &cdc.Event{ID: "id", AggregateType: "order", AggregateID: "4\r\nX-Evil: 1", EventType: "t", Payload: []byte("{}"),
-		Tx: &cdc.Tx{}, Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	w, _ := New(Config{URL: "http://127.0.0.1:1/", Secrets: []string{"s"}})
+	ev := &envelope.Message{ID: "id", AggregateType: "order", AggregateID: "4\r\nX-Evil: 1", EventType: "t", Payload: []byte("{}"),
+		Sequence: envelope.Sequence(1, 0), Headers: []byte(`{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			"tracestate": "congo=t61rcWkgMzE", "x-tenant": "acme", "X-Event-Id": "forged", "x-signature": "forged",
 			"authorization": "Bearer nope", "x-num": 5, "bad name": "x"}`)}
 	h := http.Header{}
