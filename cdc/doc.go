@@ -10,6 +10,16 @@
 // and after a restart streaming resumes from its confirmed position. Stream creates both if they
 // are missing and never drops either.
 //
+// # Transactions, events and control records
+//
+// Each committed transaction reaches the publisher as one Tx. Its outbox rows are its Events,
+// each an envelope.Message: the message every destination receives, whose Sequence
+// (X-Event-Sequence) and CommitTime the decoder sets once, at the commit. An operator's request
+// written into the same WAL (a replay request is a transactional logical decoding message) is
+// a Control beside them, with its place among the rows, so that it takes effect in commit
+// order and is never part of what a destination sees. Control records are settled like events
+// (Tracker.AckControl), so a transaction is not confirmed before its requests are carried out.
+//
 // # What is confirmed, and when
 //
 // Rows arrive grouped by transaction, in commit order, and only after commit: a rolled-back
