@@ -176,6 +176,19 @@ func isTxClosed(err error) bool {
 	return errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, sql.ErrTxDone)
 }
 
+// singleConn reports a store over one connection, which two goroutines must not share.
+func singleConn(s store) bool {
+	switch s := s.(type) {
+	case pgxStore:
+		_, ok := s.db.(*pgx.Conn)
+		return ok
+	case sqlStore:
+		_, ok := s.db.(*sql.Conn)
+		return ok
+	}
+	return false
+}
+
 // nilDB reports a nil database, also one typed as *pgxpool.Pool, *pgx.Conn, *sql.DB or
 // *sql.Conn inside the interface.
 func nilDB(db any) bool {

@@ -34,8 +34,9 @@ type Config struct {
 	// (48 hours), the relay's retries with its default settings and a margin. See
 	// PruneOptions.RetryHorizon.
 	RetryHorizon time.Duration
-	// Logger receives one line per refused or failed delivery (Warn for 4xx, Error for 5xx,
-	// with the panic's stack for a panic), one Debug line per accepted one, and a line per
+	// Logger receives, from a Handler, one line per refused or failed delivery (Warn for 4xx,
+	// Error for 5xx, with the panic's stack for a panic) and one Debug line per accepted one
+	// (a Processor logs no message: Process returns the error); from both, a line per
 	// background prune that deleted something or failed. If zero, nothing is logged.
 	Logger zerolog.Logger
 

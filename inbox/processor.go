@@ -53,6 +53,10 @@ func newProcessor(s store, cfg Config) (*Processor, error) {
 		if err := opts.check(); err != nil {
 			return nil, fmt.Errorf("inbox: Config.Retention: %w", err)
 		}
+		if singleConn(s) {
+			return nil, errors.New("inbox: Config.Retention prunes beside the deliveries, so it needs a pool " +
+				"(*pgxpool.Pool, *sql.DB), not a single connection")
+		}
 		p.retention = startRetention(s, opts, cfg.Logger)
 	}
 	return p, nil

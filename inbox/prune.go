@@ -120,7 +120,7 @@ func prune(ctx context.Context, s store, opts PruneOptions) (PruneResult, error)
 	if err := inTx(ctx, s, func(tx txn) error {
 		return tx.queryRow(ctx, q.pruneCutoff, opts.OlderThan.Seconds()).Scan(&res.Cutoff)
 	}); err != nil {
-		return res, pruneError(err, q.table, opts.Schema)
+		return res, pruneError(err, opts.Schema)
 	}
 	var after any // nil, then the last received_at deleted
 	for {
@@ -129,7 +129,7 @@ func prune(ctx context.Context, s store, opts PruneOptions) (PruneResult, error)
 		if err := inTx(ctx, s, func(tx txn) error {
 			return tx.queryRow(ctx, q.pruneBatch, res.Cutoff, batch, after).Scan(&n, &last)
 		}); err != nil {
-			return res, pruneError(err, q.table, opts.Schema)
+			return res, pruneError(err, opts.Schema)
 		}
 		res.Batches++
 		res.Deleted += n
@@ -153,10 +153,10 @@ func inTx(ctx context.Context, s store, f func(txn) error) error {
 	return tx.commit(ctx)
 }
 
-func pruneError(err error, table, schema string) error {
+func pruneError(err error, schema string) error {
 	if sqlState(err) == pgerrcode.UndefinedTable {
-		return fmt.Errorf("inbox: prune: table %s does not exist: create it with inbox.Migrate (Schema %q) or "+
-			"`outbox-relay migrate --inbox-only`: %w", table, schema, err)
+		return fmt.Errorf("inbox: prune: %s: create it with inbox.Migrate or `outbox-relay migrate --inbox-only`: %w",
+			missingTable(schema), err)
 	}
 	return fmt.Errorf("inbox: prune: %w", err)
 }

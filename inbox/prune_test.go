@@ -107,6 +107,16 @@ func TestPruneRefusesInsideTheRetryHorizon(t *testing.T) {
 		!strings.Contains(err.Error(), "Config.Retention") {
 		t.Fatalf("New with Retention 1h: %v; want a refusal naming Config.Retention", err)
 	}
+	conn, err := pgx.Connect(ctx, e.dsn)
+	must(t, err)
+	defer conn.Close(ctx)
+	if _, err := inbox.NewProcessor(conn, recordEffect, inbox.Config{Retention: 72 * time.Hour}); err == nil ||
+		!strings.Contains(err.Error(), "needs a pool") {
+		t.Fatalf("Retention on a single *pgx.Conn: %v; want a refusal", err)
+	}
+	if _, err := inbox.NewProcessor(conn, recordEffect, inbox.Config{}); err != nil {
+		t.Fatalf("a single *pgx.Conn without Retention: %v", err)
+	}
 }
 
 // Config.Retention prunes in the background from the start, and Close stops it.

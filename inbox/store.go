@@ -63,6 +63,14 @@ func newQueries(schema string) queries {
 	}
 }
 
+// missingTable says which table is missing, and where it was looked for.
+func missingTable(schema string) string {
+	if schema == "" {
+		return "table inbox_events does not exist in any schema of search_path (no Schema set)"
+	}
+	return fmt.Sprintf("table %s does not exist (Schema %q)", tableName(schema), schema)
+}
+
 // nullable turns an empty signature (a broker message has none) into NULL.
 func nullable(s string) any {
 	if s == "" {
@@ -138,8 +146,8 @@ func (p *Processor) classifyInsert(err error) error {
 	case pgerrcode.IsDataException(code) || pgerrcode.IsProgramLimitExceeded(code):
 		return fmt.Errorf("%w: payload refused by PostgreSQL: %w", ErrMalformed, err)
 	case code == pgerrcode.UndefinedTable:
-		return fmt.Errorf("%w: table %s does not exist: create it with inbox.Migrate (Config.Schema %q) or "+
-			"`outbox-relay migrate --inbox-only`: %w", errDatabase, p.q.table, p.schema, err)
+		return fmt.Errorf("%w: %s: create it with inbox.Migrate or `outbox-relay migrate --inbox-only`: %w",
+			errDatabase, missingTable(p.schema), err)
 	}
 	return fmt.Errorf("%w: insert into %s: %w", errDatabase, p.q.table, err)
 }
