@@ -97,6 +97,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newReceiverCmd(stdout))
+	root.AddCommand(newMemoryCmd(stdout, stderr))
 	return root
 }
 
