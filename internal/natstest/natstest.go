@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,18 +186,37 @@ func ReadStream(ctx context.Context, t testing.TB, url, stream string) []Msg {
 }
 
 // TryReadStream is one attempt of ReadStream: an error when the stream cannot be read now. It
-// returns by ctx's deadline (10s if ctx has none). It reads through one ephemeral consumer,
-// deleted at the end. (An ordered consumer creates a new consumer for every Fetch, leaves the
-// last one for five minutes, and retries a failed creation forever whatever the context: under
-// load, while a cluster re-elected its leaders, reads piled up consumers and hung.)
+// returns by ctx's deadline (10s if ctx has none). See Reader, which it uses once.
 func TryReadStream(ctx context.Context, url, stream string) ([]Msg, error) {
+	return (&Reader{URL: url, Stream: stream}).Read(ctx)
+}
+
+// Reader reads a stream that only grows (nothing deleted or purged) in attempts that each keep
+// what they read, so that repeated attempts finish however slow the cluster is: an attempt
+// that runs out of time costs only itself, and the next goes on from the last message read.
+// (Each attempt of a reader that starts over can need longer than its budget, under load, for
+// ever.) Each attempt returns by its context and reads through one ephemeral consumer, deleted
+// at the end. (The harness used to Fetch from an ordered consumer, which makes a new consumer
+// for every Fetch, leaves the last one for five minutes, and retries a failed creation forever
+// whatever the context: under load, while a cluster re-elected its leaders, reads piled up
+// consumer creations and never finished.) A Reader is safe for use by one goroutine at a time.
+type Reader struct {
+	URL    string // one URL, or a comma-separated list for a cluster
+	Stream string
+	msgs   []Msg
+}
+
+// Read returns every message of the stream up to its last sequence when the attempt began, or
+// an error (the messages read meanwhile are kept for the next attempt). It returns by ctx's
+// deadline (10s if ctx has none).
+func (r *Reader) Read(ctx context.Context) ([]Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
 	deadline, _ := ctx.Deadline()
-	nc, err := nats.Connect(url, nats.Timeout(min(2*time.Second, time.Until(deadline))))
+	nc, err := nats.Connect(r.URL, nats.Timeout(max(min(2*time.Second, time.Until(deadline)), 100*time.Millisecond)))
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +225,7 @@ func TryReadStream(ctx context.Context, url, stream string) ([]Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := js.Stream(ctx, stream)
+	st, err := js.Stream(ctx, r.Stream)
 	if err != nil {
 		return nil, err
 	}
@@ -214,12 +234,12 @@ func TryReadStream(ctx context.Context, url, stream string) ([]Msg, error) {
 		return nil, err
 	}
 	last := info.State.LastSeq
-	var out []Msg
-	if last == 0 {
-		return out, nil
+	if r.next() > last {
+		return slices.Clone(r.msgs), nil
 	}
 	c, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute})
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: r.next(), MemoryStorage: true,
+		Replicas: 1, InactiveThreshold: time.Minute})
 	if err != nil {
 		return nil, err
 	}
@@ -228,18 +248,14 @@ func TryReadStream(ctx context.Context, url, stream string) ([]Msg, error) {
 		defer cancel()
 		_ = st.DeleteConsumer(dctx, c.CachedInfo().Name)
 	}()
-	for len(out) == 0 || out[len(out)-1].Seq < last {
+	for r.next() <= last {
 		wait := min(5*time.Second, time.Until(deadline))
 		if wait < 100*time.Millisecond {
-			return nil, fmt.Errorf("read %d of %d: %w", len(out), last, context.DeadlineExceeded)
-		}
-		read := uint64(0)
-		if len(out) > 0 {
-			read = out[len(out)-1].Seq
+			return nil, fmt.Errorf("read %d of %d: %w", r.next()-1, last, context.DeadlineExceeded)
 		}
 		// No more than the stream holds past what was read, so the last batch does not wait
 		// out FetchMaxWait for messages that will not come.
-		batch, err := c.Fetch(int(min(500, last-read)), jetstream.FetchMaxWait(wait))
+		batch, err := c.Fetch(int(min(500, last-r.next()+1)), jetstream.FetchMaxWait(wait))
 		if err != nil {
 			return nil, err
 		}
@@ -249,14 +265,22 @@ func TryReadStream(ctx context.Context, url, stream string) ([]Msg, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, Msg{Seq: md.Sequence.Stream, Subject: m.Subject(), Data: m.Data(), Header: m.Headers()})
+			r.msgs = append(r.msgs, Msg{Seq: md.Sequence.Stream, Subject: m.Subject(), Data: m.Data(), Header: m.Headers()})
 			n++
 		}
 		if n == 0 {
-			return nil, fmt.Errorf("read %d of %d: %v", len(out), last, batch.Error())
+			return nil, fmt.Errorf("read %d of %d: %v", r.next()-1, last, batch.Error())
 		}
 	}
-	return out, nil
+	return slices.Clone(r.msgs), nil
+}
+
+// next is the sequence the next message read must have.
+func (r *Reader) next() uint64 {
+	if len(r.msgs) == 0 {
+		return 1
+	}
+	return r.msgs[len(r.msgs)-1].Seq + 1
 }
 
 // Cluster is n servers forming one JetStream cluster, each with its own store.
