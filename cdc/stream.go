@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,10 +83,40 @@ type Stream struct {
 	since     time.Time     // the current session started streaming; zero if it has not
 	streaming atomic.Bool
 	pubLost   atomic.Bool // see PublicationLost
+
+	mu         sync.Mutex // guards waitErr and standingBy, which State reads
+	waitErr    error
+	standingBy bool
 }
 
 // Streaming reports whether the stream holds the slot and is connected.
 func (s *Stream) Streaming() bool { return s.streaming.Load() }
+
+// State is what a Stream is doing.
+type State struct {
+	// Streaming: it holds the slot and is connected.
+	Streaming bool
+	// StandingBy: another process streams from the slot; this one retries and takes over when
+	// it goes.
+	StandingBy bool
+	// Err is why the last session ended while the stream waits to connect again (a server limit
+	// wraps ErrServerLimit); nil while it streams or stands by, and before its first session.
+	Err error
+}
+
+// State reports what the stream is doing; it is safe to call from any goroutine.
+func (s *Stream) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return State{Streaming: s.streaming.Load(), StandingBy: s.standingBy, Err: s.waitErr}
+}
+
+// setWaiting records why the stream is not streaming: standing by, or err.
+func (s *Stream) setWaiting(standingBy bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.standingBy, s.waitErr = standingBy, err
+}
 
 // errPublicationGone is what PublicationLost reports to undefinedObject.
 var errPublicationGone = errors.New("the publication was dropped or replaced while the relay streamed")
@@ -155,8 +186,10 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 			return 0, err
 		}
 	}
+	s.setWaiting(false, err)
 	switch {
 	case errors.Is(err, errSlotActive):
+		s.setWaiting(true, nil)
 		if !s.standby {
 			s.log.Info().Str("slot", s.cfg.Slot).Dur("retry", s.cfg.StandbyRetry).
 				Msg("slot is active in another process; standing by")
@@ -173,6 +206,10 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 	s.m.Reconnects.Inc()
 	var wait time.Duration
 	wait, *backoff = nextBackoff(*backoff, streamed, s.cfg.ReconnectMax)
+	if errors.Is(err, ErrServerLimit) {
+		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Dur("retry_in", wait).Msg("cannot stream: a server limit is reached")
+		return wait, nil
+	}
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
 }
@@ -228,6 +265,7 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("confirmed", s.tracker.Confirmable().String()).
 		Dur("replication_timeout", set.timeout).Msg("streaming")
+	s.setWaiting(false, nil)
 	s.setStreaming(true)
 	s.sessions++
 	s.since = time.Now()
@@ -262,6 +300,9 @@ func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 		if code := sqlstate(err); code == pgerrcode.InsufficientPrivilege || code == pgerrcode.InvalidAuthorizationSpecification {
 			return nil, fmt.Errorf("%w: %v: grant REPLICATION to the role and allow replication connections in pg_hba.conf",
 				ErrNoReplication, err)
+		}
+		if isConnectionLimit(err) {
+			return nil, walSenderLimitError(ctx, s.cfg.DSN, s.cfg.Dial, err)
 		}
 		return nil, fmt.Errorf("connect for replication: %w", err)
 	}

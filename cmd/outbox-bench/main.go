@@ -23,6 +23,13 @@
 //   - Shards (shards.go): the drain with the pipeline split into 1, 2 and 4 shards in one relay
 //     process; each shard's walsender decodes all WAL, which the PostgreSQL column shows.
 //
+// # Memory
+//
+// `outbox-bench memory` (memory.go) is a mode of its own: N pipelines whose destination refuses
+// everything, so that each holds its full --max-buffered-bytes; it prints RSS, relay CPU and GC
+// cycles for each --setting (the binary's defaults, or a GOMEMLIMIT/GOGC environment), run in
+// turn in one session.
+//
 // # Environment
 //
 //	BENCH_EVENTS   main backlog size (default 100000)
@@ -97,6 +104,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newReceiverCmd(stdout))
+	root.AddCommand(newMemoryCmd(stdout, stderr))
 	return root
 }
 
