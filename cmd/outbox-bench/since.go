@@ -38,7 +38,7 @@ type sinceResult struct {
 	Relay                     usage
 	Load                      load
 	Stats                     receiverStats
-	Reads                     tableReads // by the relay during the replay
+	RequestReads, Reads       tableReads // by the request (the replay command), by the relay's replay
 }
 
 // tableReads are outbox_events' access counters from pg_stat_user_tables.
@@ -121,8 +121,23 @@ func (e *env) since(ctx context.Context) (sinceResult, error) {
 		return res, err
 	}
 	e.logf("since: replay --since %s (%d of %d rows)", from.Format(time.RFC3339Nano), res.Events, res.Table)
+	replay := func(args ...string) ([]byte, error) {
+		return exec.CommandContext(ctx, e.relayBin, append([]string{"replay", "--dsn", db.dsn, "--since",
+			from.Format(time.RFC3339Nano)}, args...)...).CombinedOutput()
+	}
+	// A dry run first, with nothing else reading: it counts what the request counts, so its
+	// reads are the request's, and the rest are the replay's.
+	if out, err := replay("--dry-run"); err != nil {
+		return res, fmt.Errorf("replay --since --dry-run: %w\n%s", err, out)
+	}
+	sleepCtx(ctx, time.Second) // its backend flushes its statistics as it exits
+	dryReads, err := db.tableReads(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.RequestReads = dryReads.minus(reads)
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, e.relayBin, "replay", "--dsn", db.dsn, "--since", from.Format(time.RFC3339Nano)).CombinedOutput()
+	out, err := replay()
 	if err != nil {
 		return res, fmt.Errorf("replay --since: %w\n%s", err, out)
 	}
@@ -149,7 +164,7 @@ func (e *env) since(ctx context.Context) (sinceResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Reads = readsAfter.minus(reads)
+	res.Reads = readsAfter.minus(dryReads).minus(res.RequestReads)
 	res.Load = loadBetween(before, after)
 	res.First = time.Unix(0, res.Stats.FirstNanos).Sub(requested)
 	res.Total = time.Unix(0, res.Stats.LastNanos).Sub(requested)
@@ -170,7 +185,8 @@ func (r *results) sinceCells(s *sinceResult) []string {
 		fmt.Sprintf("newest half of a %s-row table of delivered rows", thousands(float64(s.Table))),
 		fmt.Sprintf("request %s; first event %s, all %s after it", s.Request.Round(time.Millisecond),
 			s.First.Round(time.Millisecond), s.Total.Round(time.Millisecond)),
-		fmt.Sprintf("relay read the table in %d sequential scans (%s rows per event) and %d index scans (%s rows per event)",
+		fmt.Sprintf("the request read the table in %d sequential scans (%s rows per event), the replay in %d (%s rows "+
+			"per event) and %d index scans (%s rows per event)", s.RequestReads.SeqScans, per(s.RequestReads.SeqRows),
 			s.Reads.SeqScans, per(s.Reads.SeqRows), s.Reads.IdxScans, per(s.Reads.IdxRows)),
 	}
 	if s.Stats.Duplicates > 0 {
