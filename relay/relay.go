@@ -60,7 +60,8 @@ type Config struct {
 	// TCP_USER_TIMEOUT of every connection the relay opens. If zero, the server's
 	// wal_sender_timeout, or 60s when that is 0.
 	ReplicationTimeout time.Duration
-	// Retention, if positive, deletes delivered rows older than this in the background.
+	// Retention, if positive, deletes the rows every pipeline is done with (outbox.Prune) older
+	// than this, hourly in the background. Zero keeps them.
 	Retention time.Duration
 	// NoBackfill turns off the backfill. If false (the default), whenever the relay creates the
 	// slot it records the rows still pending, which the new slot cannot carry, and delivers them
@@ -613,7 +614,7 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// retention prunes delivered rows older than Retention, hourly.
+// retention prunes the rows every pipeline is done with, older than Retention, hourly.
 func (r *runner) retention() outbox.Retention {
 	log := r.cfg.Logger
 	return outbox.Retention{
@@ -625,7 +626,12 @@ func (r *runner) retention() outbox.Retention {
 			}
 			if res.Deleted > 0 {
 				log.Info().Int64("deleted", res.Deleted).Int("batches", res.Batches).Time("cutoff", res.Cutoff).
-					Msg("pruned delivered outbox rows")
+					Msg("pruned outbox rows every pipeline is done with")
+			}
+			if res.Kept > 0 {
+				log.Warn().Int64("kept", res.Kept).Str("slot", res.Behind).Time("cutoff", res.Cutoff).
+					Msg("retention kept older rows this slot has not confirmed: its pipeline is behind or stopped; " +
+						"catch it up, or `outbox-relay drop-pipeline NAME` if it is gone")
 			}
 		},
 	}

@@ -68,7 +68,7 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	fs.Int("max-buffered-bytes", relay.DefaultMaxBufferedBytes, "undelivered bytes held before reading WAL pauses")
 	fs.Duration("shutdown-timeout", relay.DefaultShutdownTimeout, "how long SIGTERM waits for in-flight deliveries")
 	fs.Duration("stall-timeout", relay.DefaultStallTimeout, "/readyz fails when events wait and nothing was delivered for this long")
-	fs.Duration("retention", 0, "delete delivered (done) rows older than this, hourly in the background; 0 = keep them")
+	fs.Duration("retention", 0, "delete rows every pipeline is done with, older than this, hourly in the background; 0 = keep them")
 	fs.Duration("status-interval", 0, "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s")
 	fs.Duration(replTimeoutFlag.name, 0, "reconnect when nothing arrives from the server for this long, probes included (env REPLICATION_TIMEOUT); 0 = the server's wal_sender_timeout, or 60s when that is 0")
 	addLogFlags(fs)
