@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // Defaults for PruneOptions and Retention fields left zero.
@@ -33,6 +35,9 @@ type PruneOptions struct {
 	Pause time.Duration
 	// DryRun counts the rows Prune would delete and deletes nothing.
 	DryRun bool
+	// Schema is the PostgreSQL schema of the outbox tables. Empty: as the connection's
+	// search_path resolves them.
+	Schema string
 }
 
 // PruneResult is what a prune did.
@@ -57,15 +62,15 @@ const (
 	// state, outbox_pipeline_events): `outbox-relay replay` for that pipeline needs the row
 	// though the status owner delivered it.
 	pruneKeepSQL = `
-          AND NOT EXISTS (SELECT 1 FROM outbox_pipeline_events pe
+          AND NOT EXISTS (SELECT 1 FROM {outbox_pipeline_events} pe
                           WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))`
 	pruneCutoffSQL = `SELECT now() - make_interval(secs => $1)`
 	pruneCountSQL  = `
-SELECT count(*) FROM outbox_events WHERE status = 'done' AND available_at < $1 AND processed_at < $1` + pruneKeepSQL
+SELECT count(*) FROM {outbox_events} WHERE status = 'done' AND available_at < $1 AND processed_at < $1` + pruneKeepSQL
 	pruneBatchSQL = `
 WITH batch AS (
-    DELETE FROM outbox_events WHERE id = ANY(ARRAY(
-        SELECT id FROM outbox_events
+    DELETE FROM {outbox_events} WHERE id = ANY(ARRAY(
+        SELECT id FROM {outbox_events}
         WHERE status = 'done' AND available_at < $1 AND available_at >= coalesce($3::timestamptz, '-infinity')
           AND processed_at < $1` + pruneKeepSQL + `
         ORDER BY available_at
@@ -96,18 +101,19 @@ func Prune(ctx context.Context, db PruneDB, opts PruneOptions) (PruneResult, err
 		batch = DefaultPruneBatchSize
 	}
 	if err := db.QueryRow(ctx, pruneCutoffSQL, opts.OlderThan.Seconds()).Scan(&res.Cutoff); err != nil {
-		return res, pruneError(err)
+		return res, pruneError(opts.Schema, err)
 	}
 	if opts.DryRun {
-		err := db.QueryRow(ctx, pruneCountSQL, res.Cutoff).Scan(&res.Deleted)
-		return res, pruneError(err)
+		err := db.QueryRow(ctx, schema.SQL(opts.Schema, pruneCountSQL), res.Cutoff).Scan(&res.Deleted)
+		return res, pruneError(opts.Schema, err)
 	}
+	batchSQL := schema.SQL(opts.Schema, pruneBatchSQL)
 	var after *time.Time
 	for {
 		var n int64
 		var last *time.Time
-		if err := db.QueryRow(ctx, pruneBatchSQL, res.Cutoff, batch, after).Scan(&n, &last); err != nil {
-			return res, pruneError(err)
+		if err := db.QueryRow(ctx, batchSQL, res.Cutoff, batch, after).Scan(&n, &last); err != nil {
+			return res, pruneError(opts.Schema, err)
 		}
 		res.Batches++
 		res.Deleted += n
@@ -161,14 +167,17 @@ func (r Retention) Run(ctx context.Context, db PruneDB) error {
 	}
 }
 
-func pruneError(err error) error {
+func pruneError(s string, err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable && s != "":
+		return fmt.Errorf("outbox: prune: table outbox_events does not exist in schema %s: run `outbox-relay migrate` "+
+			"for that schema, or name the schema the relay's tables are in: %w", schema.Quote(s), err)
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
-		return fmt.Errorf("outbox: prune: table outbox_events does not exist in this database (or is not on "+
-			"search_path): run `outbox-relay migrate`: %w", err)
+		return fmt.Errorf("outbox: prune: table outbox_events is not on the connection's search_path: run "+
+			"`outbox-relay migrate`, or name the schema the relay's tables are in (--schema, PruneOptions.Schema): %w", err)
 	}
 	return fmt.Errorf("outbox: prune: %w", err)
 }

@@ -16,9 +16,9 @@ func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 	st := SinceState{ID: id}
 	var until *time.Time
 	var after *string
-	err := s.Pool.QueryRow(ctx, `SELECT pipeline, since, until, coalesce(aggregate_type, ''), coalesce(event_type, ''),
+	err := s.Pool.QueryRow(ctx, s.q(`SELECT pipeline, since, until, coalesce(aggregate_type, ''), coalesce(event_type, ''),
 		total, sent, coalesce(after_sequence, ''), coalesce(after_insert, 0), after_id::text, state = 'done'
-		FROM outbox_replays WHERE id = $1`, id).Scan(&st.Pipeline, &st.Since, &until, &st.AggregateType, &st.EventType,
+		FROM {outbox_replays} WHERE id = $1`), id).Scan(&st.Pipeline, &st.Since, &until, &st.AggregateType, &st.EventType,
 		&st.Total, &st.Sent, &st.After.Sequence, &st.After.Insert, &after, &st.Done)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, fmt.Errorf("%w: outbox_replays has no row %d", errNoSinceRequest, id)
@@ -40,7 +40,7 @@ func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 const sincePageSQL = `
 SELECT coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id::text, aggregate_type, aggregate_id,
        event_type, payload::text, coalesce(headers::text, ''), created_at
-FROM outbox_events
+FROM {outbox_events}
 WHERE ` + sinceFilter + sinceStatuses + `
   AND (coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id) > ($5 COLLATE "C", $6, $7::uuid)
 ORDER BY 1, 2, 3 LIMIT $8`
@@ -54,7 +54,7 @@ func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cd
 	if id == "" {
 		insert, id = -1, beforeAnyID
 	}
-	rows, err := s.Pool.Query(ctx, sincePageSQL, append(st.args(), after.Sequence, insert, id, limit)...)
+	rows, err := s.Pool.Query(ctx, s.q(sincePageSQL), append(st.args(), after.Sequence, insert, id, limit)...)
 	if err != nil {
 		return nil, after, fmt.Errorf("read rows to replay: %w", err)
 	}
@@ -87,8 +87,8 @@ func (s PGStore) SinceProgress(ctx context.Context, st SinceState) error {
 	if st.After.ID != "" {
 		id = &st.After.ID
 	}
-	_, err := s.Pool.Exec(ctx, `UPDATE outbox_replays SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
-		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`,
+	_, err := s.Pool.Exec(ctx, s.q(`UPDATE {outbox_replays} SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
+		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`),
 		st.ID, st.Sent, st.After.Sequence, st.After.Insert, id, st.Done)
 	return err
 }

@@ -37,7 +37,11 @@ import (
 // MaxBufferedBytes, NoBackfill and Slot/Publication describe the pipeline named "default" and
 // are used only when Pipelines is empty (the flag path); the others are the process's.
 type Config struct {
-	DSN            string
+	DSN string
+	// Schema is the PostgreSQL schema of the relay's tables (--schema): the publication carries
+	// its outbox_events, the stream decodes only that table, and every other query names that
+	// schema's tables. Empty: the connection's current_schema(), resolved once at start.
+	Schema         string
 	WebhookURL     string
 	Secrets        []string
 	Scheme         signature.Scheme
@@ -265,6 +269,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// Every component gets the schema by name, so none depends on a search_path.
+	cfg.Schema, err = resolveSchemaWithRetry(ctx, cfg)
+	if stoppedDuringStartup(ctx, err) {
+		log.Info().Msg("stopped during start-up")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	if len(cfg.Pipelines) > 0 {
 		if err := checkShardCountsOnce(ctx, cfg, pipes); err != nil {
 			return err
@@ -331,7 +344,7 @@ func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline)
 	}
 	wait := 200 * time.Millisecond
 	for {
-		_, err := cdc.ValidateFilters(ctx, cfg.DSN, filters)
+		_, err := cdc.ValidateFilters(ctx, cfg.DSN, cfg.Schema, filters)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -382,7 +395,7 @@ func setupWithRetry(ctx context.Context, cfg Config, p Pipeline) (cdc.SetupResul
 	wait := 200 * time.Millisecond
 	for {
 		res, err := cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
-			cdc.SetupOptions{NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
+			cdc.SetupOptions{Schema: cfg.Schema, NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
 				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p)})
 		if ctx.Err() != nil {
 			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.
@@ -405,7 +418,7 @@ func setupWithRetry(ctx context.Context, cfg Config, p Pipeline) (cdc.SetupResul
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
 		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
-		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter} {
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter, cdc.ErrPublicationTable} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -491,12 +504,12 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	if cfg.ReplicationDSN != "" {
 		streamDSN = cfg.ReplicationDSN
 	}
-	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication,
+	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication, Schema: cfg.Schema,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
 		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
-	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg})
+	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema})
 	var marks publisher.Marks
 	var resume *publisher.Resume
 	if owner && p.Delivery.Marks != publisher.MarksOff {
@@ -504,11 +517,11 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		// resume lookups either.
 		r.marker, marks, resume = marker, marker, &publisher.Resume{Delivered: marker.Delivered}
 	}
-	r.poller = inspect.NewPoller(pool, p.Slot, r.m, cfg.PollInterval, log)
+	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
 	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: max(p.MaxAttempts, 0), LogPayloads: cfg.LogPayloads,
-		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner},
+		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
 		OnGone: p.OnGone, RecordPause: r.recordPause}, dest, r, marks)
@@ -628,7 +641,7 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 func (r *runner) retention() outbox.Retention {
 	log := r.cfg.Logger
 	return outbox.Retention{
-		PruneOptions: outbox.PruneOptions{OlderThan: r.cfg.Retention, Pause: 10 * time.Millisecond},
+		PruneOptions: outbox.PruneOptions{OlderThan: r.cfg.Retention, Pause: 10 * time.Millisecond, Schema: r.cfg.Schema},
 		OnPrune: func(res outbox.PruneResult, err error) {
 			if err != nil {
 				log.Warn().Err(err).Int64("deleted", res.Deleted).Msg("retention prune failed")

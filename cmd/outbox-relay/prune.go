@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -24,6 +23,7 @@ the relay's publication publishes inserts only. Ctrl-C stops between batches.`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.Duration("older-than", 0, "delete done rows processed longer ago than this, e.g. 168h for a week (required)")
 	fs.Int("batch-size", outbox.DefaultPruneBatchSize, "rows deleted per transaction")
 	fs.Duration("batch-pause", 0, "pause between batches, to spread the load")
@@ -37,11 +37,12 @@ the relay's publication publishes inserts only. Ctrl-C stops between batches.`,
 		if err != nil {
 			return err
 		}
-		conn, err := pgx.Connect(cmd.Context(), dsn)
+		conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
 		defer conn.Close(context.Background())
+		opts.Schema = s
 		res, err := outbox.Prune(cmd.Context(), conn, opts)
 		out := cmd.OutOrStdout()
 		switch {
