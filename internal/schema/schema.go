@@ -24,6 +24,7 @@ package schema
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -150,14 +151,39 @@ func Qualify(s, table string) string {
 	return pgx.Identifier{s, table}.Sanitize()
 }
 
-// replacers caches one strings.Replacer per schema name for SQL.
-var replacers sync.Map // string → *strings.Replacer
+// replacers caches one strings.Replacer per schema name for SQL, and qualified the queries it
+// returned (the queries are constants, so few), up to maxQualified of them.
+var (
+	replacers  sync.Map // string → *strings.Replacer
+	qualified  sync.Map // qualifiedKey → string
+	nQualified atomic.Int64
+)
+
+type qualifiedKey struct{ schema, query string }
+
+// maxQualified bounds the cache of SQL: a query built at run time is replaced every time once
+// it is full, never cached without bound.
+const maxQualified = 1024
 
 // SQL returns query with every {table} placeholder (for each table of Tables, and
 // {outbox_relay_schema}) replaced by Qualify(s, table): queries are written once with
 // placeholders, and every execution names the tables of one schema. Any other text, braces
-// included, is left alone.
+// included, is left alone. A query seen before costs a map lookup.
 func SQL(s, query string) string {
+	k := qualifiedKey{s, query}
+	if q, ok := qualified.Load(k); ok {
+		return q.(string)
+	}
+	q := replacer(s).Replace(query)
+	if nQualified.Load() < maxQualified {
+		if _, loaded := qualified.LoadOrStore(k, q); !loaded {
+			nQualified.Add(1)
+		}
+	}
+	return q
+}
+
+func replacer(s string) *strings.Replacer {
 	r, ok := replacers.Load(s)
 	if !ok {
 		var pairs []string
@@ -166,7 +192,7 @@ func SQL(s, query string) string {
 		}
 		r, _ = replacers.LoadOrStore(s, strings.NewReplacer(pairs...))
 	}
-	return r.(*strings.Replacer).Replace(query)
+	return r.(*strings.Replacer)
 }
 
 // Quote quotes a schema name as an identifier, for statements that name the schema itself.

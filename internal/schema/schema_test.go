@@ -79,3 +79,20 @@ func bareTables(t *testing.T, file string) []hit {
 var sqlStart = regexp.MustCompile(`^[` + "`" + `"]\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP)\b`)
 
 func looksLikeSQL(lit string) bool { return sqlStart.MatchString(lit) || strings.Contains(lit, "\n") }
+
+// SQL qualifies each placeholder with the schema, quoted; other braces (a JSON or array
+// literal) stay; with no schema the bare name is left to the search_path.
+func TestSQLQualifiesThePlaceholders(t *testing.T) {
+	const q = `SELECT '{}'::jsonb, '{a,b}'::text[] FROM {outbox_events} e JOIN {outbox_slots} s ON true`
+	for _, tc := range []struct{ schema, want string }{
+		{"app", `SELECT '{}'::jsonb, '{a,b}'::text[] FROM "app"."outbox_events" e JOIN "app"."outbox_slots" s ON true`},
+		{`My "App"`, `SELECT '{}'::jsonb, '{a,b}'::text[] FROM "My ""App"""."outbox_events" e JOIN "My ""App"""."outbox_slots" s ON true`},
+		{"", `SELECT '{}'::jsonb, '{a,b}'::text[] FROM outbox_events e JOIN outbox_slots s ON true`},
+	} {
+		for i := 0; i < 2; i++ { // the second time from the cache
+			if got := schema.SQL(tc.schema, q); got != tc.want {
+				t.Errorf("SQL(%q) = %s, want %s", tc.schema, got, tc.want)
+			}
+		}
+	}
+}
