@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -353,5 +354,22 @@ func TestUpRefusesAHistoryThatDoesNotMatchTheTables(t *testing.T) {
 	}
 	if got := gooseRows(t, conn, "goose_db_version"); !slices.Equal(got, before) || gooseRows(t, conn, "outbox_relay_schema") != nil {
 		t.Fatal("a refused migrate changed the database")
+	}
+}
+
+// An application's role that owns its schema but may not create schemas migrates into it.
+func TestUpIntoAnExistingSchemaWithoutCreateOnTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	conn := connect(t, dsn)
+	role := fmt.Sprintf("app_%d", time.Now().UnixNano()%1e9)
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN; CREATE SCHEMA app AUTHORIZATION %[1]s;
+		REVOKE CREATE ON DATABASE `+pgx.Identifier{conn.Config().Database}.Sanitize()+` FROM PUBLIC`, role)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s; DROP ROLE %[1]s`, role)) })
+	roleDSN := strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
+	if _, err := migrations.UpWith(ctx, roleDSN, migrations.Options{Schema: "app"}); err != nil {
+		t.Fatalf("migrate --schema app as the schema's owner: %v", err)
 	}
 }
