@@ -367,7 +367,9 @@ func TestUpIntoAnExistingSchemaWithoutCreateOnTheDatabase(t *testing.T) {
 		REVOKE CREATE ON DATABASE `+pgx.Identifier{conn.Config().Database}.Sanitize()+` FROM PUBLIC`, role)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s; DROP ROLE %[1]s`, role)) })
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s; DROP ROLE %[1]s`, role))
+	})
 	roleDSN := strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
 	if _, err := migrations.UpWith(ctx, roleDSN, migrations.Options{Schema: "app"}); err != nil {
 		t.Fatalf("migrate --schema app as the schema's owner: %v", err)
