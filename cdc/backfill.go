@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // createSlotWithBackfill creates the slot over a replication connection with an exported
@@ -14,7 +16,7 @@ import (
 // consistent point, which the stream will never carry. It reports how many rows it recorded and
 // whether they are in commit order (see backfillOrder). If recording fails, the new slot is
 // dropped again so a retry starts clean.
-func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication string, backfill bool, filter string) (int, bool, error) {
+func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication, s string, backfill bool, filter string) (int, bool, error) {
 	if err := checkSlotRoom(ctx, conn, slot); err != nil {
 		return 0, false, err
 	}
@@ -36,7 +38,7 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, err
 	}
-	n, err := recordBackfill(ctx, conn, slot, publication, res.SnapshotName, backfill, commitOrder, filter)
+	n, err := recordBackfill(ctx, conn, slot, publication, s, res.SnapshotName, backfill, commitOrder, filter)
 	if err != nil {
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", slot, err)
@@ -70,7 +72,7 @@ func backfillOrder(commitOrder bool) string {
 	return order
 }
 
-func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snapshot string, backfill, commitOrder bool, filter string) (int, error) {
+func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, s, snapshot string, backfill, commitOrder bool, filter string) (int, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return 0, err
@@ -80,17 +82,17 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snap
 		return 0, err
 	}
 	// The snapshot's xmin: every transaction older than it had ended when the slot was created.
-	_, err = tx.Exec(ctx, `
-		INSERT INTO outbox_slots (slot, created_at, snapshot_xmin, backfill, publication_oid)
+	_, err = tx.Exec(ctx, schema.SQL(s, `
+		INSERT INTO {outbox_slots} (slot, created_at, snapshot_xmin, backfill, publication_oid)
 		VALUES ($1, now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint, $2,
 		        (SELECT oid FROM pg_publication WHERE pubname = $3))
 		ON CONFLICT (slot) DO UPDATE SET created_at = excluded.created_at, snapshot_xmin = excluded.snapshot_xmin,
-			backfill = excluded.backfill, publication_oid = excluded.publication_oid`, slot, backfill, publication)
+			backfill = excluded.backfill, publication_oid = excluded.publication_oid`), slot, backfill, publication)
 	if err != nil {
 		return 0, err
 	}
 	// A backfill left by an earlier slot of this name: its rows still pending are in this one.
-	if _, err := tx.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, slot); err != nil {
+	if _, err := tx.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), slot); err != nil {
 		return 0, err
 	}
 	var n int64
@@ -99,10 +101,10 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snap
 		if filter != "" {
 			where += " AND (" + filter + ")" // the rows the pipeline's publication would carry
 		}
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO outbox_backfill (slot, position, event_id)
+		tag, err := tx.Exec(ctx, schema.SQL(s, `
+			INSERT INTO {outbox_backfill} (slot, position, event_id)
 			SELECT $1, row_number() OVER (ORDER BY `+backfillOrder(commitOrder)+`), id
-			FROM outbox_events WHERE `+where, slot)
+			FROM {outbox_events} WHERE `)+where, slot)
 		if err != nil {
 			return 0, err
 		}

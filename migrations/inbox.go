@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
-	"github.com/pressly/goose/v3/lock"
+	gooselock "github.com/pressly/goose/v3/lock"
 )
 
 // InboxHistoryTable is where UpInbox records the inbox set's versions, in the inbox's schema:
@@ -264,7 +264,7 @@ func inboxProvider(db *sql.DB, schema string) (*goose.Provider, error) {
 	// The same lock id as Up (goose's default): the two sets never migrate one database at
 	// once, so 00001 and the inbox's version 1 never race to create inbox_events. Probed every
 	// second rather than goose's five, for up to the same five minutes.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lock.DefaultLockID), lock.WithLockTimeout(1, 300))
+	locker, err := gooselock.NewPostgresSessionLocker(gooselock.WithLockID(gooselock.DefaultLockID), gooselock.WithLockTimeout(1, 300))
 	if err != nil {
 		return nil, fmt.Errorf("migrate the inbox: %w", err)
 	}
@@ -311,4 +311,11 @@ func qualified(schema, name string) string {
 		return pgx.Identifier{name}.Sanitize()
 	}
 	return pgx.Identifier{schema, name}.Sanitize()
+}
+
+// sqlQuerier lets InboxApplied read through database/sql.
+type sqlQuerier struct{ db *sql.DB }
+
+func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return q.db.QueryRowContext(ctx, query, args...)
 }

@@ -68,7 +68,7 @@ func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
 	}
 	conn := connect(t, dsn)
 	var versions int
-	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0").Scan(&versions); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT version_id) FROM outbox_relay_schema WHERE version_id > 0").Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
 	if total != versions {
@@ -180,16 +180,16 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 	}
 	_, err = migrations.Up(ctx, dsn)
 	t.Log(err)
-	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), "ALTER TABLE outbox_events RENAME") {
+	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), `ALTER TABLE "public"."outbox_events" RENAME`) {
 		t.Fatalf("Up over a foreign outbox_events: %v; want ErrConflict naming the way out", err)
 	}
 	var goose, topic bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL,
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('outbox_relay_schema') IS NOT NULL OR to_regclass('goose_db_version') IS NOT NULL,
 		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'outbox_events' AND column_name = 'topic')`).Scan(&goose, &topic); err != nil {
 		t.Fatal(err)
 	}
 	if goose || !topic {
-		t.Fatalf("refused migrate changed the database: goose_db_version %v, foreign table intact %v", goose, topic)
+		t.Fatalf("refused migrate changed the database: a version table %v, foreign table intact %v", goose, topic)
 	}
 	if _, err := conn.Exec(ctx, `ALTER TABLE outbox_events RENAME TO outbox_events_old`); err != nil {
 		t.Fatal(err)
@@ -223,7 +223,7 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 	conn := connect(t, dsn)
 	// Back to version 10: what a database looks like before migration 11.
 	for _, q := range []string{`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
-		`DELETE FROM goose_db_version WHERE version_id = 11`} {
+		`DELETE FROM outbox_relay_schema WHERE version_id = 11`} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
@@ -260,8 +260,8 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 	if exists, valid := replayIndexValid(t, conn); !exists || valid {
 		t.Fatalf("after the interruption: index exists %v, valid %v; want an invalid index left behind", exists, valid)
 	}
-	if v, err := migrations.Applied(ctx, conn); err != nil || v != 10 {
-		t.Fatalf("after the interruption the recorded version is %d (%v), want 10", v, err)
+	if h, err := migrations.ReadHistory(ctx, conn, "public"); err != nil || h.Version != 10 {
+		t.Fatalf("after the interruption the recorded version is %d (%v), want 10", h.Version, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 	if exists, valid := replayIndexValid(t, conn); !exists || !valid {
 		t.Fatalf("after migrating again: index exists %v, valid %v; want a valid index", exists, valid)
 	}
-	if v, err := migrations.Applied(ctx, conn); err != nil || v != migrations.Latest() {
-		t.Fatalf("recorded version %d (%v), want %d", v, err, migrations.Latest())
+	if h, err := migrations.ReadHistory(ctx, conn, "public"); err != nil || h.Version != migrations.Latest() {
+		t.Fatalf("recorded version %d (%v), want %d", h.Version, err, migrations.Latest())
 	}
 }

@@ -65,7 +65,7 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 		st := SinceState{SinceRequest: SinceRequest{Since: since}}
 		args := sincePageArgs(st, sincePage)
 		var plan []string
-		r, err := pool.Query(ctx, "EXPLAIN "+sincePageSQL, args...)
+		r, err := pool.Query(ctx, "EXPLAIN "+PGStore{}.q(sincePageSQL), args...)
 		if err != nil {
 			t.Fatal(err)
 		}

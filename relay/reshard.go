@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // Reshard is a pipeline's row in outbox_reshard, written by `outbox-relay reshard`: the change
@@ -38,12 +40,13 @@ type ReshardQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// ReadReshard returns pipeline's reshard row; ok is false when it has none (or the schema has no
-// outbox_reshard table yet).
-func ReadReshard(ctx context.Context, q ReshardQuerier, pipeline string) (r Reshard, ok bool, err error) {
+// ReadReshard returns pipeline's reshard row from outbox_reshard of schema s (empty: as the
+// search_path resolves it); ok is false when it has none (or the schema has no outbox_reshard
+// table yet).
+func ReadReshard(ctx context.Context, q ReshardQuerier, s, pipeline string) (r Reshard, ok bool, err error) {
 	var fence *string
-	err = q.QueryRow(ctx, `SELECT pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots, fence::text,
-		started_at, finished_at FROM outbox_reshard WHERE pipeline = $1`, pipeline).
+	err = q.QueryRow(ctx, schema.SQL(s, `SELECT pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots, fence::text,
+		started_at, finished_at FROM {outbox_reshard} WHERE pipeline = $1`), pipeline).
 		Scan(&r.Pipeline, &r.From, &r.To, &r.OldSlots, &r.OldPubs, &r.NewSlots, &fence, &r.Started, &r.Finished)
 	var pgErr *pgconn.PgError
 	switch {
@@ -90,7 +93,7 @@ type fenceState struct {
 func (r *pipelineRunner) fence(ctx context.Context) (fenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rs, ok, err := ReadReshard(ctx, r.pool, r.p.family())
+	rs, ok, err := ReadReshard(ctx, r.pool, r.cfg.Schema, r.p.family())
 	if err != nil || !ok || rs.Finished != nil {
 		return fenceState{}, err
 	}
@@ -124,7 +127,7 @@ var shardSlot = regexp.MustCompile(`_s([0-9]+)of([0-9]+)$`)
 // checkShardCounts refuses to run a pipeline with a shard count that its slots or its reshard
 // row contradict: changing shards: by hand while the old shards' slots exist would let an old and
 // a new shard deliver one aggregate at once, out of order. `outbox-relay reshard` is the way.
-func checkShardCounts(ctx context.Context, conn *pgx.Conn, pipes []Pipeline) error {
+func checkShardCounts(ctx context.Context, conn *pgx.Conn, s string, pipes []Pipeline) error {
 	slots := map[string]bool{}
 	rows, err := conn.Query(ctx, `SELECT slot_name FROM pg_replication_slots WHERE database = current_database()`)
 	if err != nil {
@@ -138,16 +141,16 @@ func checkShardCounts(ctx context.Context, conn *pgx.Conn, pipes []Pipeline) err
 		slots[s] = true
 	}
 	for _, p := range pipes {
-		if err := checkShardCount(ctx, conn, p, slots); err != nil {
+		if err := checkShardCount(ctx, conn, s, p, slots); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkShardCount(ctx context.Context, conn *pgx.Conn, p Pipeline, slots map[string]bool) error {
+func checkShardCount(ctx context.Context, conn *pgx.Conn, s string, p Pipeline, slots map[string]bool) error {
 	n, fam := p.shardCount(), p.family()
-	rs, ok, err := ReadReshard(ctx, conn, fam)
+	rs, ok, err := ReadReshard(ctx, conn, s, fam)
 	if err != nil {
 		return err
 	}
@@ -187,5 +190,5 @@ func checkShardCountsOnce(ctx context.Context, cfg Config, pipes []Pipeline) err
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	return checkShardCounts(ctx, conn, pipes)
+	return checkShardCounts(ctx, conn, cfg.Schema, pipes)
 }

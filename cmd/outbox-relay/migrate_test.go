@@ -82,7 +82,7 @@ func TestMigrateIncludesTheInboxSet(t *testing.T) {
 	if out, _, code := cli(t, "migrate", "--inbox-only", "--dsn", dsn); code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("migrate --inbox-only after migrate: exit %d, stdout %q", code, out)
 	}
-	if out, _, code := cli(t, "migrate", "--dsn", dsn); code != 0 || strings.TrimSpace(out) != "schema is up to date" {
+	if out, _, code := cli(t, "migrate", "--dsn", dsn); code != 0 || strings.TrimSpace(out) != `schema "public" is up to date` {
 		t.Fatalf("second migrate: exit %d, stdout %q", code, out)
 	}
 }
