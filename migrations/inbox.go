@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
-	gooselock "github.com/pressly/goose/v3/lock"
 )
 
 // InboxHistoryTable is where UpInbox records the inbox set's versions, in the inbox's schema:
@@ -261,13 +260,6 @@ func inboxShapeProblems(ctx context.Context, db *sql.DB, table string) ([]string
 }
 
 func inboxProvider(db *sql.DB, schema string) (*goose.Provider, error) {
-	// The same lock id as Up (goose's default): the two sets never migrate one database at
-	// once, so 00001 and the inbox's version 1 never race to create inbox_events. Probed every
-	// second rather than goose's five, for up to the same five minutes.
-	locker, err := gooselock.NewPostgresSessionLocker(gooselock.WithLockID(gooselock.DefaultLockID), gooselock.WithLockTimeout(1, 300))
-	if err != nil {
-		return nil, fmt.Errorf("migrate the inbox: %w", err)
-	}
 	store, err := database.NewStore(database.DialectPostgres, qualified(schema, InboxHistoryTable))
 	if err != nil {
 		return nil, fmt.Errorf("migrate the inbox: %w", err)
@@ -276,8 +268,10 @@ func inboxProvider(db *sql.DB, schema string) (*goose.Provider, error) {
 	for _, m := range inboxSet {
 		ms = append(ms, goose.NewGoMigration(m.version, m.goFunc(schema), nil))
 	}
+	// The relay's lock (UpWith's): the two sets never migrate one database at once, so 00001
+	// and the inbox's version 1 never race to create inbox_events.
 	p, err := goose.NewProvider(goose.DialectCustom, db, nil, goose.WithStore(historyStore{store}),
-		goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(ms...))
+		goose.WithSessionLocker(sessionLock{}), goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(ms...))
 	if err != nil {
 		return nil, fmt.Errorf("migrate the inbox: %w", err)
 	}
@@ -311,6 +305,31 @@ func qualified(schema, name string) string {
 		return pgx.Identifier{name}.Sanitize()
 	}
 	return pgx.Identifier{schema, name}.Sanitize()
+}
+
+// sessionLock is lockKey as goose's session lock of the inbox set: goose takes it on the
+// connection it migrates with and releases it there, so the lock spans the whole set, as
+// UpWith's spans the relay's. It waits for another migrate as long as ctx allows, polling as
+// UpWith does (waitLock).
+type sessionLock struct{}
+
+// SessionLock implements lock.SessionLocker.
+func (sessionLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	err := waitLock(ctx, func(ctx context.Context) (bool, error) {
+		var ok bool
+		err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", int64(lockKey)).Scan(&ok)
+		return ok, err
+	})
+	if err != nil {
+		return fmt.Errorf("take the migration lock: %w", err)
+	}
+	return nil
+}
+
+// SessionUnlock implements lock.SessionLocker.
+func (sessionLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", int64(lockKey))
+	return err
 }
 
 // sqlQuerier lets InboxApplied read through database/sql.

@@ -28,7 +28,11 @@
 //
 // Up holds a PostgreSQL session advisory lock for the whole run, the checks of what the schema
 // already holds included, so two processes migrating the same database at once apply each
-// version exactly once; the second waits, then finds nothing to do.
+// version exactly once; the second waits, then finds nothing to do. UpInbox takes the same lock
+// (from its first version to its last), so the two sets never run at once on one database.
+// The lock is the relay's own, not goose's default: an application's goose does not wait for
+// it, and neither does the `migrate` of a release before outbox_relay_schema, which took goose's
+// default lock, so such a release's migrate must never run beside this one.
 package migrations
 
 import (
@@ -37,6 +41,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -217,16 +222,48 @@ func provider(db *sql.DB) (*goose.Provider, error) {
 }
 
 // lockKey is the advisory lock every `outbox-relay migrate` of a database takes ("outbox" in
-// ASCII): another than goose's default, so an application's own goose run does not wait for it.
+// ASCII), for the relay's set (UpWith) and the inbox's (UpInbox) alike: another than goose's
+// default, so an application's own goose run does not wait for it. Releases that recorded the
+// relay's versions in goose_db_version took goose's default lock instead, so their migrate and
+// this one do not exclude each other (README: Upgrades).
 const lockKey = 0x6f7574626f78
 
 // lock takes the advisory lock on conn, waiting for another migrate to finish, and returns
 // what releases it.
 func lock(ctx context.Context, conn *pgx.Conn) (func(), error) {
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
+	err := waitLock(ctx, func(ctx context.Context) (bool, error) {
+		var ok bool
+		err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(lockKey)).Scan(&ok)
+		return ok, err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("migrate: take the migration lock: %w", err)
 	}
 	return func() {
 		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(lockKey))
 	}, nil
+}
+
+// lockPollMax caps the pause between two tries of the migration lock.
+const lockPollMax = time.Second
+
+// waitLock calls try until it takes the lock, fails, or ctx ends, pausing between tries. The
+// lock is polled, never waited for in pg_advisory_lock: a session waiting there holds a
+// snapshot for as long as it waits, and CREATE INDEX CONCURRENTLY (migration 00011, the inbox's
+// version 2) waits for every older snapshot to end, so a migrate building an index under the
+// lock and one waiting for the lock would wait for each other forever.
+func waitLock(ctx context.Context, try func(context.Context) (bool, error)) error {
+	wait := 10 * time.Millisecond
+	for {
+		ok, err := try(ctx)
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, lockPollMax)
+	}
 }
