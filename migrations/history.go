@@ -82,11 +82,22 @@ func reconcile(ctx context.Context, conn *pgx.Conn, out *Outcome) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	inbox, err := InboxApplied(ctx, conn, s)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if inbox > 0 {
+		// The inbox's own set made inbox_events (or adopted it), and 00001 leaves it alone: it
+		// is not one of the relay's tables here, so an inbox-only schema is a first install.
+		f = f.WithoutInbox()
+	}
 	if f.Empty() {
 		return nil // a first install: a goose_db_version here is another tool's, and stays as it is
 	}
-	if f.Foreign() {
-		return foreignError(f)
+	for _, t := range []string{schema.Events, schema.Inbox} {
+		if f.ForeignTable(t) {
+			return foreignError(f, t)
+		}
 	}
 	legacy, err := readLegacy(ctx, conn, s)
 	if err != nil {
@@ -269,11 +280,13 @@ func createVersionTable(ctx context.Context, tx pgx.Tx, table string) error {
 	return err
 }
 
-func foreignError(f schema.Found) error {
-	table := schema.Qualify(f.Schema, schema.Events)
+// foreignError refuses name (outbox_events or inbox_events), a table of the relay's name
+// without the columns its first migration gives it.
+func foreignError(f schema.Found, name string) error {
+	table := schema.Qualify(f.Schema, name)
 	var missing []string
-	for _, c := range schema.CoreColumns() {
-		if !slices.Contains(f.Columns(schema.Events), c) {
+	for _, c := range schema.FirstColumns(name) {
+		if !slices.Contains(f.Columns(name), c) {
 			missing = append(missing, c)
 		}
 	}
@@ -281,7 +294,7 @@ func foreignError(f schema.Found) error {
 		"`outbox-relay migrate` (another application's table?); nothing was changed. Rename it "+
 		"(ALTER TABLE %s RENAME TO %s_old) or migrate into another schema (--schema NAME), then run "+
 		"`outbox-relay migrate` again", ErrConflict, table, strings.Join(missing, ", "),
-		strings.Join(f.Columns(schema.Events), ", "), table, schema.Events)
+		strings.Join(f.Columns(name), ", "), table, name)
 }
 
 func incompleteError(f schema.Found) error {

@@ -21,8 +21,9 @@
 // UpInbox applies a second, smaller set to a consumer's database: inbox_events and its indexes,
 // nothing of the outbox, recorded in its own history table (InboxHistoryTable) in the inbox's
 // schema. Either set may come first. The inbox set adopts an inbox_events that 00001 created
-// (after checking its columns), and 00001 leaves alone one that the inbox set created. Later
-// changes to inbox_events belong to the inbox set only.
+// (after checking its columns), and the relay's set leaves alone one that the inbox set
+// created: UpWith does not count it among the relay's tables, and 00001 creates it only if it
+// does not exist. Later changes to inbox_events belong to the inbox set only.
 //
 // # Concurrency
 //

@@ -21,6 +21,8 @@ type Found struct {
 	Schema  string
 	tables  map[string][]string
 	indexes map[string][]string
+	// noInbox: inbox_events is left out of every answer (WithoutInbox).
+	noInbox bool
 }
 
 // Piece is a table, a column or an index of Tables that a schema lacks (or has).
@@ -92,16 +94,38 @@ func (f Found) Empty() bool { return len(f.tables) == 0 }
 
 // Foreign reports whether the schema has an outbox_events that lacks the first migration's
 // columns: another application's table, not the relay's.
-func (f Found) Foreign() bool {
-	if !f.Has(Events) {
+func (f Found) Foreign() bool { return f.ForeignTable(Events) }
+
+// ForeignTable reports whether the schema has table but without the columns the migration
+// that creates it gives it (FirstColumns): another application's table of that name.
+func (f Found) ForeignTable(table string) bool {
+	if !f.Has(table) {
 		return false
 	}
-	for _, c := range CoreColumns() {
-		if !slices.Contains(f.tables[Events], c) {
+	for _, c := range FirstColumns(table) {
+		if !slices.Contains(f.tables[table], c) {
 			return true
 		}
 	}
 	return false
+}
+
+// WithoutInbox returns f with inbox_events left out, neither present nor missing: the relay's
+// migrations see a schema so when the inbox's own set (migrations.UpInbox) made that table,
+// which is then the inbox set's to check and change.
+func (f Found) WithoutInbox() Found {
+	out := Found{Schema: f.Schema, tables: map[string][]string{}, indexes: map[string][]string{}, noInbox: true}
+	for name, cols := range f.tables {
+		if name != Inbox {
+			out.tables[name] = cols
+		}
+	}
+	for name, idx := range f.indexes {
+		if name != Inbox {
+			out.indexes[name] = idx
+		}
+	}
+	return out
 }
 
 // Missing lists the pieces that migrations up to version upTo add and the schema lacks, in
@@ -119,7 +143,7 @@ func (f Found) Extra(after int64) []Piece {
 func (f Found) pieces(in func(since int64) bool, inbox, present bool) []Piece {
 	var out []Piece
 	for _, t := range Tables {
-		if t.Inbox && !inbox {
+		if t.Inbox && (!inbox || f.noInbox) {
 			continue
 		}
 		cols, has := f.tables[t.Name]
@@ -144,7 +168,7 @@ func (f Found) pieces(in func(since int64) bool, inbox, present bool) []Piece {
 }
 
 // Shape returns the highest migration version v (up to latest) whose tables, columns and
-// indexes the schema has in full, inbox included, and whether it has nothing a later version adds (exact):
+// indexes the schema has in full, inbox included (unless WithoutInbox), and whether it has nothing a later version adds (exact):
 // then it looks exactly like a schema migrated to v. 0 means not even the first version is
 // complete.
 func (f Found) Shape(latest int64) (v int64, exact bool) {

@@ -122,11 +122,20 @@ var Tables = []Table{
 
 // CoreColumns are the outbox_events columns of the first migration: a table of that name
 // without them is another application's.
-func CoreColumns() []string {
+func CoreColumns() []string { return FirstColumns(Events) }
+
+// FirstColumns are the columns table has from the migration that creates it (nil for a table
+// Tables does not list): a table of that name without them is another application's.
+func FirstColumns(table string) []string {
 	var cols []string
-	for _, c := range Tables[0].Columns {
-		if c.Since == 1 {
-			cols = append(cols, c.Name)
+	for _, t := range Tables {
+		if t.Name != table {
+			continue
+		}
+		for _, c := range t.Columns {
+			if c.Since == t.Since {
+				cols = append(cols, c.Name)
+			}
 		}
 	}
 	return cols
