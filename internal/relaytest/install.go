@@ -64,7 +64,8 @@ func withDB(dsn string, f func(*sql.DB) error) error {
 // ApplyUpSections installs the schema as a tool that only runs SQL does (psql -f, Flyway,
 // Atlas): the `-- +goose Up` section of each migration file up to version upTo, in order, each
 // as one simple-protocol statement list, with the connection's search_path; it records no
-// history.
+// history. A file marked `-- +goose NO TRANSACTION` (CREATE INDEX CONCURRENTLY) goes one
+// statement at a time, as psql -f sends it: a statement list is one implicit transaction.
 func ApplyUpSections(ctx context.Context, dsn string, upTo int64) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -89,8 +90,17 @@ func ApplyUpSections(ctx context.Context, dsn string, upTo int64) error {
 		if !ok {
 			return fmt.Errorf("%s: no -- +goose Up section", name)
 		}
-		if _, err := conn.Exec(ctx, up); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		stmts := []string{up}
+		if strings.Contains(string(b), "-- +goose NO TRANSACTION") {
+			stmts = strings.Split(up, ";\n") // these files hold no function bodies
+		}
+		for _, stmt := range stmts {
+			if strings.TrimSpace(stmt) == "" {
+				continue
+			}
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 		}
 	}
 	return nil

@@ -90,7 +90,7 @@ var Tables = []Table{
 		{"id", 1}, {"aggregate_type", 1}, {"aggregate_id", 1}, {"event_type", 1}, {"payload", 1}, {"dedup_key", 1},
 		{"status", 1}, {"retries", 1}, {"available_at", 1}, {"created_at", 1}, {"processed_at", 1},
 		{"last_error", 2}, {"headers", 3}, {"event_sequence", 4}, {"insert_seq", 6},
-	}, Indexes: []Index{{"idx_outbox_status_available", 1}, {"uq_outbox_dedup_key", 1}}},
+	}, Indexes: []Index{{"idx_outbox_status_available", 1}, {"uq_outbox_dedup_key", 1}, {"outbox_events_replay_order", 11}}},
 	{Name: Inbox, Since: 1, Inbox: true, Columns: []Column{
 		{"id", 1}, {"received_at", 1}, {"processed_at", 1}, {"handler_status", 1}, {"payload", 1}, {"signature", 1},
 	}, Indexes: []Index{{"idx_inbox_handler_status", 1}}},
@@ -98,7 +98,8 @@ var Tables = []Table{
 		{"aggregate_type", 2}, {"aggregate_id", 2}, {"first_event_id", 2}, {"reason", 2}, {"parked_at", 2},
 		{"pipeline", 7}, {"own_state", 7},
 	}},
-	{Name: Backfill, Since: 5, Columns: []Column{{"slot", 5}, {"position", 5}, {"event_id", 5}}},
+	{Name: Backfill, Since: 5, Columns: []Column{{"slot", 5}, {"position", 5}, {"event_id", 5}},
+		Indexes: []Index{{"outbox_backfill_event", 11}}},
 	{Name: Slots, Since: 6, Columns: []Column{
 		{"slot", 6}, {"created_at", 6}, {"snapshot_xmin", 6}, {"backfill", 6}, {"publication_oid", 10},
 	}},
