@@ -187,14 +187,8 @@ func target(ctx context.Context, conn *pgx.Conn, name string) (string, error) {
 	if name == "" {
 		return schema.Resolve(ctx, conn, "")
 	}
-	// Looked up first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the
-	// schema exists, which an application's role often lacks.
-	if exists, err := schema.Exists(ctx, conn, name); err != nil || exists {
-		return name, err
-	}
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema.Quote(name)); err != nil {
-		return "", fmt.Errorf("migrate: create schema %s: %w (create it as a role that may, or give the migrating role "+
-			"CREATE on the database: GRANT CREATE ON DATABASE ... TO ...)", schema.Quote(name), err)
+	if err := schema.Create(ctx, conn, name); err != nil {
+		return "", fmt.Errorf("migrate: %w", err)
 	}
 	return name, nil
 }

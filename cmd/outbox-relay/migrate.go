@@ -40,24 +40,26 @@ a later full migrate keeps the inbox's table and rows.`,
 		if err != nil {
 			return err
 		}
+		name := schemaName(cmd.Flags(), "")
 		w := cmd.OutOrStdout()
 		if *inboxOnly {
-			applied, err := migrateInbox(cmd.Context(), dsn)
+			s, applied, err := migrateInbox(cmd.Context(), dsn, name)
 			if err != nil {
 				return err
 			}
 			printApplied(w, applied)
 			if len(applied) == 0 {
-				fmt.Fprintln(w, "the inbox's schema is up to date")
+				fmt.Fprintf(w, "the inbox in schema %s is up to date\n", schema.Quote(s))
 			}
 			return nil
 		}
-		out, err := migrations.UpWith(cmd.Context(), dsn, migrations.Options{Schema: schemaName(cmd.Flags(), "")})
+		out, err := migrations.UpWith(cmd.Context(), dsn, migrations.Options{Schema: name})
 		if err != nil {
 			return err
 		}
-		// The inbox's own set too, so that inbox_events has what inbox.Prune needs here as well.
-		inbox, err := migrateInbox(cmd.Context(), dsn)
+		// The inbox's own set too, in the schema just migrated, so that inbox_events has what
+		// inbox.Prune needs here as well.
+		_, inbox, err := migrateInbox(cmd.Context(), dsn, out.Schema)
 		if err != nil {
 			return err
 		}
@@ -97,15 +99,32 @@ func printApplied(w io.Writer, applied []migrations.Result) {
 	}
 }
 
-// migrateInbox applies the inbox set in the connection's current_schema().
-func migrateInbox(ctx context.Context, dsn string) ([]migrations.Result, error) {
+// migrateInbox applies the inbox set in schema name, created if missing as migrate creates the
+// relay's, or in the connection's current_schema() when name is empty. It returns the schema
+// and what it applied.
+func migrateInbox(ctx context.Context, dsn, name string) (string, []migrations.Result, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: bad DSN (set DB_DSN or --dsn to a postgres:// URL): %w", err)
+		return "", nil, fmt.Errorf("migrate: bad DSN (set DB_DSN or --dsn to a postgres:// URL): %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	s := name
+	if name != "" {
+		err = schema.Create(ctx, conn, name)
+	} else {
+		s, err = schema.Resolve(ctx, conn, "")
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("migrate the inbox: %w", err)
 	}
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
-	return migrations.UpInbox(ctx, db, "")
+	applied, err := migrations.UpInbox(ctx, db, s)
+	return s, applied, err
 }
 
 // walLevelCheck warns when the server cannot decode logically: the schema does not need it,

@@ -45,6 +45,20 @@ func Resolve(ctx context.Context, q Querier, name string) (string, error) {
 	return name, nil
 }
 
+// Create creates schema name unless it exists, for a migrate that was told where to install.
+// It looks first: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the
+// schema exists, which an application's role often lacks.
+func Create(ctx context.Context, conn *pgx.Conn, name string) error {
+	if exists, err := Exists(ctx, conn, name); err != nil || exists {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+Quote(name)); err != nil {
+		return fmt.Errorf("create schema %s: %w (create it as a role that may, or give the migrating role "+
+			"CREATE on the database: GRANT CREATE ON DATABASE ... TO ...)", Quote(name), err)
+	}
+	return nil
+}
+
 // Exists reports whether schema name exists.
 func Exists(ctx context.Context, q Querier, name string) (bool, error) {
 	var exists bool
