@@ -54,6 +54,9 @@ const (
 	// LegacyLatest is the last migration version ever recorded in LegacyVersionTable; later
 	// versions go only into VersionTable.
 	LegacyLatest = 10
+	// InboxVersionTable records the inbox set's applied versions (migrations.UpInbox), in the
+	// schema of inbox_events: the inbox's own history, apart from the relay's.
+	InboxVersionTable = "outbox_relay_inbox_schema"
 )
 
 // Column is one column and the migration version that added it.
@@ -175,8 +178,8 @@ type qualifiedKey struct{ schema, query string }
 // it is full, never cached without bound.
 const maxQualified = 1024
 
-// SQL returns query with every {table} placeholder (for each table of Tables, and
-// {outbox_relay_schema}) replaced by Qualify(s, table): queries are written once with
+// SQL returns query with every {table} placeholder (for each table of Tables,
+// {outbox_relay_schema} and {outbox_relay_inbox_schema}) replaced by Qualify(s, table): queries are written once with
 // placeholders, and every execution names the tables of one schema. Any other text, braces
 // included, is left alone. A query seen before costs a map lookup.
 func SQL(s, query string) string {
@@ -197,7 +200,7 @@ func replacer(s string) *strings.Replacer {
 	r, ok := replacers.Load(s)
 	if !ok {
 		var pairs []string
-		for _, name := range append(Names(), VersionTable) {
+		for _, name := range append(Names(), VersionTable, InboxVersionTable) {
 			pairs = append(pairs, "{"+name+"}", Qualify(s, name))
 		}
 		r, _ = replacers.LoadOrStore(s, strings.NewReplacer(pairs...))
