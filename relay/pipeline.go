@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -84,6 +85,7 @@ type Pipeline struct {
 
 	shard      shardInfo // set on the pipelines expanded from a sharded one
 	ownsStatus bool      // set by Config.pipelines: see StatusOwner
+	move       *cdc.Move // set by Run from Setup: the slot moves from another server first
 }
 
 // DefaultPipeline is the name of the pipeline `outbox-relay run` builds from its flags.

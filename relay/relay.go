@@ -270,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	for _, p := range pipes {
+	for i, p := range pipes {
 		setup, err := setupWithRetry(ctx, cfg, p)
 		if stoppedDuringStartup(ctx, err) {
 			log.Info().Msg("stopped during start-up")
@@ -280,6 +280,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return cfg.named(p, err)
 		}
 		logSetup(cfg.pipelineLogger(p), cfg, p, setup)
+		pipes[i].move = setup.Move
 	}
 	pool, err := newPool(ctx, cfg)
 	if stoppedDuringStartup(ctx, err) {
@@ -391,7 +392,12 @@ func setupWithRetry(ctx context.Context, cfg Config, p Pipeline) (cdc.SetupResul
 		if err == nil || permanent(err) {
 			return res, err
 		}
-		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
+		ev := cfg.Logger.Warn().Err(err).Dur("retry_in", wait)
+		if errors.Is(err, cdc.ErrSlotUnreachable) {
+			ev = ev.Str("fix", "make that server reachable; or give --replication-dsn for it to keep decoding there; "+
+				"if it is gone for good, run once with --recreate-slot")
+		}
+		ev.Msg("database not ready; retrying")
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
@@ -405,7 +411,7 @@ func setupWithRetry(ctx context.Context, cfg Config, p Pipeline) (cdc.SetupResul
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
 		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
-		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter} {
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter, cdc.ErrMoveBroken} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -445,6 +451,11 @@ func logSetup(log zerolog.Logger, cfg Config, p Pipeline, s cdc.SetupResult) {
 	}
 	if cfg.ReplicationDSN != "" {
 		log.Info().Str("slot", p.Slot).Msg("decoding on the --replication-dsn server; marks and replays use the primary")
+	}
+	if m := s.Move; m != nil {
+		log.Warn().Str("slot", p.Slot).Str("from", m.From).Str("to", m.To).Str("fence", m.Fence.String()).
+			Msg("SLOT MOVING: the slot still lives on another server; it delivers up to the new slot's start (the fence), " +
+				"then it is dropped and decoding goes on here")
 	}
 	log.Info().Str("slot", p.Slot).Str("publication", p.Publication).Str("filter", s.Filter).
 		Int("max_in_flight", p.MaxInFlight).
@@ -493,7 +504,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	}
 	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
+		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
 	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg})
