@@ -104,8 +104,13 @@ type Config struct {
 	// publication outbox_relay unless Slot and Publication say otherwise.
 	Pipelines []Pipeline
 	// Shard is --shard: if set, the one shard this process runs of every sharded pipeline that
-	// does not name its own (Pipeline.Shard). Nil: every shard.
+	// does not name its own (Pipeline.Shard), or of the default pipeline split by Shards. Nil:
+	// every shard.
 	Shard *int
+	// Shards is --shards: the default pipeline (Pipelines empty) is split into this many shards,
+	// as Pipeline.Shards splits one of a file (slots outbox_relay_s<i>of<N> unless Slot says
+	// otherwise). 0 or 1: not sharded. Ignored when Pipelines is set.
+	Shards int
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
@@ -265,10 +270,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if len(cfg.Pipelines) > 0 {
-		if err := checkShardCountsOnce(ctx, cfg, pipes); err != nil {
-			return err
-		}
+	err = checkShardCountsWithRetry(ctx, cfg, pipes)
+	if stoppedDuringStartup(ctx, err) {
+		log.Info().Msg("stopped during start-up")
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	for i, p := range pipes {
 		setup, err := setupWithRetry(ctx, cfg, p)
@@ -692,17 +700,23 @@ func (r *pipelineRunner) stalled() (bool, string) {
 }
 
 // ready reports whether the process streams at least one pipeline and none it streams is
-// stalled; the reason names the pipelines. With one pipeline it reads as before pipelines.
+// stalled; the reason names the pipelines. With one pipeline it reads as before pipelines. A
+// shard this process was told to run (--shard) that another process streams counts as served
+// (a ready standby: a shard pod that came back while a standby pod holds its slot must not hold
+// a rollout); it takes the slot over once that process lets go.
 func (r *runner) ready() (bool, string) {
-	var stalled, streaming, standby []string
+	var stalled, streaming, standby, held []string
 	for _, p := range r.pipes {
-		if !p.stream.Streaming() {
+		switch {
+		case !p.stream.Streaming() && p.p.shard.pinned && p.stream.StandingBy():
+			held = append(held, p.p.Name)
+		case !p.stream.Streaming():
 			standby = append(standby, p.p.Name)
-			continue
-		}
-		streaming = append(streaming, p.p.Name)
-		if bad, why := p.stalled(); bad {
-			stalled = append(stalled, p.p.Name+": "+why)
+		default:
+			streaming = append(streaming, p.p.Name)
+			if bad, why := p.stalled(); bad {
+				stalled = append(stalled, p.p.Name+": "+why)
+			}
 		}
 	}
 	single := len(r.pipes) == 1
@@ -711,10 +725,12 @@ func (r *runner) ready() (bool, string) {
 		return false, strings.TrimPrefix(stalled[0], r.pipes[0].p.Name+": ")
 	case len(stalled) > 0:
 		return false, "stalled pipelines: " + strings.Join(stalled, "; ")
-	case len(streaming) == 0 && single:
+	case len(streaming) == 0 && len(held) == 0 && single:
 		return false, "not streaming (standing by, or reconnecting)"
-	case len(streaming) == 0:
+	case len(streaming) == 0 && len(held) == 0:
 		return false, "not streaming any pipeline (standing by, or reconnecting): " + strings.Join(standby, ", ")
+	case single && len(held) == 1:
+		return true, "standing by: another relay streams this shard; taking it over when that relay goes"
 	case single:
 		if paused, why := r.pipes[0].pub.Paused(); paused {
 			return true, "paused: " + why
@@ -722,6 +738,12 @@ func (r *runner) ready() (bool, string) {
 		return true, "ok"
 	}
 	msg := "ok: streaming " + strings.Join(streaming, ", ")
+	if len(streaming) == 0 {
+		msg = "ok: streaming none here"
+	}
+	if len(held) > 0 {
+		msg += "; standing by for " + strings.Join(held, ", ") + " while another relay streams them"
+	}
 	if len(standby) > 0 {
 		msg += "; standing by for " + strings.Join(standby, ", ")
 	}
