@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// location is a slot's row in outbox_slot_location (migration 11), kept on the primary: where
+// location is a slot's row in outbox_slot_location (migration 12), kept on the primary: where
 // the slot lives and the move under way, if any (README: Moving decoding between the primary
 // and a standby). No row: the slot lives on the primary and is not moving.
 type location struct {

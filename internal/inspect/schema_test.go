@@ -18,10 +18,10 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 	}{
 		{"migrated", "", nil, ""},
 		{"older version", "DROP TABLE outbox_slot_location; ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at; " +
-			"DELETE FROM goose_db_version WHERE version_id = 11",
+			"DELETE FROM goose_db_version WHERE version_id = 12",
 			inspect.ErrNoSchema, "run `outbox-relay migrate`"},
 		{"column renamed by hand", "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", inspect.ErrNoSchema,
-			"event_type missing although goose_db_version records version 11"},
+			"event_type missing although goose_db_version records version 12"},
 		{"foreign table", "DROP TABLE goose_db_version; DROP TABLE outbox_events; " +
 			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", inspect.ErrForeignTable, "RENAME TO"},
 	} {
