@@ -15,6 +15,9 @@ import (
 // whether they are in commit order (see backfillOrder). If recording fails, the new slot is
 // dropped again so a retry starts clean.
 func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication string, backfill bool, filter string) (int, bool, error) {
+	if err := checkSlotRoom(ctx, conn, slot); err != nil {
+		return 0, false, err
+	}
 	if err := holdBackfill(ctx, conn, slot, backfill); err != nil {
 		return 0, false, err
 	}
@@ -25,6 +28,9 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 	defer repl.Close(context.Background())
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if isSlotLimit(err) {
+		return 0, false, slotLimitError(ctx, conn, slot, err)
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("create slot %q with a snapshot: %w", slot, err)
 	}

@@ -39,9 +39,10 @@ var errFenceReached = errors.New("the old slot confirmed the move's fence")
 
 // sessionTarget is where one session streams from.
 type sessionTarget struct {
-	cfg     *pgconn.Config
-	standby bool          // the server may be in recovery
-	fence   pglogrepl.LSN // with a move: end the session once this is confirmed
+	cfg       *pgconn.Config
+	limitsDSN string        // where to read the server's limits when it refuses the connection (see connectReplication)
+	standby   bool          // the server may be in recovery
+	fence     pglogrepl.LSN // with a move: end the session once this is confirmed
 }
 
 // target returns the server and slot the next session streams: a move's old slot until the
@@ -54,13 +55,17 @@ func (s *Stream) target(ctx context.Context) (sessionTarget, error) {
 	}
 	if m := s.move; m != nil {
 		cfg, err := m.old.pgconnConfig()
-		return sessionTarget{cfg: cfg, standby: m.old.isStandby(), fence: m.Fence}, err
+		limits := m.old.dsn
+		if m.old.recorded {
+			limits = ""
+		}
+		return sessionTarget{cfg: cfg, limitsDSN: limits, standby: m.old.isStandby(), fence: m.Fence}, err
 	}
 	cfg, err := pgconn.ParseConfig(s.cfg.DSN)
 	if err != nil {
 		return sessionTarget{}, badDSN(err)
 	}
-	return sessionTarget{cfg: cfg, standby: s.cfg.AllowStandby}, nil
+	return sessionTarget{cfg: cfg, limitsDSN: s.cfg.DSN, standby: s.cfg.AllowStandby}, nil
 }
 
 // refreshMove reads the move's record: another process may have finished it (or reached the

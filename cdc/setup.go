@@ -349,6 +349,8 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, name string) (bool, error) 
 		return err == nil, err
 	case pgerrcode.DuplicateObject:
 		return false, nil
+	case pgerrcode.ConfigurationLimitExceeded:
+		return false, slotLimitError(ctx, conn, name, err)
 	case pgerrcode.InsufficientPrivilege:
 		return false, fmt.Errorf("%w to create slot %q: ALTER ROLE ... WITH REPLICATION, or create it as a superuser: "+
 			"SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrNoPrivilege, name, name)

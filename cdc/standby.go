@@ -62,6 +62,9 @@ func checkNotSynced(ctx context.Context, conn *pgx.Conn, slot string) error {
 // copy, so those rows are the primary's rows too (their status is read again on the primary
 // when they are delivered). If recording fails, the slot is dropped again.
 func createStandbySlotWithBackfill(ctx context.Context, p *placement, publication string, backfill bool) (int, bool, error) {
+	if err := checkSlotRoom(ctx, p.tconn, p.slot); err != nil {
+		return 0, false, err
+	}
 	if err := holdBackfill(ctx, p.primary, p.slot, backfill); err != nil {
 		return 0, false, err
 	}
@@ -69,7 +72,7 @@ func createStandbySlotWithBackfill(ctx context.Context, p *placement, publicatio
 	if err != nil {
 		return 0, false, err
 	}
-	repl, err := connectReplication(ctx, cfg, nil)
+	repl, err := connectReplication(ctx, cfg, nil, p.target.dsn)
 	if err != nil {
 		return 0, false, err
 	}
@@ -168,8 +171,10 @@ func (b *backfillRows) Err() error {
 	return b.rows.Err()
 }
 
-// connectReplication opens a replication connection (replication=database) with cfg.
-func connectReplication(ctx context.Context, cfg *pgconn.Config, dial pgconn.DialFunc) (*pgconn.PgConn, error) {
+// connectReplication opens a replication connection (replication=database) with cfg. A refusal
+// for a connection limit is explained with the counts read over limitsDSN (empty: a server known
+// only by its recorded name, whose counts are not read).
+func connectReplication(ctx context.Context, cfg *pgconn.Config, dial pgconn.DialFunc, limitsDSN string) (*pgconn.PgConn, error) {
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "outbox-relay"
 	if dial != nil {
@@ -180,6 +185,13 @@ func connectReplication(ctx context.Context, cfg *pgconn.Config, dial pgconn.Dia
 		if code := sqlstate(err); code == pgerrcode.InsufficientPrivilege || code == pgerrcode.InvalidAuthorizationSpecification {
 			return nil, fmt.Errorf("%w: %v: grant REPLICATION to the role and allow replication connections in pg_hba.conf",
 				ErrNoReplication, err)
+		}
+		if isConnectionLimit(err) && limitsDSN != "" {
+			return nil, walSenderLimitError(ctx, limitsDSN, dial, err)
+		}
+		if isConnectionLimit(err) {
+			return nil, fmt.Errorf("%w: the server refused the replication connection: too many connections or WAL "+
+				"senders in use; raise max_wal_senders or max_connections there; retrying on its own meanwhile (%w)", ErrServerLimit, err)
 		}
 		return nil, fmt.Errorf("connect for replication: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,23 +81,47 @@ type Stream struct {
 	log     zerolog.Logger
 	m       *streamMetrics
 
-	lastEnd    pglogrepl.LSN // highest transaction end received by this process
-	standby    bool          // said "standing by" already
-	sessions   uint64        // streaming sessions started
-	since      time.Time     // the current session started streaming; zero if it has not
-	streaming  atomic.Bool
-	standingBy atomic.Bool // see StandingBy
-	pubLost    atomic.Bool // see PublicationLost
-	move       *Move       // the move under way (Config.Move) until it is done; only Run's goroutine uses it
+	lastEnd   pglogrepl.LSN // highest transaction end received by this process
+	standby   bool          // said "standing by" already
+	sessions  uint64        // streaming sessions started
+	since     time.Time     // the current session started streaming; zero if it has not
+	streaming atomic.Bool
+	pubLost   atomic.Bool // see PublicationLost
+
+	mu         sync.Mutex // guards waitErr and standingBy, which State reads
+	waitErr    error
+	standingBy bool
+	move       *Move // the move under way (Config.Move) until it is done; only Run's goroutine uses it
 }
 
 // Streaming reports whether the stream holds the slot and is connected.
 func (s *Stream) Streaming() bool { return s.streaming.Load() }
 
-// StandingBy reports whether the stream stands by because another process streams the slot
-// (the server said so at the last attempt): the slot is served, and this stream takes over
-// within StandbyRetry of that process letting go.
-func (s *Stream) StandingBy() bool { return s.standingBy.Load() }
+// State is what a Stream is doing.
+type State struct {
+	// Streaming: it holds the slot and is connected.
+	Streaming bool
+	// StandingBy: another process streams from the slot; this one retries and takes over when
+	// it goes.
+	StandingBy bool
+	// Err is why the last session ended while the stream waits to connect again (a server limit
+	// wraps ErrServerLimit); nil while it streams or stands by, and before its first session.
+	Err error
+}
+
+// State reports what the stream is doing; it is safe to call from any goroutine.
+func (s *Stream) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return State{Streaming: s.streaming.Load(), StandingBy: s.standingBy, Err: s.waitErr}
+}
+
+// setWaiting records why the stream is not streaming: standing by, or err.
+func (s *Stream) setWaiting(standingBy bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.standingBy, s.waitErr = standingBy, err
+}
 
 // errPublicationGone is what PublicationLost reports to undefinedObject.
 var errPublicationGone = errors.New("the publication was dropped or replaced while the relay streamed")
@@ -150,7 +175,6 @@ func (s *Stream) Run(ctx context.Context, out chan<- *Tx, drained <-chan struct{
 				continue // the new slot, at once
 			}
 		}
-		s.standingBy.Store(errors.Is(err, errSlotActive))
 		wait, perr := s.classify(err, &backoff, streamed)
 		if perr != nil {
 			return perr
@@ -172,8 +196,10 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 			return 0, err
 		}
 	}
+	s.setWaiting(false, err)
 	switch {
 	case errors.Is(err, errSlotActive):
+		s.setWaiting(true, nil)
 		if !s.standby {
 			s.log.Info().Str("slot", s.cfg.Slot).Dur("retry", s.cfg.StandbyRetry).
 				Msg("slot is active in another process; standing by")
@@ -190,6 +216,10 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 	s.m.Reconnects.Inc()
 	var wait time.Duration
 	wait, *backoff = nextBackoff(*backoff, streamed, s.cfg.ReconnectMax)
+	if errors.Is(err, ErrServerLimit) {
+		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Dur("retry_in", wait).Msg("cannot stream: a server limit is reached")
+		return wait, nil
+	}
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
 }
@@ -223,7 +253,7 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 	if err != nil {
 		return err
 	}
-	conn, err := connectReplication(startCtx, tgt.cfg, s.cfg.Dial)
+	conn, err := connectReplication(startCtx, tgt.cfg, s.cfg.Dial, tgt.limitsDSN)
 	if err != nil {
 		return err
 	}
@@ -254,8 +284,8 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("confirmed", s.tracker.Confirmable().String()).
 		Dur("replication_timeout", set.timeout).Msg("streaming")
+	s.setWaiting(false, nil)
 	s.setStreaming(true)
-	s.standingBy.Store(false)
 	s.sessions++
 	s.since = time.Now()
 	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: set.interval, session: s.sessions,
@@ -279,7 +309,7 @@ func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	if err != nil {
 		return nil, badDSN(err)
 	}
-	return connectReplication(ctx, cfg, s.cfg.Dial)
+	return connectReplication(ctx, cfg, s.cfg.Dial, s.cfg.DSN)
 }
 
 // settings are a session's timings.

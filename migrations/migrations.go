@@ -7,11 +7,19 @@
 // (columns, indexes), so the outbox_events and inbox_events tables keep the columns they were
 // first created with. Applied versions are recorded in goose_db_version.
 //
+// # The inbox set
+//
+// UpInbox applies a second, smaller set to a consumer's database: inbox_events and its indexes,
+// nothing of the outbox, recorded in its own history table (InboxHistoryTable) in the inbox's
+// schema. Either set may come first. The inbox set adopts an inbox_events that 00001 created
+// (after checking its columns), and 00001 leaves alone one that the inbox set created. Later
+// changes to inbox_events belong to the inbox set only.
+//
 // # Concurrency
 //
 // Up holds a PostgreSQL session advisory lock for the whole run, so two processes migrating the
 // same database at once apply each version exactly once; the second waits, then finds nothing to
-// do.
+// do. UpInbox takes the same lock, so the two sets never run at once on one database.
 package migrations
 
 import (
@@ -127,7 +135,14 @@ func checkConflict(ctx context.Context, q Querier) error {
 	if err != nil || applied > 0 {
 		return err
 	}
+	inbox, err := InboxApplied(ctx, q, "")
+	if err != nil {
+		return err
+	}
 	for _, t := range firstTables {
+		if t == "inbox_events" && inbox > 0 {
+			continue // the inbox set made it, with 00001's definition, which leaves it alone
+		}
 		var exists bool
 		if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists); err != nil {
 			return fmt.Errorf("look up %s: %w", t, err)

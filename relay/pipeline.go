@@ -270,7 +270,7 @@ func (c *Config) expand() ([]Pipeline, error) {
 // not a shadow; else the first non-shadow pipeline without a filter (it sees every row). The
 // other pipelines keep their truth in outbox_pipeline_events and outbox_parked_aggregates
 // (column pipeline), which `outbox-relay status` reports per pipeline. With no owner the rows
-// stay 'pending', and retention (which prunes 'done' rows) prunes nothing.
+// stay 'pending'; retention prunes them once every pipeline's slot confirmed them (outbox.Prune).
 func StatusOwner(ps []Pipeline) int {
 	if len(ps) == 1 {
 		if ps[0].Shadow {
