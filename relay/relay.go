@@ -298,7 +298,10 @@ func (r *runner) checks(ctx context.Context) error {
 	if err := validateFiltersWithRetry(ctx, r.cfg, pipes); err != nil {
 		return err
 	}
-	return checkShardCountsWithRetry(ctx, r.cfg, pipes)
+	if err := checkShardCountsWithRetry(ctx, r.cfg, pipes); err != nil && !stoppedDuringStartup(ctx, err) {
+		return err
+	}
+	return nil // stopped meanwhile: each pipeline's start sees the stop and ends cleanly
 }
 
 // named prefixes err with the pipeline's name when the pipelines come from Config.Pipelines
