@@ -222,7 +222,10 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 	}
 	conn := connect(t, dsn)
 	// Back to version 10: what a database looks like before migration 11.
-	for _, q := range []string{`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
+	// Back to version 10: undo 12 (slot location), then 11.
+	for _, q := range []string{`DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
+		`DELETE FROM goose_db_version WHERE version_id = 12`,
+		`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
 		`DELETE FROM goose_db_version WHERE version_id = 11`} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)

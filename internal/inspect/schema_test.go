@@ -19,7 +19,7 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 		fix         string
 	}{
 		{"migrated", "", nil, ""},
-		{"older version", fmt.Sprintf("DROP INDEX outbox_events_replay_order; DROP INDEX outbox_backfill_event; "+
+		{"older version", fmt.Sprintf("DROP TABLE outbox_slot_location; ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at; "+
 			"DELETE FROM goose_db_version WHERE version_id = %d", migrations.Latest()),
 			inspect.ErrNoSchema, "run `outbox-relay migrate`"},
 		{"column renamed by hand", "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", inspect.ErrNoSchema,
