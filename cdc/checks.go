@@ -43,7 +43,8 @@ var tablePrivileges = []struct {
 	{schema.PipelineEvents, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{schema.PipelineControl, []string{"SELECT", "INSERT", "UPDATE"}},
 	{schema.Replays, []string{"SELECT", "UPDATE"}},
-	{schema.Reshard, []string{"SELECT"}},
+	{schema.Reshard, []string{"SELECT", "UPDATE"}},
+	{schema.SlotLocation, []string{"SELECT", "INSERT", "UPDATE"}},
 }
 
 // checkSchemaUsage fails, naming the GRANT statements, when the role lacks USAGE on schema s:

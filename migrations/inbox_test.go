@@ -332,11 +332,7 @@ func TestUpInboxWaitsForUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := connect(t, dsn)
-	// Back to version 10, so that the next Up builds migration 11's indexes.
-	if _, err := conn.Exec(ctx, `DROP INDEX outbox_events_replay_order; DROP INDEX outbox_backfill_event;
-		DELETE FROM outbox_relay_schema WHERE version_id = 11`); err != nil {
-		t.Fatal(err)
-	}
+	backToVersion10(t, conn) // so that the next Up builds migration 11's indexes
 	writer := connect(t, dsn)
 	tx, err := writer.Begin(ctx)
 	if err != nil {

@@ -200,6 +200,24 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 }
 
 // replayIndexValid reports whether outbox_events_replay_order exists and whether it is valid.
+// backToVersion10 undoes migrations 12 (slot location) and 11 (the concurrently built
+// indexes) of a database migrated to 12: what it looks like before migration 11, so that the
+// next Up builds 11's indexes. A later migration must be undone here first.
+func backToVersion10(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if latest := migrations.Latest(); latest != 12 {
+		t.Fatalf("backToVersion10 undoes migrations 12 and 11; undo %d..13 first", latest)
+	}
+	for _, q := range []string{`DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 12`,
+		`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 11`} {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func replayIndexValid(t *testing.T, conn *pgx.Conn) (exists, valid bool) {
 	t.Helper()
 	err := conn.QueryRow(context.Background(), `SELECT count(*) > 0, coalesce(bool_and(i.indisvalid), false)
@@ -221,13 +239,7 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := connect(t, dsn)
-	// Back to version 10: what a database looks like before migration 11.
-	for _, q := range []string{`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
-		`DELETE FROM outbox_relay_schema WHERE version_id = 11`} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	backToVersion10(t, conn)
 	writer := connect(t, dsn)
 	tx, err := writer.Begin(ctx)
 	if err != nil {

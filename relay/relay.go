@@ -108,8 +108,13 @@ type Config struct {
 	// publication outbox_relay unless Slot and Publication say otherwise.
 	Pipelines []Pipeline
 	// Shard is --shard: if set, the one shard this process runs of every sharded pipeline that
-	// does not name its own (Pipeline.Shard). Nil: every shard.
+	// does not name its own (Pipeline.Shard), or of the default pipeline split by Shards. Nil:
+	// every shard.
 	Shard *int
+	// Shards is --shards: the default pipeline (Pipelines empty) is split into this many shards,
+	// as Pipeline.Shards splits one of a file (slots outbox_relay_s<i>of<N> unless Slot says
+	// otherwise). 0 or 1: not sharded. Ignored when Pipelines is set.
+	Shards int
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
@@ -305,10 +310,7 @@ func (r *runner) checks(ctx context.Context) (Config, error) {
 	if err := validateFiltersWithRetry(ctx, cfg, pipes); err != nil {
 		return cfg, err
 	}
-	if len(cfg.Pipelines) > 0 {
-		return cfg, checkShardCountsOnce(ctx, cfg, pipes)
-	}
-	return cfg, nil
+	return cfg, checkShardCountsWithRetry(ctx, cfg, pipes) // a stop meanwhile: runPipelines ends cleanly
 }
 
 // named prefixes err with the pipeline's name when the pipelines come from Config.Pipelines
@@ -385,7 +387,8 @@ func userTimeout(cfg Config) time.Duration {
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
 		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
-		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter, cdc.ErrPublicationTable} {
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter, cdc.ErrPublicationTable,
+		cdc.ErrMoveBroken} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -425,6 +428,11 @@ func logSetup(log zerolog.Logger, cfg Config, p Pipeline, s cdc.SetupResult) {
 	}
 	if cfg.ReplicationDSN != "" {
 		log.Info().Str("slot", p.Slot).Msg("decoding on the --replication-dsn server; marks and replays use the primary")
+	}
+	if m := s.Move; m != nil {
+		log.Warn().Str("slot", p.Slot).Str("from", m.From).Str("to", m.To).Str("fence", m.Fence.String()).
+			Msg("SLOT MOVING: the slot still lives on another server; it delivers up to the new slot's start (the fence), " +
+				"then it is dropped and decoding goes on here")
 	}
 	log.Info().Str("slot", p.Slot).Str("publication", p.Publication).Str("filter", s.Filter).
 		Int("max_in_flight", p.MaxInFlight).
@@ -475,7 +483,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	}
 	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication, Schema: cfg.Schema,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
+		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
 	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema})

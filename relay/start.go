@@ -67,7 +67,12 @@ func (s *pipelineStart) failed(err error, wait time.Duration) {
 		s.log.Error().Err(err).Dur("retry_in", wait).Msg("pipeline cannot start; the other pipelines run on")
 		return
 	}
-	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
+	ev := s.log.Warn().Err(err).Dur("retry_in", wait)
+	if errors.Is(err, cdc.ErrSlotUnreachable) {
+		ev = ev.Str("fix", "make that server reachable; or give --replication-dsn for it to keep decoding there; "+
+			"if it is gone for good, run once with --recreate-slot")
+	}
+	ev.Msg("database not ready; retrying")
 }
 
 // started records that the pipeline runs; its stream reports from now on.
@@ -133,6 +138,7 @@ func (s *pipelineStart) start(ctx context.Context, cfg Config, pool *pgxpool.Poo
 		return nil, err
 	}
 	logSetup(s.log, cfg, p, setup)
+	p.move = setup.Move
 	r := newPipelineRunner(cfg, p, p.ownsStatus, cfg.Registry, dest, pool)
 	r.closeDest = closeDest
 	return r, nil
@@ -181,9 +187,12 @@ const startRetryMax = 10 * time.Second
 
 // ready reports whether every pipeline streams or stands by for another instance, and none
 // that streams is stalled. The reason names the pipelines that are not; with one pipeline it
-// reads as before pipelines.
+// reads as before pipelines. A shard this process was told to run (--shard, or shard: in the
+// file) that another process streams counts as served: a shard pod that came back while a
+// standby pod holds its slot is a ready standby (not ready, it would hold every rollout), and
+// takes the slot over once that process lets go.
 func (r *runner) ready() (bool, string) {
-	var stalled, streaming, standby, waiting []string
+	var stalled, streaming, standby, held, waiting []string
 	for _, s := range r.starts {
 		st := s.state()
 		name := s.p.Name
@@ -193,15 +202,21 @@ func (r *runner) ready() (bool, string) {
 			if bad, why := s.running().stalled(); bad {
 				stalled = append(stalled, name+": "+why)
 			}
+		case st.standby && s.p.shard.pinned:
+			held = append(held, name)
 		case st.standby:
 			standby = append(standby, name)
 		default:
 			waiting = append(waiting, name+": "+st.why)
 		}
 	}
+	if len(r.starts) == 1 && len(held) == 1 {
+		return true, "standing by: another relay streams this shard; taking it over when that relay goes"
+	}
 	if len(r.starts) == 1 {
 		return r.readySingle(stalled, standby, waiting)
 	}
+
 	if len(r.starts) > 1 && (len(stalled) > 0 || len(waiting) > 0) {
 		// The pipelines that are fine, after the ones that are not.
 		if len(streaming) > 0 {
@@ -216,10 +231,16 @@ func (r *runner) ready() (bool, string) {
 		return false, "stalled pipelines: " + strings.Join(append(stalled, waiting...), "; ")
 	case len(waiting) > 0:
 		return false, "not ready: " + strings.Join(waiting, "; ")
-	case len(streaming) == 0:
+	case len(streaming) == 0 && len(held) == 0:
 		return false, "not streaming any pipeline (standing by): " + strings.Join(standby, ", ")
 	}
 	msg := "ok: streaming " + strings.Join(streaming, ", ")
+	if len(streaming) == 0 {
+		msg = "ok: streaming none here"
+	}
+	if len(held) > 0 {
+		msg += "; standing by for " + strings.Join(held, ", ") + " while another relay streams them"
+	}
 	if len(standby) > 0 {
 		msg += "; standing by for " + strings.Join(standby, ", ")
 	}

@@ -33,7 +33,7 @@ var (
 var pipelineFlags = []string{urlFlag.name, secretFlag.name, secretFileFlag.name, "signature-scheme", "slot", "publication",
 	"retry-min", "retry-max", "request-timeout", "max-attempts", "max-in-flight", "max-buffered-events",
 	"max-buffered-bytes", "backfill", "no-backfill", "format", "source", "batch-max-events", "batch-max-bytes",
-	"batch-linger", "compression", "marks", "on-gone", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
+	"batch-linger", "compression", "marks", "on-gone", "shards", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -82,7 +82,8 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	addBrokerFlags(fs) // brokers.go
 	fs.String(configFlag.name, "", "run the pipelines of this YAML file (env OUTBOX_RELAY_CONFIG); per-pipeline flags are then refused (README: Pipelines)")
 	addControlFlags(fs) // control.go
-	fs.Int("shard", -1, "with --config: run only this shard (0-based, e.g. the pod ordinal) of every sharded pipeline that names none; -1 = every shard (README: Shards)")
+	fs.Int("shard", -1, "run only this shard (0-based, e.g. the pod ordinal): of every sharded pipeline of --config that names none, or of the flag pipeline split by --shards; -1 = every shard (README: Shards)")
+	fs.Int("shards", 0, "without --config: split the pipeline into this many shards, 1 to 256 (slots <slot>_s<i>of<N>); the same N on every shard's relay; 0 or 1 = not sharded (README: Shards)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -133,9 +134,8 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	} else if err := webhookConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
-	if fs.Changed("shard") {
-		return cfg, usageError{errors.New("--shard selects a shard of a sharded pipeline: give the pipelines with --config, " +
-			"one of them with shards: N (README: Shards)")}
+	if err := flagShards(fs, &cfg); err != nil {
+		return cfg, err
 	}
 	cfg.Slot, _ = fs.GetString("slot")
 	cfg.Publication, _ = fs.GetString("publication")
@@ -176,6 +176,26 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, usageError{fmt.Errorf("--retry-min must be positive and no more than --retry-max")}
 	}
 	return cfg, nil
+}
+
+// flagShards reads --shards and --shard for the flag pipeline.
+func flagShards(fs *pflag.FlagSet, cfg *relay.Config) error {
+	cfg.Shards, _ = fs.GetInt("shards")
+	if cfg.Shards < 0 || cfg.Shards > relay.MaxShards {
+		return usageError{fmt.Errorf("--shards %d: want 1 to %d (0 or 1: not sharded)", cfg.Shards, relay.MaxShards)}
+	}
+	shard, _ := fs.GetInt("shard")
+	switch {
+	case !fs.Changed("shard") || shard == -1:
+		return nil
+	case cfg.Shards <= 1:
+		return usageError{errors.New("--shard selects a shard of a sharded pipeline: add --shards N (the same N on every " +
+			"shard's relay), or give the pipelines with --config, one of them with shards: N (README: Shards)")}
+	case shard < 0 || shard >= cfg.Shards:
+		return usageError{fmt.Errorf("--shard %d: with --shards %d, want 0 to %d (or -1 for every shard)", shard, cfg.Shards, cfg.Shards-1)}
+	}
+	cfg.Shard = &shard
+	return nil
 }
 
 // webhookConfig reads the webhook destination's flags: URL, secrets and scheme.

@@ -27,7 +27,7 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 		fix    string
 	}{
 		{name: "migrated"},
-		{name: "older version", alter: fmt.Sprintf("DROP INDEX outbox_events_replay_order; DROP INDEX outbox_backfill_event; "+
+		{name: "older version", alter: fmt.Sprintf("DROP TABLE outbox_slot_location; ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at; "+
 			"DELETE FROM outbox_relay_schema WHERE version_id = %d", migrations.Latest()), want: inspect.ErrNoSchema,
 			fix: fmt.Sprintf("the schema is at version %d and this binary needs version %d", migrations.Latest()-1, migrations.Latest())},
 		{name: "column renamed by hand", alter: "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", want: inspect.ErrNoSchema,

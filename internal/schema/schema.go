@@ -39,6 +39,7 @@ const (
 	PipelineControl = "outbox_pipeline_control"
 	Replays         = "outbox_replays"
 	Reshard         = "outbox_reshard"
+	SlotLocation    = "outbox_slot_location"
 	// Inbox is the consumer side's table; the relay itself neither reads nor needs it.
 	Inbox = "inbox_events"
 )
@@ -120,7 +121,10 @@ var Tables = []Table{
 	}},
 	{Name: Reshard, Since: 9, Columns: []Column{
 		{"pipeline", 9}, {"from_shards", 9}, {"to_shards", 9}, {"old_slots", 9}, {"old_pubs", 9}, {"new_slots", 9},
-		{"fence", 9}, {"started_at", 9}, {"finished_at", 9},
+		{"fence", 9}, {"started_at", 9}, {"finished_at", 9}, {"fence_reached_at", 12},
+	}},
+	{Name: SlotLocation, Since: 12, Columns: []Column{
+		{"slot", 12}, {"server", 12}, {"move_to", 12}, {"move_fence", 12}, {"move_reached_at", 12}, {"updated_at", 12},
 	}},
 }
 
