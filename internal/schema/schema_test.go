@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestQueriesNameTheTablesOfTheSchema(t *testing.T) {
 			}
 			for _, hit := range bareTables(t, file) {
 				t.Errorf("%s: %s names a relay table bare; write {%s} and pass the query through schema.SQL "+
-					"(or use schema.Qualify)", hit.pos, hit.text, hit.table)
+					"(or use schema.Qualify, or pgx.Identifier{schema, table})", hit.pos, hit.text, hit.table)
 			}
 		}
 	}
@@ -59,6 +60,10 @@ func bareTables(t *testing.T, file string) []hit {
 	}
 	var hits []hit
 	ast.Inspect(f, func(n ast.Node) bool {
+		if id, ok := n.(*ast.CompositeLit); ok {
+			hits = append(hits, bareIdentifier(fset, id)...)
+			return true
+		}
 		lit, ok := n.(*ast.BasicLit)
 		if !ok || lit.Kind != token.STRING {
 			return true
@@ -74,6 +79,24 @@ func bareTables(t *testing.T, file string) []hit {
 		return true
 	})
 	return hits
+}
+
+// bareIdentifier finds a pgx.Identifier{"outbox_backfill"} (for CopyFrom, say) that names a
+// table of the relay without its schema: the search_path would resolve it.
+func bareIdentifier(fset *token.FileSet, c *ast.CompositeLit) []hit {
+	sel, ok := c.Type.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Identifier" || len(c.Elts) != 1 {
+		return nil
+	}
+	lit, ok := c.Elts[0].(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return nil
+	}
+	name := strings.Trim(lit.Value, "`\"")
+	if !slices.Contains(schema.Names(), name) {
+		return nil
+	}
+	return []hit{{pos: fset.Position(c.Pos()).String(), text: "pgx.Identifier{" + lit.Value + "}", table: name}}
 }
 
 var sqlStart = regexp.MustCompile(`^[` + "`" + `"]\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP)\b`)
