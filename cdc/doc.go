@@ -4,8 +4,11 @@
 // # Slot and publication
 //
 // A publication names the tables whose changes are decoded; the relay's publication carries
-// only INSERTs on outbox_events (CREATE PUBLICATION ... FOR TABLE outbox_events WITH (publish =
-// 'insert')). A logical replication slot, decoded with the built-in pgoutput plugin, is the
+// only INSERTs on outbox_events of the relay's schema (CREATE PUBLICATION ... FOR TABLE
+// "app"."outbox_events" WITH (publish = 'insert'); Config.Schema and SetupOptions.Schema name
+// the schema, else the connection's current_schema()). The decoder takes rows of that one
+// table: a table of the same name in another schema yields nothing, even if a publication
+// carries it. A logical replication slot, decoded with the built-in pgoutput plugin, is the
 // server's durable cursor into the WAL: it keeps every WAL segment the relay has not confirmed,
 // and after a restart streaming resumes from its confirmed position. Stream creates both if they
 // are missing and never drops either.
@@ -36,6 +39,21 @@
 // position, and at-least-once delivery follows. Within one process, transactions that end at or
 // before what it already received are skipped after a reconnect, since a crash restart of the
 // server can move a slot back.
+//
+// # Where the slot lives, and moving it
+//
+// The slot lives on the primary, or, with SetupOptions.ReplicationDSN, on a hot standby
+// (PostgreSQL 16+) that decodes it; the publication, the backfill and every record stay on the
+// primary, and outbox_slot_location there says which server holds the slot. A slot created on
+// a standby backfills from the standby's snapshot: the rows pending in it are exactly those the
+// slot will not carry, and the standby's rows are the primary's.
+//
+// When the slot still lives on the other server than the one configured, Setup moves it (Move):
+// it creates the new slot, whose start is the fence, and the stream drains the old slot until it
+// has confirmed the fence, then drops it and streams the new one. Both slots decode the same
+// WAL, so a position means the same on both: everything up to the fence came from the old slot,
+// everything after from the new, and the tracker carries on across the switch as across a
+// reconnect.
 //
 // # Liveness
 //

@@ -10,7 +10,44 @@
 //	}, inbox.Config{Logger: log})
 //	mux.Handle("POST /webhook", h)
 //
-// The inbox_events table comes from `outbox-relay migrate`.
+// New takes a DB: a *pgxpool.Pool, or anything else that begins a pgx.Tx. A service on
+// database/sql (lib/pq, pgx's stdlib, any PostgreSQL driver) calls NewSQL with a *sql.DB
+// instead, and its SQLProcessFunc gets the same transaction as a *sql.Tx. Everything below
+// holds for both.
+//
+// # Installing the table
+//
+// Migrate(ctx, pool, cfg) creates inbox_events and its indexes, nothing of the outbox, with its
+// own version history (migrations.InboxHistoryTable, never goose_db_version): call it at
+// start-up of a consumer that does not ship the relay. `outbox-relay migrate --inbox-only` does
+// the same from the command line, and the relay's full `outbox-relay migrate` creates the table
+// too; either may come first.
+//
+// # Schema
+//
+// Config.Schema names the schema of inbox_events, for Migrate, the Handler, the Processor and
+// Prune alike. Left empty, the names are unqualified, so the connection's search_path decides:
+// the table of current_schema(), where Migrate creates it. This is the relay's rule too.
+//
+// # Brokers
+//
+// A consumer of the relay's NATS or Kafka destination gets the same guarantee from a Processor
+// (NewProcessor, NewSQLProcessor): Process(ctx, headers, body) reads the event from the
+// message (the same X-Event-* headers, no signature: the broker authenticated the publisher),
+// and records and applies it in one transaction, as the Handler does from step 4 on.
+// Acknowledge the message only after Process returned nil.
+//
+// # Pruning
+//
+// inbox_events keeps a row per event, and the row is what recognises a duplicate. Prune
+// deletes done rows older than a retention, in short batches through an index of their own;
+// Config.Retention does it hourly in the background (Close stops it). The trade-off: an event
+// delivered again after its row is pruned is applied again. So the retention must be longer
+// than the sender may resend: Prune refuses one shorter than PruneOptions.RetryHorizon
+// (DefaultRetryHorizon, 48 hours, covers the relay's retries with its defaults), and it
+// should be longer than the relay keeps delivered events, since `outbox-relay replay` can
+// re-send any of those. The default, no Retention, keeps every row: no duplicate is ever
+// applied twice.
 //
 // # Order of checks
 //

@@ -3,7 +3,6 @@ package inbox
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,33 +10,44 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 )
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is zero.
 const DefaultMaxBodyBytes = 1 << 20
 
-// ProcessFunc applies one verified, first-seen event. It runs inside the transaction that
-// records the event in inbox_events: write the event's effects through tx and they commit
-// together with the record, exactly once. Returning an error (or panicking) rolls both back and
-// answers 500, so the relay retries. It must not commit or roll back tx, and should not take a
-// second connection from the same pool, which could wait forever on a full pool.
-type ProcessFunc func(ctx context.Context, tx pgx.Tx, ev Event) error
-
-// Config tunes a Handler. The zero value is ready to use.
+// Config tunes a Handler or a Processor. The zero value is ready to use.
 type Config struct {
+	// Schema is the schema of inbox_events (and Migrate's, of its history table). If empty,
+	// the names are left unqualified, so the connection's search_path finds them: the table in
+	// current_schema(), where Migrate creates it.
+	Schema string
+	// Retention, if positive, prunes in the background: at start and then every
+	// DefaultPruneEvery, a goroutine deletes the inbox_events rows received longer ago than
+	// this (see Prune); Close stops it. A pruned event that is delivered again is applied
+	// again, so keep it longer than the sender may send an event again: see RetryHorizon. If
+	// zero, the default, nothing is ever deleted, which is the only setting under which no
+	// delivery, however late, is applied twice.
+	Retention time.Duration
+	// RetryHorizon is how long after a first delivery the sender may still deliver the same
+	// event again; Retention must not be shorter. If zero, the default is DefaultRetryHorizon
+	// (48 hours), the relay's retries with its default settings and a margin. See
+	// PruneOptions.RetryHorizon.
+	RetryHorizon time.Duration
+	// Logger receives, from a Handler, one line per refused or failed delivery (Warn for 4xx,
+	// Error for 5xx, with the panic's stack for a panic) and one Debug line per accepted one
+	// (a Processor logs no message: Process returns the error); from both, a line per
+	// background prune that deleted something or failed. If zero, nothing is logged.
+	Logger zerolog.Logger
+
+	// The fields below tune the HTTP Handler only.
+
 	// MaxBodyBytes is the largest body accepted; larger ones get 413. If zero, the default is
 	// DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
 	// Tolerance is how far a signature's timestamp may be from now, either way. If zero, the
 	// default is DefaultTolerance (5 minutes).
 	Tolerance time.Duration
-	// Logger receives one line per refused or failed delivery (Warn for 4xx, Error for 5xx,
-	// with the panic's stack for a panic) and one Debug line per accepted one. If zero, nothing
-	// is logged.
-	Logger zerolog.Logger
 	// Now is the clock that signatures are checked against. If nil, the default is time.Now.
 	Now func() time.Time
 	// AllowedNetworks restricts senders to these networks: CIDRs ("10.0.0.0/8",
@@ -56,23 +66,34 @@ type Config struct {
 // records it in inbox_events and runs the ProcessFunc once per event id. It is safe for
 // concurrent use.
 type Handler struct {
-	pool     *pgxpool.Pool
-	process  ProcessFunc
+	p        *Processor // not embedded: its Process verifies no signature
 	verifier *Verifier
 	maxBody  int64
-	log      zerolog.Logger
 	now      func() time.Time
 	allow    *allowlist // nil: no allowlist
-	stats    counters
 }
 
-// New returns a Handler that stores events through pool, accepts signatures made with any of
-// secrets (see NewVerifier for how they are read), and applies first-seen events with process.
-// The inbox_events table must exist (`outbox-relay migrate`).
-func New(pool *pgxpool.Pool, secrets []string, process ProcessFunc, cfg Config) (*Handler, error) {
-	if pool == nil || process == nil {
-		return nil, errors.New("inbox: New needs a pool and a process func")
+// New returns a Handler that stores events through db (a *pgxpool.Pool, usually), accepts
+// signatures made with any of secrets (see NewVerifier for how they are read), and applies
+// first-seen events with process. The inbox_events table must exist (Migrate, or
+// `outbox-relay migrate`). With cfg.Retention set, call Close when done.
+func New(db DB, secrets []string, process ProcessFunc, cfg Config) (*Handler, error) {
+	if nilDB(db) || process == nil {
+		return nil, errors.New("inbox: New needs a database and a process func")
 	}
+	return newHandler(pgxStore{db: db, fn: process}, secrets, cfg)
+}
+
+// NewSQL is New for database/sql (lib/pq, pgx's stdlib, any PostgreSQL driver): process gets
+// the inbox's transaction as a *sql.Tx.
+func NewSQL(db SQLDB, secrets []string, process SQLProcessFunc, cfg Config) (*Handler, error) {
+	if nilDB(db) || process == nil {
+		return nil, errors.New("inbox: NewSQL needs a database and a process func")
+	}
+	return newHandler(sqlStore{db: db, fn: process}, secrets, cfg)
+}
+
+func newHandler(s store, secrets []string, cfg Config) (*Handler, error) {
 	if cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("inbox: negative MaxBodyBytes %d", cfg.MaxBodyBytes)
 	}
@@ -84,8 +105,11 @@ func New(pool *pgxpool.Pool, secrets []string, process ProcessFunc, cfg Config) 
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{pool: pool, process: process, verifier: v, maxBody: cfg.MaxBodyBytes,
-		log: cfg.Logger, now: cfg.Now, allow: allow}
+	p, err := newProcessor(s, cfg)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{p: p, verifier: v, maxBody: cfg.MaxBodyBytes, now: cfg.Now, allow: allow}
 	if h.maxBody == 0 {
 		h.maxBody = DefaultMaxBodyBytes
 	}
@@ -95,12 +119,16 @@ func New(pool *pgxpool.Pool, secrets []string, process ProcessFunc, cfg Config) 
 	return h, nil
 }
 
+// Close stops the background pruning of Config.Retention, if any, and waits for it: see
+// Processor.Close. The Handler keeps serving after Close.
+func (h *Handler) Close() error { return h.p.Close() }
+
 // ServeHTTP runs the checks in the order the package doc gives and answers with the status
 // code of the first that fails.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.allow != nil {
 		if err := h.allow.check(r); err != nil {
-			h.stats.rejected.Add(1)
+			h.p.stats.rejected.Add(1)
 			h.refuse(w, r, err)
 			return
 		}
@@ -112,13 +140,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	evs, f, sig, err := h.accept(w, r)
 	if err != nil {
-		h.stats.rejected.Add(1)
+		h.p.stats.rejected.Add(1)
 		h.refuse(w, r, err)
 		return
 	}
 	if f != FormatBatch {
 		ev := evs[0]
-		duplicate, err := h.deliver(r.Context(), ev, sig)
+		duplicate, err := h.p.deliver(r.Context(), ev, sig)
 		if err != nil {
 			h.fail(w, err, ev.ID.String(), ev.Type, ev.Attempt, 1)
 			return
@@ -126,7 +154,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.succeed(w, ev, duplicate)
 		return
 	}
-	processed, err := h.deliverBatch(r.Context(), evs, sig)
+	processed, err := h.p.deliverBatch(r.Context(), evs, sig)
 	if err != nil {
 		h.fail(w, err, evs[0].ID.String(), evs[0].Type, evs[0].Attempt, len(evs))
 		return

@@ -12,7 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cloudevents"
 )
 
-// Stats counts a Handler's answers since it was made. Processed and Duplicates count events
+// Stats counts a Handler's answers (or a Processor's messages) since it was made. Processed and Duplicates count events
 // (a batch adds each of its events to one or the other); the rest count requests.
 type Stats struct {
 	// Processed counts events applied and committed (200).
@@ -34,8 +34,9 @@ type counters struct {
 
 // Stats returns the counts so far. Each field is read atomically; together they are a
 // near-instant snapshot, not a transactional one.
-func (h *Handler) Stats() Stats {
-	c := &h.stats
+func (h *Handler) Stats() Stats { return h.p.stats.snapshot() }
+
+func (c *counters) snapshot() Stats {
 	return Stats{
 		Processed:   c.processed.Load(),
 		Duplicates:  c.duplicates.Load(),
@@ -51,14 +52,14 @@ const HeaderDuplicate = "X-Inbox-Duplicate"
 
 func (h *Handler) succeed(w http.ResponseWriter, ev Event, duplicate bool) {
 	if duplicate {
-		h.stats.duplicates.Add(1)
+		h.p.stats.duplicates.Add(1)
 		w.Header().Set(HeaderDuplicate, "true")
-		h.log.Debug().Str("event_id", ev.ID.String()).Int("attempt", ev.Attempt).Msg("inbox: duplicate absorbed")
+		h.p.log.Debug().Str("event_id", ev.ID.String()).Int("attempt", ev.Attempt).Msg("inbox: duplicate absorbed")
 		ok(w, "duplicate")
 		return
 	}
-	h.stats.processed.Add(1)
-	h.log.Debug().Str("event_id", ev.ID.String()).Str("event_type", ev.Type).Msg("inbox: event processed")
+	h.p.stats.processed.Add(1)
+	h.p.log.Debug().Str("event_id", ev.ID.String()).Str("event_type", ev.Type).Msg("inbox: event processed")
 	ok(w, "processed")
 }
 
@@ -72,12 +73,12 @@ func (h *Handler) succeedBatch(w http.ResponseWriter, evs []Event, applied []boo
 		}
 	}
 	dups := len(evs) - n
-	h.stats.processed.Add(uint64(n))
-	h.stats.duplicates.Add(uint64(dups))
+	h.p.stats.processed.Add(uint64(n))
+	h.p.stats.duplicates.Add(uint64(dups))
 	if n == 0 {
 		w.Header().Set(HeaderDuplicate, "true")
 	}
-	h.log.Debug().Int("events", len(evs)).Int("processed", n).Int("duplicates", dups).
+	h.p.log.Debug().Int("events", len(evs)).Int("processed", n).Int("duplicates", dups).
 		Str("first_event_id", evs[0].ID.String()).Msg("inbox: batch processed")
 	ok(w, fmt.Sprintf("processed %d, duplicates %d", n, dups))
 }
@@ -91,7 +92,7 @@ func ok(w http.ResponseWriter, msg string) {
 // failed and why (nothing in the message is secret; header values quoted in it are clipped).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusCode(err)
-	h.log.Warn().Err(err).Int("status", code).Str("remote", r.RemoteAddr).
+	h.p.log.Warn().Err(err).Int("status", code).Str("remote", r.RemoteAddr).
 		Str("event_id", clip(eventIDHeader(r.Header))).Msg("inbox: delivery refused")
 	http.Error(w, err.Error(), code)
 }
@@ -115,15 +116,15 @@ func (h *Handler) fail(w http.ResponseWriter, err error, eventID, eventType stri
 	var e *zerolog.Event
 	switch code {
 	case http.StatusBadRequest:
-		h.stats.rejected.Add(1)
-		e = h.log.Warn()
+		h.p.stats.rejected.Add(1)
+		e = h.p.log.Warn()
 	case http.StatusServiceUnavailable:
-		h.stats.unavailable.Add(1)
+		h.p.stats.unavailable.Add(1)
 		w.Header().Set("Retry-After", "5")
-		e = h.log.Error()
+		e = h.p.log.Error()
 	default:
-		h.stats.failed.Add(1)
-		e = h.log.Error()
+		h.p.stats.failed.Add(1)
+		e = h.p.log.Error()
 	}
 	var p *panicError
 	if errors.As(err, &p) {

@@ -16,7 +16,9 @@ CREATE TABLE outbox_events (
 CREATE INDEX idx_outbox_status_available ON outbox_events (status, available_at);
 CREATE UNIQUE INDEX uq_outbox_dedup_key ON outbox_events (dedup_key) WHERE dedup_key IS NOT NULL;
 
-CREATE TABLE inbox_events (
+-- IF NOT EXISTS (added after release; a no-op where this version already ran): the inbox's own
+-- set (`migrate --inbox-only`, inbox.Migrate) may have created the same table first.
+CREATE TABLE IF NOT EXISTS inbox_events (
     id             uuid PRIMARY KEY,
     received_at    timestamptz NOT NULL DEFAULT now(),
     processed_at   timestamptz,
@@ -25,7 +27,7 @@ CREATE TABLE inbox_events (
     signature      text
 );
 
-CREATE INDEX idx_inbox_handler_status ON inbox_events (handler_status);
+CREATE INDEX IF NOT EXISTS idx_inbox_handler_status ON inbox_events (handler_status);
 
 -- +goose Down
 DROP TABLE inbox_events;

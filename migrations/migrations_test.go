@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,7 +68,7 @@ func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
 	}
 	conn := connect(t, dsn)
 	var versions int
-	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0").Scan(&versions); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT version_id) FROM outbox_relay_schema WHERE version_id > 0").Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
 	if total != versions {
@@ -179,21 +180,111 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 	}
 	_, err = migrations.Up(ctx, dsn)
 	t.Log(err)
-	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), "ALTER TABLE outbox_events RENAME") {
+	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), `ALTER TABLE "public"."outbox_events" RENAME`) {
 		t.Fatalf("Up over a foreign outbox_events: %v; want ErrConflict naming the way out", err)
 	}
 	var goose, topic bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL,
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('outbox_relay_schema') IS NOT NULL OR to_regclass('goose_db_version') IS NOT NULL,
 		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'outbox_events' AND column_name = 'topic')`).Scan(&goose, &topic); err != nil {
 		t.Fatal(err)
 	}
 	if goose || !topic {
-		t.Fatalf("refused migrate changed the database: goose_db_version %v, foreign table intact %v", goose, topic)
+		t.Fatalf("refused migrate changed the database: a version table %v, foreign table intact %v", goose, topic)
 	}
 	if _, err := conn.Exec(ctx, `ALTER TABLE outbox_events RENAME TO outbox_events_old`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := migrations.Up(ctx, dsn); err != nil {
 		t.Fatalf("migrate after renaming the foreign table: %v", err)
+	}
+}
+
+// replayIndexValid reports whether outbox_events_replay_order exists and whether it is valid.
+// backToVersion10 undoes migrations 12 (slot location) and 11 (the concurrently built
+// indexes) of a database migrated to 12: what it looks like before migration 11, so that the
+// next Up builds 11's indexes. A later migration must be undone here first.
+func backToVersion10(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if latest := migrations.Latest(); latest != 12 {
+		t.Fatalf("backToVersion10 undoes migrations 12 and 11; undo %d..13 first", latest)
+	}
+	for _, q := range []string{`DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 12`,
+		`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 11`} {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func replayIndexValid(t *testing.T, conn *pgx.Conn) (exists, valid bool) {
+	t.Helper()
+	err := conn.QueryRow(context.Background(), `SELECT count(*) > 0, coalesce(bool_and(i.indisvalid), false)
+		FROM pg_index i WHERE i.indexrelid = to_regclass('outbox_events_replay_order')`).Scan(&exists, &valid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exists, valid
+}
+
+// Migration 11 builds its indexes concurrently, so a writer holding the table makes it wait;
+// interrupted there, it leaves an invalid index behind and records no version. The next
+// migrate builds a valid index (it does not take the invalid one for done) and records the
+// version; and the index is used (TestSincePageWalksTheIndexOnce in publisher).
+func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	backToVersion10(t, conn)
+	writer := connect(t, dsn)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'order.created', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	upCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := migrations.Up(upCtx, dsn); done <- err }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var phase string
+		_ = conn.QueryRow(ctx, `SELECT coalesce(max(phase), '') FROM pg_stat_progress_create_index`).Scan(&phase)
+		if strings.HasPrefix(phase, "waiting for writers") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the index build did not wait for the writer (phase %q)", phase)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the interrupted migrate succeeded")
+	}
+	if exists, valid := replayIndexValid(t, conn); !exists || valid {
+		t.Fatalf("after the interruption: index exists %v, valid %v; want an invalid index left behind", exists, valid)
+	}
+	if h, err := migrations.ReadHistory(ctx, conn, "public"); err != nil || h.Version != 10 {
+		t.Fatalf("after the interruption the recorded version is %d (%v), want 10", h.Version, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatalf("migrate after an interrupted index build: %v", err)
+	}
+	if exists, valid := replayIndexValid(t, conn); !exists || !valid {
+		t.Fatalf("after migrating again: index exists %v, valid %v; want a valid index", exists, valid)
+	}
+	if h, err := migrations.ReadHistory(ctx, conn, "public"); err != nil || h.Version != migrations.Latest() {
+		t.Fatalf("recorded version %d (%v), want %d", h.Version, err, migrations.Latest())
 	}
 }

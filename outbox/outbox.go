@@ -12,6 +12,13 @@
 // An event may carry a dedup key. Enqueueing a key that already exists inserts nothing, returns
 // the existing event's id with ErrDuplicate, and leaves the transaction usable (the insert uses
 // ON CONFLICT DO NOTHING, so no error aborts it).
+//
+// # Schema
+//
+// Enqueue writes into outbox_events as the connection's search_path finds it. When the relay's
+// tables live in a schema of their own (`outbox-relay migrate --schema app`, and the relay runs
+// with --schema app), name it: Schema("app").Enqueue(ctx, tx, ev) writes into app.outbox_events
+// whatever the search_path says. PruneOptions.Schema does the same for Prune.
 package outbox
 
 import (
@@ -24,6 +31,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // ErrDuplicate is returned, with the existing event's id, when the dedup key already exists.
@@ -75,7 +84,7 @@ func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx
 }
 
 const insertSQL = `
-INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dedup_key)
+INSERT INTO {outbox_events} (id, aggregate_type, aggregate_id, event_type, payload, dedup_key)
 VALUES ($1, $2, $3, $4, $5::jsonb, $6)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id::text`
@@ -83,16 +92,26 @@ RETURNING id::text`
 // insertWithHeadersSQL also writes the headers column (migration 3); it is used only when the
 // event has headers, so producers on an older schema keep working.
 const insertWithHeadersSQL = `
-INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dedup_key, headers)
+INSERT INTO {outbox_events} (id, aggregate_type, aggregate_id, event_type, payload, dedup_key, headers)
 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id::text`
 
-const existingSQL = `SELECT id::text FROM outbox_events WHERE dedup_key = $1`
+const existingSQL = `SELECT id::text FROM {outbox_events} WHERE dedup_key = $1`
+
+// Schema names the PostgreSQL schema of outbox_events. The zero value leaves the table's name
+// unqualified, for the connection's search_path to resolve: what Enqueue does.
+type Schema string
 
 // Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
 // sort by creation time. For an existing dedup key it returns the existing id and ErrDuplicate.
+// It writes into outbox_events as the search_path resolves it; Schema.Enqueue names the schema.
 func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
+	return Schema("").Enqueue(ctx, q, ev)
+}
+
+// Enqueue is the package's Enqueue, writing into outbox_events of schema s.
+func (s Schema) Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 	payload, err := ev.validate()
 	if err != nil {
 		return uuid.Nil, err
@@ -111,9 +130,9 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 		query, args = insertWithHeadersSQL, append(args, string(headers))
 	}
 	var got string
-	err = q.QueryRow(ctx, query, args...).Scan(&got)
+	err = q.QueryRow(ctx, schema.SQL(string(s), query), args...).Scan(&got)
 	if isNoRows(err) {
-		return existing(ctx, q, ev.DedupKey)
+		return existing(ctx, q, schema.SQL(string(s), existingSQL), ev.DedupKey)
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: insert: %w", err)
@@ -121,11 +140,11 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 	return id, nil
 }
 
-// existing looks up the event that holds key. It can be invisible (a concurrent transaction
-// under REPEATABLE READ), in which case the id is uuid.Nil.
-func existing(ctx context.Context, q Querier, key string) (uuid.UUID, error) {
+// existing looks up the event that holds key with query (existingSQL in the schema). It can be
+// invisible (a concurrent transaction under REPEATABLE READ), in which case the id is uuid.Nil.
+func existing(ctx context.Context, q Querier, query, key string) (uuid.UUID, error) {
 	var got string
-	if err := q.QueryRow(ctx, existingSQL, key).Scan(&got); err != nil {
+	if err := q.QueryRow(ctx, query, key).Scan(&got); err != nil {
 		if isNoRows(err) {
 			return uuid.Nil, ErrDuplicate
 		}

@@ -12,13 +12,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // MarkerConfig configures a Marker.
 type MarkerConfig struct {
 	// Interval is the longest a delivered row waits to be marked. If zero, 50ms.
 	Interval time.Duration
-	// Batch flushes early once this many rows wait. If zero, 1000.
+	// Batch flushes early once this many rows wait, and is the most rows one UPDATE marks. If
+	// zero, 1000.
 	Batch int
 	// Max bounds the rows waiting while the database is unreachable; beyond it marks are
 	// dropped (the rows stay 'pending', which is only cosmetic). If zero, 1,000,000.
@@ -30,6 +33,9 @@ type MarkerConfig struct {
 	// flushes keep failing. If zero, 30s.
 	RetryMax time.Duration
 	Logger   zerolog.Logger
+	// Schema is the PostgreSQL schema of outbox_events. Empty: the unqualified name, which the
+	// pool's search_path resolves.
+	Schema string
 	// Registerer receives the marker's series (outbox_relay_status_marks_pending and
 	// _status_mark_errors_total). If nil, they are registered nowhere.
 	Registerer prometheus.Registerer
@@ -161,7 +167,7 @@ func (m *Marker) recovered() {
 // markSQL marks rows done with their stream position. The join on the unnested arrays is planned
 // as a nested loop over the primary key (checked with EXPLAIN ANALYZE on 300k rows: the same
 // time as id = ANY($1)).
-const markSQL = `UPDATE outbox_events o SET status = 'done', processed_at = now(), retries = $2, event_sequence = p.seq
+const markSQL = `UPDATE {outbox_events} o SET status = 'done', processed_at = now(), retries = $2, event_sequence = p.seq
 	FROM unnest($1::uuid[], $3::text[]) AS p(id, seq) WHERE o.id = p.id`
 
 // flush marks what waits, batches that found rows not yet visible included, and reports whether
@@ -187,7 +193,18 @@ func (m *Marker) flush(ctx context.Context) bool {
 	}
 	ok := true
 	for retries, l := range batch {
-		ok = m.mark(ctx, markBatch{retries: retries, rows: *l}) && ok
+		// At most Batch rows per UPDATE: the join finds few ids through the primary key, but tens
+		// of thousands (marks that fell behind, as under a replay --since on a large table) are
+		// planned as a scan of the whole table, which makes the marks fall further behind.
+		for lo := 0; lo < len(l.ids); lo += m.cfg.Batch {
+			hi := min(lo+m.cfg.Batch, len(l.ids))
+			part := markList{ids: l.ids[lo:hi], seqs: l.seqs[lo:hi]}
+			if !ok {
+				m.requeue(retries, part) // a statement of this flush failed: the rest waits for the backoff too
+				continue
+			}
+			ok = m.mark(ctx, markBatch{retries: retries, rows: part})
+		}
 	}
 	for _, b := range late {
 		b.tries++
@@ -202,7 +219,7 @@ func (m *Marker) flush(ctx context.Context) bool {
 func (m *Marker) mark(ctx context.Context, b markBatch) bool {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
-	tag, err := m.pool.Exec(ctx, markSQL, b.rows.ids, b.retries, b.rows.seqs)
+	tag, err := m.pool.Exec(ctx, schema.SQL(m.cfg.Schema, markSQL), b.rows.ids, b.retries, b.rows.seqs)
 	if err != nil {
 		m.m.MarkerErrors.Inc()
 		m.logFailure(err, len(b.rows.ids))
@@ -280,7 +297,7 @@ func (m *Marker) Delivered(ctx context.Context, ids []string) (map[string]bool, 
 	// A replay request resent with its transaction is no row: its empty id would fail the
 	// uuid[] cast, and with it the whole check.
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
-	rows, err := m.pool.Query(ctx, `SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[]) AND status = 'done'`, ids)
+	rows, err := m.pool.Query(ctx, schema.SQL(m.cfg.Schema, `SELECT id::text FROM {outbox_events} WHERE id = ANY($1::uuid[]) AND status = 'done'`), ids)
 	if err != nil {
 		return nil, err
 	}

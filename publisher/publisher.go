@@ -287,7 +287,10 @@ func (p *Publisher) observeDelivered(it *item) {
 	if !it.tx.CommitTime.IsZero() && !it.replay {
 		p.m.EndToEnd.Observe(time.Since(it.tx.CommitTime).Seconds())
 	}
-	if p.marks != nil {
+	// A row a replay --since re-sent keeps its record: it was selected for being done (or
+	// failed or parked). Marking it again would rewrite every row of the range, a WAL record
+	// each that every walsender decodes, and move its processed_at, which retention counts from.
+	if p.marks != nil && !it.since {
 		p.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1)
 	}
 }

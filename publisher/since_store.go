@@ -17,9 +17,9 @@ func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 	st := SinceState{ID: id}
 	var until *time.Time
 	var after *string
-	err := s.Pool.QueryRow(ctx, `SELECT pipeline, since, until, coalesce(aggregate_type, ''), coalesce(event_type, ''),
+	err := s.Pool.QueryRow(ctx, s.q(`SELECT pipeline, since, until, coalesce(aggregate_type, ''), coalesce(event_type, ''),
 		total, sent, coalesce(after_sequence, ''), coalesce(after_insert, 0), after_id::text, state = 'done'
-		FROM outbox_replays WHERE id = $1`, id).Scan(&st.Pipeline, &st.Since, &until, &st.AggregateType, &st.EventType,
+		FROM {outbox_replays} WHERE id = $1`), id).Scan(&st.Pipeline, &st.Since, &until, &st.AggregateType, &st.EventType,
 		&st.Total, &st.Sent, &st.After.Sequence, &st.After.Insert, &after, &st.Done)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, fmt.Errorf("%w: outbox_replays has no row %d", errNoSinceRequest, id)
@@ -36,26 +36,40 @@ func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 	return st, nil
 }
 
-// sincePageSQL reads the next page in replay order, by keyset (see SinceCursor). $5..$7 are the
-// cursor; $8 the limit.
+// sinceOrder is the replay order (SinceCursor), exactly as index outbox_events_replay_order
+// (migration 11) spells it, so that a page is a range scan of that index. The id is qualified:
+// a bare id in ORDER BY would name the select list's id::text and sort by that text.
+const sinceOrder = `coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), outbox_events.id`
+
+// sincePageSQL reads the next page in replay order, by keyset (see SinceCursor): it walks the
+// index from the cursor, checks the time range on the index entries, and stops after $8 rows,
+// so the pages of one replay read the index once between them. $5..$7 are the cursor.
 const sincePageSQL = `
 SELECT coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id::text, aggregate_type, aggregate_id,
        event_type, payload::text, coalesce(headers::text, ''), created_at
-FROM outbox_events
+FROM {outbox_events}
 WHERE ` + sinceFilter + sinceStatuses + `
-  AND (coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id) > ($5 COLLATE "C", $6, $7::uuid)
-ORDER BY 1, 2, 3 LIMIT $8`
+  AND (` + sinceOrder + `) > ($5 COLLATE "C", $6, $7::uuid)
+ORDER BY ` + sinceOrder + `
+LIMIT $8`
 
 const beforeAnyID = "00000000-0000-0000-0000-000000000000"
+
+// sincePageArgs are the arguments of sincePageSQL for the page after st.After. The first one
+// has the statement planned with these values each time (an unnamed statement): a plan cached
+// for any time range would guess the range's size, and may guess a scan of the table.
+func sincePageArgs(st SinceState, limit int) []any {
+	insert, id := st.After.Insert, st.After.ID
+	if id == "" {
+		insert, id = -1, beforeAnyID
+	}
+	return append([]any{pgx.QueryExecModeExec}, append(st.args(), st.After.Sequence, insert, id, limit)...)
+}
 
 // SincePage implements SinceStore.
 func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*envelope.Message, SinceCursor, error) {
 	after := st.After
-	insert, id := after.Insert, after.ID
-	if id == "" {
-		insert, id = -1, beforeAnyID
-	}
-	rows, err := s.Pool.Query(ctx, sincePageSQL, append(st.args(), after.Sequence, insert, id, limit)...)
+	rows, err := s.Pool.Query(ctx, s.q(sincePageSQL), sincePageArgs(st, limit)...)
 	if err != nil {
 		return nil, after, fmt.Errorf("read rows to replay: %w", err)
 	}
@@ -88,8 +102,8 @@ func (s PGStore) SinceProgress(ctx context.Context, st SinceState) error {
 	if st.After.ID != "" {
 		id = &st.After.ID
 	}
-	_, err := s.Pool.Exec(ctx, `UPDATE outbox_replays SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
-		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`,
+	_, err := s.Pool.Exec(ctx, s.q(`UPDATE {outbox_replays} SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
+		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`),
 		st.ID, st.Sent, st.After.Sequence, st.After.Insert, id, st.Done)
 	return err
 }

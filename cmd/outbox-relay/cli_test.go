@@ -44,11 +44,17 @@ func execCLI(t *testing.T, env []string, args ...string) (stdout, stderr string,
 
 func cliCommand(t *testing.T, env []string, args ...string) *exec.Cmd {
 	t.Helper()
+	return cliCommandTimeout(t, 2*time.Minute, env, args...)
+}
+
+// cliCommandTimeout is cliCommand with a child killed after timeout instead of two minutes.
+func cliCommandTimeout(t *testing.T, timeout time.Duration, env []string, args ...string) *exec.Cmd {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, self, args...)
 	for _, kv := range os.Environ() {
@@ -63,7 +69,7 @@ func cliCommand(t *testing.T, env []string, args ...string) *exec.Cmd {
 }
 
 // cliEnvVars are the environment variables the CLI reads, by the flags that fall back on them.
-var cliEnvVars = []string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env}
+var cliEnvVars = []string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env, schemaFlag.env}
 
 // subcommands returns the registered subcommands a user can run (not help).
 func subcommands() []*cobra.Command {

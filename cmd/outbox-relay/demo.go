@@ -13,8 +13,9 @@ func newDemoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole pipeline locally and watch it deliver, fail and recover",
-		Long: fmt.Sprintf(`Starts a throwaway PostgreSQL with wal_level=logical (from the local server binaries),
-applies the schema, and runs a small warehouse consumer (on package inbox) and the relay in this process,
+		Long: fmt.Sprintf(`Starts a throwaway PostgreSQL with wal_level=logical (from the local server binaries; run
+from a checkout of the source, a missing server is fetched once into a cache), applies the
+schema, and runs a small warehouse consumer (on package inbox) and the relay in this process,
 with two pipelines: every order to the warehouse, and only big orders (a row filter on the
 publication) to an audit endpoint.
 It then writes orders at a steady rate, each with its outbox event in one transaction, and
@@ -27,10 +28,12 @@ removes everything it started. With DB_DSN set it uses that database instead and
 its own slots and publications, %s and %s.
 
 With --nats the warehouse pipeline publishes to NATS JetStream instead: the demo starts a real
-nats-server (on PATH, or $%s; Debian: %s) with JetStream on a temporary store,
-the relay creates the stream %s, and the warehouse reads it through a durable consumer that applies
-each message once (inbox_events, one transaction) before it acks. The outage is then the broker's:
-nats-server is killed for %s every %s and restarted on the same port and store.`, demo.DefaultFailEvery, demo.DefaultFailFor,
+nats-server (on PATH, or $%s; Debian: %s; run from a checkout of the
+source, a missing one is built once from its Go module into a cache) with JetStream on a
+temporary store, the relay creates the stream %s, and the warehouse reads it through a durable
+consumer that applies each message once (inbox_events, one transaction) before it acks. The
+outage is then the broker's: nats-server is killed for %s every %s and restarted on the same
+port and store.`, demo.DefaultFailEvery, demo.DefaultFailFor,
 			demo.DefaultLoseEvery, demo.Slot, demo.AuditSlot, demo.NATSServerEnv, demo.NATSInstallHint, demo.NATSStream,
 			demo.DefaultFailFor, demo.DefaultFailEvery),
 		Example: `  outbox-relay demo                    # until Ctrl-C
@@ -42,7 +45,7 @@ nats-server is killed for %s every %s and restarted on the same port and store.`
 	fs.String(dsnFlag.name, "", "use this database instead of a throwaway cluster; it needs wal_level=logical (env DB_DSN; optional)")
 	fs.Duration("duration", 0, "stop after writing for this long; 0 runs until Ctrl-C")
 	fs.Float64("rate", demo.DefaultRate, "orders written per second")
-	fs.Bool("nats", false, "publish to NATS JetStream on a nats-server the demo starts (on PATH or $"+demo.NATSServerEnv+"), with broker restarts as the outages")
+	fs.Bool("nats", false, "publish to NATS JetStream on a nats-server the demo starts (on PATH or $"+demo.NATSServerEnv+", else built into a cache), with broker restarts as the outages")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := demoConfig(fs)
 		if err != nil {

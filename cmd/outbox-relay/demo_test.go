@@ -66,7 +66,7 @@ func TestDemoInterruptedLeavesNothingBehind(t *testing.T) {
 // test cannot tell, as the drain is usually instant.)
 func TestDemoNATSInterruptedLeavesNothingBehind(t *testing.T) {
 	if _, err := demo.NATSServerBin(); err != nil {
-		t.Fatalf("%v\nthis test runs the real nats-server: install it with `%s` (.ci/run does)", err, demo.NATSInstallHint)
+		t.Fatalf("%v\nthis test runs the real nats-server, installed or built from the Go module", err)
 	}
 	out := strings.Join(interruptDemo(t, true, "demo", "--nats", "--rate", "100"), "\n")
 	m := regexp.MustCompile(`nats-server at nats://(\S+) \(JetStream store in (\S+),`).FindStringSubmatch(out)

@@ -1,10 +1,13 @@
 // Command consumer is the example warehouse consumer: it mounts the inbox at /webhook and
 // reserves stock once per order.created event, however often the relay delivers it.
 //
-//	outbox-relay migrate --dsn "$DB_DSN"     # creates inbox_events
-//	WEBHOOK_SECRET=topsecret go run ./examples/consumer --dsn "$DB_DSN"
+//	WEBHOOK_SECRET=topsecret go run ./examples/consumer --dsn "$DB_DSN" [--retention 720h]
 //
-// Point the relay's --webhook-url at http://127.0.0.1:8080/webhook with the same secret.
+// It installs inbox_events itself at start (inbox.Migrate), so its database needs nothing from
+// the relay. Point the relay's --webhook-url at http://127.0.0.1:8080/webhook with the same
+// secret. --retention prunes inbox_events rows older than that, hourly; an event the relay
+// sends again after its row is pruned is applied again, so keep it longer than the relay keeps
+// delivered events (see the README, Pruning the inbox).
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -45,9 +49,10 @@ func main() {
 
 // config is the consumer's command line, resolved against the environment.
 type config struct {
-	dsn     string
-	listen  string
-	secrets []string
+	dsn       string
+	listen    string
+	secrets   []string
+	retention time.Duration
 }
 
 // parseConfig reads flags, falling back to DB_DSN and WEBHOOK_SECRET; a flag wins over its
@@ -57,13 +62,14 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 	dsn := fs.String("dsn", "", "PostgreSQL connection string (env DB_DSN; required)")
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve /webhook, /healthz and /readyz on")
 	secret := fs.String("webhook-secret", "", "the relay's webhook secret(s), comma-separated during a rotation (env WEBHOOK_SECRET; required)")
+	retention := fs.Duration("retention", 0, "prune inbox_events rows received longer ago than this, hourly; 0 keeps every row (at least 48h)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg := config{dsn: fromEnv(fs, "dsn", *dsn, "DB_DSN", lookupEnv), listen: *listen,
+	cfg := config{dsn: fromEnv(fs, "dsn", *dsn, "DB_DSN", lookupEnv), listen: *listen, retention: *retention,
 		secrets: signature.SplitSecrets(fromEnv(fs, "webhook-secret", *secret, "WEBHOOK_SECRET", lookupEnv))}
 	if cfg.dsn == "" {
 		return config{}, errors.New("no database: set DB_DSN or pass --dsn postgres://user@host:5432/db")
@@ -91,10 +97,11 @@ func run(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
-	srv, err := warehouse.New(ctx, pool, cfg.secrets, inbox.Config{Logger: log})
+	srv, err := warehouse.New(ctx, pool, cfg.secrets, inbox.Config{Logger: log, Retention: cfg.retention})
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

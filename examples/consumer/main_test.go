@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -21,8 +22,8 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{name: "environment", lookup: lookup,
 			want: config{dsn: "postgres://env/db", listen: "127.0.0.1:8080", secrets: []string{"new", "old"}}},
-		{name: "flags win", args: []string{"--dsn", "postgres://flag/db", "--webhook-secret", "s", "--listen", ":9000"}, lookup: lookup,
-			want: config{dsn: "postgres://flag/db", listen: ":9000", secrets: []string{"s"}}},
+		{name: "flags win", args: []string{"--dsn", "postgres://flag/db", "--webhook-secret", "s", "--listen", ":9000", "--retention", "720h"},
+			lookup: lookup, want: config{dsn: "postgres://flag/db", listen: ":9000", secrets: []string{"s"}, retention: 720 * time.Hour}},
 		{name: "no dsn", args: []string{"--webhook-secret", "s"}, lookup: noEnv, wantErr: true},
 		{name: "no secret", args: []string{"--dsn", "postgres://x/db"}, lookup: noEnv, wantErr: true},
 		{name: "stray argument", args: []string{"serve"}, lookup: lookup, wantErr: true},

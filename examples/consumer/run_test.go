@@ -12,27 +12,19 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
-	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
 
-func TestRunNeedsTheMigratedSchema(t *testing.T) {
-	err := run(context.Background(), config{dsn: pgtest.NewDB(t), listen: "127.0.0.1:0", secrets: []string{"s"}}, zerolog.Nop())
-	if err == nil || !strings.Contains(err.Error(), "outbox-relay migrate") {
-		t.Fatalf("run on an unmigrated database: %v", err)
-	}
-}
-
+// The consumer runs on an empty database (it installs its tables) until cancelled.
 func TestRunServesUntilCancelled(t *testing.T) {
 	dsn := pgtest.NewDB(t)
-	if _, err := migrations.Up(context.Background(), dsn); err != nil {
-		t.Fatal(err)
-	}
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, config{dsn: dsn, listen: addr, secrets: []string{"s"}}, zerolog.Nop()) }()
+	go func() {
+		done <- run(ctx, config{dsn: dsn, listen: addr, secrets: []string{"s"}, retention: 72 * time.Hour}, zerolog.Nop())
+	}()
 	waitReady(t, "http://"+addr+"/readyz", done)
 	cancel()
 	select {
@@ -42,6 +34,15 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+// A retention inside the relay's retry horizon is refused at start, naming it.
+func TestRunRefusesAShortRetention(t *testing.T) {
+	err := run(context.Background(), config{dsn: pgtest.NewDB(t), listen: "127.0.0.1:0", secrets: []string{"s"}, retention: time.Hour},
+		zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "retry horizon") {
+		t.Fatalf("run with --retention 1h: %v", err)
 	}
 }
 

@@ -27,16 +27,17 @@ const (
 // startCluster starts the throwaway cluster; tests replace it.
 var startCluster = pgcluster.Start
 
-// noServerError says how to get a server when DSN is empty and none is installed. It unwraps to
-// pgcluster.ErrNoBinaries.
-type noServerError struct{}
+// noServerError says how to get a server when DSN is empty and none is installed or could be
+// fetched: pgcluster's error (the install command, PG_BIN, why the fetch failed), plus DB_DSN.
+// It unwraps to that error, so to pgcluster.ErrNoBinaries.
+type noServerError struct{ err error }
 
-func (noServerError) Error() string {
-	return "no PostgreSQL server binaries (initdb, postgres) to start a throwaway cluster: install them with `" +
-		pgcluster.InstallHint + "`, or set PG_BIN to their directory, or set DB_DSN to a database with wal_level=logical"
+func (e noServerError) Error() string {
+	return "demo: no server to start a throwaway cluster: " + e.err.Error() +
+		"; or set DB_DSN to a database with wal_level=logical"
 }
 
-func (noServerError) Unwrap() error { return pgcluster.ErrNoBinaries }
+func (e noServerError) Unwrap() error { return e.err }
 
 // throwaway starts a local cluster and creates the demo's database in it. The cluster is
 // started on a context that Ctrl-C does not cancel: a server half started when the context
@@ -47,7 +48,7 @@ func (d *demo) throwaway(ctx context.Context) (string, error) {
 	d.println("demo: starting a throwaway PostgreSQL with wal_level=logical")
 	c, err := startCluster(startCtx, pgcluster.Options{})
 	if errors.Is(err, pgcluster.ErrNoBinaries) {
-		return "", noServerError{}
+		return "", noServerError{err}
 	}
 	if err != nil {
 		return "", err

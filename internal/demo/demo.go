@@ -204,7 +204,7 @@ func (d *demo) setup(ctx context.Context) error {
 	if d.cfg.NATS {
 		// Before anything starts: a missing binary is the first thing to fix.
 		var err error
-		if natsBin, err = NATSServerBin(); err != nil {
+		if natsBin, err = natsServerBin(ctx); err != nil {
 			return err
 		}
 	}

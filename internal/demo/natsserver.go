@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/outbox-relay/outbox-relay/internal/fetch"
 )
 
 // NATSInstallHint is the command that installs nats-server on Debian and Ubuntu (2.9.10 on
@@ -28,9 +30,12 @@ const NATSServerEnv = "NATS_SERVER_BIN"
 var ErrNoNATSServer = errors.New("no nats-server binary")
 
 // NATSServerBin returns the nats-server binary Run starts with NATS set: $NATS_SERVER_BIN if
-// set, else nats-server on PATH, else the Debian package's. Its error names the fix and wraps
-// ErrNoNATSServer.
-func NATSServerBin() (string, error) {
+// set, else nats-server on PATH, else the Debian package's, else one built from the Go module
+// this repository already requires (package fetch: cached, built once per machine and version,
+// saying so in one line on stderr). Its error names the fix and wraps ErrNoNATSServer.
+func NATSServerBin() (string, error) { return natsServerBin(context.Background()) }
+
+func natsServerBin(ctx context.Context) (string, error) {
 	if p := os.Getenv(NATSServerEnv); p != "" {
 		if _, err := exec.LookPath(p); err != nil {
 			return "", fmt.Errorf("%w: %s=%s is not an executable (%v): point it at nats-server, or unset it and install the binary with `%s`",
@@ -42,15 +47,24 @@ func NATSServerBin() (string, error) {
 		return p, nil
 	}
 	// The Debian package installs it in /usr/sbin, which is not on a normal user's PATH.
-	if _, err := exec.LookPath(debianNATSServer); err == nil {
-		return debianNATSServer, nil
+	if p := fetch.SystemPath(debianNATSServer); isExecutable(p) {
+		return p, nil
 	}
-	return "", fmt.Errorf("%w on PATH or in /usr/sbin for --nats: install it with `%s`, or set %s to its path",
-		ErrNoNATSServer, NATSInstallHint, NATSServerEnv)
+	p, err := fetch.NATSServer(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%w on PATH or in /usr/sbin for --nats (%v): install it with `%s`, or set %s to its path",
+			ErrNoNATSServer, err, NATSInstallHint, NATSServerEnv)
+	}
+	return p, nil
 }
 
 // debianNATSServer is where the Debian package puts the binary.
 const debianNATSServer = "/usr/sbin/nats-server"
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
 
 // natsStopSignal is how a broker outage stops the server: SIGKILL, no chance to flush or say
 // goodbye to its clients, as in a crash.

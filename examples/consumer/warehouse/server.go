@@ -26,9 +26,9 @@ type Server struct {
 }
 
 // New runs Setup, then returns a Server whose inbox accepts signatures made with any of
-// secrets (see inbox.NewVerifier) and is tuned by cfg.
+// secrets (see inbox.NewVerifier) and is tuned by cfg (with cfg.Retention, call Close).
 func New(ctx context.Context, pool *pgxpool.Pool, secrets []string, cfg inbox.Config) (*Server, error) {
-	if err := Setup(ctx, pool); err != nil {
+	if err := Setup(ctx, pool, cfg); err != nil {
 		return nil, err
 	}
 	s := &Server{Warehouse: &Warehouse{}, pool: pool, mux: http.NewServeMux()}
@@ -48,6 +48,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 // Stats returns the inbox's counts, among them the duplicates it absorbed.
 func (s *Server) Stats() inbox.Stats { return s.inbox.Stats() }
+
+// Close stops the inbox's background pruning (Config.Retention) and waits for it.
+func (s *Server) Close() error { return s.inbox.Close() }
 
 // Serve answers requests on ln until ctx is done, then shuts down, giving deliveries in flight
 // up to ShutdownTimeout. It closes ln, and returns nil after a shutdown on ctx.

@@ -6,9 +6,10 @@
 //
 // # Tables
 //
-// stock_reservations (event_id uuid primary key, order_id text, reserved_at timestamptz) is
-// created by Setup. inbox_events is not: it belongs to the shared schema that
-// `outbox-relay migrate` applies, and Setup refuses to start without it.
+// Setup installs both of the consumer's tables in its own database, so the consumer ships
+// without the relay's CLI: inbox_events through inbox.Migrate (the inbox alone, with its own
+// version history; a no-op where `outbox-relay migrate` or an earlier start made it), and
+// stock_reservations (event_id uuid primary key, order_id text, reserved_at timestamptz).
 package warehouse
 
 import (
@@ -34,9 +35,10 @@ const schema = `CREATE TABLE IF NOT EXISTS stock_reservations (
 // ErrFailing is what Reserve returns while the Warehouse is set to fail.
 var ErrFailing = errors.New("warehouse: failing on purpose (SetFailing)")
 
-// Setup creates stock_reservations if it is missing, and checks that inbox_events exists.
-func Setup(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := checkInbox(ctx, pool); err != nil {
+// Setup installs inbox_events in cfg.Schema (inbox.Migrate; the connection's current_schema()
+// when empty) and creates stock_reservations if it is missing.
+func Setup(ctx context.Context, pool *pgxpool.Pool, cfg inbox.Config) error {
+	if _, err := inbox.Migrate(ctx, pool, cfg); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, schema); err != nil {
@@ -52,7 +54,7 @@ func checkInbox(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("check inbox_events: %w", err)
 	}
 	if !exists {
-		return errors.New("table inbox_events is missing: run `outbox-relay migrate` against this database first")
+		return errors.New("table inbox_events is missing: restart the consumer (it installs it) or run `outbox-relay migrate --inbox-only`")
 	}
 	return nil
 }
