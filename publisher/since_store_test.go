@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
@@ -93,7 +94,7 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 	store := PGStore{Pool: pool}
 	var got []string
 	for pages := 0; ; pages++ {
-		evs, next, err := store.SincePage(ctx, st, sincePage, nil)
+		evs, next, err := store.SincePage(ctx, st, sincePage, &cdc.Tx{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +156,7 @@ func TestSincePageInANamedSchema(t *testing.T) {
 	}
 	for _, tc := range []struct{ schema, rows string }{{"app", "app"}, {"", "public"}} {
 		store := PGStore{Pool: pool, Schema: tc.schema}
-		evs, _, err := store.SincePage(ctx, SinceState{SinceRequest: SinceRequest{Since: base}}, sincePage, nil)
+		evs, _, err := store.SincePage(ctx, SinceState{SinceRequest: SinceRequest{Since: base}}, sincePage, &cdc.Tx{})
 		if err != nil {
 			t.Fatal(err)
 		}
