@@ -24,6 +24,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 )
 
 // ErrDuplicate is returned, with the existing event's id, when the dedup key already exists.
@@ -49,6 +51,10 @@ type Event struct {
 	// Headers are extra request headers the relay forwards: tracestate and X-* names (the
 	// contract's own headers cannot be overridden). They are not signed.
 	Headers map[string]string
+	// TenantID, if set, is the tenant the event belongs to: a pipeline with endpoints sends it
+	// to the endpoints of this tenant and to those without one. Empty: no tenant (NULL); the
+	// event goes only to endpoints without a tenant.
+	TenantID string
 }
 
 // Querier is what Enqueue needs from a transaction. pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy
@@ -74,19 +80,36 @@ func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx
 	return q.tx.QueryRowContext(ctx, query, args...)
 }
 
-const insertSQL = `
-INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dedup_key)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6)
-ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-RETURNING id::text`
+// insertSQL writes an event. The headers column (migration 3) and tenant_id (migration 13) are
+// named only when the event has them, so producers on an older schema keep working.
+func insertSQL(headers, tenant bool) string { return insertQueries[b2i(headers)][b2i(tenant)] }
 
-// insertWithHeadersSQL also writes the headers column (migration 3); it is used only when the
-// event has headers, so producers on an older schema keep working.
-const insertWithHeadersSQL = `
-INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, dedup_key, headers)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)
+var insertQueries = [2][2]string{{buildInsert(false, false), buildInsert(false, true)}, {buildInsert(true, false), buildInsert(true, true)}}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func buildInsert(headers, tenant bool) string {
+	cols, vals := "id, aggregate_type, aggregate_id, event_type, payload, dedup_key", "$1, $2, $3, $4, $5::jsonb, $6"
+	n := 6
+	if headers {
+		n++
+		cols, vals = cols+", headers", vals+fmt.Sprintf(", $%d::jsonb", n)
+	}
+	if tenant {
+		n++
+		cols, vals = cols+", tenant_id", vals+fmt.Sprintf(", $%d", n)
+	}
+	return `
+INSERT INTO outbox_events (` + cols + `)
+VALUES (` + vals + `)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id::text`
+}
 
 const existingSQL = `SELECT id::text FROM outbox_events WHERE dedup_key = $1`
 
@@ -106,10 +129,14 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 		dedup = &ev.DedupKey
 	}
 	args := []any{id.String(), ev.AggregateType, ev.AggregateID, ev.EventType, string(payload), dedup}
-	query := insertSQL
-	if headers := ev.headers(); headers != nil {
-		query, args = insertWithHeadersSQL, append(args, string(headers))
+	headers := ev.headers()
+	if headers != nil {
+		args = append(args, string(headers))
 	}
+	if ev.TenantID != "" {
+		args = append(args, ev.TenantID)
+	}
+	query := insertSQL(headers != nil, ev.TenantID != "")
 	var got string
 	err = q.QueryRow(ctx, query, args...).Scan(&got)
 	if isNoRows(err) {
@@ -167,6 +194,9 @@ func (ev Event) validate() ([]byte, error) {
 		if strings.TrimSpace(f.v) == "" {
 			return nil, fmt.Errorf("%w: %s is empty", ErrInvalid, f.name)
 		}
+	}
+	if err := endpoint.CheckTenant(ev.TenantID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ev.TraceParent != "" && !validTraceParent(ev.TraceParent) {
 		return nil, fmt.Errorf("%w: trace parent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", ErrInvalid, ev.TraceParent)
