@@ -23,8 +23,11 @@ CREATE TABLE outbox_endpoints (
                       CHECK (jsonb_typeof(secrets) = 'array'
                              AND jsonb_array_length(secrets) BETWEEN 1 AND 10
                              AND NOT jsonb_path_exists(secrets, 'strict $[*] ? (@.type() != "object")')
-                             AND NOT jsonb_path_exists(secrets, 'lax $[*] ? (!exists(@.secret) || @.secret.type() != "string" || @.secret == "")')
-                             AND NOT jsonb_path_exists(secrets, 'lax $[*].expires_at ? (@.type() != "string" && @.type() != "null")')
+                             AND NOT jsonb_path_exists(secrets, 'lax $[*] ? (!exists(@.secret) || @.secret.type() != "string")')
+                             AND NOT jsonb_path_exists(secrets, 'lax $[*].secret ? (@ starts with "sealed:" && !(@ like_regex "^sealed:v1:[0-9a-f]{8}:[A-Za-z0-9_-]+$"))')
+                             AND NOT jsonb_path_exists(secrets, 'lax $[*].fingerprint ? (!(@ like_regex "^[0-9a-f]{8}$"))')
+                             AND NOT jsonb_path_exists(secrets, 'lax $[*].expires_at ? (@ != null && !(@ like_regex "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"))')
+                             AND NOT jsonb_path_exists(secrets, 'lax $[*].created_at ? (@ != null && !(@ like_regex "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"))')
                              AND jsonb_path_exists(secrets, 'lax $[*] ? (!exists(@.expires_at) || @.expires_at == null)')),
     scheme            text NOT NULL DEFAULT 'x-signature'
                       CONSTRAINT outbox_endpoints_scheme_check CHECK (scheme IN ('x-signature', 'standard-webhooks')),
@@ -39,7 +42,8 @@ CREATE TABLE outbox_endpoints (
     -- NULL: the endpoint receives every tenant's events (and events without a tenant).
     tenant_id         text
                       CONSTRAINT outbox_endpoints_tenant_id_check
-                      CHECK (tenant_id ~ '^[^[:space:][:cntrl:]](.*[^[:space:][:cntrl:]])?$' AND octet_length(tenant_id) <= 256),
+                      CHECK (tenant_id ~ '^[^[:space:]](.*[^[:space:]])?$' AND tenant_id !~ '[[:cntrl:]]'
+                             AND octet_length(tenant_id) <= 256),
     -- Patterns: an event type (order.created), a prefix (order.* matches every type that starts
     -- with "order."), or * (every type). Segments are not empty; * stands alone as the last one.
     event_types       text[] NOT NULL DEFAULT '{*}'
@@ -76,8 +80,12 @@ CREATE TABLE outbox_endpoints (
                       CHECK (jsonb_typeof(metadata) = 'object' AND octet_length(metadata::text) <= 32768),
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
+    -- A clear x-signature secret: 16 to 1024 characters, no control characters, no space at
+    -- either end. A clear standard-webhooks secret: whsec_ and the base64 of 16 to 64 bytes.
+    CONSTRAINT outbox_endpoints_x_signature_secrets_check CHECK (scheme <> 'x-signature'
+        OR NOT jsonb_path_exists(secrets, 'lax $[*].secret ? (!(@ starts with "sealed:") && (!(@ like_regex "^[^[:space:][:cntrl:]][^[:cntrl:]]{14,}[^[:space:][:cntrl:]]$") || @ like_regex "^(.{205}){5}"))')),
     CONSTRAINT outbox_endpoints_standard_webhooks_secrets_check CHECK (scheme <> 'standard-webhooks'
-        OR NOT jsonb_path_exists(secrets, 'lax $[*].secret ? (!(@ like_regex "^whsec_[A-Za-z0-9+/]+={0,2}$") && !(@ starts with "sealed:"))')),
+        OR NOT jsonb_path_exists(secrets, 'lax $[*].secret ? (!(@ starts with "sealed:") && !(@ like_regex "^whsec_[A-Za-z0-9+/]{22,88}={0,2}$"))')),
     CONSTRAINT outbox_endpoints_paused_check CHECK ((state = 'paused') = (paused_at IS NOT NULL)
         AND (paused_at IS NULL) = (paused_reason IS NULL)),
     CONSTRAINT outbox_endpoints_disabled_check CHECK ((state = 'disabled') = (disabled_at IS NOT NULL)

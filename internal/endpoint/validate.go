@@ -201,6 +201,9 @@ func (r *Row) checkSecrets(scheme signature.Scheme) error {
 	permanent := false
 	for i, s := range r.Secrets {
 		permanent = permanent || s.ExpiresAt == nil
+		if s.Fingerprint != "" && !isFingerprint(s.Fingerprint) {
+			return fmt.Errorf("%w: secret #%d: fingerprint %q is not 8 lowercase hex digits (leave it out)", ErrInvalid, i+1, s.Fingerprint)
+		}
 		if seal.IsSealed(s.Value) {
 			if _, ok := seal.ID(s.Value); !ok {
 				return fmt.Errorf("%w: secret #%d looks sealed but is not sealed:v1:<key id>:<base64>", ErrInvalid, i+1)
@@ -215,6 +218,11 @@ func (r *Row) checkSecrets(scheme signature.Scheme) error {
 		return fmt.Errorf("%w: every secret expires: one secret must have no expiry (the newest, after a rotation)", ErrInvalid)
 	}
 	return nil
+}
+
+func isFingerprint(f string) bool {
+	_, err := hex.DecodeString(f)
+	return len(f) == 8 && err == nil && strings.ToLower(f) == f
 }
 
 func secretWord(s signature.Scheme) string {

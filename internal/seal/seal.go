@@ -194,10 +194,27 @@ func split(sealed string) (id, body string, err error) {
 		return "", "", fmt.Errorf("%w: it does not start with %s", ErrOpen, v1)
 	}
 	id, body, ok = strings.Cut(rest, ":")
-	if !ok || len(id) != 8 || body == "" {
+	if !ok || !isKeyID(id) || body == "" || strings.ContainsFunc(body, notBase64URL) {
 		return "", "", fmt.Errorf("%w: it is not sealed:v1:<key id>:<base64>", ErrOpen)
 	}
 	return id, body, nil
+}
+
+// isKeyID reports whether id is 8 lowercase hex digits, as KeyID makes.
+func isKeyID(id string) bool {
+	if len(id) != 8 {
+		return false
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func notBase64URL(c rune) bool {
+	return (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_'
 }
 
 func additional(id, binding string) []byte {
