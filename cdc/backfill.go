@@ -15,6 +15,12 @@ import (
 // whether they are in commit order (see backfillOrder). If recording fails, the new slot is
 // dropped again so a retry starts clean.
 func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication string, backfill bool, filter string) (int, bool, error) {
+	if err := checkSlotRoom(ctx, conn, slot); err != nil {
+		return 0, false, err
+	}
+	if err := holdBackfill(ctx, conn, slot, backfill); err != nil {
+		return 0, false, err
+	}
 	repl, err := (&Stream{cfg: Config{DSN: dsn}}).connect(ctx)
 	if err != nil {
 		return 0, false, err
@@ -22,6 +28,9 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 	defer repl.Close(context.Background())
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if isSlotLimit(err) {
+		return 0, false, slotLimitError(ctx, conn, slot, err)
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("create slot %q with a snapshot: %w", slot, err)
 	}
@@ -36,6 +45,23 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", slot, err)
 	}
 	return n, commitOrder, nil
+}
+
+// holdBackfill marks slot's backfill as outstanding before the slot exists, with a placeholder
+// row (position 0, which no page reads) that recording the real rows replaces in one
+// transaction: whoever waits for the backfill to be delivered (a reshard's fence, see
+// relay.RecordFence) never sees the new slot without a backfill in the moment between its
+// creation and the recording.
+func holdBackfill(ctx context.Context, conn *pgx.Conn, slot string, backfill bool) error {
+	if !backfill {
+		return nil
+	}
+	_, err := conn.Exec(ctx, `INSERT INTO outbox_backfill (slot, position, event_id)
+		VALUES ($1, 0, '00000000-0000-0000-0000-000000000000') ON CONFLICT DO NOTHING`, slot)
+	if err != nil {
+		return fmt.Errorf("record that slot %q will backfill: %w", slot, err)
+	}
+	return nil
 }
 
 func trackCommitTimestamp(ctx context.Context, conn *pgx.Conn) (bool, error) {
@@ -73,36 +99,49 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snap
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
 		return 0, err
 	}
-	// The snapshot's xmin: every transaction older than it had ended when the slot was created.
-	_, err = tx.Exec(ctx, `
-		INSERT INTO outbox_slots (slot, created_at, snapshot_xmin, backfill, publication_oid)
-		VALUES ($1, now(), pg_snapshot_xmin(pg_current_snapshot())::text::bigint, $2,
-		        (SELECT oid FROM pg_publication WHERE pubname = $3))
-		ON CONFLICT (slot) DO UPDATE SET created_at = excluded.created_at, snapshot_xmin = excluded.snapshot_xmin,
-			backfill = excluded.backfill, publication_oid = excluded.publication_oid`, slot, backfill, publication)
-	if err != nil {
+	var xmin int64
+	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
 		return 0, err
 	}
-	// A backfill left by an earlier slot of this name: its rows still pending are in this one.
-	if _, err := tx.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, slot); err != nil {
+	if err := recordSlot(ctx, tx, slot, publication, xmin, backfill); err != nil {
 		return 0, err
 	}
 	var n int64
 	if backfill {
-		where := "status = 'pending'"
-		if filter != "" {
-			where += " AND (" + filter + ")" // the rows the pipeline's publication would carry
-		}
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO outbox_backfill (slot, position, event_id)
 			SELECT $1, row_number() OVER (ORDER BY `+backfillOrder(commitOrder)+`), id
-			FROM outbox_events WHERE `+where, slot)
+			FROM outbox_events WHERE `+pendingWhere(filter), slot)
 		if err != nil {
 			return 0, err
 		}
 		n = tag.RowsAffected()
 	}
 	return int(n), tx.Commit(ctx)
+}
+
+// recordSlot records, in tx on the primary, the slot's creation with the xmin of its snapshot
+// (every transaction older than it had ended when the slot was created), and forgets a backfill
+// left by an earlier slot of this name: its rows still pending are in this one's.
+func recordSlot(ctx context.Context, tx pgx.Tx, slot, publication string, xmin int64, backfill bool) error {
+	_, err := tx.Exec(ctx, `
+		INSERT INTO outbox_slots (slot, created_at, snapshot_xmin, backfill, publication_oid)
+		VALUES ($1, now(), $2, $3, (SELECT oid FROM pg_publication WHERE pubname = $4))
+		ON CONFLICT (slot) DO UPDATE SET created_at = excluded.created_at, snapshot_xmin = excluded.snapshot_xmin,
+			backfill = excluded.backfill, publication_oid = excluded.publication_oid`, slot, xmin, backfill, publication)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, slot)
+	return err
+}
+
+// pendingWhere selects the pending rows the pipeline's publication would carry.
+func pendingWhere(filter string) string {
+	if filter == "" {
+		return "status = 'pending'"
+	}
+	return "status = 'pending' AND (" + filter + ")"
 }
 
 func quoteLiteral(s string) string {

@@ -41,7 +41,8 @@ var tablePrivileges = []struct {
 	{"outbox_pipeline_events", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{"outbox_pipeline_control", []string{"SELECT", "INSERT", "UPDATE"}},
 	{"outbox_replays", []string{"SELECT", "UPDATE"}},
-	{"outbox_reshard", []string{"SELECT"}},
+	{"outbox_reshard", []string{"SELECT", "UPDATE"}},
+	{"outbox_slot_location", []string{"SELECT", "INSERT", "UPDATE"}},
 	{"goose_db_version", []string{"SELECT"}},
 }
 

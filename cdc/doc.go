@@ -27,6 +27,21 @@
 // before what it already received are skipped after a reconnect, since a crash restart of the
 // server can move a slot back.
 //
+// # Where the slot lives, and moving it
+//
+// The slot lives on the primary, or, with SetupOptions.ReplicationDSN, on a hot standby
+// (PostgreSQL 16+) that decodes it; the publication, the backfill and every record stay on the
+// primary, and outbox_slot_location there says which server holds the slot. A slot created on
+// a standby backfills from the standby's snapshot: the rows pending in it are exactly those the
+// slot will not carry, and the standby's rows are the primary's.
+//
+// When the slot still lives on the other server than the one configured, Setup moves it (Move):
+// it creates the new slot, whose start is the fence, and the stream drains the old slot until it
+// has confirmed the fence, then drops it and streams the new one. Both slots decode the same
+// WAL, so a position means the same on both: everything up to the fence came from the old slot,
+// everything after from the new, and the tracker carries on across the switch as across a
+// reconnect.
+//
 // # Liveness
 //
 // One goroutine owns the replication connection (pgconn is not safe for concurrent use). It

@@ -46,6 +46,10 @@ type SetupResult struct {
 	CommitOrder      bool // the backfill is in commit order (track_commit_timestamp = on)
 	// Failover is the slot's PostgreSQL 17 failover option after Setup (failover.go).
 	Failover FailoverResult
+	// Move, if set, is a move of the slot from another server of the cluster to the one the
+	// relay is configured for (placement.go): pass it to the stream as Config.Move. Nil: the
+	// slot is decoded where the relay is configured to decode.
+	Move *Move
 	// FilterChanged: the existing publication's row filter was OldFilter and is now Filter
 	// (both canonical, as PostgreSQL prints them; empty is no filter).
 	FilterChanged     bool
@@ -60,16 +64,18 @@ type SetupOptions struct {
 	// first.
 	NoBackfill bool
 	// RecreateSlot drops the slot unless another process streams from it (an invalidated slot,
-	// wal_status = lost, always) and creates it again, with a backfill. It is meant for one run
-	// that repairs a slot which cannot stream. If false, an invalidated slot is an error that
-	// names this option.
+	// wal_status = lost, always) and creates it again, with a backfill (also when there was no
+	// slot). It is meant for one run that repairs a slot which cannot stream, or a move whose old
+	// slot was lost (ErrMoveBroken, ErrSlotUnreachable). If false, an invalidated slot is an
+	// error that names this option.
 	RecreateSlot bool
 	// Failover chooses whether the slot is a failover slot; the zero value FailoverAuto makes it
 	// one on PostgreSQL 17+ (failover.go).
 	Failover FailoverMode
 	// ReplicationDSN, if set, is a hot standby (PostgreSQL 16+) where the slot lives and is
-	// decoded; the checks and the publication still use dsn, the primary (standby.go). Empty:
-	// the slot is on dsn's server.
+	// decoded; the checks, the publication and the backfill records still use dsn, the primary
+	// (standby.go). Empty: the slot is on dsn's server. Either way a slot found on the other
+	// server is moved (SetupResult.Move).
 	ReplicationDSN string
 	// Logger receives progress of slow steps; the zero value logs nothing.
 	Logger zerolog.Logger
@@ -85,7 +91,10 @@ type SetupOptions struct {
 // stream: when it was invalidated and opts.RecreateSlot asks for it, or when the publication
 // had to be created although the slot existed (the slot then decodes WAL written while the
 // publication was missing, which fails forever). A slot it creates backfills the pending rows
-// unless opts.NoBackfill. Its errors name the fix.
+// unless opts.NoBackfill (opts.RecreateSlot always backfills). When the slot still lives on
+// another server of the cluster than the one it is to be decoded on (the primary or
+// opts.ReplicationDSN), it creates the new slot and returns the move in SetupResult.Move, for the
+// stream to drain the old one first (placement.go, move.go). Its errors name the fix.
 func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions) (SetupResult, error) {
 	var res SetupResult
 	conn, err := pgx.Connect(ctx, dsn)
@@ -106,52 +115,85 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	if res.FilterChanged, res.OldFilter, res.Filter, err = applyFilter(ctx, conn, publication, opts.Filter); err != nil {
 		return res, err
 	}
-	if err := recreateIfNeeded(ctx, conn, slot, publication, opts, &res); err != nil {
-		return res, err
-	}
-	if opts.ReplicationDSN != "" {
-		return setupOnStandby(ctx, conn, slot, opts, res)
-	}
-	exists, err := slotExists(ctx, conn, slot)
-	switch {
-	case err != nil:
-		return res, err
-	case exists:
-		_, err = ensureSlot(ctx, conn, slot) // checks it
-	default:
-		res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, dsn, conn, slot, publication, !opts.NoBackfill || res.SlotRecreated, opts.Filter)
-		res.SlotCreated = err == nil
-	}
+	p, err := newPlacement(ctx, conn, dsn, slot, opts)
 	if err != nil {
 		return res, err
 	}
-	res.Failover, err = applyFailover(ctx, dsn, conn, slot, opts.Failover, opts.Logger)
+	defer p.close()
+	if res.Move, err = p.place(ctx); err != nil {
+		return res, err
+	}
+	if res.Move == nil {
+		if err := setupSlot(ctx, p, publication, &res); err != nil {
+			return res, err
+		}
+	}
+	if !p.target.isStandby() {
+		res.Failover, err = applyFailover(ctx, dsn, conn, slot, opts.Failover, opts.Logger)
+	}
 	return res, err
 }
 
-// recreateIfNeeded drops slot when it cannot stream again: invalidated (with RecreateSlot), or
-// older than the publication Setup just created.
-func recreateIfNeeded(ctx context.Context, conn *pgx.Conn, slot, publication string, opts SetupOptions, res *SetupResult) error {
+// setupSlot makes the slot ready on the target when no move is needed: it recreates a slot that
+// cannot stream, checks an existing one, or creates it with a backfill of the pending rows.
+func setupSlot(ctx context.Context, p *placement, publication string, res *SetupResult) error {
+	if err := recreateIfNeeded(ctx, p.primary, p.tconn, p.slot, publication, p.opts, res); err != nil {
+		return err
+	}
+	if err := checkNotSynced(ctx, p.tconn, p.slot); err != nil {
+		return err
+	}
+	exists, err := slotExists(ctx, p.tconn, p.slot)
+	switch {
+	case err != nil:
+		return err
+	case exists:
+		err = lookupSlot(ctx, p.tconn, p.slot)
+	default:
+		backfill := !p.opts.NoBackfill || res.SlotRecreated || p.opts.RecreateSlot
+		if p.target.isStandby() {
+			res.Backfill, res.CommitOrder, err = createStandbySlotWithBackfill(ctx, p, publication, backfill)
+		} else {
+			res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, p.primaryDSN, p.primary, p.slot, publication,
+				backfill, p.opts.Filter)
+		}
+		res.SlotCreated = err == nil
+		if sqlstate(err) == pgerrcode.DuplicateObject {
+			// Another relay (or `reshard`) created it meanwhile, with its own backfill record.
+			res.Backfill, err = 0, lookupSlot(ctx, p.tconn, p.slot)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return p.recordTarget(ctx)
+}
+
+// recreateIfNeeded drops slot (on its server, through slotConn) when it cannot stream again:
+// invalidated (with RecreateSlot), or older than the publication Setup just created (primary
+// holds the publication and outbox_slots).
+func recreateIfNeeded(ctx context.Context, primary, slotConn *pgx.Conn, slot, publication string, opts SetupOptions,
+	res *SetupResult) error {
 	var err error
 	if opts.RecreateSlot {
-		if res.SlotRecreated, err = dropForRecreate(ctx, conn, slot); err != nil || res.SlotRecreated {
+		if res.SlotRecreated, err = dropForRecreate(ctx, slotConn, slot); err != nil || res.SlotRecreated {
 			res.SlotRecreatedWhy = "recreating the slot was asked for"
 			return err
 		}
 	}
 	why := "older than publication " + publication + ", which was missing"
 	if !res.PublicationCreated {
-		replaced, err := publicationReplaced(ctx, conn, slot, publication)
+		replaced, err := publicationReplaced(ctx, primary, slot, publication)
 		if err != nil || !replaced {
 			return err
 		}
 		why = "older than publication " + publication + ", which was dropped and created again since the slot was made"
 	}
-	exists, err := slotExists(ctx, conn, slot)
+	exists, err := slotExists(ctx, slotConn, slot)
 	if err != nil || !exists {
 		return err
 	}
-	if err := dropSlot(ctx, conn, slot); err != nil {
+	if err := dropSlot(ctx, slotConn, slot); err != nil {
 		return fmt.Errorf("%w: publication %q was missing, so slot %q cannot decode its WAL; dropping it failed: %v: %w; "+
 			"stop every relay on it and recreate the slot", ErrPublicationMissing, publication, slot, err, ErrRecreateSlot)
 	}
@@ -297,16 +339,9 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name, filter string)
 }
 
 func ensureSlot(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
-	var plugin, walStatus, db string
-	var sameDB bool
-	err := conn.QueryRow(ctx, `
-		SELECT coalesce(plugin, ''), coalesce(wal_status, ''), coalesce(database, ''), database = current_database()
-		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &walStatus, &db, &sameDB)
-	if err == nil {
-		return false, checkSlot(name, plugin, walStatus, db, sameDB)
-	}
+	err := lookupSlot(ctx, conn, name)
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("look up slot: %w", err)
+		return false, err
 	}
 	_, err = conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", name)
 	switch sqlstate(err) {
@@ -314,11 +349,29 @@ func ensureSlot(ctx context.Context, conn *pgx.Conn, name string) (bool, error) 
 		return err == nil, err
 	case pgerrcode.DuplicateObject:
 		return false, nil
+	case pgerrcode.ConfigurationLimitExceeded:
+		return false, slotLimitError(ctx, conn, name, err)
 	case pgerrcode.InsufficientPrivilege:
 		return false, fmt.Errorf("%w to create slot %q: ALTER ROLE ... WITH REPLICATION, or create it as a superuser: "+
 			"SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", ErrNoPrivilege, name, name)
 	}
 	return false, fmt.Errorf("create slot %q: %w", name, err)
+}
+
+// lookupSlot checks the existing slot name (an error wrapping pgx.ErrNoRows: there is none).
+func lookupSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+	var plugin, walStatus, db string
+	var sameDB bool
+	err := conn.QueryRow(ctx, `
+		SELECT coalesce(plugin, ''), coalesce(wal_status, ''), coalesce(database, ''), database = current_database()
+		FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &walStatus, &db, &sameDB)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("slot %q: %w", name, err)
+	case err != nil:
+		return fmt.Errorf("look up slot: %w", err)
+	}
+	return checkSlot(name, plugin, walStatus, db, sameDB)
 }
 
 func checkSlot(name, plugin, walStatus, db string, sameDB bool) error {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrStandbyUnsupported is returned when --replication-dsn cannot be used as asked.
@@ -16,56 +18,184 @@ var ErrStandbyUnsupported = errors.New("decoding from a standby is not possible 
 // StandbyDecodingVersion is the first server_version_num that decodes on a hot standby.
 const StandbyDecodingVersion = 160000
 
-// setupOnStandby is Setup's slot step when opts.ReplicationDSN names the server that decodes
-// (usually a hot standby; a primary works too, e.g. after that standby's promotion). The
-// checks and the publication were done on primary; the slot lives on the replication server.
-func setupOnStandby(ctx context.Context, primary *pgx.Conn, slot string, opts SetupOptions, res SetupResult) (SetupResult, error) {
-	conn, err := pgx.Connect(ctx, opts.ReplicationDSN)
-	if err != nil {
-		return res, fmt.Errorf("connect to the replication DSN: %w", err)
-	}
-	defer conn.Close(context.Background())
-	var inRecovery bool
+// checkDecodingServer checks the replication DSN's server (usually a hot standby; a primary
+// works too, e.g. after that standby's promotion) and reports whether it is in recovery.
+func checkDecodingServer(ctx context.Context, conn *pgx.Conn) (inRecovery bool, err error) {
 	var num int
 	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), current_setting('server_version_num')::int").
 		Scan(&inRecovery, &num); err != nil {
-		return res, fmt.Errorf("replication DSN: read recovery state: %w", err)
+		return false, fmt.Errorf("replication DSN: read recovery state: %w", err)
 	}
 	if inRecovery && num < StandbyDecodingVersion {
-		return res, fmt.Errorf("%w: the replication DSN's server is a %d standby; logical decoding on a standby "+
+		return false, fmt.Errorf("%w: the replication DSN's server is a %d standby; logical decoding on a standby "+
 			"needs PostgreSQL 16 or later: decode on the primary, or upgrade", ErrStandbyUnsupported, num)
 	}
 	if err := checkWalLevel(ctx, conn); err != nil {
-		return res, fmt.Errorf("replication DSN: %w", err)
+		return false, fmt.Errorf("replication DSN: %w", err)
 	}
-	exists, err := slotExists(ctx, conn, slot)
+	return inRecovery, nil
+}
+
+// checkNotSynced refuses a slot on a standby that is a synchronized copy of the primary's
+// failover slot (PostgreSQL 17+, sync_replication_slots = on): a standby cannot decode it, and
+// the sync worker owns it.
+func checkNotSynced(ctx context.Context, conn *pgx.Conn, slot string) error {
+	var synced bool
+	err := conn.QueryRow(ctx, `SELECT coalesce((to_jsonb(s) ->> 'synced')::boolean, false) FROM pg_replication_slots s
+		WHERE slot_name = $1`, slot).Scan(&synced)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("look up slot %q: %w", slot, err)
+	}
+	if synced {
+		return fmt.Errorf("%w: slot %q on the replication DSN's server is a synchronized copy of the primary's failover "+
+			"slot, which a standby cannot decode: run the relay once on the primary (no replication DSN) with the failover "+
+			"option off, wait until the copy is gone from the standby (SELECT synced FROM pg_replication_slots), then "+
+			"decode on the standby again", ErrStandbyUnsupported, slot)
+	}
+	return nil
+}
+
+// createStandbySlotWithBackfill creates the slot on the replication DSN's server with an
+// exported snapshot and records, on the primary, the rows pending in that snapshot for the
+// backfill. The snapshot is the standby's view at the slot's consistent point: exactly the
+// transactions committed before it, the ones the slot will not carry. The standby is a physical
+// copy, so those rows are the primary's rows too (their status is read again on the primary
+// when they are delivered). If recording fails, the slot is dropped again.
+func createStandbySlotWithBackfill(ctx context.Context, p *placement, publication string, backfill bool) (int, bool, error) {
+	if err := checkSlotRoom(ctx, p.tconn, p.slot); err != nil {
+		return 0, false, err
+	}
+	if err := holdBackfill(ctx, p.primary, p.slot, backfill); err != nil {
+		return 0, false, err
+	}
+	cfg, err := p.target.pgconnConfig()
 	if err != nil {
-		return res, fmt.Errorf("replication DSN: look up slot: %w", err)
+		return 0, false, err
 	}
-	if !exists && !opts.NoBackfill {
-		return res, fmt.Errorf("%w: a new slot's backfill records the pending rows in the slot's snapshot, and a "+
-			"standby's snapshot cannot be recorded on the primary; create the slot on the standby with the backfill "+
-			"turned off (rows pending at that moment are then not delivered: check that status shows none first)",
-			ErrStandbyUnsupported)
+	repl, err := connectReplication(ctx, cfg, nil, p.target.dsn)
+	if err != nil {
+		return 0, false, err
 	}
-	if exists || !inRecovery {
-		res.SlotCreated, err = ensureSlot(ctx, conn, slot)
-		return res, err
+	defer repl.Close(context.Background())
+	var res pglogrepl.CreateReplicationSlotResult
+	_, err = p.withNudge(ctx, func() (bool, error) {
+		res, err = pglogrepl.CreateReplicationSlot(ctx, repl, p.slot, "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+		return err == nil, err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("create slot %q on the replication DSN's server with a snapshot: %w", p.slot, err)
 	}
-	// A logical slot on a standby waits for a running-transactions record from the primary
-	// before it is consistent. The primary logs one every 15 s when busy; ask for one now and
-	// then until the slot exists.
-	nudgeCtx, stopNudge := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		nudgeStandbySnapshot(nudgeCtx, primary)
-	}()
-	res.SlotCreated, err = ensureSlot(ctx, conn, slot)
-	stopNudge()
-	wg.Wait()
-	return res, err
+	n, commitOrder, err := recordStandbyBackfill(ctx, p, publication, res.SnapshotName, backfill)
+	if err != nil {
+		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, p.slot, pglogrepl.DropReplicationSlotOptions{})
+		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", p.slot, err)
+	}
+	return n, commitOrder, nil
+}
+
+// recordStandbyBackfill reads the pending rows in the standby's snapshot and copies their ids
+// to outbox_backfill on the primary, with the slot's outbox_slots row, in one transaction.
+func recordStandbyBackfill(ctx context.Context, p *placement, publication, snapshot string, backfill bool) (int, bool, error) {
+	// Commit timestamps on a standby follow the primary's setting; both must say on.
+	onPrimary, err := trackCommitTimestamp(ctx, p.primary)
+	if err != nil {
+		return 0, false, err
+	}
+	onStandby, err := trackCommitTimestamp(ctx, p.tconn)
+	if err != nil {
+		return 0, false, err
+	}
+	commitOrder := onPrimary && onStandby
+	stx, err := p.tconn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return 0, false, err
+	}
+	defer stx.Rollback(context.Background())
+	if _, err := stx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+		return 0, false, err
+	}
+	var xmin int64
+	if err := stx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
+		return 0, false, err
+	}
+	ptx, err := p.primary.Begin(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer ptx.Rollback(context.Background())
+	if err := recordSlot(ctx, ptx, p.slot, publication, xmin, backfill); err != nil {
+		return 0, false, err
+	}
+	var n int64
+	if backfill {
+		rows, err := stx.Query(ctx, `SELECT id FROM outbox_events WHERE `+pendingWhere(p.opts.Filter)+` ORDER BY `+backfillOrder(commitOrder))
+		if err != nil {
+			return 0, false, err
+		}
+		src := &backfillRows{rows: rows, slot: p.slot}
+		if n, err = ptx.CopyFrom(ctx, pgx.Identifier{"outbox_backfill"}, []string{"slot", "position", "event_id"}, src); err != nil {
+			return 0, false, err
+		}
+	}
+	return int(n), commitOrder, ptx.Commit(ctx)
+}
+
+// backfillRows feeds the ids a query on the standby returns to COPY on the primary, numbered
+// from 1 in the query's order.
+type backfillRows struct {
+	rows pgx.Rows
+	slot string
+	pos  int64
+	id   [16]byte
+	err  error
+}
+
+func (b *backfillRows) Next() bool {
+	if !b.rows.Next() {
+		return false
+	}
+	if b.err = b.rows.Scan(&b.id); b.err != nil {
+		return false
+	}
+	b.pos++
+	return true
+}
+
+func (b *backfillRows) Values() ([]any, error) { return []any{b.slot, b.pos, b.id}, nil }
+
+func (b *backfillRows) Err() error {
+	if b.err != nil {
+		return b.err
+	}
+	return b.rows.Err()
+}
+
+// connectReplication opens a replication connection (replication=database) with cfg. A refusal
+// for a connection limit is explained with the counts read over limitsDSN (empty: a server known
+// only by its recorded name, whose counts are not read).
+func connectReplication(ctx context.Context, cfg *pgconn.Config, dial pgconn.DialFunc, limitsDSN string) (*pgconn.PgConn, error) {
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "outbox-relay"
+	if dial != nil {
+		cfg.DialFunc = dial
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		if code := sqlstate(err); code == pgerrcode.InsufficientPrivilege || code == pgerrcode.InvalidAuthorizationSpecification {
+			return nil, fmt.Errorf("%w: %v: grant REPLICATION to the role and allow replication connections in pg_hba.conf",
+				ErrNoReplication, err)
+		}
+		if isConnectionLimit(err) && limitsDSN != "" {
+			return nil, walSenderLimitError(ctx, limitsDSN, dial, err)
+		}
+		if isConnectionLimit(err) {
+			return nil, fmt.Errorf("%w: the server refused the replication connection: too many connections or WAL "+
+				"senders in use; raise max_wal_senders or max_connections there; retrying on its own meanwhile (%w)", ErrServerLimit, err)
+		}
+		return nil, fmt.Errorf("connect for replication: %w", err)
+	}
+	return conn, nil
 }
 
 // nudgeStandbySnapshot runs pg_log_standby_snapshot() on the primary every 500 ms until ctx

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,10 @@ type Config struct {
 	// standby). If false (the default), a connection that reaches a standby is closed and
 	// retried, so a slot is only ever streamed on the primary (failover.go).
 	AllowStandby bool
+	// Move, from SetupResult.Move, is a move of the slot from another server under way: the
+	// stream first streams the old slot up to the move's fence, then drops it and streams the
+	// slot on DSN (move.go). Nil: the slot is on DSN.
+	Move *Move
 	// Registerer receives the stream's series (outbox_relay_streaming, _reconnects_total, ...;
 	// see the README's Metrics table). If nil, they are registered nowhere. Wrap it with
 	// prometheus.WrapRegistererWith to label one stream's series among several.
@@ -82,10 +87,41 @@ type Stream struct {
 	since     time.Time     // the current session started streaming; zero if it has not
 	streaming atomic.Bool
 	pubLost   atomic.Bool // see PublicationLost
+
+	mu         sync.Mutex // guards waitErr and standingBy, which State reads
+	waitErr    error
+	standingBy bool
+	move       *Move // the move under way (Config.Move) until it is done; only Run's goroutine uses it
 }
 
 // Streaming reports whether the stream holds the slot and is connected.
 func (s *Stream) Streaming() bool { return s.streaming.Load() }
+
+// State is what a Stream is doing.
+type State struct {
+	// Streaming: it holds the slot and is connected.
+	Streaming bool
+	// StandingBy: another process streams from the slot; this one retries and takes over when
+	// it goes.
+	StandingBy bool
+	// Err is why the last session ended while the stream waits to connect again (a server limit
+	// wraps ErrServerLimit); nil while it streams or stands by, and before its first session.
+	Err error
+}
+
+// State reports what the stream is doing; it is safe to call from any goroutine.
+func (s *Stream) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return State{Streaming: s.streaming.Load(), StandingBy: s.standingBy, Err: s.waitErr}
+}
+
+// setWaiting records why the stream is not streaming: standing by, or err.
+func (s *Stream) setWaiting(standingBy bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.standingBy, s.waitErr = standingBy, err
+}
 
 // errPublicationGone is what PublicationLost reports to undefinedObject.
 var errPublicationGone = errors.New("the publication was dropped or replaced while the relay streamed")
@@ -111,7 +147,7 @@ func (s *Stream) setStreaming(on bool) {
 // NewStream returns a Stream that registers transactions with tracker.
 func NewStream(cfg Config, tracker *Tracker) *Stream {
 	cfg.defaults()
-	return &Stream{cfg: cfg, tracker: tracker, log: cfg.Logger, m: newStreamMetrics(cfg.Registerer)}
+	return &Stream{cfg: cfg, tracker: tracker, log: cfg.Logger, m: newStreamMetrics(cfg.Registerer), move: cfg.Move}
 }
 
 // Run streams until ctx is done or a permanent error occurs, sending each committed transaction
@@ -134,6 +170,11 @@ func (s *Stream) Run(ctx context.Context, out chan<- *Tx, drained <-chan struct{
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, errFenceReached) {
+			if err = s.retireOld(ctx); err == nil {
+				continue // the new slot, at once
+			}
+		}
 		wait, perr := s.classify(err, &backoff, streamed)
 		if perr != nil {
 			return perr
@@ -155,8 +196,10 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 			return 0, err
 		}
 	}
+	s.setWaiting(false, err)
 	switch {
 	case errors.Is(err, errSlotActive):
+		s.setWaiting(true, nil)
 		if !s.standby {
 			s.log.Info().Str("slot", s.cfg.Slot).Dur("retry", s.cfg.StandbyRetry).
 				Msg("slot is active in another process; standing by")
@@ -167,12 +210,16 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Msg("replication stream cannot be decoded; stopping")
 		return 0, err
 	case errors.Is(err, ErrSlotInvalid), errors.Is(err, ErrSlotMissing), errors.Is(err, ErrNoPrivilege),
-		errors.Is(err, ErrNoReplication), errors.Is(err, ErrBadDSN):
+		errors.Is(err, ErrNoReplication), errors.Is(err, ErrBadDSN), errors.Is(err, ErrMoveBroken):
 		return 0, err
 	}
 	s.m.Reconnects.Inc()
 	var wait time.Duration
 	wait, *backoff = nextBackoff(*backoff, streamed, s.cfg.ReconnectMax)
+	if errors.Is(err, ErrServerLimit) {
+		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Dur("retry_in", wait).Msg("cannot stream: a server limit is reached")
+		return wait, nil
+	}
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
 }
@@ -202,14 +249,23 @@ func (s *Stream) decodeError(at pglogrepl.LSN, err error) error {
 func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan struct{}) (err error) {
 	startCtx, cancel := context.WithTimeout(ctx, cmp.Or(s.cfg.ReplicationTimeout, DefaultReplicationTimeout))
 	defer cancel()
-	conn, err := s.connect(startCtx)
+	tgt, err := s.target(startCtx)
+	if err != nil {
+		return err
+	}
+	conn, err := connectReplication(startCtx, tgt.cfg, s.cfg.Dial, tgt.limitsDSN)
 	if err != nil {
 		return err
 	}
 	defer func() { closeConn(conn, err != nil) }()
-	if !s.cfg.AllowStandby {
+	if !tgt.standby {
 		if err := checkPrimary(startCtx, conn); err != nil {
 			return err
+		}
+	}
+	if tgt.fence != 0 {
+		if reached, err := fenceReached(startCtx, conn, s.cfg.Slot, tgt.fence); err != nil || reached {
+			return cmp.Or(err, errFenceReached)
 		}
 	}
 	set, err := s.sessionSettings(startCtx, conn)
@@ -228,11 +284,12 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("confirmed", s.tracker.Confirmable().String()).
 		Dur("replication_timeout", set.timeout).Msg("streaming")
+	s.setWaiting(false, nil)
 	s.setStreaming(true)
 	s.sessions++
 	s.since = time.Now()
 	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: set.interval, session: s.sessions,
-		started: set.started, quiet: silence{timeout: set.timeout}}
+		started: set.started, quiet: silence{timeout: set.timeout}, fence: tgt.fence}
 	return l.run(ctx, drained)
 }
 
@@ -252,20 +309,7 @@ func (s *Stream) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	if err != nil {
 		return nil, badDSN(err)
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "outbox-relay"
-	if s.cfg.Dial != nil {
-		cfg.DialFunc = s.cfg.Dial
-	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		if code := sqlstate(err); code == pgerrcode.InsufficientPrivilege || code == pgerrcode.InvalidAuthorizationSpecification {
-			return nil, fmt.Errorf("%w: %v: grant REPLICATION to the role and allow replication connections in pg_hba.conf",
-				ErrNoReplication, err)
-		}
-		return nil, fmt.Errorf("connect for replication: %w", err)
-	}
-	return conn, nil
+	return connectReplication(ctx, cfg, s.cfg.Dial, s.cfg.DSN)
 }
 
 // settings are a session's timings.
@@ -311,6 +355,9 @@ func (s *Stream) replicationError(err error) error {
 	case pgerrcode.ObjectNotInPrerequisiteState:
 		return slotInvalidError(s.cfg.Slot)
 	case pgerrcode.UndefinedObject:
+		if s.move != nil {
+			return s.oldSlotGone(err)
+		}
 		return s.undefinedObject(err)
 	case pgerrcode.InsufficientPrivilege:
 		return fmt.Errorf("%w: %v", ErrNoPrivilege, err)
@@ -332,6 +379,9 @@ type loop struct {
 	sentAt time.Time
 	walEnd pglogrepl.LSN // server WAL end from the last keepalive
 	quiet  silence       // how long reading has heard nothing
+
+	fence   pglogrepl.LSN // on a move's old slot: its fence (move.go); 0 otherwise
+	atFence bool          // a status update confirmed the fence
 }
 
 func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
@@ -345,6 +395,9 @@ func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
 	for ctx.Err() == nil {
 		if l.s.pubLost.Load() {
 			return errPublicationGone // classify handles it once the connection is closed
+		}
+		if l.atFence {
+			return l.endAtFence()
 		}
 		if l.s.tracker.Full() {
 			if err := l.paused(ctx); err != nil {
@@ -513,7 +566,7 @@ func (l *loop) paused(ctx context.Context) error {
 	defer l.s.m.ReadPaused.Set(0)
 	ticker := time.NewTicker(min(l.interval, l.s.cfg.ConfirmDelay))
 	defer ticker.Stop()
-	for l.s.tracker.Full() {
+	for l.s.tracker.Full() && !l.atFence {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -583,6 +636,7 @@ func (l *loop) status(reply bool) error {
 		return fmt.Errorf("send status update: %w", err)
 	}
 	l.sent, l.sentAt = pos, time.Now()
+	l.atFence = l.fence != 0 && pos >= l.fence
 	l.s.m.StatusUpdates.Inc()
 	l.s.m.ConfirmedLSN.Set(float64(pos))
 	l.updateLag()

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -195,5 +196,86 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 	}
 	if _, err := migrations.Up(ctx, dsn); err != nil {
 		t.Fatalf("migrate after renaming the foreign table: %v", err)
+	}
+}
+
+// replayIndexValid reports whether outbox_events_replay_order exists and whether it is valid.
+func replayIndexValid(t *testing.T, conn *pgx.Conn) (exists, valid bool) {
+	t.Helper()
+	err := conn.QueryRow(context.Background(), `SELECT count(*) > 0, coalesce(bool_and(i.indisvalid), false)
+		FROM pg_index i WHERE i.indexrelid = to_regclass('outbox_events_replay_order')`).Scan(&exists, &valid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exists, valid
+}
+
+// Migration 11 builds its indexes concurrently, so a writer holding the table makes it wait;
+// interrupted there, it leaves an invalid index behind and records no version. The next
+// migrate builds a valid index (it does not take the invalid one for done) and records the
+// version; and the index is used (TestSincePageWalksTheIndexOnce in publisher).
+func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	// Back to version 10: what a database looks like before migration 11.
+	// Back to version 10: undo 12 (slot location), then 11.
+	for _, q := range []string{`DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
+		`DELETE FROM goose_db_version WHERE version_id = 12`,
+		`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
+		`DELETE FROM goose_db_version WHERE version_id = 11`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writer := connect(t, dsn)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'order.created', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	upCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := migrations.Up(upCtx, dsn); done <- err }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var phase string
+		_ = conn.QueryRow(ctx, `SELECT coalesce(max(phase), '') FROM pg_stat_progress_create_index`).Scan(&phase)
+		if strings.HasPrefix(phase, "waiting for writers") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the index build did not wait for the writer (phase %q)", phase)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the interrupted migrate succeeded")
+	}
+	if exists, valid := replayIndexValid(t, conn); !exists || valid {
+		t.Fatalf("after the interruption: index exists %v, valid %v; want an invalid index left behind", exists, valid)
+	}
+	if v, err := migrations.Applied(ctx, conn); err != nil || v != 10 {
+		t.Fatalf("after the interruption the recorded version is %d (%v), want 10", v, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatalf("migrate after an interrupted index build: %v", err)
+	}
+	if exists, valid := replayIndexValid(t, conn); !exists || !valid {
+		t.Fatalf("after migrating again: index exists %v, valid %v; want a valid index", exists, valid)
+	}
+	if v, err := migrations.Applied(ctx, conn); err != nil || v != migrations.Latest() {
+		t.Fatalf("recorded version %d (%v), want %d", v, err, migrations.Latest())
 	}
 }

@@ -25,7 +25,8 @@ type PruneDB interface {
 
 // PruneOptions say what Prune deletes and how.
 type PruneOptions struct {
-	// OlderThan is required: rows marked done longer ago than this are deleted.
+	// OlderThan is required: rows every pipeline is done with are deleted once they were marked
+	// done (processed_at), or for pending rows written (available_at), longer ago than this.
 	OlderThan time.Duration
 	// BatchSize is the most rows one DELETE removes; if zero, DefaultPruneBatchSize.
 	BatchSize int
@@ -41,46 +42,114 @@ type PruneResult struct {
 	Cutoff time.Time
 	// Deleted counts the rows deleted, or with DryRun the rows that would be.
 	Deleted int64
-	// Batches counts the DELETE statements run, the last of which deleted fewer than a batch.
+	// Batches counts the DELETE statements run, the last of each status (done, then pending)
+	// deleting fewer than a batch.
 	Batches int
+	// Slots counts the logical replication slots of the database, each a pipeline (running or
+	// not) that every row must be done with.
+	Slots int
+	// Behind names the slot that confirmed least: rows committed after its position are kept
+	// for its pipeline. Empty without slots.
+	Behind string
+	// Kept counts the rows older than the cutoff that are kept only because a slot has not
+	// confirmed them yet (the pipeline of Behind, or another, is behind or stopped).
+	Kept int64
 }
 
-// The predicate uses the (status, available_at) index: every row the relay delivers was made
+// A row is done for a pipeline when the pipeline's slot has confirmed the transaction that
+// wrote it (delivered, settled by a shadow, or not selected by its filter) and the pipeline
+// holds nothing of it: not failed or parked (the row's status for the status owner,
+// outbox_pipeline_events for the others), not in its backfill (outbox_backfill). Every logical
+// slot of the database counts as a pipeline, running or not: the WAL it holds carries the row
+// to it when it resumes, and it may dead-letter the row then.
+//
+// What a slot confirmed is read from its catalog_xmin: PostgreSQL advances it only once the
+// slot has confirmed a running-transactions record at or after which every transaction with
+// an older xid had ended (it writes one at every checkpoint, and every 15 s while there is
+// write activity). A row whose xmin (the transaction that last wrote it: its insert, or the
+// done-mark) precedes the oldest catalog_xmin of all slots was therefore confirmed by all of
+// them. age() compares 32-bit xids modulo wraparound, as the server does; a slot's
+// catalog_xmin is never more than 2^31 transactions old (the server would stop first), so the
+// comparison is exact for every row younger than that, and only ever keeps an older one.
+//
+// Rows the owner marked done are pruned by processed_at; pending rows (no status owner, --marks
+// off, or a mark lost) by available_at, and only when slots exist and each knows its position:
+// with none, nothing has read them yet.
+//
+// The predicates use the (status, available_at) index: every row the relay delivers was made
 // available (inserted) before it was processed, so available_at < cutoff holds for all rows
 // with processed_at < cutoff, and bounding it turns a scan of every done row per batch into a
 // range scan of the old ones (measured on 2M done rows: 1.1 s and an 80 MB sort per batch,
 // against 40 ms). Each batch resumes at the last available_at it deleted, so rows it skips
-// (locked, or processed late) are not rescanned. The ids are collected into an array so that
-// the DELETE always finds them through the primary key.
+// (locked, processed late, or still needed) are not rescanned. The ids are collected into an
+// array so that the DELETE always finds them through the primary key.
 const (
-	// pruneKeepSQL keeps a row that another pipeline dead-lettered or parked (in its own
-	// state, outbox_pipeline_events): `outbox-relay replay` for that pipeline needs the row
-	// though the status owner delivered it.
-	pruneKeepSQL = `
-          AND NOT EXISTS (SELECT 1 FROM outbox_pipeline_events pe
-                          WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))`
+	// pruneSlotsSQL reads the slots: how many, how many without a catalog_xmin, the oldest
+	// catalog_xmin, and the slot that holds it (one without any first).
+	pruneSlotsSQL = `
+SELECT count(*)::int, count(*) FILTER (WHERE catalog_xmin IS NULL)::int,
+       (array_agg(catalog_xmin::text ORDER BY age(catalog_xmin) DESC) FILTER (WHERE catalog_xmin IS NOT NULL))[1],
+       coalesce((array_agg(slot_name::text ORDER BY catalog_xmin IS NOT NULL, age(catalog_xmin) DESC))[1], '')
+FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database()`
+	// pruneAgeSQL selects rows of status $2 older than the cutoff $1.
+	pruneAgeSQL = `status = $2 AND available_at < $1 AND (processed_at IS NULL OR processed_at < $1)`
+	// pruneConfirmedSQL holds for a row every slot confirmed; $3 is the oldest catalog_xmin (NULL:
+	// no slot knows one).
+	pruneConfirmedSQL = `($3::text IS NULL OR age(xmin) > age($3::xid))`
+	// pruneUnheldSQL holds for a row no pipeline holds: failed or parked in another pipeline's
+	// own state (its replay reads the row), or listed in a backfill not finished.
+	pruneUnheldSQL = `
+          NOT EXISTS (SELECT 1 FROM outbox_pipeline_events pe
+                      WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))
+          AND NOT EXISTS (SELECT 1 FROM outbox_backfill b WHERE b.event_id = outbox_events.id)`
 	pruneCutoffSQL = `SELECT now() - make_interval(secs => $1)`
 	pruneCountSQL  = `
-SELECT count(*) FROM outbox_events WHERE status = 'done' AND available_at < $1 AND processed_at < $1` + pruneKeepSQL
+SELECT count(*) FILTER (WHERE ` + pruneConfirmedSQL + `), count(*) FILTER (WHERE NOT ` + pruneConfirmedSQL + `)
+FROM outbox_events WHERE ` + pruneAgeSQL + ` AND ` + pruneUnheldSQL
 	pruneBatchSQL = `
 WITH batch AS (
     DELETE FROM outbox_events WHERE id = ANY(ARRAY(
         SELECT id FROM outbox_events
-        WHERE status = 'done' AND available_at < $1 AND available_at >= coalesce($3::timestamptz, '-infinity')
-          AND processed_at < $1` + pruneKeepSQL + `
+        WHERE ` + pruneAgeSQL + ` AND available_at >= coalesce($5::timestamptz, '-infinity')
+          AND ` + pruneConfirmedSQL + ` AND ` + pruneUnheldSQL + `
         ORDER BY available_at
-        LIMIT $2
+        LIMIT $4
         FOR UPDATE SKIP LOCKED))
     RETURNING available_at)
 SELECT count(*), max(available_at) FROM batch`
 )
 
-// Prune deletes outbox rows with status 'done' whose processed_at is older than
-// opts.OlderThan, in batches of opts.BatchSize, each in its own transaction, until a batch
-// deletes fewer than a full batch. It never touches pending, failed or parked rows, nor a row
-// that another pipeline dead-lettered or parked (a replay of that pipeline still needs it). Rows locked
-// by another transaction are skipped, so concurrent prunes share the work. It returns what it
-// deleted so far even when it fails.
+// slots is what the database's slots have confirmed, read once per prune.
+type slots struct {
+	n       int
+	oldest  *string // the oldest catalog_xmin; nil when no slot has one
+	behind  string
+	pending bool // pending rows may go: there are slots, and each has a catalog_xmin
+}
+
+func readSlots(ctx context.Context, db PruneDB) (slots, error) {
+	var s slots
+	var unknown int
+	err := db.QueryRow(ctx, pruneSlotsSQL).Scan(&s.n, &unknown, &s.oldest, &s.behind)
+	s.pending = s.n > 0 && unknown == 0
+	return s, err
+}
+
+// statuses returns the statuses whose rows may be pruned: done, and pending when slots tell.
+func (s slots) statuses() []string {
+	if s.pending {
+		return []string{"done", "pending"}
+	}
+	return []string{"done"}
+}
+
+// Prune deletes the outbox rows every pipeline is done with (see above) that are older than
+// opts.OlderThan: done rows by processed_at, pending ones by available_at. It deletes in
+// batches of opts.BatchSize, each in its own transaction, until a batch deletes fewer than a
+// full batch. It never touches failed or parked rows, nor a row a slot has not confirmed, nor
+// one another pipeline dead-lettered or parked (its replay needs it) or still has to backfill.
+// Rows locked by another transaction are skipped, so concurrent prunes share the work. It
+// returns what it deleted so far even when it fails.
 //
 // Deletes are not published to the relay: its publication publishes inserts only.
 //
@@ -91,32 +160,52 @@ func Prune(ctx context.Context, db PruneDB, opts PruneOptions) (PruneResult, err
 	if opts.OlderThan <= 0 {
 		return res, errors.New("outbox: prune: OlderThan must be positive")
 	}
-	batch := opts.BatchSize
-	if batch <= 0 {
-		batch = DefaultPruneBatchSize
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultPruneBatchSize
 	}
 	if err := db.QueryRow(ctx, pruneCutoffSQL, opts.OlderThan.Seconds()).Scan(&res.Cutoff); err != nil {
 		return res, pruneError(err)
 	}
-	if opts.DryRun {
-		err := db.QueryRow(ctx, pruneCountSQL, res.Cutoff).Scan(&res.Deleted)
+	s, err := readSlots(ctx, db)
+	if err != nil {
 		return res, pruneError(err)
 	}
+	res.Slots, res.Behind = s.n, s.behind
+	for _, status := range s.statuses() {
+		if !opts.DryRun {
+			if err := pruneStatus(ctx, db, opts, status, s, &res); err != nil {
+				return res, err
+			}
+		}
+		var n, kept int64
+		if err := db.QueryRow(ctx, pruneCountSQL, res.Cutoff, status, s.oldest).Scan(&n, &kept); err != nil {
+			return res, pruneError(err)
+		}
+		res.Kept += kept
+		if opts.DryRun {
+			res.Deleted += n
+		}
+	}
+	return res, nil
+}
+
+// pruneStatus deletes the prunable rows of one status, batch by batch.
+func pruneStatus(ctx context.Context, db PruneDB, opts PruneOptions, status string, s slots, res *PruneResult) error {
 	var after *time.Time
 	for {
 		var n int64
 		var last *time.Time
-		if err := db.QueryRow(ctx, pruneBatchSQL, res.Cutoff, batch, after).Scan(&n, &last); err != nil {
-			return res, pruneError(err)
+		if err := db.QueryRow(ctx, pruneBatchSQL, res.Cutoff, status, s.oldest, opts.BatchSize, after).Scan(&n, &last); err != nil {
+			return pruneError(err)
 		}
 		res.Batches++
 		res.Deleted += n
-		if n < int64(batch) {
-			return res, nil
+		if n < int64(opts.BatchSize) {
+			return nil
 		}
 		after = last
 		if err := sleep(ctx, opts.Pause); err != nil {
-			return res, err
+			return err
 		}
 	}
 }

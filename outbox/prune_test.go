@@ -209,6 +209,81 @@ func TestPruneKeepsRowsAnotherPipelineStillNeeds(t *testing.T) {
 	}
 }
 
+// A row listed in a backfill not finished is kept: that pipeline has yet to deliver it, though
+// the status owner did. Once the backfill is done (its list deleted), it goes.
+func TestPruneKeepsRowsABackfillStillNeeds(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	rows(t, conn, 10, "done", 10*24*time.Hour)
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox_backfill (slot, position, event_id)
+		SELECT 'outbox_relay_audit', row_number() OVER (ORDER BY id), id FROM outbox_events WHERE aggregate_id::int <= 4`); err != nil {
+		t.Fatal(err)
+	}
+	opts := outbox.PruneOptions{OlderThan: 24 * time.Hour}
+	if res, err := outbox.Prune(ctx, conn, opts); err != nil || res.Deleted != 6 {
+		t.Fatalf("pruned %d rows (%v), want 6 (10 done, 4 still to backfill)", res.Deleted, err)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM outbox_backfill`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := outbox.Prune(ctx, conn, opts); err != nil || res.Deleted != 4 {
+		t.Fatalf("after the backfill pruned %d rows (%v), want 4", res.Deleted, err)
+	}
+}
+
+// advance moves slot to the current WAL position as a relay that delivered everything would,
+// with a running-transactions record in between, so that its catalog_xmin follows.
+func advance(t *testing.T, conn *pgx.Conn, slot string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())", slot); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every slot of the database stands for a pipeline, running or not: rows written after a slot's
+// position are kept, done or pending, and reported; rows from before it (or that it confirmed
+// since) are pruned, pending ones too, as no pipeline needs them. Without any slot, pending
+// rows are kept (nothing read them yet), done ones pruned.
+func TestPruneFollowsTheSlots(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	const age = 10 * 24 * time.Hour
+	opts := outbox.PruneOptions{OlderThan: 24 * time.Hour}
+	rows(t, conn, 5, "done", age)
+	rows(t, conn, 5, "pending", age)
+	if res, err := outbox.Prune(ctx, conn, opts); err != nil || res.Deleted != 5 || res.Slots != 0 {
+		t.Fatalf("without slots: %+v %v, want the 5 done rows pruned, the pending ones kept", res, err)
+	}
+	rows(t, conn, 5, "done", age)
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('stopped', 'pgoutput')`); err != nil {
+		t.Fatal(err)
+	}
+	rows(t, conn, 3, "done", age)
+	rows(t, conn, 4, "pending", age)
+
+	dry := opts
+	dry.DryRun = true
+	res, err := outbox.Prune(ctx, conn, dry)
+	if err != nil || res.Deleted != 10 || res.Kept != 7 || res.Behind != "stopped" {
+		t.Fatalf("dry run: %+v %v, want 10 to delete (before the slot) and 7 kept behind slot stopped", res, err)
+	}
+	res, err = outbox.Prune(ctx, conn, opts)
+	if err != nil || res.Deleted != 10 || res.Kept != 7 || res.Slots != 1 {
+		t.Fatalf("pruned %+v %v, want the 10 rows from before the slot, 7 kept", res, err)
+	}
+	if got, want := countByStatus(t, conn), map[string]int{"done": 3, "pending": 4}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("left %v, want %v (written after the slot's position)", got, want)
+	}
+	advance(t, conn, "stopped")
+	if res, err = outbox.Prune(ctx, conn, opts); err != nil || res.Deleted != 7 || res.Kept != 0 {
+		t.Fatalf("after the slot confirmed them: %+v %v, want the 7 rows pruned", res, err)
+	}
+}
+
 func TestPruneWithoutTable(t *testing.T) {
 	conn, err := pgx.Connect(context.Background(), pgtest.NewDB(t))
 	if err != nil {

@@ -327,7 +327,7 @@ func (p *Publisher) deliveredBatch(ctx context.Context, b *batch) {
 		if !ev.Tx.CommitTime.IsZero() && !it.replay {
 			p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
 		}
-		if p.marks != nil {
+		if p.marks != nil && !ev.Replayed { // see delivered
 			p.marks.Done(ev.ID, Sequence(ev), it.attempt-1)
 		}
 	}

@@ -34,8 +34,9 @@ const (
 	// MarksDone updates each delivered row: status 'done', processed_at, retries. The default.
 	MarksDone MarksMode = "done"
 	// MarksOff records nothing: delivered rows keep status 'pending'. The slot's position is
-	// still the truth of what was delivered; status, prune by status and the skip of already
-	// delivered events after a crash lose their input (see the README).
+	// still the truth of what was delivered; status and the skip of already delivered events
+	// after a crash lose their input, and prune takes the rows once every slot confirmed them
+	// (see the README).
 	MarksOff MarksMode = "off"
 )
 

@@ -18,7 +18,8 @@ import (
 type MarkerConfig struct {
 	// Interval is the longest a delivered row waits to be marked. If zero, 50ms.
 	Interval time.Duration
-	// Batch flushes early once this many rows wait. If zero, 1000.
+	// Batch flushes early once this many rows wait, and is the most rows one UPDATE marks. If
+	// zero, 1000.
 	Batch int
 	// Max bounds the rows waiting while the database is unreachable; beyond it marks are
 	// dropped (the rows stay 'pending', which is only cosmetic). If zero, 1,000,000.
@@ -187,7 +188,18 @@ func (m *Marker) flush(ctx context.Context) bool {
 	}
 	ok := true
 	for retries, l := range batch {
-		ok = m.mark(ctx, markBatch{retries: retries, rows: *l}) && ok
+		// At most Batch rows per UPDATE: the join finds few ids through the primary key, but tens
+		// of thousands (marks that fell behind, as under a replay --since on a large table) are
+		// planned as a scan of the whole table, which makes the marks fall further behind.
+		for lo := 0; lo < len(l.ids); lo += m.cfg.Batch {
+			hi := min(lo+m.cfg.Batch, len(l.ids))
+			part := markList{ids: l.ids[lo:hi], seqs: l.seqs[lo:hi]}
+			if !ok {
+				m.requeue(retries, part) // a statement of this flush failed: the rest waits for the backoff too
+				continue
+			}
+			ok = m.mark(ctx, markBatch{retries: retries, rows: part})
+		}
 	}
 	for _, b := range late {
 		b.tries++

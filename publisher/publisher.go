@@ -258,7 +258,10 @@ func (p *Publisher) delivered(ctx context.Context, it *item) {
 	if !ev.Tx.CommitTime.IsZero() && !it.replay {
 		p.m.EndToEnd.Observe(time.Since(ev.Tx.CommitTime).Seconds())
 	}
-	if p.marks != nil {
+	// A row a replay --since re-sent keeps its record: it was selected for being done (or
+	// failed or parked). Marking it again would rewrite every row of the range, a WAL record
+	// each that every walsender decodes, and move its processed_at, which retention counts from.
+	if p.marks != nil && !ev.Replayed {
 		p.marks.Done(ev.ID, Sequence(ev), it.attempt-1)
 	}
 	if p.sched.done(it) {

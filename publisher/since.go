@@ -54,8 +54,9 @@ func (p SincePlan) Pruned(since time.Time) bool {
 }
 
 // sinceFilter is the WHERE clause of a replay --since over $1..$4 (since, until, aggregate type,
-// event type), for delivered, dead-lettered and parked rows.
-const sinceFilter = `created_at >= $1 AND ($2::timestamptz IS NULL OR created_at < $2)
+// event type), for delivered, dead-lettered and parked rows. The time range is two plain
+// comparisons (no OR), so that a page checks them in the index (outbox_events_replay_order).
+const sinceFilter = `created_at >= $1 AND created_at < coalesce($2::timestamptz, 'infinity')
 	AND ($3 = '' OR aggregate_type = $3) AND ($4 = '' OR event_type = $4)`
 
 const sinceStatuses = ` AND status IN ('done', 'failed', 'parked')`

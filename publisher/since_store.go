@@ -35,26 +35,40 @@ func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 	return st, nil
 }
 
-// sincePageSQL reads the next page in replay order, by keyset (see SinceCursor). $5..$7 are the
-// cursor; $8 the limit.
+// sinceOrder is the replay order (SinceCursor), exactly as index outbox_events_replay_order
+// (migration 11) spells it, so that a page is a range scan of that index. The id is qualified:
+// a bare id in ORDER BY would name the select list's id::text and sort by that text.
+const sinceOrder = `coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), outbox_events.id`
+
+// sincePageSQL reads the next page in replay order, by keyset (see SinceCursor): it walks the
+// index from the cursor, checks the time range on the index entries, and stops after $8 rows,
+// so the pages of one replay read the index once between them. $5..$7 are the cursor.
 const sincePageSQL = `
 SELECT coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id::text, aggregate_type, aggregate_id,
        event_type, payload::text, coalesce(headers::text, ''), created_at
 FROM outbox_events
 WHERE ` + sinceFilter + sinceStatuses + `
-  AND (coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id) > ($5 COLLATE "C", $6, $7::uuid)
-ORDER BY 1, 2, 3 LIMIT $8`
+  AND (` + sinceOrder + `) > ($5 COLLATE "C", $6, $7::uuid)
+ORDER BY ` + sinceOrder + `
+LIMIT $8`
 
 const beforeAnyID = "00000000-0000-0000-0000-000000000000"
+
+// sincePageArgs are the arguments of sincePageSQL for the page after st.After. The first one
+// has the statement planned with these values each time (an unnamed statement): a plan cached
+// for any time range would guess the range's size, and may guess a scan of the table.
+func sincePageArgs(st SinceState, limit int) []any {
+	insert, id := st.After.Insert, st.After.ID
+	if id == "" {
+		insert, id = -1, beforeAnyID
+	}
+	return append([]any{pgx.QueryExecModeExec}, append(st.args(), st.After.Sequence, insert, id, limit)...)
+}
 
 // SincePage implements SinceStore.
 func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*cdc.Event, SinceCursor, error) {
 	after := st.After
-	insert, id := after.Insert, after.ID
-	if id == "" {
-		insert, id = -1, beforeAnyID
-	}
-	rows, err := s.Pool.Query(ctx, sincePageSQL, append(st.args(), after.Sequence, insert, id, limit)...)
+	rows, err := s.Pool.Query(ctx, sincePageSQL, sincePageArgs(st, limit)...)
 	if err != nil {
 		return nil, after, fmt.Errorf("read rows to replay: %w", err)
 	}

@@ -40,6 +40,7 @@ func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 	defer t.Stop()
 	seen := int64(-1)
 	var failing, gated, fenceRead, fenceFailing bool
+	var gateWhy string
 	pubOID := r.pubOID // the publication's identity; 0: not known yet
 	for {
 		pubOID = r.watchPublication(ctx, pubOID)
@@ -71,9 +72,9 @@ func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 			failing = true
 		case err == nil:
 			failing = false
-			if c.Version != seen || fs.gated != gated {
-				r.applyGated(c, fs, seen < 0, gated)
-				seen, gated = c.Version, fs.gated
+			if c.Version != seen || fs.gated != gated || fs.gated && fs.why != gateWhy {
+				r.applyGated(c, fs, seen < 0, gated, fs.why != gateWhy)
+				seen, gated, gateWhy = c.Version, fs.gated, fs.why
 			}
 		}
 		select {
@@ -84,12 +85,17 @@ func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 	}
 }
 
-// applyGated applies the control row unless the reshard gate holds the pipeline.
-func (r *pipelineRunner) applyGated(c publisher.Control, fs fenceState, first, wasGated bool) {
+// applyGated applies the control row unless the reshard gate holds the pipeline; a new reason
+// to hold it is logged.
+func (r *pipelineRunner) applyGated(c publisher.Control, fs fenceState, first, wasGated, newWhy bool) {
 	switch {
 	case fs.gated && !c.Paused:
 		r.pub.Pause(fs.why)
-		if !wasGated {
+		switch {
+		case wasGated && !newWhy:
+		case fs.lost:
+			r.log.Error().Msg(fs.why)
+		default:
 			r.log.Info().Msg(fs.why)
 		}
 	case wasGated && !c.Paused:

@@ -154,3 +154,43 @@ func TestMarkerMarksAgainARowThatWasNotYetVisible(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the row that was not yet visible marked done", func() bool { return e.status(invisible) == "done" })
 }
+
+// Marks that waited (the marker fell behind, or the database was away) are written in
+// statements of at most Batch rows: a join of tens of thousands of ids is planned as a scan of
+// the whole table, which on a large table makes the marks fall further behind.
+func TestMarkerWritesABacklogInBatches(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var ids []string
+	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		for i := 0; i < 2500; i++ {
+			ids = append(ids, enqueue(t, tx, "backlog"))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracer := &markTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	m := publisher.NewMarker(pool, publisher.MarkerConfig{Batch: 1000, Interval: time.Hour})
+	for _, id := range ids {
+		m.Done(id, "", 0) // nothing runs the marker yet: they wait, as behind a slow database
+	}
+	runMarker(t, m)() // stopping flushes what waits
+	if got := tracer.marks(); len(got) != 3 || got[0]+got[1]+got[2] != 2500 || max(got[0], got[1], got[2]) > 1000 {
+		t.Fatalf("marks updated %v rows per statement, want 2500 in 3 statements of at most 1000", got)
+	}
+	var n int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'done'`).Scan(&n); err != nil || n != 2500 {
+		t.Fatalf("%d of 2500 rows done (%v)", n, err)
+	}
+}

@@ -42,13 +42,14 @@ func natsEnd(t *testing.T, url, stream string) func(context.Context) (map[int]in
 }
 
 // tryNATSMsgs is natsMsgs for a waitFor: false, rather than a wait beyond the waitFor's own
-// limit, while the stream cannot be read (a cluster electing a leader).
-func tryNATSMsgs(t *testing.T, ctx context.Context, url, stream string) ([]brokerMsg, bool) {
+// limit, while the stream cannot be read (a cluster electing a leader). r keeps what earlier
+// attempts read, so that the attempts finish however slowly the cluster answers.
+func tryNATSMsgs(t *testing.T, ctx context.Context, r *natstest.Reader) ([]brokerMsg, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	msgs, err := natstest.TryReadStream(ctx, url, stream)
+	msgs, err := r.Read(ctx)
 	if err != nil {
-		t.Logf("read stream %s: %v (retrying)", stream, err)
+		t.Logf("read stream %s: %v (retrying)", r.Stream, err)
 		return nil, false
 	}
 	var out []brokerMsg
@@ -88,10 +89,11 @@ func testNATSKillsAndRestart(t *testing.T, extra ...string) {
 
 // natsSink is the stream OUTBOX at url, which the relay creates.
 func natsSink(t *testing.T, url string, extra ...string) brokerSink {
+	r := &natstest.Reader{URL: url, Stream: "OUTBOX"}
 	return brokerSink{
 		args: append([]string{"--nats-url", url, "--nats-create-stream", "OUTBOX"}, extra...),
 		end:  natsEnd(t, url, "OUTBOX"),
-		read: func(ctx context.Context) ([]brokerMsg, bool) { return tryNATSMsgs(t, ctx, url, "OUTBOX") },
+		read: func(ctx context.Context) ([]brokerMsg, bool) { return tryNATSMsgs(t, ctx, r) },
 	}
 }
 

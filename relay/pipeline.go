@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -84,6 +85,7 @@ type Pipeline struct {
 
 	shard      shardInfo // set on the pipelines expanded from a sharded one
 	ownsStatus bool      // set by Config.pipelines: see StatusOwner
+	move       *cdc.Move // set by Run from Setup: the slot moves from another server first
 }
 
 // DefaultPipeline is the name of the pipeline `outbox-relay run` builds from its flags.
@@ -179,9 +181,7 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 		if p.Publication == "" {
 			p.Publication = DefaultPublication
 		}
-		p.defaults()
-		p.ownsStatus = true
-		return []Pipeline{p}, nil
+		return c.flagPipelines(p)
 	}
 	expanded, err := c.expand()
 	if err != nil {
@@ -204,6 +204,26 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 		}
 		slots[p.Slot], pubs[p.Publication] = p.Name, p.Name
 		out[i] = p
+	}
+	return out, nil
+}
+
+// flagPipelines returns the flag path's pipeline p, or its shards with --shards (and the one
+// --shard selects): each owns the status of its own rows, as the unsharded pipeline owns all.
+func (c *Config) flagPipelines(p Pipeline) ([]Pipeline, error) {
+	p.Shards, p.Shard = c.Shards, c.Shard
+	if c.Shard != nil && c.Shards <= 1 {
+		return nil, fmt.Errorf("%w: --shard %d, but the pipeline is not sharded: add --shards N (the same N on every "+
+			"shard's relay), or drop --shard", ErrPipeline, *c.Shard)
+	}
+	if err := p.validateShards(); err != nil {
+		return nil, err
+	}
+	out := p.expandShards()
+	for i := range out {
+		out[i].defaults()
+		out[i].ownsStatus = true
+		out[i].shard.label, out[i].shard.pinned = c.Shards > 1, c.Shard != nil
 	}
 	return out, nil
 }
@@ -237,7 +257,7 @@ func (c *Config) expand() ([]Pipeline, error) {
 		}
 		p.ownsStatus = i == owner
 		for _, s := range p.expandShards() {
-			s.shard.label = sharded
+			s.shard.label, s.shard.pinned = sharded, p.Shard != nil
 			out = append(out, s)
 		}
 	}
@@ -250,7 +270,7 @@ func (c *Config) expand() ([]Pipeline, error) {
 // not a shadow; else the first non-shadow pipeline without a filter (it sees every row). The
 // other pipelines keep their truth in outbox_pipeline_events and outbox_parked_aggregates
 // (column pipeline), which `outbox-relay status` reports per pipeline. With no owner the rows
-// stay 'pending', and retention (which prunes 'done' rows) prunes nothing.
+// stay 'pending'; retention prunes them once every pipeline's slot confirmed them (outbox.Prune).
 func StatusOwner(ps []Pipeline) int {
 	if len(ps) == 1 {
 		if ps[0].Shadow {

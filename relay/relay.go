@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +60,8 @@ type Config struct {
 	// TCP_USER_TIMEOUT of every connection the relay opens. If zero, the server's
 	// wal_sender_timeout, or 60s when that is 0.
 	ReplicationTimeout time.Duration
-	// Retention, if positive, deletes delivered rows older than this in the background.
+	// Retention, if positive, deletes the rows every pipeline is done with (outbox.Prune) older
+	// than this, hourly in the background. Zero keeps them.
 	Retention time.Duration
 	// NoBackfill turns off the backfill. If false (the default), whenever the relay creates the
 	// slot it records the rows still pending, which the new slot cannot carry, and delivers them
@@ -104,8 +104,13 @@ type Config struct {
 	// publication outbox_relay unless Slot and Publication say otherwise.
 	Pipelines []Pipeline
 	// Shard is --shard: if set, the one shard this process runs of every sharded pipeline that
-	// does not name its own (Pipeline.Shard). Nil: every shard.
+	// does not name its own (Pipeline.Shard), or of the default pipeline split by Shards. Nil:
+	// every shard.
 	Shard *int
+	// Shards is --shards: the default pipeline (Pipelines empty) is split into this many shards,
+	// as Pipeline.Shards splits one of a file (slots outbox_relay_s<i>of<N> unless Slot says
+	// otherwise). 0 or 1: not sharded. Ignored when Pipelines is set.
+	Shards int
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
@@ -124,18 +129,10 @@ type DestinationConfig struct {
 // check (its stream exists) happens here, and an unreachable broker is waited for until ctx
 // ends.
 func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, close func(), err error) {
+	if err := checkDestination(p); err != nil {
+		return nil, nil, err
+	}
 	d := p.Destination
-	if (d.NATS != nil || d.Kafka != nil) && p.WebhookURL != "" {
-		return nil, nil, errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
-	}
-	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Format != "" && p.Delivery.Format != publisher.FormatRaw ||
-		p.Delivery.Compression != "" && p.Delivery.Compression != publisher.CompressionNone) {
-		return nil, nil, errors.New("the CloudEvents format and request compression are webhook settings: a broker destination " +
-			"sends one message per event with the webhook contract's headers (a batch is many messages sent at once), so leave them unset")
-	}
-	if d.NATS != nil && d.Kafka != nil {
-		return nil, nil, errors.New("both a NATS and a Kafka destination are configured: a pipeline has exactly one destination, drop one")
-	}
 	if d.Kafka != nil {
 		kc := *d.Kafka
 		if kc.RequestTimeout == 0 {
@@ -166,6 +163,30 @@ func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher
 		return nil, nil, err
 	}
 	return hook, hook.Close, nil
+}
+
+// checkDestination checks the destination settings that need no connection, so that Run
+// refuses them before anything starts.
+func checkDestination(p Pipeline) error {
+	d := p.Destination
+	if (d.NATS != nil || d.Kafka != nil) && p.WebhookURL != "" {
+		return errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Format != "" && p.Delivery.Format != publisher.FormatRaw ||
+		p.Delivery.Compression != "" && p.Delivery.Compression != publisher.CompressionNone) {
+		return errors.New("the CloudEvents format and request compression are webhook settings: a broker destination " +
+			"sends one message per event with the webhook contract's headers (a batch is many messages sent at once), so leave them unset")
+	}
+	if d.NATS != nil && d.Kafka != nil {
+		return errors.New("both a NATS and a Kafka destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if d.NATS != nil {
+		return d.NATS.Validate()
+	}
+	if d.Kafka != nil {
+		return d.Kafka.Validate()
+	}
+	return nil
 }
 
 // Defaults for Config fields left zero.
@@ -226,83 +247,61 @@ func AttemptsForADay(lo, hi time.Duration) int {
 }
 
 // Run runs the relay until ctx is done (then drains and returns nil) or a permanent error.
-// Every goroutine it starts has ended when it returns. Each pipeline runs independently; a
+// Every goroutine it starts has ended when it returns. /metrics, /healthz and /readyz answer
+// from the start. Each pipeline starts and runs independently: one whose start-up fails for a
+// reason a retry can fix (see start.go) is retried on its own while the others stream; a
 // permanent error in any of them (or in the metrics server) stops them all.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	log := cfg.Logger
 	pipes, err := cfg.pipelines()
 	if err != nil {
 		return err
 	}
-	dests := make([]publisher.Destination, len(pipes))
-	for i, p := range pipes {
+	for _, p := range pipes {
 		if err := p.Delivery.Validate(); err != nil {
 			return cfg.named(p, err)
 		}
-		dest, closeDest, err := newDestination(ctx, cfg, p)
-		if stoppedDuringStartup(ctx, err) {
-			log.Info().Msg("stopped during start-up")
-			return nil
-		}
-		if err != nil {
+		if err := checkDestination(p); err != nil {
 			return cfg.named(p, err)
 		}
-		defer closeDest()
-		dests[i] = dest
 	}
-	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
-
 	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
 		return fmt.Errorf("%w: %w", cdc.ErrBadDSN, err)
 	}
-	// Every filter is checked before anything is created: a refused one leaves nothing behind.
-	err = validateFiltersWithRetry(ctx, cfg, pipes)
-	if stoppedDuringStartup(ctx, err) {
-		log.Info().Msg("stopped during start-up")
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(cfg.Pipelines) > 0 {
-		if err := checkShardCountsOnce(ctx, cfg, pipes); err != nil {
-			return err
-		}
-	}
-	for _, p := range pipes {
-		setup, err := setupWithRetry(ctx, cfg, p)
-		if stoppedDuringStartup(ctx, err) {
-			log.Info().Msg("stopped during start-up")
-			return nil
-		}
-		if err != nil {
-			return cfg.named(p, err)
-		}
-		logSetup(cfg.pipelineLogger(p), cfg, p, setup)
-	}
+	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
 	pool, err := newPool(ctx, cfg)
-	if stoppedDuringStartup(ctx, err) {
-		log.Info().Msg("stopped during start-up")
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-
 	r := &runner{cfg: cfg, pool: pool}
-	for i, p := range pipes {
-		r.pipes = append(r.pipes, newPipelineRunner(cfg, p, p.ownsStatus, cfg.Registry, dests[i], pool))
+	for _, p := range pipes {
+		r.starts = append(r.starts, newPipelineStart(cfg, p))
 	}
 	err = r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
-		// A start-up lookup of a component (parked aggregates, the backfill) was cut short by the
+		// A start-up step (the checks, a slot, a lookup of a component) was cut short by the
 		// stop: nothing was lost, and the next start redoes it.
-		log.Info().Err(err).Msg("stopped during start-up")
+		cfg.Logger.Info().Err(err).Msg("stopped during start-up")
 		return nil
 	}
 	return err
+}
+
+// checks are what precede every pipeline's start: every filter is checked before anything is
+// created, so a refused one leaves nothing behind; then the shard counts.
+func (r *runner) checks(ctx context.Context) error {
+	pipes := make([]Pipeline, len(r.starts))
+	for i, s := range r.starts {
+		pipes[i] = s.p
+	}
+	if err := validateFiltersWithRetry(ctx, r.cfg, pipes); err != nil {
+		return err
+	}
+	if err := checkShardCountsWithRetry(ctx, r.cfg, pipes); err != nil && !stoppedDuringStartup(ctx, err) {
+		return err
+	}
+	return nil // stopped meanwhile: each pipeline's start sees the stop and ends cleanly
 }
 
 // named prefixes err with the pipeline's name when the pipelines come from Config.Pipelines
@@ -375,37 +374,11 @@ func userTimeout(cfg Config) time.Duration {
 	return cdc.DefaultReplicationTimeout
 }
 
-// setupWithRetry runs cdc.Setup until it succeeds, fails for good (a misconfiguration whose
-// error names the fix), or ctx ends. A database that is restarting or unreachable is retried
-// with backoff: the relay waits for it rather than exiting.
-func setupWithRetry(ctx context.Context, cfg Config, p Pipeline) (cdc.SetupResult, error) {
-	wait := 200 * time.Millisecond
-	for {
-		res, err := cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
-			cdc.SetupOptions{NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
-				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p)})
-		if ctx.Err() != nil {
-			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.
-			return res, ctx.Err()
-		}
-		if err == nil || permanent(err) {
-			return res, err
-		}
-		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 10*time.Second)
-	}
-}
-
 // permanent reports whether a setup error needs the operator: a retry cannot fix it.
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
 		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
-		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter} {
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter, cdc.ErrMoveBroken} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -446,6 +419,11 @@ func logSetup(log zerolog.Logger, cfg Config, p Pipeline, s cdc.SetupResult) {
 	if cfg.ReplicationDSN != "" {
 		log.Info().Str("slot", p.Slot).Msg("decoding on the --replication-dsn server; marks and replays use the primary")
 	}
+	if m := s.Move; m != nil {
+		log.Warn().Str("slot", p.Slot).Str("from", m.From).Str("to", m.To).Str("fence", m.Fence.String()).
+			Msg("SLOT MOVING: the slot still lives on another server; it delivers up to the new slot's start (the fence), " +
+				"then it is dropped and decoding goes on here")
+	}
 	log.Info().Str("slot", p.Slot).Str("publication", p.Publication).Str("filter", s.Filter).
 		Int("max_in_flight", p.MaxInFlight).
 		Int("max_buffered_events", p.MaxBufferedEvents).Int("max_buffered_bytes", p.MaxBufferedBytes).
@@ -456,9 +434,9 @@ func logSetup(log zerolog.Logger, cfg Config, p Pipeline, s cdc.SetupResult) {
 // runner holds the process's pipelines and what they share: the pool, the registry and the
 // metrics server.
 type runner struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	pipes []*pipelineRunner
+	cfg    Config
+	pool   *pgxpool.Pool
+	starts []*pipelineStart // every pipeline, in order, from before it starts
 }
 
 // pipelineRunner holds the wired components of one pipeline.
@@ -475,6 +453,8 @@ type pipelineRunner struct {
 	pool    *pgxpool.Pool // the control row, a pause on 410 Gone
 	pubOID  uint32        // the publication's oid when the run started (0: unknown)
 	lastAck atomic.Int64  // unix nanos of the last delivery
+	// closeDest releases the destination (set by pipelineStart.start).
+	closeDest func()
 }
 
 // newPipelineRunner builds the components of one pipeline, each registering its series on reg
@@ -493,7 +473,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	}
 	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != ""}, r.tracker)
+		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
 	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg})
@@ -538,20 +518,15 @@ func (r *runner) run(ctx context.Context) error {
 	defer stopAll()
 	var g errgroup.Group
 	var markers sync.WaitGroup
-	for _, p := range r.pipes {
-		markers.Add(1)
-		g.Go(func() error {
-			defer markers.Done()
-			err := p.run(stopCtx)
-			if err != nil {
-				stopAll()
-				if len(r.cfg.Pipelines) > 0 {
-					err = fmt.Errorf("pipeline %q: %w", p.p.Name, err)
-				}
-			}
-			return err
-		})
-	}
+	markers.Add(1)
+	g.Go(func() error {
+		defer markers.Done()
+		err := r.runPipelines(stopCtx, &markers)
+		if err != nil {
+			stopAll()
+		}
+		return err
+	})
 	if r.cfg.Retention > 0 {
 		g.Go(func() error { return r.retention().Run(stopCtx, r.pool) })
 	}
@@ -575,6 +550,31 @@ func (r *runner) run(ctx context.Context) error {
 			Float64("received", gathered(r.cfg.Registry, "outbox_relay_events_received_total")).Msg("relay stopped")
 	}
 	return err
+}
+
+// runPipelines runs the checks, then starts every pipeline, each in its own goroutine, and
+// waits for them; the first permanent error is returned. markers is done for each pipeline once
+// its marker has flushed.
+func (r *runner) runPipelines(ctx context.Context, markers *sync.WaitGroup) error {
+	if err := r.checks(ctx); err != nil {
+		return err
+	}
+	stopCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	var g errgroup.Group
+	for _, s := range r.starts {
+		markers.Add(1)
+		g.Go(func() error {
+			defer markers.Done()
+			err := s.run(stopCtx, r.cfg, r.pool)
+			if err == nil || stoppedDuringStartup(stopCtx, err) {
+				return nil // stopped, or stopped by another pipeline's error: that one is returned
+			}
+			stopAll()
+			return r.cfg.named(s.p, err)
+		})
+	}
+	return g.Wait()
 }
 
 // run runs one pipeline until ctx ends or it fails for good. The stop goes in order: the stream
@@ -624,7 +624,7 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// retention prunes delivered rows older than Retention, hourly.
+// retention prunes the rows every pipeline is done with, older than Retention, hourly.
 func (r *runner) retention() outbox.Retention {
 	log := r.cfg.Logger
 	return outbox.Retention{
@@ -636,7 +636,12 @@ func (r *runner) retention() outbox.Retention {
 			}
 			if res.Deleted > 0 {
 				log.Info().Int64("deleted", res.Deleted).Int("batches", res.Batches).Time("cutoff", res.Cutoff).
-					Msg("pruned delivered outbox rows")
+					Msg("pruned outbox rows every pipeline is done with")
+			}
+			if res.Kept > 0 {
+				log.Warn().Int64("kept", res.Kept).Str("slot", res.Behind).Time("cutoff", res.Cutoff).
+					Msg("retention kept older rows this slot has not confirmed: its pipeline is behind or stopped; " +
+						"catch it up, or `outbox-relay drop-pipeline NAME` if it is gone")
 			}
 		},
 	}
@@ -651,6 +656,11 @@ func (r *pipelineRunner) gauges(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if st := r.stream.State(); st.Streaming || st.StandingBy {
+			r.m.PipelineUp.Set(1)
+		} else {
+			r.m.PipelineUp.Set(0)
 		}
 		events, bytes := r.tracker.Buffered()
 		r.m.BufferedEvents.Set(float64(events))
@@ -678,43 +688,6 @@ func (r *pipelineRunner) stalled() (bool, string) {
 		}
 	}
 	return false, ""
-}
-
-// ready reports whether the process streams at least one pipeline and none it streams is
-// stalled; the reason names the pipelines. With one pipeline it reads as before pipelines.
-func (r *runner) ready() (bool, string) {
-	var stalled, streaming, standby []string
-	for _, p := range r.pipes {
-		if !p.stream.Streaming() {
-			standby = append(standby, p.p.Name)
-			continue
-		}
-		streaming = append(streaming, p.p.Name)
-		if bad, why := p.stalled(); bad {
-			stalled = append(stalled, p.p.Name+": "+why)
-		}
-	}
-	single := len(r.pipes) == 1
-	switch {
-	case len(stalled) > 0 && single:
-		return false, strings.TrimPrefix(stalled[0], r.pipes[0].p.Name+": ")
-	case len(stalled) > 0:
-		return false, "stalled pipelines: " + strings.Join(stalled, "; ")
-	case len(streaming) == 0 && single:
-		return false, "not streaming (standing by, or reconnecting)"
-	case len(streaming) == 0:
-		return false, "not streaming any pipeline (standing by, or reconnecting): " + strings.Join(standby, ", ")
-	case single:
-		if paused, why := r.pipes[0].pub.Paused(); paused {
-			return true, "paused: " + why
-		}
-		return true, "ok"
-	}
-	msg := "ok: streaming " + strings.Join(streaming, ", ")
-	if len(standby) > 0 {
-		msg += "; standing by for " + strings.Join(standby, ", ")
-	}
-	return true, msg
 }
 
 // listen opens the metrics address, so that a port in use fails the start; serve serves it.

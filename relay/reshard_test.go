@@ -225,7 +225,7 @@ func TestShardCountContradictingTheSlotsIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if err := checkShardCounts(ctx, conn, p); err != nil {
+	if err := checkShardCounts(ctx, conn, p, cfg); err != nil {
 		t.Fatalf("shards 2 over slots of 2: %v", err)
 	}
 }

@@ -50,6 +50,9 @@ type shardInfo struct {
 	index  int
 	of     int
 	label  bool // the process runs a sharded pipeline: every series has a shard label
+	// pinned: the process was told to run this shard (--shard, or shard: in the file), as a
+	// shard pod is; standing by while another process streams it is then a ready state.
+	pinned bool
 	// slotBase is the slot the shards' slots are named after: Slot, or outbox_relay_<name>.
 	slotBase string
 }

@@ -28,9 +28,10 @@ type child struct {
 	err    error         // Wait's result, valid after done
 }
 
-func startChild(name string, cmd *exec.Cmd) (*child, error) {
+// startChild starts cmd; its stderr is kept (the tail) and also written to each of also.
+func startChild(name string, cmd *exec.Cmd, also ...io.Writer) (*child, error) {
 	c := &child{name: name, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
-	cmd.Stderr = c.stderr
+	cmd.Stderr = io.MultiWriter(append([]io.Writer{c.stderr}, also...)...)
 	// The bench dying (even by SIGKILL) takes its children with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

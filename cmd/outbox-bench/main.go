@@ -22,6 +22,16 @@
 //   - Resources: a 3×BENCH_EVENTS backlog, for peak RSS and CPU per 100k.
 //   - Shards (shards.go): the drain with the pipeline split into 1, 2 and 4 shards in one relay
 //     process; each shard's walsender decodes all WAL, which the PostgreSQL column shows.
+//   - Replay --since (since.go): `outbox-relay replay --since` of the newer half of a table of
+//     10 × BENCH_EVENTS delivered rows; the request, the time to the first and to the last
+//     re-sent event, the relay's peak RSS, and the table reads (sequential and index) per event.
+//
+// # Memory
+//
+// `outbox-bench memory` (memory.go) is a mode of its own: N pipelines whose destination refuses
+// everything, so that each holds its full --max-buffered-bytes; it prints RSS, relay CPU and GC
+// cycles for each --setting (the binary's defaults, or a GOMEMLIMIT/GOGC environment), run in
+// turn in one session.
 //
 // # Environment
 //
@@ -97,6 +107,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newReceiverCmd(stdout))
+	root.AddCommand(newMemoryCmd(stdout, stderr))
 	return root
 }
 

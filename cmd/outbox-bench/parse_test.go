@@ -128,3 +128,18 @@ func TestConfigSelected(t *testing.T) {
 		t.Error("no filter: every row runs")
 	}
 }
+
+func TestGCTraceLinesAreSummed(t *testing.T) {
+	var g gcTrace
+	lines := "gc 1 @0.010s 2%: 0.018+1.3+0.003 ms clock, 0.075+0.5/1.2/0.8+0.015 ms cpu, 4->4->1 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 2 P\n" +
+		"not a gc line\n" +
+		"gc 2 @0.020s 3%: 0.01+1+0.01 ms clock, 1+2/3/4+5 ms cpu, 9->10->7 MB, 9 MB goal, 0 MB stacks, 0 MB globals, 2 P (forced)\n"
+	// Written in two pieces that split a line, as a pipe may deliver it.
+	_, _ = g.Write([]byte(lines[:50]))
+	_, _ = g.Write([]byte(lines[50:]))
+	got := g.snapshot()
+	want := time.Duration((0.075 + 0.5 + 1.2 + 0.8 + 0.015 + 15) * float64(time.Millisecond))
+	if got.cycles != 2 || got.liveMB != 7 || (got.cpu-want).Abs() > time.Microsecond {
+		t.Fatalf("got %+v, want 2 cycles, %v of GC CPU, 7 MB live", got, want)
+	}
+}

@@ -123,6 +123,7 @@ func (r *results) tableRows() [][]string {
 		d := r.shards[k]
 		add(shardRow(k), d != nil, func() []string { return r.shardCells(k, d) })
 	}
+	add(sinceRow(sinceScale*r.cfg.Events), r.since != nil, func() []string { return r.sinceCells(r.since) })
 	return out
 }
 

@@ -58,6 +58,7 @@ type results struct {
 	brokers     map[string]*drainResult // broker.go, by row name
 	twoPipes    *drainResult            // the drain with a second pipeline that filters out every row
 	shards      map[int]*drainResult    // the drains of the bench pipeline in N shards (shards.go)
+	since       *sinceResult            // replay --since of half a large table (since.go)
 	errs        map[string]error        // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
@@ -239,6 +240,11 @@ func (e *env) rows(res *results) []suiteRow {
 			return err
 		}})
 	}
+	rows = append(rows, suiteRow{sinceRow(sinceScale * n), func(ctx context.Context) error {
+		s, err := e.since(ctx)
+		res.since = keep(s, err)
+		return err
+	}})
 	return rows
 }
 

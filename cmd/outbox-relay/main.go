@@ -54,8 +54,8 @@ func explain(err error) error {
 	case errors.Is(err, cdc.ErrFailoverUnsupported):
 		return fmt.Errorf("%w (with outbox-relay: --failover=false)", err)
 	case errors.Is(err, cdc.ErrStandbyUnsupported):
-		return fmt.Errorf("%w (with outbox-relay: drop --replication-dsn, or add --no-backfill for the run that creates the slot)", err)
-	case errors.Is(err, cdc.ErrRecreateSlot):
+		return fmt.Errorf("%w (with outbox-relay: the replication DSN is --replication-dsn, the failover option --failover)", err)
+	case errors.Is(err, cdc.ErrRecreateSlot), errors.Is(err, cdc.ErrMoveBroken):
 		return fmt.Errorf("%w (with outbox-relay: run once with --recreate-slot)", err)
 	case errors.Is(err, cdc.ErrSlotMismatch):
 		return fmt.Errorf("%w (pass it with --slot)", err)

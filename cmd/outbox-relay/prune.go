@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -15,16 +16,20 @@ func newPruneCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "prune",
 		Short: "Delete delivered outbox rows older than --older-than, in batches",
-		Long: `Deletes outbox_events rows with status 'done' whose processed_at is older than --older-than,
-at most --batch-size rows per transaction, until none is left. Pending, failed and parked rows
-are never touched. Rows locked by others are skipped. The deletes are not sent to the webhook:
-the relay's publication publishes inserts only. Ctrl-C stops between batches.`,
+		Long: `Deletes the outbox_events rows every pipeline is done with that are older than --older-than:
+rows marked 'done' by processed_at, and, where no pipeline marks rows (no status owner, --marks off),
+'pending' rows by available_at. A pipeline is done with a row once its replication slot has confirmed
+the row and it holds nothing of it (failed, parked, or in its backfill); every logical slot of the
+database counts, whether its relay runs or not. Failed and parked rows are never touched. At most
+--batch-size rows go per transaction, until none is left; rows locked by others are skipped. The
+deletes are not sent to the webhook: the relay's publication publishes inserts only. Ctrl-C stops
+between batches.`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay prune --older-than 168h
   outbox-relay prune --older-than 720h --dry-run`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
-	fs.Duration("older-than", 0, "delete done rows processed longer ago than this, e.g. 168h for a week (required)")
+	fs.Duration("older-than", 0, "delete rows delivered (done) or written (pending, where no pipeline marks rows) longer ago than this, e.g. 168h for a week (required)")
 	fs.Int("batch-size", outbox.DefaultPruneBatchSize, "rows deleted per transaction")
 	fs.Duration("batch-pause", 0, "pause between batches, to spread the load")
 	fs.Bool("dry-run", false, "count the rows that would be deleted; delete nothing")
@@ -43,14 +48,7 @@ the relay's publication publishes inserts only. Ctrl-C stops between batches.`,
 		}
 		defer conn.Close(context.Background())
 		res, err := outbox.Prune(cmd.Context(), conn, opts)
-		out := cmd.OutOrStdout()
-		switch {
-		case opts.DryRun && err == nil:
-			fmt.Fprintf(out, "would delete %d done rows processed before %s\n", res.Deleted, clock(res.Cutoff))
-		case !opts.DryRun && (err == nil || res.Deleted > 0):
-			fmt.Fprintf(out, "deleted %d done rows processed before %s in %d batches\n", res.Deleted,
-				clock(res.Cutoff), res.Batches)
-		}
+		writePrune(cmd.OutOrStdout(), res, opts.DryRun, err)
 		if errors.Is(err, context.Canceled) {
 			return errors.New("interrupted; run prune again to delete the rest")
 		}
@@ -75,4 +73,19 @@ func pruneOptions(cmd *cobra.Command) (outbox.PruneOptions, error) {
 		return o, usageError{errors.New("--batch-pause must not be negative")}
 	}
 	return o, nil
+}
+
+// writePrune prints what a prune did, and what it kept for a slot that has not confirmed it.
+func writePrune(w io.Writer, res outbox.PruneResult, dryRun bool, err error) {
+	switch {
+	case dryRun && err == nil:
+		fmt.Fprintf(w, "would delete %d rows every pipeline is done with, older than %s\n", res.Deleted, clock(res.Cutoff))
+	case !dryRun && (err == nil || res.Deleted > 0):
+		fmt.Fprintf(w, "deleted %d rows every pipeline is done with, older than %s, in %d batches\n", res.Deleted,
+			clock(res.Cutoff), res.Batches)
+	}
+	if err == nil && res.Kept > 0 {
+		fmt.Fprintf(w, "kept %d older rows slot %s has not confirmed: its pipeline is behind or stopped (see `outbox-relay status`); "+
+			"`outbox-relay drop-pipeline NAME` removes a pipeline that is gone\n", res.Kept, res.Behind)
+	}
 }

@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
 // seedPrunable writes 25 done rows processed two days ago and one row of every other kind.
-func seedPrunable(t *testing.T) (string, func() map[string]int) {
+func seedPrunable(t *testing.T) (string, *pgxpool.Pool, func() map[string]int) {
 	t.Helper()
 	dsn, pool := migratedDB(t)
 	mustExec(t, pool, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status,
@@ -40,14 +42,14 @@ func seedPrunable(t *testing.T) (string, func() map[string]int) {
 		}
 		return got
 	}
-	return dsn, counts
+	return dsn, pool, counts
 }
 
 func TestPruneCommand(t *testing.T) {
-	dsn, counts := seedPrunable(t)
+	dsn, pool, counts := seedPrunable(t)
 
 	out, errOut, code := cli(t, "prune", "--dsn", dsn, "--older-than", "24h", "--dry-run")
-	if code != 0 || !strings.HasPrefix(out, "would delete 25 done rows processed before ") {
+	if code != 0 || !strings.HasPrefix(out, "would delete 25 rows every pipeline is done with, older than ") {
 		t.Fatalf("dry run: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if got := counts(); got["done"] != 26 {
@@ -55,11 +57,20 @@ func TestPruneCommand(t *testing.T) {
 	}
 
 	out, errOut, code = cli(t, "prune", "--dsn", dsn, "--older-than", "24h", "--batch-size", "10")
-	if code != 0 || !strings.HasPrefix(out, "deleted 25 done rows processed before ") || !strings.HasSuffix(out, " in 3 batches\n") {
+	if code != 0 || !strings.HasPrefix(out, "deleted 25 rows every pipeline is done with, older than ") || !strings.HasSuffix(out, " in 3 batches\n") {
 		t.Fatalf("prune: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if got := counts(); len(got) != 4 || got["done"] != 1 || got["pending"] != 1 || got["failed"] != 1 || got["parked"] != 1 {
 		t.Fatalf("left %v, want one row of each status", got)
+	}
+
+	// A slot that confirms nothing holds back what is written after it, and prune says so.
+	mustExec(t, pool, `SELECT pg_create_logical_replication_slot('stopped', 'pgoutput')`)
+	mustExec(t, pool, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, available_at, processed_at)
+		VALUES ('order', 'late', 'x', '{}', 'done', now() - interval '3 days', now() - interval '3 days')`)
+	out, errOut, code = cli(t, "prune", "--dsn", dsn, "--older-than", "24h")
+	if code != 0 || !strings.Contains(out, "deleted 1 rows") || !strings.Contains(out, "kept 1 older rows slot stopped has not confirmed") {
+		t.Fatalf("prune behind a slot: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 

@@ -181,7 +181,7 @@ func (rc reshardCmd) start(ctx context.Context, conn *pgx.Conn, w io.Writer) (re
 	_, err = conn.Exec(ctx, `INSERT INTO outbox_reshard (pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots)
 		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (pipeline) DO UPDATE SET from_shards = $2, to_shards = $3, old_slots = $4, old_pubs = $5,
-			new_slots = $6, fence = NULL, started_at = now(), finished_at = NULL
+			new_slots = $6, fence = NULL, started_at = now(), fence_reached_at = NULL, finished_at = NULL
 		WHERE outbox_reshard.finished_at IS NOT NULL`, rs.Pipeline, rs.From, rs.To, rs.OldSlots, rs.OldPubs, rs.NewSlots)
 	if err != nil {
 		return rs, false, fmt.Errorf("record the reshard: %w", err)
@@ -244,26 +244,30 @@ func (rc reshardCmd) fence(ctx context.Context, conn *pgx.Conn, w io.Writer, rs 
 	return rs, nil
 }
 
-// waitOld is step 2: every old slot confirmed the fence.
+// waitOld is step 2: every old slot confirmed the fence, recorded as reached. An old slot
+// dropped by hand before that stops the command, naming the fix: nothing is lost while the new
+// shards wait.
 func (rc reshardCmd) waitOld(ctx context.Context, conn *pgx.Conn, w io.Writer, rs relay.Reshard) error {
 	deadline := time.Now().Add(rc.wait)
 	var last []string
 	for {
-		behind, err := relay.OldBehind(ctx, conn, rs)
-		if err != nil {
+		p, err := relay.RecordFence(ctx, conn, rs)
+		switch {
+		case err != nil:
 			return fmt.Errorf("read the old slots: %w", err)
-		}
-		if len(behind) == 0 {
+		case p.Reached:
 			fmt.Fprintf(w, "step 2/4: every old shard delivered up to the fence %s; the new shards deliver\n", rs.Fence)
 			return nil
+		case len(p.Missing) > 0:
+			return fmt.Errorf("step 2/4: %s; then run reshard again", rs.MissingFix(p.Missing))
 		}
-		if !slices.Equal(behind, last) {
-			fmt.Fprintf(w, "step 2/4: waiting for old slots %v to confirm the fence %s (their relays must run)\n", behind, rs.Fence)
-			last = behind
+		if !slices.Equal(p.Behind, last) {
+			fmt.Fprintf(w, "step 2/4: waiting for old slots %v to confirm the fence %s (their relays must run)\n", p.Behind, rs.Fence)
+			last = p.Behind
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("old slots %v have not reached the fence %s within --wait %s: start the relays of the old "+
-				"shards, then run reshard again", behind, rs.Fence, rc.wait)
+				"shards, then run reshard again", p.Behind, rs.Fence, rc.wait)
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return err
@@ -304,7 +308,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // describeReshard says which step a reshard is at, for the command and for status.
-func describeReshard(ctx context.Context, q relay.ReshardQuerier, rs relay.Reshard) string {
+func describeReshard(ctx context.Context, q relay.ReshardDB, rs relay.Reshard) string {
 	head := fmt.Sprintf("reshard of pipeline %s from %d to %d shards", rs.Pipeline, rs.From, rs.To)
 	switch {
 	case rs.Finished != nil:
@@ -312,12 +316,14 @@ func describeReshard(ctx context.Context, q relay.ReshardQuerier, rs relay.Resha
 	case rs.Fence == "":
 		return head + ": step 1/4, creating the new slots (no fence yet); the new shards wait"
 	}
-	behind, err := relay.OldBehind(ctx, q, rs)
+	p, err := relay.ReadFence(ctx, q, rs)
 	switch {
 	case err != nil:
 		return head + ": " + err.Error()
-	case len(behind) > 0:
-		return fmt.Sprintf("%s: step 2/4, fence %s; old slots %v still delivering up to it; the new shards wait", head, rs.Fence, behind)
+	case len(p.Missing) > 0:
+		return fmt.Sprintf("%s: step 2/4, fence %s; %s", head, rs.Fence, rs.MissingFix(p.Missing))
+	case len(p.Behind) > 0:
+		return fmt.Sprintf("%s: step 2/4, fence %s; old slots %v still delivering up to it; the new shards wait", head, rs.Fence, p.Behind)
 	}
 	return fmt.Sprintf("%s: step 3/4, fence %s reached; the new shards deliver; old slots %v to be dropped by "+
 		"`outbox-relay reshard`", head, rs.Fence, rs.OldSlots)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +33,7 @@ var (
 var pipelineFlags = []string{urlFlag.name, secretFlag.name, secretFileFlag.name, "signature-scheme", "slot", "publication",
 	"retry-min", "retry-max", "request-timeout", "max-attempts", "max-in-flight", "max-buffered-events",
 	"max-buffered-bytes", "backfill", "no-backfill", "format", "source", "batch-max-events", "batch-max-bytes",
-	"batch-linger", "compression", "marks", "on-gone", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
+	"batch-linger", "compression", "marks", "on-gone", "shards", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -67,7 +68,7 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	fs.Int("max-buffered-bytes", relay.DefaultMaxBufferedBytes, "undelivered bytes held before reading WAL pauses")
 	fs.Duration("shutdown-timeout", relay.DefaultShutdownTimeout, "how long SIGTERM waits for in-flight deliveries")
 	fs.Duration("stall-timeout", relay.DefaultStallTimeout, "/readyz fails when events wait and nothing was delivered for this long")
-	fs.Duration("retention", 0, "delete delivered (done) rows older than this, hourly in the background; 0 = keep them")
+	fs.Duration("retention", 0, "delete rows every pipeline is done with, older than this, hourly in the background; 0 = keep them")
 	fs.Duration("status-interval", 0, "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s")
 	fs.Duration(replTimeoutFlag.name, 0, "reconnect when nothing arrives from the server for this long, probes included (env REPLICATION_TIMEOUT); 0 = the server's wal_sender_timeout, or 60s when that is 0")
 	addLogFlags(fs)
@@ -80,7 +81,8 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	addBrokerFlags(fs) // brokers.go
 	fs.String(configFlag.name, "", "run the pipelines of this YAML file (env OUTBOX_RELAY_CONFIG); per-pipeline flags are then refused (README: Pipelines)")
 	addControlFlags(fs) // control.go
-	fs.Int("shard", -1, "with --config: run only this shard (0-based, e.g. the pod ordinal) of every sharded pipeline that names none; -1 = every shard (README: Shards)")
+	fs.Int("shard", -1, "run only this shard (0-based, e.g. the pod ordinal): of every sharded pipeline of --config that names none, or of the flag pipeline split by --shards; -1 = every shard (README: Shards)")
+	fs.Int("shards", 0, "without --config: split the pipeline into this many shards, 1 to 256 (slots <slot>_s<i>of<N>); the same N on every shard's relay; 0 or 1 = not sharded (README: Shards)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -91,8 +93,8 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 			if err != nil {
 				return err
 			}
-			tuneGC()
 			cfg.Logger = log
+			tuneGC(cfg, log)
 			for _, env := range []string{urlFlag.env, secretFlag.env, secretFileFlag.env} {
 				if os.Getenv(env) != "" {
 					log.Warn().Str("config", path).Msg("WEBHOOK_URL / WEBHOOK_SECRET / WEBHOOK_SECRET_FILE are ignored with --config: each pipeline names its webhook in the file")
@@ -105,8 +107,8 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 		if err != nil {
 			return err
 		}
-		tuneGC()
 		cfg.Logger = log
+		tuneGC(cfg, log)
 		warnTrimmedSecrets(log, fs)
 		return relay.Run(cmd.Context(), cfg)
 	}
@@ -130,9 +132,8 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	} else if err := webhookConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
-	if fs.Changed("shard") {
-		return cfg, usageError{errors.New("--shard selects a shard of a sharded pipeline: give the pipelines with --config, " +
-			"one of them with shards: N (README: Shards)")}
+	if err := flagShards(fs, &cfg); err != nil {
+		return cfg, err
 	}
 	cfg.Slot, _ = fs.GetString("slot")
 	cfg.Publication, _ = fs.GetString("publication")
@@ -173,6 +174,26 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, usageError{fmt.Errorf("--retry-min must be positive and no more than --retry-max")}
 	}
 	return cfg, nil
+}
+
+// flagShards reads --shards and --shard for the flag pipeline.
+func flagShards(fs *pflag.FlagSet, cfg *relay.Config) error {
+	cfg.Shards, _ = fs.GetInt("shards")
+	if cfg.Shards < 0 || cfg.Shards > relay.MaxShards {
+		return usageError{fmt.Errorf("--shards %d: want 1 to %d (0 or 1: not sharded)", cfg.Shards, relay.MaxShards)}
+	}
+	shard, _ := fs.GetInt("shard")
+	switch {
+	case !fs.Changed("shard") || shard == -1:
+		return nil
+	case cfg.Shards <= 1:
+		return usageError{errors.New("--shard selects a shard of a sharded pipeline: add --shards N (the same N on every " +
+			"shard's relay), or give the pipelines with --config, one of them with shards: N (README: Shards)")}
+	case shard < 0 || shard >= cfg.Shards:
+		return usageError{fmt.Errorf("--shard %d: with --shards %d, want 0 to %d (or -1 for every shard)", shard, cfg.Shards, cfg.Shards-1)}
+	}
+	cfg.Shard = &shard
+	return nil
 }
 
 // webhookConfig reads the webhook destination's flags: URL, secrets and scheme.
@@ -315,15 +336,49 @@ func warnTrimmedSecrets(log zerolog.Logger, fs *pflag.FlagSet) {
 		Msg("blanks around a webhook secret were trimmed; the secret is used without them")
 }
 
-// tuneGC trades memory for CPU unless the operator chose: a higher GOGC with a soft memory
-// limit measured about 15% less relay CPU at flat RSS.
-func tuneGC() {
+// tuneGC trades memory for CPU unless the operator chose: a higher GOGC (measured about 15%
+// less relay CPU) with a soft memory limit sized from the pipelines' buffer bounds
+// (relay.SoftMemoryLimit), so that full buffers never push the live heap above it, which would
+// make the GC run back to back. Inside a cgroup with a memory limit, the soft limit stays at
+// 90% of it, and a warning says when full buffers may not fit.
+func tuneGC(cfg relay.Config, log zerolog.Logger) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(64 << 20)
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
 	}
+	limit, err := relay.SoftMemoryLimit(cfg)
+	if err != nil {
+		return // relay.Run refuses the configuration with the same error
+	}
+	sized := limit
+	if hard := cgroupMemoryMax(); hard > 0 && limit > hard/10*9 {
+		limit = hard / 10 * 9
+		log.Warn().Int64("wanted_mib", sized>>20).Int64("cgroup_memory_max_mib", hard>>20).
+			Msg("the pipelines' buffers, once full, may not fit in the container's memory: raise its memory limit " +
+				"to the wanted size, or lower max_buffered_bytes (README: Memory)")
+	}
+	debug.SetMemoryLimit(limit)
+	log.Info().Int64("soft_limit_mib", limit>>20).
+		Msg("memory: soft limit sized from the pipelines' buffers (GOMEMLIMIT overrides it)")
+}
+
+// cgroupMemoryMax returns the memory limit of the process's cgroup (v2: memory.max; v1:
+// memory.limit_in_bytes), or 0 when there is none or it cannot be read.
+func cgroupMemoryMax() int64 {
+	for _, path := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || v <= 0 || v >= 1<<60 { // "max", or v1's "no limit"
+			return 0
+		}
+		return v
+	}
+	return 0
 }
 
 // addDeliveryFlags adds the request format, batching, compression and marks flags.

@@ -96,3 +96,24 @@ func TestReshardResumesAfterAnInterruption(t *testing.T) {
 		t.Fatalf("third run: exit %d\n%s", code, out)
 	}
 }
+
+// --shard and --shards of the flag pipeline: --shard needs --shards, an index beyond it and a
+// bad count are usage errors naming the fix, and --shards is a per-pipeline flag with --config.
+func TestFlagShardsUsage(t *testing.T) {
+	env := []string{"DB_DSN=postgres://relay@127.0.0.1:1/app", "WEBHOOK_URL=http://127.0.0.1:1/h", "WEBHOOK_SECRET=s"}
+	file := writeFile(t, "one.yaml", "pipelines:\n  - name: a\n    webhook: {url: \"http://127.0.0.1:1/h\", secret: s}\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--shard", "1"}, "add --shards N"},
+		{[]string{"run", "--shards", "2", "--shard", "2"}, "with --shards 2, want 0 to 1"},
+		{[]string{"run", "--shards", "300"}, "--shards 300: want 1 to 256"},
+		{[]string{"run", "--config", file, "--shards", "2"}, "--shards is a per-pipeline setting"},
+	} {
+		_, stderr, code := execCLI(t, env, c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d naming %q", c.args, code, stderr, exitUsage, c.want)
+		}
+	}
+}

@@ -61,7 +61,7 @@ func PipelineOf(ctx context.Context, db DB, name, slot, publication string) (Pip
 		Scan(&p.ParkedAggregates, &p.FailedEvents, &p.AbandonedEvents); err != nil {
 		return p, fmt.Errorf("count the dead letters of pipeline %q: %w", name, err)
 	}
-	p.Healthy, p.Reason = Report{Slot: p.Slot}.Healthy()
+	p.Healthy, p.Reason = Report{Slot: p.Slot, Server: sv}.Healthy()
 	if p.Healthy && checkPub && !p.PublicationExists {
 		p.Healthy, p.Reason = false, fmt.Sprintf("publication %q does not exist: start `outbox-relay run` (it creates it)", publication)
 	}

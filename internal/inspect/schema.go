@@ -22,7 +22,7 @@ var (
 	coreColumns  = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "status", "retries", "created_at", "processed_at"}
 	laterColumns = []string{"last_error", "headers", "event_sequence"}
 	laterTables  = []string{"outbox_parked_aggregates", "outbox_backfill", "outbox_pipeline_events", "outbox_pipeline_control",
-		"outbox_replays"}
+		"outbox_replays", "outbox_slot_location"}
 )
 
 // CheckSchema checks that the database holds the schema this binary needs: outbox_events with

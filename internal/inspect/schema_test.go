@@ -3,10 +3,12 @@ package inspect_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // Status checks the schema the relay needs, and each way it can be wrong names its own fix.
@@ -17,10 +19,11 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 		fix         string
 	}{
 		{"migrated", "", nil, ""},
-		{"older version", "ALTER TABLE outbox_slots DROP COLUMN publication_oid; DELETE FROM goose_db_version WHERE version_id = 10",
+		{"older version", fmt.Sprintf("DROP TABLE outbox_slot_location; ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at; "+
+			"DELETE FROM goose_db_version WHERE version_id = %d", migrations.Latest()),
 			inspect.ErrNoSchema, "run `outbox-relay migrate`"},
 		{"column renamed by hand", "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", inspect.ErrNoSchema,
-			"event_type missing although goose_db_version records version 10"},
+			fmt.Sprintf("event_type missing although goose_db_version records version %d", migrations.Latest())},
 		{"foreign table", "DROP TABLE goose_db_version; DROP TABLE outbox_events; " +
 			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", inspect.ErrForeignTable, "RENAME TO"},
 	} {

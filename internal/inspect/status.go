@@ -111,6 +111,14 @@ type Server struct {
 	// IdleReplicationSlotTimeout is idle_replication_slot_timeout (PostgreSQL 18+, null before;
 	// "0" is off): an inactive slot older than this is invalidated at a checkpoint.
 	IdleReplicationSlotTimeout *string `json:"idle_replication_slot_timeout"`
+	// ReplicationSlots counts the server's slots (every database and kind) against
+	// MaxReplicationSlots (max_replication_slots); WALSenders its walsender processes against
+	// MaxWALSenders (max_wal_senders). At either limit a missing slot cannot be created, and at
+	// the second an inactive one cannot be streamed.
+	ReplicationSlots    int `json:"replication_slots"`
+	MaxReplicationSlots int `json:"max_replication_slots"`
+	WALSenders          int `json:"wal_senders"`
+	MaxWALSenders       int `json:"max_wal_senders"`
 }
 
 // Pending is the oldest row still marked pending.
@@ -171,7 +179,14 @@ func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 // slot is pending. The reason says what is wrong and what to do, or is "ok".
 func (r Report) Healthy() (bool, string) {
 	s := r.Slot
+	sv := r.Server
 	switch {
+	case !s.Exists && sv.MaxReplicationSlots > 0 && sv.ReplicationSlots >= sv.MaxReplicationSlots:
+		return false, fmt.Sprintf("slot %q does not exist and cannot be created: all replication slots are in use "+
+			"(%d of max_replication_slots = %d): drop a slot nothing uses (SELECT slot_name FROM pg_replication_slots "+
+			"WHERE NOT active), or raise max_replication_slots (and max_wal_senders, %d of %d in use, with it) and restart "+
+			"PostgreSQL; a running relay creates the slot on its own once it can", s.Name, sv.ReplicationSlots,
+			sv.MaxReplicationSlots, sv.WALSenders, sv.MaxWALSenders)
 	case !s.Exists:
 		return false, fmt.Sprintf("slot %q does not exist: start `outbox-relay run` (it creates the slot), "+
 			"or pass the --slot name the relay uses", s.Name)
@@ -194,6 +209,11 @@ func (r Report) Healthy() (bool, string) {
 		return false, fmt.Sprintf("slot %q was invalidated (wal_status lost): the server removed WAL it needed; "+
 			"drop it with SELECT pg_drop_replication_slot('%s'), restart the relay and re-deliver the pending rows",
 			s.Name, s.Name)
+	case !s.Active && sv.MaxWALSenders > 0 && sv.WALSenders >= sv.MaxWALSenders:
+		return false, fmt.Sprintf("slot %q is inactive and cannot be streamed: all WAL senders are in use (%d of "+
+			"max_wal_senders = %d): stop a replication client nothing needs (SELECT pid, application_name FROM "+
+			"pg_stat_replication), or raise max_wal_senders and restart PostgreSQL; a running relay connects on its own "+
+			"once it can", s.Name, sv.WALSenders, sv.MaxWALSenders)
 	case !s.Active:
 		return false, fmt.Sprintf("slot %q is inactive: no process is streaming from it; is `outbox-relay run` up?", s.Name)
 	}
@@ -246,8 +266,11 @@ func readServer(ctx context.Context, db DB) (Server, error) {
 	var sv Server
 	err := db.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int,
 		pg_is_in_recovery(), current_setting('synchronized_standby_slots', true),
-		current_setting('idle_replication_slot_timeout', true)`).Scan(&sv.Version, &sv.VersionNum, &sv.InRecovery,
-		&sv.SynchronizedStandbySlots, &sv.IdleReplicationSlotTimeout)
+		current_setting('idle_replication_slot_timeout', true),
+		(SELECT count(*) FROM pg_replication_slots), current_setting('max_replication_slots')::int,
+		(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'), current_setting('max_wal_senders')::int`).
+		Scan(&sv.Version, &sv.VersionNum, &sv.InRecovery, &sv.SynchronizedStandbySlots, &sv.IdleReplicationSlotTimeout,
+			&sv.ReplicationSlots, &sv.MaxReplicationSlots, &sv.WALSenders, &sv.MaxWALSenders)
 	if err != nil {
 		return sv, fmt.Errorf("read server version: %w", err)
 	}

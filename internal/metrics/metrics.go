@@ -64,6 +64,9 @@ type Metrics struct {
 	SlotRetainedWAL   prometheus.Gauge
 	SlotActive        prometheus.Gauge
 	OutboxRows        *prometheus.GaugeVec
+	// PipelineUp is 1 while the pipeline streams or stands by for another instance, 0 while it
+	// starts, retries its start-up or cannot connect to its slot.
+	PipelineUp prometheus.Gauge
 }
 
 // New creates the series and registers them on reg (nil: nowhere).
@@ -78,6 +81,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		SlotActive: Gauge(reg, "slot_active", "1 when the slot is in use by some process (any instance), polled."),
 		OutboxRows: Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "outbox_rows",
 			Help: "outbox_events rows by status (estimated cheaply), polled."}, []string{"status"})),
+		PipelineUp: Gauge(reg, "pipeline_up", "1 while the pipeline streams from its slot or stands by for another "+
+			"instance; 0 while it starts, retries its start-up (slot, publication, destination) or cannot connect "+
+			"(e.g. max_wal_senders): /readyz and the log say why."),
 	}
 	// The children exist from the start, so every status is listed before the first poll (and
 	// through a Registerer wrapped with a pipeline label, where the vector itself is hidden).

@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
@@ -235,6 +236,19 @@ func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
 			return fmt.Errorf("pgcluster: postgres not ready after 60s: %w\n%s", err, c.LogTail(20))
 		}
 	}
+}
+
+// Set changes a server setting from the next Start on (Restart, or Stop and Start): for the
+// settings only a restart changes, such as max_replication_slots.
+func (c *Cluster) Set(name, value string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	settings := maps.Clone(c.opts.Settings)
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	settings[name] = value
+	c.opts.Settings = settings
 }
 
 // Stop shuts the server down cleanly (fast shutdown) and waits for it to exit.

@@ -1,0 +1,92 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// location is a slot's row in outbox_slot_location (migration 12), kept on the primary: where
+// the slot lives and the move under way, if any (README: Moving decoding between the primary
+// and a standby). No row: the slot lives on the primary and is not moving.
+type location struct {
+	found   bool
+	server  string // "" the primary, else a standby's host:port
+	moving  bool
+	moveTo  string // with moving: the server of the new slot ("" the primary)
+	fence   pglogrepl.LSN
+	reached bool // with moving: the old slot confirmed the fence; it is dropped next
+}
+
+// locationQuerier is a connection or a pool.
+type locationQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func readLocation(ctx context.Context, q locationQuerier, slot string) (location, error) {
+	var l location
+	var fence *string
+	err := q.QueryRow(ctx, `SELECT coalesce(server, ''), coalesce(move_to, ''), move_fence::text, move_reached_at IS NOT NULL
+		FROM outbox_slot_location WHERE slot = $1`, slot).Scan(&l.server, &l.moveTo, &fence, &l.reached)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return location{}, nil
+	case err != nil:
+		return l, fmt.Errorf("read where slot %q lives (outbox_slot_location): %w", slot, err)
+	}
+	l.found = true
+	if fence != nil {
+		l.moving = true
+		if l.fence, err = pglogrepl.ParseLSN(*fence); err != nil {
+			return l, fmt.Errorf("slot %q: move fence %q: %w", slot, *fence, err)
+		}
+	}
+	return l, nil
+}
+
+// setLocation records that slot lives on name ("" the primary), ending any move.
+func setLocation(ctx context.Context, conn *pgx.Conn, slot, name string) error {
+	_, err := conn.Exec(ctx, `INSERT INTO outbox_slot_location (slot, server) VALUES ($1, NULLIF($2, ''))
+		ON CONFLICT (slot) DO UPDATE SET server = excluded.server, move_to = NULL, move_fence = NULL,
+			move_reached_at = NULL, updated_at = now()`, slot, name)
+	if err != nil {
+		return fmt.Errorf("record where slot %q lives: %w", slot, err)
+	}
+	return nil
+}
+
+// startMove records a move of slot from one server to another, fenced at fence.
+func startMove(ctx context.Context, conn *pgx.Conn, slot, from, to string, fence pglogrepl.LSN) error {
+	_, err := conn.Exec(ctx, `INSERT INTO outbox_slot_location (slot, server, move_to, move_fence)
+		VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4::pg_lsn)
+		ON CONFLICT (slot) DO UPDATE SET server = excluded.server, move_to = excluded.move_to,
+			move_fence = excluded.move_fence, move_reached_at = NULL, updated_at = now()`, slot, from, to, fence.String())
+	if err != nil {
+		return fmt.Errorf("record the move of slot %q: %w", slot, err)
+	}
+	return nil
+}
+
+// markReached records that the old slot of slot's move confirmed the fence: from now on it may
+// be dropped, and a missing old slot is no loss.
+func markReached(ctx context.Context, conn *pgx.Conn, slot string) error {
+	_, err := conn.Exec(ctx, `UPDATE outbox_slot_location SET move_reached_at = coalesce(move_reached_at, now()), updated_at = now()
+		WHERE slot = $1 AND move_fence IS NOT NULL`, slot)
+	if err != nil {
+		return fmt.Errorf("record that slot %q reached its move's fence: %w", slot, err)
+	}
+	return nil
+}
+
+// finishMove records that slot's move is done: it lives on the move's new server.
+func finishMove(ctx context.Context, conn *pgx.Conn, slot string) error {
+	_, err := conn.Exec(ctx, `UPDATE outbox_slot_location SET server = move_to, move_to = NULL, move_fence = NULL,
+		move_reached_at = NULL, updated_at = now() WHERE slot = $1 AND move_fence IS NOT NULL AND move_reached_at IS NOT NULL`, slot)
+	if err != nil {
+		return fmt.Errorf("record that slot %q moved: %w", slot, err)
+	}
+	return nil
+}
