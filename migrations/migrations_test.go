@@ -221,9 +221,10 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := connect(t, dsn)
-	// Back to version 10: what a database looks like before migration 11.
-	// Back to version 10: undo 12 (slot location), then 11.
-	for _, q := range []string{`DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
+	// Back to version 10, what a database looks like before migration 11: undo 13 (endpoints),
+	// 12 (slot location), then 11.
+	for _, q := range []string{`DROP TABLE outbox_endpoints`, `ALTER TABLE outbox_events DROP COLUMN tenant_id`,
+		`DELETE FROM goose_db_version WHERE version_id = 13`, `DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
 		`DELETE FROM goose_db_version WHERE version_id = 12`,
 		`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
 		`DELETE FROM goose_db_version WHERE version_id = 11`} {
