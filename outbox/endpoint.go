@@ -55,7 +55,8 @@ type Endpoint struct {
 	// (Event.TenantID). Empty: every tenant's events, and events without a tenant.
 	TenantID string
 	// EventTypes are the patterns of the event types the endpoint receives: "order.created",
-	// "order.*" (every type that starts with "order.") or "*". Empty: "*".
+	// "order.*" (every type that starts with "order.") or "*". Empty on AddEndpoint: "*";
+	// UpdateEndpoint refuses an empty list (it would not widen a subscription by accident).
 	EventTypes []string
 	// AggregateTypes, if set, limits the endpoint to events of these aggregate types. Empty:
 	// every aggregate type.

@@ -33,6 +33,9 @@ func (e Endpoints) newRow(ep Endpoint, now time.Time) (endpoint.Row, string, err
 	default:
 		return r, "", fmt.Errorf("%w: an endpoint is added enabled or paused, not %q", ErrInvalidEndpoint, ep.State)
 	}
+	if len(ep.EventTypes) == 0 {
+		ep.EventTypes = []string{"*"}
+	}
 	if err := applyWritable(&r, ep); err != nil {
 		return r, "", err
 	}
@@ -74,13 +77,12 @@ func (e Endpoints) validate(r *endpoint.Row) error {
 }
 
 // applyWritable copies the fields an application writes from ep into r, with their defaults.
+// Empty event types are left empty (Validate refuses them): only Add reads them as "*", so an
+// update that empties the list never widens the subscription to every type.
 func applyWritable(r *endpoint.Row, ep Endpoint) error {
 	r.URL = ep.URL
 	r.TenantID = ep.TenantID
 	r.EventTypes = dedupe(ep.EventTypes)
-	if len(r.EventTypes) == 0 {
-		r.EventTypes = []string{"*"}
-	}
 	r.AggregateTypes = dedupe(ep.AggregateTypes)
 	if len(r.AggregateTypes) == 0 {
 		r.AggregateTypes = nil

@@ -441,6 +441,7 @@ func TestUpdateEndpoint(t *testing.T) {
 		says   string
 	}{
 		"bad url":       {func(e *outbox.Endpoint) error { e.URL = "nope"; return nil }, outbox.ErrInvalidEndpoint, "malformed"},
+		"no patterns":   {func(e *outbox.Endpoint) error { e.EventTypes = nil; return nil }, outbox.ErrInvalidEndpoint, "event types are empty"},
 		"id":            {func(e *outbox.Endpoint) error { e.ID = "other"; return nil }, outbox.ErrInvalidEndpoint, "id never changes"},
 		"state":         {func(e *outbox.Endpoint) error { e.State = outbox.EndpointPaused; return nil }, outbox.ErrInvalidEndpoint, "PauseEndpoint"},
 		"secret shape":  {func(e *outbox.Endpoint) error { e.Secret = "not-a-whsec-secret"; return nil }, outbox.ErrInvalidEndpoint, "whsec_"},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
@@ -26,23 +27,30 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 		t.Fatal("README has no Configuration section before the webhook contract")
 	}
 	config := readme[start:end]
-	for _, cmd := range newRootCmd().Commands() {
-		if cmd.Hidden || cmd.Name() == "help" {
-			continue
-		}
-		if !strings.Contains(config, "`"+cmd.Name()+"`") && !strings.Contains(config, "outbox-relay "+cmd.Name()) {
-			t.Errorf("README configuration does not mention the %s command", cmd.Name())
-		}
-		cmd.Flags().VisitAll(func(f *pflag.Flag) {
-			if f.Name == "help" {
-				return
+	var check func(cmd *cobra.Command)
+	check = func(cmd *cobra.Command) {
+		for _, sub := range cmd.Commands() {
+			if sub.Hidden || sub.Name() == "help" {
+				continue
 			}
-			if !strings.Contains(config, "`--"+f.Name+"`") {
-				t.Errorf("README configuration lacks `--%s` (%s)", f.Name, cmd.Name())
+			// A subcommand is named with its group: `endpoint add`.
+			name := strings.TrimPrefix(sub.CommandPath(), "outbox-relay ")
+			if !strings.Contains(config, "`"+name+"`") && !strings.Contains(config, "outbox-relay "+name) {
+				t.Errorf("README configuration does not mention the %s command", name)
 			}
-		})
+			sub.Flags().VisitAll(func(f *pflag.Flag) {
+				if f.Name == "help" {
+					return
+				}
+				if !strings.Contains(config, "`--"+f.Name+"`") {
+					t.Errorf("README configuration lacks `--%s` (%s)", f.Name, name)
+				}
+			})
+			check(sub)
+		}
 	}
-	for _, env := range []string{"DB_DSN", "WEBHOOK_URL", "WEBHOOK_SECRET", "WEBHOOK_SECRET_FILE"} {
+	check(newRootCmd())
+	for _, env := range []string{"DB_DSN", "WEBHOOK_URL", "WEBHOOK_SECRET", "WEBHOOK_SECRET_FILE", secretsKeyEnv, secretsKeyFileFlag.env} {
 		if !strings.Contains(config, "`"+env+"`") {
 			t.Errorf("README configuration lacks %s", env)
 		}
