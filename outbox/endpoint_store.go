@@ -86,6 +86,15 @@ func (e Endpoints) Add(ctx context.Context, q Querier, ep Endpoint) (Endpoint, e
 	return res, nil
 }
 
+// Validate checks ep as Add would, without the database (to answer a form before a
+// transaction begins); it does not know whether the id is taken.
+func (e Endpoints) Validate(ep Endpoint) error {
+	if _, _, err := e.newRow(ep, time.Now()); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return nil
+}
+
 // Get returns the endpoint with this id, or ErrEndpointNotFound.
 func (e Endpoints) Get(ctx context.Context, q Querier, id string) (Endpoint, error) {
 	r, _, err := e.read(ctx, q, id, false)

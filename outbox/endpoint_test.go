@@ -101,6 +101,9 @@ func TestAddEndpointRefusesBadInputWithTheReason(t *testing.T) {
 			defer tx.Rollback(ctx)
 			ep := partner("acme")
 			tt.change(&ep)
+			if err := (outbox.Endpoints{}).Validate(ep); !errors.Is(err, outbox.ErrInvalidEndpoint) || !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("Validate: %v, want the reason %q", err, tt.reason)
+			}
 			_, err = outbox.AddEndpoint(ctx, tx, ep)
 			if !errors.Is(err, outbox.ErrInvalidEndpoint) || !strings.Contains(err.Error(), tt.reason) {
 				t.Fatalf("AddEndpoint: %v\nwant ErrInvalidEndpoint with the reason %q", err, tt.reason)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -33,9 +35,10 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 			if sub.Hidden || sub.Name() == "help" {
 				continue
 			}
-			// A subcommand is named with its group: `endpoint add`.
+			// A subcommand is named with its group, and maybe its arguments: `endpoint show ID`.
 			name := strings.TrimPrefix(sub.CommandPath(), "outbox-relay ")
-			if !strings.Contains(config, "`"+name+"`") && !strings.Contains(config, "outbox-relay "+name) {
+			if !strings.Contains(config, "`"+name+"`") && !strings.Contains(config, "`"+name+" ") &&
+				!strings.Contains(config, "outbox-relay "+name) {
 				t.Errorf("README configuration does not mention the %s command", name)
 			}
 			sub.Flags().VisitAll(func(f *pflag.Flag) {
@@ -112,5 +115,21 @@ func TestReadmeSQLRunsOnAMigratedDatabase(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE aggregate_type = 'order'
 		AND event_type = 'order.created' AND status = 'pending'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("after the README's SQL: %d pending order.created events (%v), want 1", n, err)
+	}
+	// The endpoint added by plain SQL is one the relay accepts, enabled again, and the tenant's
+	// event carries its tenant.
+	var doc []byte
+	if err := pool.QueryRow(ctx, `SELECT to_jsonb(e) FROM outbox_endpoints e WHERE id = 'acme'`).Scan(&doc); err != nil {
+		t.Fatalf("the README's endpoint: %v", err)
+	}
+	var r endpoint.Row
+	if err := json.Unmarshal(doc, &r); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Validate(nil); err != nil || r.State != endpoint.Enabled || !r.Subscribed("acme", "invoice.paid", "invoice") {
+		t.Fatalf("the README's endpoint %+v: %v; want a valid enabled endpoint subscribed to acme's invoice.paid", r, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE tenant_id = 'acme'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("after the README's SQL: %d events of tenant acme (%v), want 1", n, err)
 	}
 }
