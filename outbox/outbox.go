@@ -12,6 +12,22 @@
 // An event may carry a dedup key. Enqueueing a key that already exists inserts nothing, returns
 // the existing event's id with ErrDuplicate, and leaves the transaction usable (the insert uses
 // ON CONFLICT DO NOTHING, so no error aborts it).
+//
+// # Endpoints
+//
+// A partner's webhook is a row of outbox_endpoints, which the application writes in the same
+// transaction as the rest of its change (a customer signs up: their endpoint exists if and only
+// if the signup commits). AddEndpoint, UpdateEndpoint, PauseEndpoint, ResumeEndpoint,
+// DisableEndpoint, EnableEndpoint, RotateEndpointSecret and RemoveEndpoint take the same
+// querier as Enqueue; GetEndpoint and ListEndpoints read. Each checks its input first and
+// refuses it with ErrInvalidEndpoint and the reason, writing nothing; a taken id is
+// ErrEndpointExists, without aborting the transaction. An Event's TenantID routes it to its
+// tenant's endpoints.
+//
+// Secrets are generated when not given and returned once (Endpoint.Secret); reads show only a
+// fingerprint. With Endpoints.Sealer set (NewSealer, with the relay's secrets key), every secret
+// is sealed with AES-256-GCM before it reaches the database, so the table, its dumps, its
+// replicas and the WAL hold no signing key in clear.
 package outbox
 
 import (

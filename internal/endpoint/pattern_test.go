@@ -179,3 +179,28 @@ func grammar(p string) bool {
 	}
 	return grammarRE.MatchString(p)
 }
+
+// BenchmarkMatch measures the per-candidate check routing runs for each event: a prefix, an
+// exact and a wildcard pattern against one event type.
+func BenchmarkMatch(b *testing.B) {
+	patterns := []string{"invoice.paid", "order.*", "*"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !MatchAny(patterns, "order.created") {
+			b.Fatal("no match")
+		}
+	}
+}
+
+// BenchmarkSubscribed measures a whole subscription check (tenant, patterns, aggregate types)
+// that does not match until the last pattern.
+func BenchmarkSubscribed(b *testing.B) {
+	r := Row{TenantID: "acme", EventTypes: []string{"invoice.paid", "invoice.*", "customer.*", "order.*"},
+		AggregateTypes: []string{"invoice", "order"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if !r.Subscribed("acme", "order.created", "order") {
+			b.Fatal("no match")
+		}
+	}
+}
