@@ -101,26 +101,34 @@ func endpointStore(cmd *cobra.Command) (*pgx.Conn, outbox.Endpoints, error) {
 	return conn, eps, nil
 }
 
-// loadSealer reads the secrets keys from --secrets-key-file (or its variable), else from
-// OUTBOX_RELAY_SECRETS_KEY; nil when neither is set.
+// loadSealer reads the secrets keys (readSecretsKeys) into a sealer; nil when none is set.
 func loadSealer(fs *pflag.FlagSet) (*outbox.Sealer, error) {
-	text, from := "", ""
-	if path := stringFrom(fs, secretsKeyFileFlag); path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("read the secrets key file: %w", err)}
-		}
-		text, from = string(b), path
-	} else if v := os.Getenv(secretsKeyEnv); v != "" {
-		text, from = v, secretsKeyEnv
-	} else {
-		return nil, nil
+	text, from, err := readSecretsKeys(fs)
+	if err != nil || text == "" {
+		return nil, err
 	}
 	s, err := outbox.NewSealer(text)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "outbox: "))}
 	}
 	return s, nil
+}
+
+// readSecretsKeys returns the secrets keys' text from --secrets-key-file (or its variable),
+// else from OUTBOX_RELAY_SECRETS_KEY, and where it came from; empty when neither is set. The
+// relay's own flag reads them the same way (seal.Parse parses them).
+func readSecretsKeys(fs *pflag.FlagSet) (text, from string, err error) {
+	if path := stringFrom(fs, secretsKeyFileFlag); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", "", usageError{fmt.Errorf("read the secrets key file: %w", err)}
+		}
+		if strings.TrimSpace(string(b)) == "" {
+			return "", "", usageError{fmt.Errorf("%s is empty: put keys of 32 random bytes in base64 in it (openssl rand -base64 32)", path)}
+		}
+		return string(b), path, nil
+	}
+	return os.Getenv(secretsKeyEnv), secretsKeyEnv, nil
 }
 
 // warnClear tells, on stderr, that a secret was stored in clear.
