@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
@@ -67,8 +68,9 @@ type Endpoint struct {
 	// Secret, on AddEndpoint and UpdateEndpoint, is the signing secret to store, in clear (it is
 	// sealed when Endpoints.Sealer is set); empty on AddEndpoint: one is generated. In what the
 	// functions return it is the secret just stored, in clear, for the caller to hand to the
-	// partner once; GetEndpoint and ListEndpoints never fill it.
-	Secret string
+	// partner once; GetEndpoint and ListEndpoints never fill it. It is left out of the JSON
+	// encoding and of String, so logging an Endpoint does not log it.
+	Secret string `json:"-"`
 	// Format of one-event requests: "raw" (the zero value) or "cloudevents". Batches are
 	// CloudEvents batches.
 	Format string
@@ -106,6 +108,15 @@ type Endpoint struct {
 	// CreatedAt and UpdatedAt are the database's times of the insert and the last change.
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// String describes the endpoint in one line, without its secret: fmt's %v and %+v print this.
+func (e Endpoint) String() string {
+	tenant := e.TenantID
+	if tenant == "" {
+		tenant = "every tenant"
+	}
+	return fmt.Sprintf("endpoint %s (%s, %s) %s %v", e.ID, e.State, tenant, e.URL, e.EventTypes)
 }
 
 // EndpointSecret describes one stored secret without revealing it.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,9 @@ func TestAddEndpointStoresEveryField(t *testing.T) {
 	if got.Secret != whsec {
 		t.Fatalf("Add returned the secret %q, want the one stored", got.Secret)
 	}
+	if b, _ := json.Marshal(got); strings.Contains(fmt.Sprintf("%v %+v %s", got, got, b), whsec) {
+		t.Fatal("printing or JSON-encoding the endpoint shows its secret")
+	}
 	read, err := outbox.GetEndpoint(ctx, conn, "acme-prod")
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +162,8 @@ func TestAddEndpointStoresEveryField(t *testing.T) {
 		t.Fatalf("created %v updated %v", read.CreatedAt, read.UpdatedAt)
 	}
 	read.Secrets, read.CreatedAt, read.UpdatedAt = nil, time.Time{}, time.Time{}
-	if fmt.Sprintf("%+v", read) != fmt.Sprintf("%+v", want) {
-		t.Fatalf("stored\n%+v\nwant\n%+v", read, want)
+	if !reflect.DeepEqual(read, want) {
+		t.Fatalf("stored\n%#v\nwant\n%#v", read, want)
 	}
 	var meta string
 	if err := conn.QueryRow(ctx, `SELECT metadata->>'n' FROM outbox_endpoints WHERE id = 'acme-prod'`).Scan(&meta); err != nil || meta != "12345678901234567890" {
