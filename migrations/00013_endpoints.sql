@@ -86,10 +86,11 @@ CREATE TABLE outbox_endpoints (
         OR NOT jsonb_path_exists(secrets, 'lax $[*].secret ? (!(@ starts with "sealed:") && (!(@ like_regex "^[^[:space:][:cntrl:]][^[:cntrl:]]{14,}[^[:space:][:cntrl:]]$") || @ like_regex "^(.{205}){5}"))')),
     CONSTRAINT outbox_endpoints_standard_webhooks_secrets_check CHECK (scheme <> 'standard-webhooks'
         OR NOT jsonb_path_exists(secrets, 'lax $[*].secret ? (!(@ starts with "sealed:") && !(@ like_regex "^whsec_[A-Za-z0-9+/]{22,88}={0,2}$"))')),
+    -- A state's time is set exactly while the endpoint is in it; its reason is optional.
     CONSTRAINT outbox_endpoints_paused_check CHECK ((state = 'paused') = (paused_at IS NOT NULL)
-        AND (paused_at IS NULL) = (paused_reason IS NULL)),
+        AND (state = 'paused' OR paused_reason IS NULL)),
     CONSTRAINT outbox_endpoints_disabled_check CHECK ((state = 'disabled') = (disabled_at IS NOT NULL)
-        AND (disabled_at IS NULL) = (disabled_reason IS NULL))
+        AND (state = 'disabled' OR disabled_reason IS NULL))
 );
 
 -- `outbox-relay endpoint list --tenant T` pages through one tenant's endpoints by id.

@@ -123,6 +123,8 @@ func TestCheckConstraintsAgreeWithValidate(t *testing.T) {
 		{"paused without a time", map[string]string{"state": "paused"}, "paused", false},
 		{"a pause time while enabled", map[string]string{"paused_at": "2026-01-01 00:00:00+00", "paused_reason": "x"}, "paused", false},
 		{"disabled without a time", map[string]string{"state": "disabled", "disabled_reason": "x"}, "disabled", false},
+		{"a pause reason while enabled", map[string]string{"paused_reason": "x"}, "paused", false},
+		{"a disable reason while paused", map[string]string{"state": "paused", "paused_at": "2026-01-01 00:00:00+00", "disabled_reason": "x"}, "disabled", false},
 		{"a disable time while enabled", map[string]string{"disabled_at": "2026-01-01 00:00:00+00", "disabled_reason": "x"}, "disabled", false},
 		{"metadata an array", map[string]string{"metadata": `[1]`}, "metadata", false},
 		{"metadata a string", map[string]string{"metadata": `"x"`}, "metadata", false},

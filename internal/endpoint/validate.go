@@ -256,9 +256,11 @@ func (r *Row) checkState() error {
 	default:
 		return fmt.Errorf("%w: state %q: use enabled, paused or disabled", ErrInvalid, r.State)
 	}
-	if (r.State == Paused) != !r.PausedAt.IsZero() || (r.State == Disabled) != !r.DisabledAt.IsZero() {
-		return fmt.Errorf("%w: state %s disagrees with paused_at/disabled_at: set the time of the state the endpoint is in, "+
-			"and NULL for the other", ErrInvalid, r.State)
+	paused, disabled := r.State == Paused, r.State == Disabled
+	if paused != !r.PausedAt.IsZero() || disabled != !r.DisabledAt.IsZero() ||
+		(!paused && r.PausedReason != "") || (!disabled && r.DisabledReason != "") {
+		return fmt.Errorf("%w: state %s disagrees with paused_at/disabled_at or their reasons: set the time (and "+
+			"optionally the reason) of the state the endpoint is in, and NULL for the other", ErrInvalid, r.State)
 	}
 	return nil
 }

@@ -129,3 +129,18 @@ func TestParseRefusesBadKeys(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOpen opens values read from the table, which come from outside: refused, never a panic.
+func FuzzOpen(f *testing.F) {
+	r, _ := Parse("mG8cZk3mYF1yq0oQb5QhM0m3hXhR9S3Zf2w0lRk6x2U=")
+	good, _ := r.Seal("acme", "topsecret-topsecret")
+	for _, s := range []string{good, "sealed:v1:", "sealed:v1:" + r.ID() + ":", "sealed:v2:x:y", "x"} {
+		f.Add("acme", s)
+	}
+	f.Fuzz(func(t *testing.T, binding, sealed string) {
+		if _, err := r.Open(binding, sealed); err == nil && binding != "acme" {
+			t.Fatalf("a value opened for %q, sealed for acme", binding)
+		}
+		_, _ = ID(sealed)
+	})
+}
