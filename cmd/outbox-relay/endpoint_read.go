@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,7 +60,8 @@ thousands of endpoints in bounded memory. With --json it prints one JSON array, 
 
 // listEndpoints prints the endpoints f selects, at most most (0: all), a page at a time.
 func listEndpoints(ctx context.Context, w io.Writer, conn *pgx.Conn, eps outbox.Endpoints, f outbox.EndpointFilter, most int, asJSON bool) error {
-	out := &endpointLister{w: w, json: asJSON}
+	buf := bufio.NewWriterSize(w, 64<<10) // flushed after each page
+	out := &endpointLister{w: buf, json: asJSON}
 	n := 0
 	for {
 		f.Limit = listPage
@@ -73,9 +75,15 @@ func listEndpoints(ctx context.Context, w io.Writer, conn *pgx.Conn, eps outbox.
 		if err := out.page(page); err != nil {
 			return err
 		}
+		if err := buf.Flush(); err != nil {
+			return err
+		}
 		n += len(page)
 		if len(page) < f.Limit || (most > 0 && n >= most) {
-			return out.end()
+			if err := out.end(); err != nil {
+				return err
+			}
+			return buf.Flush()
 		}
 		f.After = page[len(page)-1].ID
 	}
