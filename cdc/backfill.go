@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // createSlotWithBackfill creates the slot over a replication connection with an exported
@@ -14,11 +16,11 @@ import (
 // consistent point, which the stream will never carry. It reports how many rows it recorded and
 // whether they are in commit order (see backfillOrder). If recording fails, the new slot is
 // dropped again so a retry starts clean.
-func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication string, backfill bool, filter string) (int, bool, error) {
+func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication, s string, backfill bool, filter string) (int, bool, error) {
 	if err := checkSlotRoom(ctx, conn, slot); err != nil {
 		return 0, false, err
 	}
-	if err := holdBackfill(ctx, conn, slot, backfill); err != nil {
+	if err := holdBackfill(ctx, conn, s, slot, backfill); err != nil {
 		return 0, false, err
 	}
 	repl, err := (&Stream{cfg: Config{DSN: dsn}}).connect(ctx)
@@ -39,7 +41,7 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, err
 	}
-	n, err := recordBackfill(ctx, conn, slot, publication, res.SnapshotName, backfill, commitOrder, filter)
+	n, err := recordBackfill(ctx, conn, slot, publication, s, res.SnapshotName, backfill, commitOrder, filter)
 	if err != nil {
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", slot, err)
@@ -52,12 +54,12 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 // transaction: whoever waits for the backfill to be delivered (a reshard's fence, see
 // relay.RecordFence) never sees the new slot without a backfill in the moment between its
 // creation and the recording.
-func holdBackfill(ctx context.Context, conn *pgx.Conn, slot string, backfill bool) error {
+func holdBackfill(ctx context.Context, conn *pgx.Conn, s, slot string, backfill bool) error {
 	if !backfill {
 		return nil
 	}
-	_, err := conn.Exec(ctx, `INSERT INTO outbox_backfill (slot, position, event_id)
-		VALUES ($1, 0, '00000000-0000-0000-0000-000000000000') ON CONFLICT DO NOTHING`, slot)
+	_, err := conn.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_backfill} (slot, position, event_id)
+		VALUES ($1, 0, '00000000-0000-0000-0000-000000000000') ON CONFLICT DO NOTHING`), slot)
 	if err != nil {
 		return fmt.Errorf("record that slot %q will backfill: %w", slot, err)
 	}
@@ -90,7 +92,7 @@ func backfillOrder(commitOrder bool) string {
 	return order
 }
 
-func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snapshot string, backfill, commitOrder bool, filter string) (int, error) {
+func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, s, snapshot string, backfill, commitOrder bool, filter string) (int, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return 0, err
@@ -103,15 +105,15 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snap
 	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
 		return 0, err
 	}
-	if err := recordSlot(ctx, tx, slot, publication, xmin, backfill); err != nil {
+	if err := recordSlot(ctx, tx, s, slot, publication, xmin, backfill); err != nil {
 		return 0, err
 	}
 	var n int64
 	if backfill {
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO outbox_backfill (slot, position, event_id)
+		tag, err := tx.Exec(ctx, schema.SQL(s, `
+			INSERT INTO {outbox_backfill} (slot, position, event_id)
 			SELECT $1, row_number() OVER (ORDER BY `+backfillOrder(commitOrder)+`), id
-			FROM outbox_events WHERE `+pendingWhere(filter), slot)
+			FROM {outbox_events} WHERE `)+pendingWhere(filter), slot)
 		if err != nil {
 			return 0, err
 		}
@@ -123,16 +125,16 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, snap
 // recordSlot records, in tx on the primary, the slot's creation with the xmin of its snapshot
 // (every transaction older than it had ended when the slot was created), and forgets a backfill
 // left by an earlier slot of this name: its rows still pending are in this one's.
-func recordSlot(ctx context.Context, tx pgx.Tx, slot, publication string, xmin int64, backfill bool) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO outbox_slots (slot, created_at, snapshot_xmin, backfill, publication_oid)
+func recordSlot(ctx context.Context, tx pgx.Tx, s, slot, publication string, xmin int64, backfill bool) error {
+	_, err := tx.Exec(ctx, schema.SQL(s, `
+		INSERT INTO {outbox_slots} (slot, created_at, snapshot_xmin, backfill, publication_oid)
 		VALUES ($1, now(), $2, $3, (SELECT oid FROM pg_publication WHERE pubname = $4))
 		ON CONFLICT (slot) DO UPDATE SET created_at = excluded.created_at, snapshot_xmin = excluded.snapshot_xmin,
-			backfill = excluded.backfill, publication_oid = excluded.publication_oid`, slot, xmin, backfill, publication)
+			backfill = excluded.backfill, publication_oid = excluded.publication_oid`), slot, xmin, backfill, publication)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, slot)
+	_, err = tx.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), slot)
 	return err
 }
 

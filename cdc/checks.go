@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // ErrSchema is wrapped when the database's outbox schema is not the one this binary needs: not
@@ -16,10 +17,10 @@ import (
 // outbox_events. The message names the fix.
 var ErrSchema = errors.New("outbox schema does not fit this relay")
 
-// checkSchema runs the check `outbox-relay status` runs (inspect.CheckSchema): the relay's
-// outbox_events, migrated to the version this binary needs.
-func checkSchema(ctx context.Context, conn *pgx.Conn) error {
-	if err := inspect.CheckSchema(ctx, conn); err != nil {
+// checkSchema runs the check `outbox-relay status` runs (inspect.CheckSchema): every table,
+// column and index this binary uses, in the schema named (empty: current_schema()).
+func checkSchema(ctx context.Context, conn *pgx.Conn, name string) error {
+	if err := inspect.CheckSchema(ctx, conn, name); err != nil {
 		if errors.Is(err, inspect.ErrNoSchema) || errors.Is(err, inspect.ErrForeignTable) {
 			return fmt.Errorf("%w: %w", ErrSchema, err)
 		}
@@ -29,30 +30,44 @@ func checkSchema(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // tablePrivileges are the privileges the relay uses, per table, in GRANT order: it reads and
-// marks outbox rows, keeps its own tables, and reads the schema version.
+// marks outbox rows and keeps its own tables. (The version table it reads only for messages,
+// when it may.)
 var tablePrivileges = []struct {
 	table string
 	privs []string
 }{
-	{"outbox_events", []string{"SELECT", "UPDATE"}},
-	{"outbox_parked_aggregates", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-	{"outbox_backfill", []string{"SELECT", "INSERT", "DELETE"}},
-	{"outbox_slots", []string{"SELECT", "INSERT", "UPDATE"}},
-	{"outbox_pipeline_events", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-	{"outbox_pipeline_control", []string{"SELECT", "INSERT", "UPDATE"}},
-	{"outbox_replays", []string{"SELECT", "UPDATE"}},
-	{"outbox_reshard", []string{"SELECT", "UPDATE"}},
-	{"outbox_slot_location", []string{"SELECT", "INSERT", "UPDATE"}},
-	{"goose_db_version", []string{"SELECT"}},
+	{schema.Events, []string{"SELECT", "UPDATE"}},
+	{schema.Parked, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{schema.Backfill, []string{"SELECT", "INSERT", "DELETE"}},
+	{schema.Slots, []string{"SELECT", "INSERT", "UPDATE"}},
+	{schema.PipelineEvents, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{schema.PipelineControl, []string{"SELECT", "INSERT", "UPDATE"}},
+	{schema.Replays, []string{"SELECT", "UPDATE"}},
+	{schema.Reshard, []string{"SELECT", "UPDATE"}},
+	{schema.SlotLocation, []string{"SELECT", "INSERT", "UPDATE"}},
+}
+
+// checkSchemaUsage fails, naming the GRANT statements, when the role lacks USAGE on schema s:
+// then no table of s can even be looked up, so it comes before every check of the tables.
+func checkSchemaUsage(ctx context.Context, conn *pgx.Conn, s string) error {
+	var usage bool
+	if err := conn.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE')`, s).Scan(&usage); err != nil {
+		return fmt.Errorf("check schema privileges: %w", err)
+	}
+	if !usage {
+		return privilegeError(ctx, conn, s, false, nil) // every table's GRANT too: none can be checked
+	}
+	return nil
 }
 
 // checkPrivileges fails, naming the exact GRANT statements, when the role lacks a privilege the
-// relay will use on a table that exists (missing tables are checkSchema's to report).
-func checkPrivileges(ctx context.Context, conn *pgx.Conn) error {
+// relay will use on a table of schema s that exists (missing tables are checkSchema's to
+// report). checkSchemaUsage has run.
+func checkPrivileges(ctx context.Context, conn *pgx.Conn, s string) error {
 	var tables, privs []string
 	for _, t := range tablePrivileges {
 		for _, p := range t.privs {
-			tables, privs = append(tables, t.table), append(privs, p)
+			tables, privs = append(tables, schema.Qualify(s, t.table)), append(privs, p)
 		}
 	}
 	rows, err := conn.Query(ctx, `SELECT r.tbl, r.priv FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(tbl, priv, n)
@@ -71,21 +86,29 @@ func checkPrivileges(ctx context.Context, conn *pgx.Conn) error {
 	if len(missing) == 0 {
 		return nil
 	}
+	return privilegeError(ctx, conn, s, true, missing)
+}
+
+// privilegeError names the GRANT statements for what the role lacks: USAGE on schema s unless
+// usage, and the missing privileges per qualified table (all of tablePrivileges when nil).
+func privilegeError(ctx context.Context, conn *pgx.Conn, s string, usage bool, missing map[string][]string) error {
 	var user string
 	if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&user); err != nil {
 		return fmt.Errorf("read current user: %w", err)
 	}
-	return fmt.Errorf("%w on the outbox tables: run as their owner: %s", ErrNoPrivilege, grants(missing, user))
-}
-
-// grants writes the GRANT statements for missing privileges, in tablePrivileges order.
-func grants(missing map[string][]string, user string) string {
+	role := pgx.Identifier{user}.Sanitize()
 	var stmts []string
+	if !usage {
+		stmts = append(stmts, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s;", schema.Quote(s), role))
+	}
 	for _, t := range tablePrivileges {
-		if p := missing[t.table]; len(p) > 0 {
-			stmts = append(stmts, fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(p, ", "), t.table,
-				pgx.Identifier{user}.Sanitize()))
+		p := t.privs
+		if missing != nil {
+			p = missing[schema.Qualify(s, t.table)]
+		}
+		if len(p) > 0 {
+			stmts = append(stmts, fmt.Sprintf("GRANT %s ON %s TO %s;", strings.Join(p, ", "), schema.Qualify(s, t.table), role))
 		}
 	}
-	return strings.Join(stmts, " ")
+	return fmt.Errorf("%w on the outbox tables: run as their owner: %s", ErrNoPrivilege, strings.Join(stmts, " "))
 }

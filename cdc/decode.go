@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
-// OutboxTable is the table whose inserts become events, in schema OutboxSchema. A table of
-// that name in another schema is ignored, even if the publication carries it.
-const (
-	OutboxTable  = "outbox_events"
-	OutboxSchema = "public"
-)
+// OutboxTable is the table whose inserts become events, in the schema a Decoder is made for. A
+// table of that name in another schema is ignored, even if the publication carries it.
+const OutboxTable = schema.Events
 
 // ErrMalformed wraps every error about bytes that are not valid pgoutput.
 var ErrMalformed = errors.New("malformed pgoutput message")
@@ -25,6 +24,7 @@ var ErrMalformed = errors.New("malformed pgoutput message")
 // it does no I/O, and its only state is the relation cache and the open transaction. Use a new
 // Decoder for each replication connection, since relations are re-sent per connection.
 type Decoder struct {
+	schema    string
 	relations map[uint32]*relation
 	open      *Tx
 }
@@ -39,8 +39,9 @@ type columns struct {
 	id, aggType, aggID, evType, payload, headers, createdAt int
 }
 
-// NewDecoder returns a Decoder with an empty relation cache.
-func NewDecoder() *Decoder { return &Decoder{relations: map[uint32]*relation{}} }
+// NewDecoder returns a Decoder of the inserts into outbox_events of schema s (the namespace the
+// Relation message names), with an empty relation cache.
+func NewDecoder(s string) *Decoder { return &Decoder{schema: s, relations: map[uint32]*relation{}} }
 
 // InTx reports whether a transaction has begun and not yet committed.
 func (d *Decoder) InTx() bool { return d.open != nil }
@@ -117,7 +118,7 @@ func checkRelation(b []byte) error {
 }
 
 func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
-	r := &relation{outbox: m.Namespace == OutboxSchema && m.RelationName == OutboxTable}
+	r := &relation{outbox: m.Namespace == d.schema && m.RelationName == OutboxTable}
 	if r.outbox {
 		cols, err := mapColumns(m)
 		if err != nil {

@@ -59,7 +59,7 @@ func outboxRow(id, agg string) []*string {
 }
 
 func TestDecodeTransaction(t *testing.T) {
-	d := NewDecoder()
+	d := NewDecoder("public")
 	steps := [][]byte{
 		msgRelation(16384, "outbox_events", outboxCols...),
 		msgRelation(16390, "orders", "id"),
@@ -100,7 +100,7 @@ func TestDecodeTransaction(t *testing.T) {
 func TestDecodeColumnsByNameNotPosition(t *testing.T) {
 	// A table whose columns were added in another order (or has more, from later migrations).
 	cols := []string{"headers", "payload", "event_type", "aggregate_id", "aggregate_type", "id", "last_error"}
-	d := NewDecoder()
+	d := NewDecoder("public")
 	mustDecode(t, d, msgRelation(1, "outbox_events", cols...))
 	mustDecode(t, d, msgBegin(10, 1))
 	mustDecode(t, d, msgInsert(1, s(`{"traceparent": "x"}`), s(`[1]`), s("t"), s("agg"), s("typ"), s("id1"), nil))
@@ -126,7 +126,7 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	for name, msgs := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := NewDecoder()
+			d := NewDecoder("public")
 			var err error
 			for _, m := range msgs {
 				if _, err = d.Decode(m); err != nil {
@@ -160,7 +160,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(msgRelation(16384, "outbox_events", outboxCols...))
 	f.Add([]byte{'I', 0, 0, 0x40, 0, 'N', 0xFF, 0xFF})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := NewDecoder()
+		d := NewDecoder("public")
 		_, _ = d.Decode(msgRelation(16384, "outbox_events", outboxCols...))
 		_, _ = d.Decode(msgBegin(100, 1))
 		_, _ = d.Decode(data)
@@ -187,7 +187,7 @@ func msgMessage(transactional bool, prefix, content string) []byte {
 }
 
 func TestDecodeReplayRequest(t *testing.T) {
-	d := NewDecoder()
+	d := NewDecoder("public")
 	mustDecode(t, d, msgRelation(1, "outbox_events", outboxCols...))
 	mustDecode(t, d, msgBegin(10, 1))
 	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[{"type":"order","id":"42"}]}`))
@@ -206,7 +206,7 @@ func TestDecodeReplayRequest(t *testing.T) {
 // A replay --since request names its outbox_replays row and pipeline; a message naming neither
 // aggregates nor a request is ignored.
 func TestDecodeReplaySinceRequest(t *testing.T) {
-	d := NewDecoder()
+	d := NewDecoder("public")
 	mustDecode(t, d, msgRelation(1, "outbox_events", outboxCols...))
 	mustDecode(t, d, msgBegin(10, 1))
 	mustDecode(t, d, msgMessage(true, ReplayPrefix, `{"aggregates":[],"since_request":7,"pipeline":"billing"}`))
@@ -236,7 +236,7 @@ func TestTrackerGrowHoldsTheTransaction(t *testing.T) {
 
 // A table of the outbox's name in another schema, added to the publication, yields no events.
 func TestDecodeIgnoresOutboxTableOfAnotherSchema(t *testing.T) {
-	d := NewDecoder()
+	d := NewDecoder("public")
 	mustDecode(t, d, msgRelationIn(1, "shadow", "outbox_events", outboxCols...))
 	mustDecode(t, d, msgRelation(2, "outbox_events", outboxCols...))
 	mustDecode(t, d, msgBegin(10, 1))
@@ -245,5 +245,20 @@ func TestDecodeIgnoresOutboxTableOfAnotherSchema(t *testing.T) {
 	tx := mustDecode(t, d, msgCommit(10, 20))
 	if len(tx.Events) != 1 || tx.Events[0].ID != "public1" {
 		t.Fatalf("events = %+v, want only public1", tx.Events)
+	}
+}
+
+// The decoder takes the outbox_events of the schema it is made for and no other: with the
+// relay's tables in app, public.outbox_events is someone else's.
+func TestDecodeTakesOnlyItsSchemasOutboxTable(t *testing.T) {
+	d := NewDecoder("app")
+	mustDecode(t, d, msgRelationIn(1, "app", "outbox_events", outboxCols...))
+	mustDecode(t, d, msgRelation(2, "outbox_events", outboxCols...)) // public
+	mustDecode(t, d, msgBegin(10, 1))
+	mustDecode(t, d, msgInsert(2, outboxRow("public1", "1")...))
+	mustDecode(t, d, msgInsert(1, outboxRow("app1", "1")...))
+	tx := mustDecode(t, d, msgCommit(10, 20))
+	if len(tx.Events) != 1 || tx.Events[0].ID != "app1" {
+		t.Fatalf("events = %+v, want only app1", tx.Events)
 	}
 }

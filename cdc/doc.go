@@ -4,8 +4,11 @@
 // # Slot and publication
 //
 // A publication names the tables whose changes are decoded; the relay's publication carries
-// only INSERTs on outbox_events (CREATE PUBLICATION ... FOR TABLE outbox_events WITH (publish =
-// 'insert')). A logical replication slot, decoded with the built-in pgoutput plugin, is the
+// only INSERTs on outbox_events of the relay's schema (CREATE PUBLICATION ... FOR TABLE
+// "app"."outbox_events" WITH (publish = 'insert'); Config.Schema and SetupOptions.Schema name
+// the schema, else the connection's current_schema()). The decoder takes rows of that one
+// table: a table of the same name in another schema yields nothing, even if a publication
+// carries it. A logical replication slot, decoded with the built-in pgoutput plugin, is the
 // server's durable cursor into the WAL: it keeps every WAL segment the relay has not confirmed,
 // and after a restart streaming resumes from its confirmed position. Stream creates both if they
 // are missing and never drops either.

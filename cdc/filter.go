@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // RowFilterVersion is the first server_version_num whose publications take row filters.
@@ -35,7 +37,7 @@ func (e *FilterError) Unwrap() []error { return []error{ErrFilter, e.Err} }
 // filter in PostgreSQL's canonical form (pg_get_expr), which is what a publication stores and
 // what Setup compares. Empty filters are skipped. A missing outbox_events table is left to
 // Setup's own check, which names the fix.
-func ValidateFilters(ctx context.Context, dsn string, filters map[string]string) (map[string]string, error) {
+func ValidateFilters(ctx context.Context, dsn, s string, filters map[string]string) (map[string]string, error) {
 	canon := map[string]string{}
 	hasFilter := false
 	for _, f := range filters {
@@ -52,6 +54,9 @@ func ValidateFilters(ctx context.Context, dsn string, filters map[string]string)
 	if err := checkRowFilterVersion(ctx, conn); err != nil {
 		return nil, err
 	}
+	if s, err = schema.Resolve(ctx, conn, s); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -64,7 +69,7 @@ func ValidateFilters(ctx context.Context, dsn string, filters map[string]string)
 		if _, err := tx.Exec(ctx, "SAVEPOINT f"); err != nil {
 			return nil, err
 		}
-		c, err := canonicalFilter(ctx, tx, f)
+		c, err := canonicalFilter(ctx, tx, s, f)
 		if sqlstate(err) == pgerrcode.UndefinedTable {
 			return canon, nil // Setup's checkOutboxTable says what to do
 		}
@@ -82,15 +87,15 @@ func ValidateFilters(ctx context.Context, dsn string, filters map[string]string)
 	return canon, nil
 }
 
-// canonicalFilter creates a scratch publication with filter f inside tx and reads the filter
-// back as PostgreSQL stores it. The caller rolls back.
-func canonicalFilter(ctx context.Context, tx pgx.Tx, f string) (string, error) {
+// canonicalFilter creates a scratch publication of s's outbox_events with filter f inside tx
+// and reads the filter back as PostgreSQL stores it. The caller rolls back.
+func canonicalFilter(ctx context.Context, tx pgx.Tx, s, f string) (string, error) {
 	const scratch = "outbox_relay_filter_check"
-	if _, err := tx.Exec(ctx, "CREATE PUBLICATION "+scratch+" FOR TABLE "+OutboxSchema+"."+OutboxTable+
+	if _, err := tx.Exec(ctx, "CREATE PUBLICATION "+scratch+" FOR TABLE "+schema.Qualify(s, OutboxTable)+
 		" WHERE ("+f+") WITH (publish = 'insert')"); err != nil {
 		return "", err
 	}
-	c, err := publicationFilter(ctx, tx, scratch)
+	c, err := publicationFilter(ctx, tx, scratch, s)
 	return c, err
 }
 
@@ -99,14 +104,14 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// publicationFilter returns the row filter of outbox_events in publication pub, canonical, or ""
-// when it has none. The server must be 15 or later.
-func publicationFilter(ctx context.Context, q querier, pub string) (string, error) {
+// publicationFilter returns the row filter of s's outbox_events in publication pub, canonical,
+// or "" when it has none. The server must be 15 or later.
+func publicationFilter(ctx context.Context, q querier, pub, s string) (string, error) {
 	var f string
 	err := q.QueryRow(ctx, `
 		SELECT coalesce(pg_get_expr(pr.prqual, pr.prrelid), '')
 		FROM pg_publication p JOIN pg_publication_rel pr ON pr.prpubid = p.oid
-		WHERE p.pubname = $1 AND pr.prrelid = $2::regclass`, pub, OutboxSchema+"."+OutboxTable).Scan(&f)
+		WHERE p.pubname = $1 AND pr.prrelid = $2::regclass`, pub, schema.Qualify(s, OutboxTable)).Scan(&f)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
@@ -136,7 +141,7 @@ func checkRowFilterVersion(ctx context.Context, q querier) error {
 
 // applyFilter makes publication pub's row filter be filter (empty: none), and reports the old
 // and new canonical filters when it changed. A new filter applies to rows committed after it.
-func applyFilter(ctx context.Context, conn *pgx.Conn, pub, filter string) (changed bool, old, now string, err error) {
+func applyFilter(ctx context.Context, conn *pgx.Conn, pub, s, filter string) (changed bool, old, now string, err error) {
 	num, err := serverVersion(ctx, conn)
 	if err != nil {
 		return false, "", "", fmt.Errorf("read server_version_num: %w", err)
@@ -147,7 +152,7 @@ func applyFilter(ctx context.Context, conn *pgx.Conn, pub, filter string) (chang
 		}
 		return false, "", "", nil
 	}
-	if old, err = publicationFilter(ctx, conn, pub); err != nil {
+	if old, err = publicationFilter(ctx, conn, pub, s); err != nil {
 		return false, "", "", err
 	}
 	want := ""
@@ -156,7 +161,7 @@ func applyFilter(ctx context.Context, conn *pgx.Conn, pub, filter string) (chang
 		if err != nil {
 			return false, "", "", err
 		}
-		want, err = canonicalFilter(ctx, tx, filter)
+		want, err = canonicalFilter(ctx, tx, s, filter)
 		_ = tx.Rollback(context.Background())
 		if err != nil {
 			return false, "", "", &FilterError{Pipeline: pub, Filter: filter, Err: err}
@@ -165,7 +170,7 @@ func applyFilter(ctx context.Context, conn *pgx.Conn, pub, filter string) (chang
 	if old == want {
 		return false, old, want, nil
 	}
-	stmt := "ALTER PUBLICATION " + pgx.Identifier{pub}.Sanitize() + " SET TABLE " + OutboxSchema + "." + OutboxTable
+	stmt := "ALTER PUBLICATION " + pgx.Identifier{pub}.Sanitize() + " SET TABLE " + schema.Qualify(s, OutboxTable)
 	if filter != "" {
 		stmt += " WHERE (" + filter + ")"
 	}

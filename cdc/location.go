@@ -7,9 +7,12 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
-// location is a slot's row in outbox_slot_location (migration 12), kept on the primary: where
+// location is a slot's row in outbox_slot_location (migration 12), kept on the primary in the
+// schema of the relay's tables (also for a slot on a standby): where
 // the slot lives and the move under way, if any (README: Moving decoding between the primary
 // and a standby). No row: the slot lives on the primary and is not moving.
 type location struct {
@@ -26,11 +29,11 @@ type locationQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func readLocation(ctx context.Context, q locationQuerier, slot string) (location, error) {
+func readLocation(ctx context.Context, q locationQuerier, s, slot string) (location, error) {
 	var l location
 	var fence *string
-	err := q.QueryRow(ctx, `SELECT coalesce(server, ''), coalesce(move_to, ''), move_fence::text, move_reached_at IS NOT NULL
-		FROM outbox_slot_location WHERE slot = $1`, slot).Scan(&l.server, &l.moveTo, &fence, &l.reached)
+	err := q.QueryRow(ctx, schema.SQL(s, `SELECT coalesce(server, ''), coalesce(move_to, ''), move_fence::text, move_reached_at IS NOT NULL
+		FROM {outbox_slot_location} WHERE slot = $1`), slot).Scan(&l.server, &l.moveTo, &fence, &l.reached)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return location{}, nil
@@ -48,10 +51,10 @@ func readLocation(ctx context.Context, q locationQuerier, slot string) (location
 }
 
 // setLocation records that slot lives on name ("" the primary), ending any move.
-func setLocation(ctx context.Context, conn *pgx.Conn, slot, name string) error {
-	_, err := conn.Exec(ctx, `INSERT INTO outbox_slot_location (slot, server) VALUES ($1, NULLIF($2, ''))
+func setLocation(ctx context.Context, conn *pgx.Conn, s, slot, name string) error {
+	_, err := conn.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_slot_location} (slot, server) VALUES ($1, NULLIF($2, ''))
 		ON CONFLICT (slot) DO UPDATE SET server = excluded.server, move_to = NULL, move_fence = NULL,
-			move_reached_at = NULL, updated_at = now()`, slot, name)
+			move_reached_at = NULL, updated_at = now()`), slot, name)
 	if err != nil {
 		return fmt.Errorf("record where slot %q lives: %w", slot, err)
 	}
@@ -59,11 +62,11 @@ func setLocation(ctx context.Context, conn *pgx.Conn, slot, name string) error {
 }
 
 // startMove records a move of slot from one server to another, fenced at fence.
-func startMove(ctx context.Context, conn *pgx.Conn, slot, from, to string, fence pglogrepl.LSN) error {
-	_, err := conn.Exec(ctx, `INSERT INTO outbox_slot_location (slot, server, move_to, move_fence)
+func startMove(ctx context.Context, conn *pgx.Conn, s, slot, from, to string, fence pglogrepl.LSN) error {
+	_, err := conn.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_slot_location} (slot, server, move_to, move_fence)
 		VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4::pg_lsn)
 		ON CONFLICT (slot) DO UPDATE SET server = excluded.server, move_to = excluded.move_to,
-			move_fence = excluded.move_fence, move_reached_at = NULL, updated_at = now()`, slot, from, to, fence.String())
+			move_fence = excluded.move_fence, move_reached_at = NULL, updated_at = now()`), slot, from, to, fence.String())
 	if err != nil {
 		return fmt.Errorf("record the move of slot %q: %w", slot, err)
 	}
@@ -72,9 +75,10 @@ func startMove(ctx context.Context, conn *pgx.Conn, slot, from, to string, fence
 
 // markReached records that the old slot of slot's move confirmed the fence: from now on it may
 // be dropped, and a missing old slot is no loss.
-func markReached(ctx context.Context, conn *pgx.Conn, slot string) error {
-	_, err := conn.Exec(ctx, `UPDATE outbox_slot_location SET move_reached_at = coalesce(move_reached_at, now()), updated_at = now()
-		WHERE slot = $1 AND move_fence IS NOT NULL`, slot)
+func markReached(ctx context.Context, conn *pgx.Conn, s, slot string) error {
+	_, err := conn.Exec(ctx, schema.SQL(s, `UPDATE {outbox_slot_location}
+		SET move_reached_at = coalesce(move_reached_at, now()), updated_at = now()
+		WHERE slot = $1 AND move_fence IS NOT NULL`), slot)
 	if err != nil {
 		return fmt.Errorf("record that slot %q reached its move's fence: %w", slot, err)
 	}
@@ -82,9 +86,9 @@ func markReached(ctx context.Context, conn *pgx.Conn, slot string) error {
 }
 
 // finishMove records that slot's move is done: it lives on the move's new server.
-func finishMove(ctx context.Context, conn *pgx.Conn, slot string) error {
-	_, err := conn.Exec(ctx, `UPDATE outbox_slot_location SET server = move_to, move_to = NULL, move_fence = NULL,
-		move_reached_at = NULL, updated_at = now() WHERE slot = $1 AND move_fence IS NOT NULL AND move_reached_at IS NOT NULL`, slot)
+func finishMove(ctx context.Context, conn *pgx.Conn, s, slot string) error {
+	_, err := conn.Exec(ctx, schema.SQL(s, `UPDATE {outbox_slot_location} SET server = move_to, move_to = NULL, move_fence = NULL,
+		move_reached_at = NULL, updated_at = now() WHERE slot = $1 AND move_fence IS NOT NULL AND move_reached_at IS NOT NULL`), slot)
 	if err != nil {
 		return fmt.Errorf("record that slot %q moved: %w", slot, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // undefinedObject explains SQLSTATE 42704 (undefined object) from the walsender. The code is
@@ -34,8 +36,8 @@ func (s *Stream) undefinedObject(orig error) error {
 	}
 	var pubThere bool
 	var pending int64
-	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
-		(SELECT count(*) FROM outbox_events WHERE status = 'pending')`, s.cfg.Publication).Scan(&pubThere, &pending)
+	err = conn.QueryRow(ctx, schema.SQL(s.schema, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+		(SELECT count(*) FROM {outbox_events} WHERE status = 'pending')`), s.cfg.Publication).Scan(&pubThere, &pending)
 	if err != nil {
 		return fmt.Errorf("start replication: %w (and looking up the publication failed: %v)", orig, err)
 	}

@@ -31,6 +31,7 @@ type Move struct {
 
 	slot    string
 	primary string // DSN of the primary, which holds the record
+	schema  string // the schema of the relay's tables there, which holds it
 	old     server
 }
 
@@ -77,7 +78,7 @@ func (s *Stream) refreshMove(ctx context.Context) error {
 		return fmt.Errorf("connect to the primary to read the slot's move: %w", err)
 	}
 	defer conn.Close(context.Background())
-	loc, err := readLocation(ctx, conn, s.move.slot)
+	loc, err := readLocation(ctx, conn, s.move.schema, s.move.slot)
 	switch {
 	case err != nil:
 		return err
@@ -111,7 +112,7 @@ func (s *Stream) retireOld(ctx context.Context) error {
 		return fmt.Errorf("connect to the primary to record the slot's move: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if err := markReached(ctx, conn, s.move.slot); err != nil {
+	if err := markReached(ctx, conn, s.move.schema, s.move.slot); err != nil {
 		return err
 	}
 	return s.completeMove(ctx, conn)
@@ -123,7 +124,7 @@ func (s *Stream) completeMove(ctx context.Context, primary *pgx.Conn) error {
 	if err := dropMovedSlot(ctx, m.old, m.slot, true, s.log); err != nil {
 		return err
 	}
-	if err := finishMove(ctx, primary, m.slot); err != nil {
+	if err := finishMove(ctx, primary, m.schema, m.slot); err != nil {
 		return err
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("from", m.From).Str("to", m.To).Str("fence", m.Fence.String()).
@@ -142,7 +143,7 @@ func (s *Stream) oldSlotGone(orig error) error {
 		return fmt.Errorf("start replication: %w (and reading the slot's move failed: %v)", orig, err)
 	}
 	defer conn.Close(context.Background())
-	loc, err := readLocation(ctx, conn, s.move.slot)
+	loc, err := readLocation(ctx, conn, s.move.schema, s.move.slot)
 	switch {
 	case err != nil:
 		return fmt.Errorf("start replication: %w (and reading the slot's move failed: %v)", orig, err)

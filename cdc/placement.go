@@ -32,12 +32,13 @@ type placement struct {
 	tconn      *pgx.Conn // the target's connection: primary itself when the target is the primary
 	inRecovery bool      // the target is a standby
 	slot       string
+	schema     string // of the relay's tables on the primary (Setup resolved it), where the location rows are
 	opts       SetupOptions
 }
 
 // newPlacement connects to the target and checks that it can decode.
-func newPlacement(ctx context.Context, primary *pgx.Conn, dsn, slot string, opts SetupOptions) (*placement, error) {
-	p := &placement{primary: primary, primaryDSN: dsn, target: primaryServer(dsn), tconn: primary, slot: slot, opts: opts}
+func newPlacement(ctx context.Context, primary *pgx.Conn, dsn, slot, s string, opts SetupOptions) (*placement, error) {
+	p := &placement{primary: primary, primaryDSN: dsn, target: primaryServer(dsn), tconn: primary, slot: slot, schema: s, opts: opts}
 	if opts.ReplicationDSN == "" {
 		return p, nil
 	}
@@ -64,7 +65,7 @@ func (p *placement) close() {
 // place returns the move the stream must run before it decodes on the target, or nil when the
 // slot lives on the target (or is to be created there).
 func (p *placement) place(ctx context.Context) (*Move, error) {
-	loc, err := readLocation(ctx, p.primary, p.slot)
+	loc, err := readLocation(ctx, p.primary, p.schema, p.slot)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func (p *placement) settle(ctx context.Context, loc location) (location, error) 
 		if err := dropMovedSlot(ctx, from, p.slot, true, p.opts.Logger); err != nil {
 			return loc, err
 		}
-		if err := finishMove(ctx, p.primary, p.slot); err != nil {
+		if err := finishMove(ctx, p.primary, p.schema, p.slot); err != nil {
 			return loc, err
 		}
 		p.opts.Logger.Info().Str("slot", p.slot).Str("from", from.String()).Str("to", to.String()).
@@ -100,7 +101,7 @@ func (p *placement) settle(ctx context.Context, loc location) (location, error) 
 			return loc, fmt.Errorf("abandon the move of slot %q to %s (the relay is now configured for %s): %w",
 				p.slot, to, p.target, err)
 		}
-		if err := setLocation(ctx, p.primary, p.slot, loc.server); err != nil {
+		if err := setLocation(ctx, p.primary, p.schema, p.slot, loc.server); err != nil {
 			return loc, err
 		}
 		p.opts.Logger.Warn().Str("slot", p.slot).Str("abandoned_to", to.String()).Str("target", p.target.String()).
@@ -123,7 +124,7 @@ func (p *placement) continueMove(ctx context.Context, loc location) (*Move, erro
 	case err != nil:
 		return nil, fmt.Errorf("look up slot %q on %s: %w", p.slot, old, err)
 	case !exists && p.opts.RecreateSlot:
-		return nil, setLocation(ctx, p.primary, p.slot, p.target.name) // the target's slot is recreated with a backfill
+		return nil, setLocation(ctx, p.primary, p.schema, p.slot, p.target.name) // the target's slot is recreated with a backfill
 	case !exists:
 		return nil, brokenMove(p.slot, old, recordedServer(p.primaryDSN, loc.moveTo), loc.fence)
 	case p.opts.RecreateSlot:
@@ -135,7 +136,7 @@ func (p *placement) continueMove(ctx context.Context, loc location) (*Move, erro
 	}
 	if !created {
 		fence = loc.fence
-	} else if err := startMove(ctx, p.primary, p.slot, loc.server, p.target.name, fence); err != nil {
+	} else if err := startMove(ctx, p.primary, p.schema, p.slot, loc.server, p.target.name, fence); err != nil {
 		return nil, err // the new slot was dropped by hand: the move continues to its new start
 	}
 	return p.move(old, fence), nil
@@ -174,7 +175,7 @@ func (p *placement) maybeMove(ctx context.Context, loc location) (*Move, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := startMove(ctx, p.primary, p.slot, loc.server, p.target.name, fence); err != nil {
+	if err := startMove(ctx, p.primary, p.schema, p.slot, loc.server, p.target.name, fence); err != nil {
 		return nil, err
 	}
 	p.opts.Logger.Info().Str("slot", p.slot).Str("from", old.String()).Str("to", p.target.String()).Str("fence", fence.String()).
@@ -183,7 +184,8 @@ func (p *placement) maybeMove(ctx context.Context, loc location) (*Move, error) 
 }
 
 func (p *placement) move(old server, fence pglogrepl.LSN) *Move {
-	return &Move{From: old.String(), To: p.target.String(), Fence: fence, slot: p.slot, primary: p.primaryDSN, old: old}
+	return &Move{From: old.String(), To: p.target.String(), Fence: fence, slot: p.slot, primary: p.primaryDSN, schema: p.schema,
+		old: old}
 }
 
 // dropOld drops the old slot for --recreate-slot: the target's slot is then created with a
@@ -193,7 +195,7 @@ func (p *placement) dropOld(ctx context.Context, oconn *pgx.Conn, old server) er
 		return fmt.Errorf("on %s: %w", old, err)
 	}
 	p.opts.Logger.Warn().Str("slot", p.slot).Str("old_server", old.String()).Msg("old slot dropped to recreate the slot")
-	return setLocation(ctx, p.primary, p.slot, p.target.name)
+	return setLocation(ctx, p.primary, p.schema, p.slot, p.target.name)
 }
 
 // newSlot creates the move's new slot on the target unless it exists, and returns its start
@@ -237,11 +239,11 @@ func (p *placement) withNudge(ctx context.Context, create func() (bool, error)) 
 // recordTarget notes where the slot lives once Setup has it on the target: a slot on a standby
 // always has a row, so that a relay without the replication DSN finds it.
 func (p *placement) recordTarget(ctx context.Context) error {
-	loc, err := readLocation(ctx, p.primary, p.slot)
+	loc, err := readLocation(ctx, p.primary, p.schema, p.slot)
 	if err != nil || loc.server == p.target.name && (loc.found || !p.target.isStandby()) {
 		return err
 	}
-	return setLocation(ctx, p.primary, p.slot, p.target.name)
+	return setLocation(ctx, p.primary, p.schema, p.slot, p.target.name)
 }
 
 // unreachable is the error of an old server that cannot be reached; it is retried (a standby

@@ -4,18 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // Errors that no retry can fix. Each message says what to do.
 var (
 	ErrWalLevel      = errors.New("wal_level is not logical")
-	ErrNoOutboxTable = errors.New("table outbox_events does not exist")
+	ErrNoOutboxTable = schema.ErrNoTable
 	ErrNoReplication = errors.New("role lacks the REPLICATION attribute")
 	ErrSlotInvalid   = errors.New("replication slot was invalidated")
 	ErrSlotMissing   = errors.New("replication slot disappeared")
@@ -32,6 +36,10 @@ var (
 	// ErrRecreateSlot is wrapped when only recreating the slot (SetupOptions.RecreateSlot, with
 	// every other relay on it stopped) recovers.
 	ErrRecreateSlot = errors.New("the slot must be recreated")
+	// ErrPublicationTable is wrapped when the publication exists but does not publish the
+	// outbox_events of the relay's schema: it is another schema's relay's, or was made before the
+	// schema changed.
+	ErrPublicationTable = errors.New("the publication does not publish the relay's outbox_events")
 )
 
 // SetupResult tells what Setup found or created.
@@ -46,6 +54,9 @@ type SetupResult struct {
 	CommitOrder      bool // the backfill is in commit order (track_commit_timestamp = on)
 	// Failover is the slot's PostgreSQL 17 failover option after Setup (failover.go).
 	Failover FailoverResult
+	// Schema is the schema of the relay's tables that Setup checked and published:
+	// SetupOptions.Schema, or the connection's current_schema().
+	Schema string
 	// Move, if set, is a move of the slot from another server of the cluster to the one the
 	// relay is configured for (placement.go): pass it to the stream as Config.Move. Nil: the
 	// slot is decoded where the relay is configured to decode.
@@ -79,6 +90,9 @@ type SetupOptions struct {
 	ReplicationDSN string
 	// Logger receives progress of slow steps; the zero value logs nothing.
 	Logger zerolog.Logger
+	// Schema is the schema of the relay's tables, whose outbox_events the publication carries.
+	// Empty: the connection's current_schema().
+	Schema string
 	// Filter is the publication's row filter, an SQL boolean over outbox_events columns
 	// (PostgreSQL 15+); a publication with another filter is altered to this one, which applies
 	// to rows committed after that. Empty (the default): every row. A backfill records only the
@@ -102,20 +116,30 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 		return res, connectError(err)
 	}
 	defer conn.Close(context.Background())
+	if res.Schema, err = schema.Resolve(ctx, conn, opts.Schema); err != nil {
+		return res, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
+	s := res.Schema
 	// Nothing is created before every check has passed, so a refused start leaves nothing behind.
-	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel, checkOutboxTable, checkReplicationRole,
-		checkPrivileges, checkSchema} {
+	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel,
+		func(ctx context.Context, conn *pgx.Conn) error { return checkSchemaUsage(ctx, conn, s) },
+		func(ctx context.Context, conn *pgx.Conn) error {
+			return inspect.MissingOutboxTable(ctx, conn, opts.Schema, s)
+		},
+		checkReplicationRole,
+		func(ctx context.Context, conn *pgx.Conn) error { return checkPrivileges(ctx, conn, s) },
+		func(ctx context.Context, conn *pgx.Conn) error { return checkSchema(ctx, conn, opts.Schema) }} {
 		if err := check(ctx, conn); err != nil {
 			return res, err
 		}
 	}
-	if res.PublicationCreated, err = ensurePublication(ctx, conn, publication, opts.Filter); err != nil {
+	if res.PublicationCreated, err = ensurePublication(ctx, conn, publication, s, opts.Filter); err != nil {
 		return res, err
 	}
-	if res.FilterChanged, res.OldFilter, res.Filter, err = applyFilter(ctx, conn, publication, opts.Filter); err != nil {
+	if res.FilterChanged, res.OldFilter, res.Filter, err = applyFilter(ctx, conn, publication, s, opts.Filter); err != nil {
 		return res, err
 	}
-	p, err := newPlacement(ctx, conn, dsn, slot, opts)
+	p, err := newPlacement(ctx, conn, dsn, slot, s, opts)
 	if err != nil {
 		return res, err
 	}
@@ -137,7 +161,7 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 // setupSlot makes the slot ready on the target when no move is needed: it recreates a slot that
 // cannot stream, checks an existing one, or creates it with a backfill of the pending rows.
 func setupSlot(ctx context.Context, p *placement, publication string, res *SetupResult) error {
-	if err := recreateIfNeeded(ctx, p.primary, p.tconn, p.slot, publication, p.opts, res); err != nil {
+	if err := recreateIfNeeded(ctx, p.primary, p.tconn, p.slot, publication, p.schema, p.opts, res); err != nil {
 		return err
 	}
 	if err := checkNotSynced(ctx, p.tconn, p.slot); err != nil {
@@ -155,7 +179,7 @@ func setupSlot(ctx context.Context, p *placement, publication string, res *Setup
 			res.Backfill, res.CommitOrder, err = createStandbySlotWithBackfill(ctx, p, publication, backfill)
 		} else {
 			res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, p.primaryDSN, p.primary, p.slot, publication,
-				backfill, p.opts.Filter)
+				p.schema, backfill, p.opts.Filter)
 		}
 		res.SlotCreated = err == nil
 		if sqlstate(err) == pgerrcode.DuplicateObject {
@@ -172,7 +196,7 @@ func setupSlot(ctx context.Context, p *placement, publication string, res *Setup
 // recreateIfNeeded drops slot (on its server, through slotConn) when it cannot stream again:
 // invalidated (with RecreateSlot), or older than the publication Setup just created (primary
 // holds the publication and outbox_slots).
-func recreateIfNeeded(ctx context.Context, primary, slotConn *pgx.Conn, slot, publication string, opts SetupOptions,
+func recreateIfNeeded(ctx context.Context, primary, slotConn *pgx.Conn, slot, publication, s string, opts SetupOptions,
 	res *SetupResult) error {
 	var err error
 	if opts.RecreateSlot {
@@ -183,7 +207,7 @@ func recreateIfNeeded(ctx context.Context, primary, slotConn *pgx.Conn, slot, pu
 	}
 	why := "older than publication " + publication + ", which was missing"
 	if !res.PublicationCreated {
-		replaced, err := publicationReplaced(ctx, primary, slot, publication)
+		replaced, err := publicationReplaced(ctx, primary, slot, publication, s)
 		if err != nil || !replaced {
 			return err
 		}
@@ -206,17 +230,17 @@ func recreateIfNeeded(ctx context.Context, primary, slotConn *pgx.Conn, slot, pu
 // decodes WAL written while it was missing. PostgreSQL 15-17 fail on that WAL for good;
 // PostgreSQL 18 streams on without its rows, so nothing else would notice. A slot recorded
 // without an oid (made before migration 10) adopts the current publication.
-func publicationReplaced(ctx context.Context, conn *pgx.Conn, slot, publication string) (bool, error) {
+func publicationReplaced(ctx context.Context, conn *pgx.Conn, slot, publication, sch string) (bool, error) {
 	var recorded, current *uint32
-	err := conn.QueryRow(ctx, `SELECT s.publication_oid, p.oid FROM outbox_slots s
-		LEFT JOIN pg_publication p ON p.pubname = $2 WHERE s.slot = $1`, slot, publication).Scan(&recorded, &current)
+	err := conn.QueryRow(ctx, schema.SQL(sch, `SELECT s.publication_oid, p.oid FROM {outbox_slots} s
+		LEFT JOIN pg_publication p ON p.pubname = $2 WHERE s.slot = $1`), slot, publication).Scan(&recorded, &current)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || current == nil:
 		return false, nil // not a slot the relay recorded, or no publication to compare
 	case err != nil:
 		return false, fmt.Errorf("read the publication slot %q was created against: %w", slot, err)
 	case recorded == nil:
-		_, err = conn.Exec(ctx, `UPDATE outbox_slots SET publication_oid = $2 WHERE slot = $1 AND publication_oid IS NULL`, slot, *current)
+		_, err = conn.Exec(ctx, schema.SQL(sch, `UPDATE {outbox_slots} SET publication_oid = $2 WHERE slot = $1 AND publication_oid IS NULL`), slot, *current)
 		return false, err
 	}
 	return *recorded != *current, nil
@@ -282,19 +306,6 @@ func checkWalLevel(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-func checkOutboxTable(ctx context.Context, conn *pgx.Conn) error {
-	// Whether it is the relay's table, migrated far enough, is checkSchema's to say.
-	var exists bool
-	err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, OutboxSchema+"."+OutboxTable).Scan(&exists)
-	if err != nil {
-		return fmt.Errorf("look up outbox_events: %w", err)
-	}
-	if !exists {
-		return fmt.Errorf("%w in schema %s of this database: run `outbox-relay migrate` first", ErrNoOutboxTable, OutboxSchema)
-	}
-	return nil
-}
-
 func checkReplicationRole(ctx context.Context, conn *pgx.Conn) error {
 	var user string
 	var ok bool
@@ -310,13 +321,15 @@ func checkReplicationRole(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-func ensurePublication(ctx context.Context, conn *pgx.Conn, name, filter string) (bool, error) {
+// ensurePublication creates publication name for outbox_events of schema s, unless it exists;
+// an existing one must carry that table.
+func ensurePublication(ctx context.Context, conn *pgx.Conn, name, s, filter string) (bool, error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)", name).Scan(&exists); err != nil {
 		return false, fmt.Errorf("look up publication: %w", err)
 	}
 	if exists {
-		return false, nil
+		return false, checkPublicationTable(ctx, conn, name, s)
 	}
 	where := ""
 	if filter != "" {
@@ -324,7 +337,7 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name, filter string)
 		// would make every later UPDATE of the table fail.
 		where = " WHERE (" + filter + ")"
 	}
-	stmt := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize() + " FOR TABLE " + OutboxSchema + "." + OutboxTable +
+	stmt := "CREATE PUBLICATION " + pgx.Identifier{name}.Sanitize() + " FOR TABLE " + schema.Qualify(s, OutboxTable) +
 		where + " WITH (publish = 'insert')"
 	_, err := conn.Exec(ctx, stmt)
 	switch code := sqlstate(err); {
@@ -336,6 +349,33 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name, filter string)
 		return false, fmt.Errorf("%w to create the publication: run `%s` as the owner of outbox_events", ErrNoPrivilege, stmt)
 	}
 	return false, fmt.Errorf("create publication: %w", err)
+}
+
+// checkPublicationTable fails unless publication name publishes s's outbox_events (all tables
+// do): a relay would otherwise stream nothing from it, since its decoder takes only that table.
+func checkPublicationTable(ctx context.Context, conn *pgx.Conn, name, s string) error {
+	table := schema.Qualify(s, OutboxTable)
+	var carries bool
+	var tables []string
+	err := conn.QueryRow(ctx, `SELECT p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel r
+			WHERE r.prpubid = p.oid AND r.prrelid = $2::regclass),
+		coalesce((SELECT array_agg(format('%I.%I', n.nspname, c.relname) ORDER BY 1) FROM pg_publication_rel r
+			JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = p.oid), '{}')
+		FROM pg_publication p WHERE p.pubname = $1`, name, table).Scan(&carries, &tables)
+	if errors.Is(err, pgx.ErrNoRows) || carries {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up the tables of publication %q: %w", name, err)
+	}
+	published := "no table"
+	if len(tables) > 0 {
+		published = strings.Join(tables, ", ")
+	}
+	return fmt.Errorf("%w: publication %q publishes %s, not %s (another schema's relay uses it, or it was made before "+
+		"the schema changed): give this relay a slot and a publication of its own (each schema's relay needs its own), or, if "+
+		"no relay uses it, drop it with DROP PUBLICATION %s: the next start creates it for %s and recreates the slot with "+
+		"a backfill", ErrPublicationTable, name, published, table, pgx.Identifier{name}.Sanitize(), table)
 }
 
 func ensureSlot(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // ErrStandbyUnsupported is returned when --replication-dsn cannot be used as asked.
@@ -65,7 +67,7 @@ func createStandbySlotWithBackfill(ctx context.Context, p *placement, publicatio
 	if err := checkSlotRoom(ctx, p.tconn, p.slot); err != nil {
 		return 0, false, err
 	}
-	if err := holdBackfill(ctx, p.primary, p.slot, backfill); err != nil {
+	if err := holdBackfill(ctx, p.primary, p.schema, p.slot, backfill); err != nil {
 		return 0, false, err
 	}
 	cfg, err := p.target.pgconnConfig()
@@ -124,17 +126,19 @@ func recordStandbyBackfill(ctx context.Context, p *placement, publication, snaps
 		return 0, false, err
 	}
 	defer ptx.Rollback(context.Background())
-	if err := recordSlot(ctx, ptx, p.slot, publication, xmin, backfill); err != nil {
+	if err := recordSlot(ctx, ptx, p.schema, p.slot, publication, xmin, backfill); err != nil {
 		return 0, false, err
 	}
 	var n int64
 	if backfill {
-		rows, err := stx.Query(ctx, `SELECT id FROM outbox_events WHERE `+pendingWhere(p.opts.Filter)+` ORDER BY `+backfillOrder(commitOrder))
+		// The standby is a physical copy: the relay's tables are in the same schema there.
+		rows, err := stx.Query(ctx, schema.SQL(p.schema, `SELECT id FROM {outbox_events} WHERE `)+pendingWhere(p.opts.Filter)+
+			` ORDER BY `+backfillOrder(commitOrder))
 		if err != nil {
 			return 0, false, err
 		}
 		src := &backfillRows{rows: rows, slot: p.slot}
-		if n, err = ptx.CopyFrom(ctx, pgx.Identifier{"outbox_backfill"}, []string{"slot", "position", "event_id"}, src); err != nil {
+		if n, err = ptx.CopyFrom(ctx, pgx.Identifier{p.schema, schema.Backfill}, []string{"slot", "position", "event_id"}, src); err != nil {
 			return 0, false, err
 		}
 	}

@@ -25,6 +25,10 @@ type Config struct {
 	DSN         string
 	Slot        string
 	Publication string
+	// Schema is the schema whose outbox_events the stream decodes; inserts into a table of that
+	// name in another schema are ignored. If empty, the replication connection's
+	// current_schema(), read at each connect.
+	Schema string
 	// StatusInterval is the longest gap between standby status updates. If zero, it is a third
 	// of the server's wal_sender_timeout, at most 10s.
 	StatusInterval time.Duration
@@ -87,6 +91,7 @@ type Stream struct {
 	since     time.Time     // the current session started streaming; zero if it has not
 	streaming atomic.Bool
 	pubLost   atomic.Bool // see PublicationLost
+	schema    string      // the schema decoded: Config.Schema, or the last session's current_schema()
 
 	mu         sync.Mutex // guards waitErr and standingBy, which State reads
 	waitErr    error
@@ -210,7 +215,7 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Msg("replication stream cannot be decoded; stopping")
 		return 0, err
 	case errors.Is(err, ErrSlotInvalid), errors.Is(err, ErrSlotMissing), errors.Is(err, ErrNoPrivilege),
-		errors.Is(err, ErrNoReplication), errors.Is(err, ErrBadDSN), errors.Is(err, ErrMoveBroken):
+		errors.Is(err, ErrNoReplication), errors.Is(err, ErrBadDSN), errors.Is(err, ErrSchema), errors.Is(err, ErrMoveBroken):
 		return 0, err
 	}
 	s.m.Reconnects.Inc()
@@ -288,7 +293,7 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 	s.setStreaming(true)
 	s.sessions++
 	s.since = time.Now()
-	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(), interval: set.interval, session: s.sessions,
+	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(s.schema), interval: set.interval, session: s.sessions,
 		started: set.started, quiet: silence{timeout: set.timeout}, fence: tgt.fence}
 	return l.run(ctx, drained)
 }
@@ -319,9 +324,10 @@ type settings struct {
 	started  time.Time     // the server's clock as the session starts
 }
 
-// sessionSettings reads wal_sender_timeout and the server's clock, and derives the settings.
+// sessionSettings reads wal_sender_timeout, the server's clock and, unless Config.Schema names
+// it, the schema to decode, and derives the settings.
 func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (settings, error) {
-	res, err := conn.Exec(ctx, `SELECT setting, (extract(epoch FROM now()) * 1000000)::bigint
+	res, err := conn.Exec(ctx, `SELECT setting, (extract(epoch FROM now()) * 1000000)::bigint, coalesce(current_schema(), '')
 		FROM pg_settings WHERE name = 'wal_sender_timeout'`).ReadAll()
 	if err != nil {
 		return settings{}, fmt.Errorf("read wal_sender_timeout: %w", err)
@@ -329,6 +335,9 @@ func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (sett
 	set := settings{interval: 10 * time.Second, timeout: s.cfg.ReplicationTimeout, started: time.Now()}
 	if len(res) == 1 && len(res[0].Rows) == 1 {
 		row := res[0].Rows[0]
+		if s.schema = s.cfg.Schema; s.schema == "" {
+			s.schema = string(row[2])
+		}
 		if ms, err := strconv.Atoi(string(row[0])); err == nil && ms > 0 {
 			walSenderTimeout := time.Duration(ms) * time.Millisecond
 			set.interval = min(set.interval, walSenderTimeout/3)
@@ -337,6 +346,10 @@ func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (sett
 		if us, err := strconv.ParseInt(string(row[1]), 10, 64); err == nil {
 			set.started = time.UnixMicro(us)
 		}
+	}
+	if s.schema == "" {
+		return set, fmt.Errorf("%w: the replication connection has no current_schema() (its search_path names no schema "+
+			"that exists): name the schema of the relay's tables (Config.Schema), or fix the role's search_path", ErrSchema)
 	}
 	set.timeout = cmp.Or(set.timeout, DefaultReplicationTimeout)
 	if s.cfg.StatusInterval > 0 {

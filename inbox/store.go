@@ -10,7 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // queries are the inbox's statements for one table name. Every argument is a uuid.UUID, a
@@ -36,17 +37,12 @@ type queries struct {
 	pruneBatch    string
 }
 
-// tableName is inbox_events in schema, quoted, or unqualified (search_path decides) when schema
+// tableName is inbox_events in schema s, quoted, or unqualified (search_path decides) when s
 // is empty.
-func tableName(schema string) string {
-	if schema == "" {
-		return "inbox_events"
-	}
-	return pgx.Identifier{schema, "inbox_events"}.Sanitize()
-}
+func tableName(s string) string { return schema.Qualify(s, schema.Inbox) }
 
-func newQueries(schema string) queries {
-	t := tableName(schema)
+func newQueries(s string) queries {
+	t := tableName(s)
 	return queries{
 		table: t,
 		insertEvent: `INSERT INTO ` + t + ` (id, handler_status, payload, signature)
@@ -64,11 +60,11 @@ func newQueries(schema string) queries {
 }
 
 // missingTable says which table is missing, and where it was looked for.
-func missingTable(schema string) string {
-	if schema == "" {
+func missingTable(s string) string {
+	if s == "" {
 		return "table inbox_events does not exist in any schema of search_path (no Schema set)"
 	}
-	return fmt.Sprintf("table %s does not exist (Schema %q)", tableName(schema), schema)
+	return fmt.Sprintf("table %s does not exist (Schema %q)", tableName(s), s)
 }
 
 // nullable turns an empty signature (a broker message has none) into NULL.

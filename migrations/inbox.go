@@ -10,13 +10,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
-	"github.com/pressly/goose/v3/lock"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // InboxHistoryTable is where UpInbox records the inbox set's versions, in the inbox's schema:
 // its own table, so that neither the relay's history nor an application's goose_db_version is
 // ever read or written by it.
-const InboxHistoryTable = "outbox_relay_inbox_schema"
+const InboxHistoryTable = schema.InboxVersionTable
 
 // inboxMigration is one version of the inbox set. The set is written in Go, not as SQL files,
 // because its statements name the schema explicitly (a consumer's Schema need not be on its
@@ -24,8 +25,8 @@ const InboxHistoryTable = "outbox_relay_inbox_schema"
 type inboxMigration struct {
 	version int64
 	name    string
-	tx      func(ctx context.Context, tx *sql.Tx, schema string) error // in a transaction
-	db      func(ctx context.Context, db *sql.DB, schema string) error // or outside one
+	tx      func(ctx context.Context, tx *sql.Tx, s string) error // in a transaction, in schema s
+	db      func(ctx context.Context, db *sql.DB, s string) error // or outside one
 }
 
 // inboxSet is the inbox's migration set: what a consumer's database needs, nothing of the
@@ -37,22 +38,36 @@ var inboxSet = []inboxMigration{
 	{version: 2, name: "inbox_prune_index", db: createPruneIndex},
 }
 
-// inboxEventsColumns are inbox_events' columns as the relay's 00001 creates them, in
-// format_type's spelling: the shape an existing table must have to be adopted.
-var inboxEventsColumns = []struct{ name, typ string }{
-	{"id", "uuid"},
-	{"received_at", "timestamp with time zone"},
-	{"processed_at", "timestamp with time zone"},
-	{"handler_status", "text"},
-	{"payload", "jsonb"},
-	{"signature", "text"},
+// inboxColumnTypes are the types of inbox_events' columns as the relay's 00001 creates them, in
+// format_type's spelling; the columns themselves are schema.Tables' (inboxEventsColumns).
+var inboxColumnTypes = map[string]string{
+	"id":             "uuid",
+	"received_at":    "timestamp with time zone",
+	"processed_at":   "timestamp with time zone",
+	"handler_status": "text",
+	"payload":        "jsonb",
+	"signature":      "text",
+}
+
+type inboxColumn struct{ name, typ string }
+
+// inboxEventsColumns are inbox_events' columns as the relay's 00001 creates them
+// (schema.FirstColumns), with their types: the shape an existing table must have to be
+// adopted. A column without a type in inboxColumnTypes has typ "" and fails the check, and
+// TestInboxColumnTypes, until it is given one.
+func inboxEventsColumns() []inboxColumn {
+	var cols []inboxColumn
+	for _, name := range schema.FirstColumns(schema.Inbox) {
+		cols = append(cols, inboxColumn{name, inboxColumnTypes[name]})
+	}
+	return cols
 }
 
 // createInboxEvents is version 1: inbox_events exactly as the relay's 00001 creates it (the
 // same columns, defaults and index name), IF NOT EXISTS so that a table 00001 made is adopted
 // with its rows; UpInbox has checked its shape beforehand.
-func createInboxEvents(ctx context.Context, tx *sql.Tx, schema string) error {
-	t := qualified(schema, "inbox_events")
+func createInboxEvents(ctx context.Context, tx *sql.Tx, s string) error {
+	t := qualified(s, schema.Inbox)
 	for _, q := range []string{
 		`CREATE TABLE IF NOT EXISTS ` + t + ` (
     id             uuid PRIMARY KEY,
@@ -80,21 +95,21 @@ const pruneIndex = "idx_inbox_done_received"
 // CONCURRENTLY: deliveries go on, and the build waits for transactions already running to end.
 // A build that was interrupted leaves an invalid index of that name, which IF NOT EXISTS would
 // keep: it is dropped and built again.
-func createPruneIndex(ctx context.Context, db *sql.DB, schema string) error {
+func createPruneIndex(ctx context.Context, db *sql.DB, s string) error {
 	var invalid bool
 	err := db.QueryRowContext(ctx, `SELECT NOT i.indisvalid FROM pg_index i
 		JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2`, schema, pruneIndex).Scan(&invalid)
+		WHERE n.nspname = $1 AND c.relname = $2`, s, pruneIndex).Scan(&invalid)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
 	if invalid {
-		if _, err := db.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+qualified(schema, pruneIndex)); err != nil {
+		if _, err := db.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+qualified(s, pruneIndex)); err != nil {
 			return err
 		}
 	}
 	_, err = db.ExecContext(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+pgx.Identifier{pruneIndex}.Sanitize()+
-		` ON `+qualified(schema, "inbox_events")+` (received_at) WHERE handler_status = 'done'`)
+		` ON `+qualified(s, schema.Inbox)+` (received_at) WHERE handler_status = 'done'`)
 	return err
 }
 
@@ -112,26 +127,26 @@ func InboxLatest() int64 { return inboxSet[len(inboxSet)-1].version }
 // rows: version 1 adopts it, after checking it has the relay's columns. A table of that name
 // with other columns is refused, and nothing is changed.
 func UpInbox(ctx context.Context, db *sql.DB, schema string) ([]Result, error) {
-	schema, err := resolveSchema(ctx, db, schema)
+	s, err := resolveSchema(ctx, db, schema)
 	if err != nil {
 		return nil, err
 	}
-	applied, err := inboxApplied(ctx, db, schema)
+	applied, err := inboxApplied(ctx, db, s)
 	if err != nil {
 		return nil, err
 	}
 	if applied == 0 {
-		if err := checkAdoptable(ctx, db, schema); err != nil {
+		if err := checkAdoptable(ctx, db, s); err != nil {
 			return nil, err
 		}
 	}
-	p, err := inboxProvider(db, schema)
+	p, err := inboxProvider(db, s)
 	if err != nil {
 		return nil, err
 	}
 	results, err := p.Up(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("migrate the inbox in schema %s: %w", schema, err)
+		return nil, fmt.Errorf("migrate the inbox in schema %s: %w", s, err)
 	}
 	out := make([]Result, 0, len(results))
 	for _, r := range results {
@@ -150,10 +165,10 @@ func inboxSource(version int64) string {
 	return fmt.Sprintf("inbox/%05d", version)
 }
 
-// resolveSchema returns schema, or current_schema() when it is empty, after checking the
+// resolveSchema returns name, or current_schema() when it is empty, after checking the
 // schema exists.
-func resolveSchema(ctx context.Context, db *sql.DB, schema string) (string, error) {
-	if schema == "" {
+func resolveSchema(ctx context.Context, db *sql.DB, name string) (string, error) {
+	if name == "" {
 		var cur sql.NullString
 		if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&cur); err != nil {
 			return "", fmt.Errorf("migrate the inbox: read current_schema(): %w", err)
@@ -165,14 +180,14 @@ func resolveSchema(ctx context.Context, db *sql.DB, schema string) (string, erro
 		return cur.String, nil
 	}
 	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
-		return "", fmt.Errorf("migrate the inbox: look up schema %s: %w", schema, err)
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("migrate the inbox: look up schema %s: %w", name, err)
 	}
 	if !exists {
 		return "", fmt.Errorf("migrate the inbox: schema %q does not exist: create it (CREATE SCHEMA %s) or name an existing one",
-			schema, pgx.Identifier{schema}.Sanitize())
+			name, schema.Quote(name))
 	}
-	return schema, nil
+	return name, nil
 }
 
 // InboxApplied returns the highest inbox version recorded in schema's InboxHistoryTable (the
@@ -193,14 +208,14 @@ func InboxApplied(ctx context.Context, q Querier, schema string) (int64, error) 
 	return v, nil
 }
 
-func inboxApplied(ctx context.Context, db *sql.DB, schema string) (int64, error) {
-	return InboxApplied(ctx, sqlQuerier{db}, schema)
+func inboxApplied(ctx context.Context, db *sql.DB, s string) (int64, error) {
+	return InboxApplied(ctx, sqlQuerier{db}, s)
 }
 
 // checkAdoptable refuses an inbox_events that the inbox set has not recorded and whose shape
 // is not the relay's: another application's table, which version 1 would otherwise adopt.
-func checkAdoptable(ctx context.Context, db *sql.DB, schema string) error {
-	table := qualified(schema, "inbox_events")
+func checkAdoptable(ctx context.Context, db *sql.DB, s string) error {
+	table := qualified(s, schema.Inbox)
 	var exists bool
 	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
 		return fmt.Errorf("look up %s: %w", table, err)
@@ -238,7 +253,7 @@ func inboxShapeProblems(ctx context.Context, db *sql.DB, table string) ([]string
 		return nil, fmt.Errorf("read the columns of %s: %w", table, err)
 	}
 	var problems []string
-	for _, c := range inboxEventsColumns {
+	for _, c := range inboxEventsColumns() {
 		switch typ, ok := have[c.name]; {
 		case !ok:
 			problems = append(problems, "no column "+c.name)
@@ -260,35 +275,30 @@ func inboxShapeProblems(ctx context.Context, db *sql.DB, table string) ([]string
 	return problems, nil
 }
 
-func inboxProvider(db *sql.DB, schema string) (*goose.Provider, error) {
-	// The same lock id as Up (goose's default): the two sets never migrate one database at
-	// once, so 00001 and the inbox's version 1 never race to create inbox_events. Probed every
-	// second rather than goose's five, for up to the same five minutes.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lock.DefaultLockID), lock.WithLockTimeout(1, 300))
-	if err != nil {
-		return nil, fmt.Errorf("migrate the inbox: %w", err)
-	}
-	store, err := database.NewStore(database.DialectPostgres, qualified(schema, InboxHistoryTable))
+func inboxProvider(db *sql.DB, s string) (*goose.Provider, error) {
+	store, err := database.NewStore(database.DialectPostgres, qualified(s, InboxHistoryTable))
 	if err != nil {
 		return nil, fmt.Errorf("migrate the inbox: %w", err)
 	}
 	ms := make([]*goose.Migration, 0, len(inboxSet))
 	for _, m := range inboxSet {
-		ms = append(ms, goose.NewGoMigration(m.version, m.goFunc(schema), nil))
+		ms = append(ms, goose.NewGoMigration(m.version, m.goFunc(s), nil))
 	}
+	// The relay's lock (UpWith's): the two sets never migrate one database at once, so 00001
+	// and the inbox's version 1 never race to create inbox_events.
 	p, err := goose.NewProvider(goose.DialectCustom, db, nil, goose.WithStore(historyStore{store}),
-		goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(ms...))
+		goose.WithSessionLocker(sessionLock{}), goose.WithDisableGlobalRegistry(true), goose.WithGoMigrations(ms...))
 	if err != nil {
 		return nil, fmt.Errorf("migrate the inbox: %w", err)
 	}
 	return p, nil
 }
 
-func (m inboxMigration) goFunc(schema string) *goose.GoFunc {
+func (m inboxMigration) goFunc(s string) *goose.GoFunc {
 	if m.tx != nil {
-		return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error { return m.tx(ctx, tx, schema) }}
+		return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error { return m.tx(ctx, tx, s) }}
 	}
-	return &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error { return m.db(ctx, db, schema) }}
+	return &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error { return m.db(ctx, db, s) }}
 }
 
 // historyStore is goose's PostgreSQL store under a schema-qualified, quoted table name. goose
@@ -304,11 +314,39 @@ func (s historyStore) TableExists(ctx context.Context, db database.DBTxConn) (bo
 	return exists, err
 }
 
-// qualified quotes schema and name as one identifier, "app"."inbox_events", or only the name
-// when schema is empty, which search_path then resolves.
-func qualified(schema, name string) string {
-	if schema == "" {
-		return pgx.Identifier{name}.Sanitize()
+// qualified is schema.Qualify for names that are not tables of schema.Tables (the history
+// table, an index) as well as for those that are: "app"."inbox_events", or only the name when
+// s is empty, which search_path then resolves.
+func qualified(s, name string) string { return schema.Qualify(s, name) }
+
+// sessionLock is lockKey as goose's session lock of the inbox set: goose takes it on the
+// connection it migrates with and releases it there, so the lock spans the whole set, as
+// UpWith's spans the relay's. It waits for another migrate as long as ctx allows, polling as
+// UpWith does (waitLock).
+type sessionLock struct{}
+
+// SessionLock implements lock.SessionLocker.
+func (sessionLock) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	err := waitLock(ctx, func(ctx context.Context) (bool, error) {
+		var ok bool
+		err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", int64(lockKey)).Scan(&ok)
+		return ok, err
+	})
+	if err != nil {
+		return fmt.Errorf("take the migration lock: %w", err)
 	}
-	return pgx.Identifier{schema, name}.Sanitize()
+	return nil
+}
+
+// SessionUnlock implements lock.SessionLocker.
+func (sessionLock) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", int64(lockKey))
+	return err
+}
+
+// sqlQuerier lets InboxApplied read through database/sql.
+type sqlQuerier struct{ db *sql.DB }
+
+func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return q.db.QueryRowContext(ctx, query, args...)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -144,7 +145,7 @@ func TestUpInboxAfterUp(t *testing.T) {
 	}
 	conn := connect(t, dsn)
 	insertInboxRows(t, conn, 3)
-	relayHistory := gooseHistory(t, conn)
+	relayHistory := gooseRows(t, conn, "outbox_relay_schema")
 
 	if got := upInbox(t, openDB(t, dsn), ""); !slices.Equal(got, []int64{1, 2}) {
 		t.Fatalf("applied %v, want [1 2]", got)
@@ -155,7 +156,7 @@ func TestUpInboxAfterUp(t *testing.T) {
 	if got := inboxIndexes(t, conn, "public"); !slices.Equal(got, wantInboxIndexes) {
 		t.Fatalf("indexes %v, want %v", got, wantInboxIndexes)
 	}
-	if got := gooseHistory(t, conn); got != relayHistory {
+	if got := gooseRows(t, conn, "outbox_relay_schema"); !slices.Equal(got, relayHistory) {
 		t.Fatalf("the relay's history changed:\n%s\nwas\n%s", got, relayHistory)
 	}
 	if res, err := migrations.Up(ctx, dsn); err != nil || len(res) != 0 {
@@ -309,10 +310,106 @@ func TestUpRefusesAForeignInboxTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := migrations.Up(context.Background(), dsn)
-	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), "ALTER TABLE inbox_events RENAME") {
+	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), `ALTER TABLE "public"."inbox_events" RENAME TO inbox_events_old`) {
 		t.Fatalf("Up over a foreign inbox_events: %v; want ErrConflict naming the way out", err)
 	}
 	if got := tables(t, conn, "public"); !slices.Equal(got, []string{"inbox_events"}) {
 		t.Fatalf("a refused migrate left tables %v", got)
 	}
+}
+
+// The inbox set waits for the relay's migrate on the same database, and so never runs beside
+// it (one lock for both sets): held mid-run by migration 11, whose index build waits for a
+// writer, the lock keeps UpInbox from starting until the relay's migrate has finished; then
+// both complete. (With a lock of its own, UpInbox would take it at once and apply its version
+// 1.) Waiting for the lock must not hold a snapshot either, or the index build would wait
+// for the waiting migrate in turn: TestConcurrentUpAppliesEachVersionOnce and
+// TestConcurrentUpInboxAndUp hang then.
+func TestUpInboxWaitsForUp(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	backToVersion10(t, conn) // so that the next Up builds migration 11's indexes
+	writer := connect(t, dsn)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+		VALUES ('order', '1', 'order.created', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	upDone := make(chan error, 1)
+	go func() { _, err := migrations.Up(ctx, dsn); upDone <- err }()
+	waitForSQL(t, conn, "the relay's index build waiting for the writer",
+		`SELECT count(*) > 0 FROM pg_stat_progress_create_index WHERE phase LIKE 'waiting for writers%'`)
+
+	type inboxResult struct {
+		applied []migrations.Result
+		err     error
+	}
+	inboxDone := make(chan inboxResult, 1)
+	go func() {
+		r, err := migrations.UpInbox(ctx, openDB(t, dsn+"&application_name=upinbox"), "")
+		inboxDone <- inboxResult{r, err}
+	}()
+	// Refused the lock at least twice: two tries, each a statement of its own.
+	var starts []time.Time
+	waitFor(t, "UpInbox refused the migration lock twice", func() bool {
+		var start *time.Time
+		err := conn.QueryRow(ctx, `SELECT max(query_start) FROM pg_stat_activity
+			WHERE application_name = 'upinbox' AND query LIKE '%pg_try_advisory_lock%'`).Scan(&start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if start != nil && !slices.Contains(starts, *start) {
+			starts = append(starts, *start)
+		}
+		return len(starts) >= 2
+	})
+	if v, err := migrations.InboxApplied(ctx, conn, "public"); err != nil || v != 0 {
+		t.Fatalf("UpInbox applied version %d (%v) while the relay's migrate held the lock", v, err)
+	}
+	select {
+	case r := <-inboxDone:
+		t.Fatalf("UpInbox returned while the relay's migrate held the lock: %v, %v", r.applied, r.err)
+	default:
+	}
+
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-upDone; err != nil {
+		t.Fatalf("the relay's migrate: %v", err)
+	}
+	r := <-inboxDone
+	if r.err != nil || len(r.applied) != 2 {
+		t.Fatalf("UpInbox after the relay's migrate: %v, %v; want versions 1 and 2", r.applied, r.err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitForSQL(t *testing.T, conn *pgx.Conn, what, query string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		var ok bool
+		if err := conn.QueryRow(context.Background(), query).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
 }

@@ -68,7 +68,7 @@ func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
 	}
 	conn := connect(t, dsn)
 	var versions int
-	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0").Scan(&versions); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT version_id) FROM outbox_relay_schema WHERE version_id > 0").Scan(&versions); err != nil {
 		t.Fatal(err)
 	}
 	if total != versions {
@@ -180,16 +180,16 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 	}
 	_, err = migrations.Up(ctx, dsn)
 	t.Log(err)
-	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), "ALTER TABLE outbox_events RENAME") {
+	if !errors.Is(err, migrations.ErrConflict) || !strings.Contains(err.Error(), `ALTER TABLE "public"."outbox_events" RENAME`) {
 		t.Fatalf("Up over a foreign outbox_events: %v; want ErrConflict naming the way out", err)
 	}
 	var goose, topic bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL,
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('outbox_relay_schema') IS NOT NULL OR to_regclass('goose_db_version') IS NOT NULL,
 		EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'outbox_events' AND column_name = 'topic')`).Scan(&goose, &topic); err != nil {
 		t.Fatal(err)
 	}
 	if goose || !topic {
-		t.Fatalf("refused migrate changed the database: goose_db_version %v, foreign table intact %v", goose, topic)
+		t.Fatalf("refused migrate changed the database: a version table %v, foreign table intact %v", goose, topic)
 	}
 	if _, err := conn.Exec(ctx, `ALTER TABLE outbox_events RENAME TO outbox_events_old`); err != nil {
 		t.Fatal(err)
@@ -200,6 +200,26 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 }
 
 // replayIndexValid reports whether outbox_events_replay_order exists and whether it is valid.
+// backToVersion10 undoes migrations 13 (endpoints), 12 (slot location) and 11 (the
+// concurrently built indexes) of a database migrated to 13: what it looks like before migration
+// 11, so that the next Up builds 11's indexes. A later migration must be undone here first.
+func backToVersion10(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if latest := migrations.Latest(); latest != 13 {
+		t.Fatalf("backToVersion10 undoes migrations 13 to 11; undo %d..14 first", latest)
+	}
+	for _, q := range []string{`DROP TABLE outbox_endpoints`, `ALTER TABLE outbox_events DROP COLUMN tenant_id`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 13`,
+		`DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 12`,
+		`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 11`} {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func replayIndexValid(t *testing.T, conn *pgx.Conn) (exists, valid bool) {
 	t.Helper()
 	err := conn.QueryRow(context.Background(), `SELECT count(*) > 0, coalesce(bool_and(i.indisvalid), false)
@@ -221,17 +241,7 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := connect(t, dsn)
-	// Back to version 10, what a database looks like before migration 11: undo 13 (endpoints),
-	// 12 (slot location), then 11.
-	for _, q := range []string{`DROP TABLE outbox_endpoints`, `ALTER TABLE outbox_events DROP COLUMN tenant_id`,
-		`DELETE FROM goose_db_version WHERE version_id = 13`, `DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
-		`DELETE FROM goose_db_version WHERE version_id = 12`,
-		`DROP INDEX outbox_events_replay_order`, `DROP INDEX outbox_backfill_event`,
-		`DELETE FROM goose_db_version WHERE version_id = 11`} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	backToVersion10(t, conn)
 	writer := connect(t, dsn)
 	tx, err := writer.Begin(ctx)
 	if err != nil {
@@ -264,8 +274,8 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 	if exists, valid := replayIndexValid(t, conn); !exists || valid {
 		t.Fatalf("after the interruption: index exists %v, valid %v; want an invalid index left behind", exists, valid)
 	}
-	if v, err := migrations.Applied(ctx, conn); err != nil || v != 10 {
-		t.Fatalf("after the interruption the recorded version is %d (%v), want 10", v, err)
+	if h, err := migrations.ReadHistory(ctx, conn, "public"); err != nil || h.Version != 10 {
+		t.Fatalf("after the interruption the recorded version is %d (%v), want 10", h.Version, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -276,7 +286,7 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 	if exists, valid := replayIndexValid(t, conn); !exists || !valid {
 		t.Fatalf("after migrating again: index exists %v, valid %v; want a valid index", exists, valid)
 	}
-	if v, err := migrations.Applied(ctx, conn); err != nil || v != migrations.Latest() {
-		t.Fatalf("recorded version %d (%v), want %d", v, err, migrations.Latest())
+	if h, err := migrations.ReadHistory(ctx, conn, "public"); err != nil || h.Version != migrations.Latest() {
+		t.Fatalf("recorded version %d (%v), want %d", h.Version, err, migrations.Latest())
 	}
 }

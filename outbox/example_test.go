@@ -4,18 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"log"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // Write a business row and its event in one transaction: both commit, or neither does.
 func ExampleEnqueue() {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, exampleDSN())
+	dsn := exampleDB() // your database's DSN
+	// Once per deployment: `outbox-relay migrate`, or from Go:
+	if _, err := migrations.Up(ctx, dsn); err != nil {
+		log.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,13 +53,36 @@ func ExampleEnqueue() {
 	// Output: events waiting for the relay: 1
 }
 
-// exampleDSN makes a migrated database on the test cluster; in your code this is your DSN.
-func exampleDSN() string {
-	dsn, err := relaytest.NewMigratedDB(context.Background(), "example")
+// The relay's tables in a schema of their own (`outbox-relay migrate --schema outbox`, and the
+// relay runs with --schema outbox): name it, and the event goes there whatever the
+// connection's search_path.
+func ExampleSchema_Enqueue() {
+	ctx := context.Background()
+	dsn := exampleDB() // your database's DSN
+	if _, err := migrations.UpWith(ctx, dsn, migrations.Options{Schema: "outbox"}); err != nil {
+		log.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
-	return dsn
+	defer conn.Close(ctx)
+
+	events := outbox.Schema("outbox")
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := events.Enqueue(ctx, tx, outbox.Event{
+			AggregateType: "order", AggregateID: "42", EventType: "order.created",
+			Payload: map[string]any{"order_id": 42},
+		})
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var n int
+	_ = conn.QueryRow(ctx, `SELECT count(*) FROM outbox.outbox_events`).Scan(&n)
+	fmt.Println("events in outbox.outbox_events:", n)
+	// Output: events in outbox.outbox_events: 1
 }
 
 // Register a customer's webhook in the transaction that creates the customer: both commit, or

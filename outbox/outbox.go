@@ -28,6 +28,13 @@
 // fingerprint. With Endpoints.Sealer set (NewSealer, with the relay's secrets key), every secret
 // is sealed with AES-256-GCM before it reaches the database, so the table, its dumps, its
 // replicas and the WAL hold no signing key in clear.
+//
+// # Schema
+//
+// Enqueue writes into outbox_events as the connection's search_path finds it. When the relay's
+// tables live in a schema of their own (`outbox-relay migrate --schema app`, and the relay runs
+// with --schema app), name it: Schema("app").Enqueue(ctx, tx, ev) writes into app.outbox_events
+// whatever the search_path says. PruneOptions.Schema does the same for Prune.
 package outbox
 
 import (
@@ -42,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // ErrDuplicate is returned, with the existing event's id, when the dedup key already exists.
@@ -121,17 +129,27 @@ func buildInsert(headers, tenant bool) string {
 		cols, vals = cols+", tenant_id", vals+fmt.Sprintf(", $%d", n)
 	}
 	return `
-INSERT INTO outbox_events (` + cols + `)
+INSERT INTO {outbox_events} (` + cols + `)
 VALUES (` + vals + `)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id::text`
 }
 
-const existingSQL = `SELECT id::text FROM outbox_events WHERE dedup_key = $1`
+const existingSQL = `SELECT id::text FROM {outbox_events} WHERE dedup_key = $1`
+
+// Schema names the PostgreSQL schema of outbox_events. The zero value leaves the table's name
+// unqualified, for the connection's search_path to resolve: what Enqueue does.
+type Schema string
 
 // Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
 // sort by creation time. For an existing dedup key it returns the existing id and ErrDuplicate.
+// It writes into outbox_events as the search_path resolves it; Schema.Enqueue names the schema.
 func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
+	return Schema("").Enqueue(ctx, q, ev)
+}
+
+// Enqueue is the package's Enqueue, writing into outbox_events of schema s.
+func (s Schema) Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 	payload, err := ev.validate()
 	if err != nil {
 		return uuid.Nil, err
@@ -154,9 +172,9 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 	}
 	query := insertSQL(headers != nil, ev.TenantID != "")
 	var got string
-	err = q.QueryRow(ctx, query, args...).Scan(&got)
+	err = q.QueryRow(ctx, schema.SQL(string(s), query), args...).Scan(&got)
 	if isNoRows(err) {
-		return existing(ctx, q, ev.DedupKey)
+		return existing(ctx, q, schema.SQL(string(s), existingSQL), ev.DedupKey)
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("outbox: insert: %w", err)
@@ -164,11 +182,11 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 	return id, nil
 }
 
-// existing looks up the event that holds key. It can be invisible (a concurrent transaction
-// under REPEATABLE READ), in which case the id is uuid.Nil.
-func existing(ctx context.Context, q Querier, key string) (uuid.UUID, error) {
+// existing looks up the event that holds key with query (existingSQL in the schema). It can be
+// invisible (a concurrent transaction under REPEATABLE READ), in which case the id is uuid.Nil.
+func existing(ctx context.Context, q Querier, query, key string) (uuid.UUID, error) {
 	var got string
-	if err := q.QueryRow(ctx, existingSQL, key).Scan(&got); err != nil {
+	if err := q.QueryRow(ctx, query, key).Scan(&got); err != nil {
 		if isNoRows(err) {
 			return uuid.Nil, ErrDuplicate
 		}

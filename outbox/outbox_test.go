@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"log"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -244,4 +247,88 @@ func TestTenantIsStoredForTheRelay(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exampleDB creates an empty database on the test cluster for an example (which has no
+// testing.T) and returns its DSN; in your code this is your database's DSN.
+func exampleDB() string {
+	c := pgtest.SharedCluster()
+	if c == nil {
+		log.Fatal("no test cluster: pgtest.Main runs in TestMain")
+	}
+	name, err := c.CreateDatabase(context.Background(), "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c.DSN(name)
+}
+
+// Schema("app") writes into app.outbox_events whatever the search_path, and a dedup key is
+// looked up there too; Prune with Schema "app" deletes only app's rows. A same-named table in
+// public (on the search_path) is never touched.
+func TestEnqueueAndPruneInANamedSchema(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	if _, err := migrations.UpWith(ctx, dsn, migrations.Options{Schema: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE public.outbox_events (LIKE app.outbox_events INCLUDING ALL)`); err != nil {
+		t.Fatal(err)
+	}
+	ev := outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "order.created", Payload: map[string]int{"n": 1},
+		DedupKey: "order.created:1"}
+	first, err := outbox.Schema("app").Enqueue(ctx, conn, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := outbox.Schema("app").Enqueue(ctx, conn, ev)
+	if !errors.Is(err, outbox.ErrDuplicate) || again != first {
+		t.Fatalf("second enqueue of the key: %v, %v; want ErrDuplicate with %v", again, err, first)
+	}
+	// The positive control: the unqualified Enqueue follows the search_path, into the decoy.
+	if _, err := outbox.Enqueue(ctx, conn, ev); err != nil {
+		t.Fatal(err)
+	}
+	count := func(table string) (n int) {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if a, p := count("app.outbox_events"), count("public.outbox_events"); a != 1 || p != 1 {
+		t.Fatalf("app has %d rows, public %d; want 1 each", a, p)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE app.outbox_events SET status = 'done', processed_at = now() - interval '2 hours';
+		UPDATE public.outbox_events SET status = 'done', processed_at = now() - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE app.outbox_events SET available_at = now() - interval '3 hours';
+		UPDATE public.outbox_events SET available_at = now() - interval '3 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := outbox.Prune(ctx, conn, outbox.PruneOptions{OlderThan: time.Hour, Schema: "app"})
+	if err != nil || res.Deleted != 1 {
+		t.Fatalf("prune app: %+v, %v; want 1 deleted", res, err)
+	}
+	if a, p := count("app.outbox_events"), count("public.outbox_events"); a != 0 || p != 1 {
+		t.Fatalf("after pruning app: app has %d rows, public %d; want 0 and 1", a, p)
+	}
+	_, err = outbox.Prune(ctx, conn, outbox.PruneOptions{OlderThan: time.Hour, Schema: "nope"})
+	if err == nil || !strings.Contains(err.Error(), "does not exist in schema \"nope\"") {
+		t.Fatalf("prune of a schema without the table: %v; want the schema named", err)
+	}
+}
+
+// exampleDSN is exampleDB, migrated.
+func exampleDSN() string {
+	dsn := exampleDB()
+	if _, err := migrations.Up(context.Background(), dsn); err != nil {
+		log.Fatal(err)
+	}
+	return dsn
 }

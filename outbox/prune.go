@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // Defaults for PruneOptions and Retention fields left zero.
@@ -34,6 +36,9 @@ type PruneOptions struct {
 	Pause time.Duration
 	// DryRun counts the rows Prune would delete and deletes nothing.
 	DryRun bool
+	// Schema is the PostgreSQL schema of the outbox tables. Empty: as the connection's
+	// search_path resolves them.
+	Schema string
 }
 
 // PruneResult is what a prune did.
@@ -99,17 +104,17 @@ FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_dat
 	// pruneUnheldSQL holds for a row no pipeline holds: failed or parked in another pipeline's
 	// own state (its replay reads the row), or listed in a backfill not finished.
 	pruneUnheldSQL = `
-          NOT EXISTS (SELECT 1 FROM outbox_pipeline_events pe
+          NOT EXISTS (SELECT 1 FROM {outbox_pipeline_events} pe
                       WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))
-          AND NOT EXISTS (SELECT 1 FROM outbox_backfill b WHERE b.event_id = outbox_events.id)`
+          AND NOT EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.event_id = outbox_events.id)`
 	pruneCutoffSQL = `SELECT now() - make_interval(secs => $1)`
 	pruneCountSQL  = `
 SELECT count(*) FILTER (WHERE ` + pruneConfirmedSQL + `), count(*) FILTER (WHERE NOT ` + pruneConfirmedSQL + `)
-FROM outbox_events WHERE ` + pruneAgeSQL + ` AND ` + pruneUnheldSQL
+FROM {outbox_events} WHERE ` + pruneAgeSQL + ` AND ` + pruneUnheldSQL
 	pruneBatchSQL = `
 WITH batch AS (
-    DELETE FROM outbox_events WHERE id = ANY(ARRAY(
-        SELECT id FROM outbox_events
+    DELETE FROM {outbox_events} WHERE id = ANY(ARRAY(
+        SELECT id FROM {outbox_events}
         WHERE ` + pruneAgeSQL + ` AND available_at >= coalesce($5::timestamptz, '-infinity')
           AND ` + pruneConfirmedSQL + ` AND ` + pruneUnheldSQL + `
         ORDER BY available_at
@@ -164,11 +169,11 @@ func Prune(ctx context.Context, db PruneDB, opts PruneOptions) (PruneResult, err
 		opts.BatchSize = DefaultPruneBatchSize
 	}
 	if err := db.QueryRow(ctx, pruneCutoffSQL, opts.OlderThan.Seconds()).Scan(&res.Cutoff); err != nil {
-		return res, pruneError(err)
+		return res, pruneError(opts.Schema, err)
 	}
 	s, err := readSlots(ctx, db)
 	if err != nil {
-		return res, pruneError(err)
+		return res, pruneError(opts.Schema, err)
 	}
 	res.Slots, res.Behind = s.n, s.behind
 	for _, status := range s.statuses() {
@@ -178,8 +183,8 @@ func Prune(ctx context.Context, db PruneDB, opts PruneOptions) (PruneResult, err
 			}
 		}
 		var n, kept int64
-		if err := db.QueryRow(ctx, pruneCountSQL, res.Cutoff, status, s.oldest).Scan(&n, &kept); err != nil {
-			return res, pruneError(err)
+		if err := db.QueryRow(ctx, schema.SQL(opts.Schema, pruneCountSQL), res.Cutoff, status, s.oldest).Scan(&n, &kept); err != nil {
+			return res, pruneError(opts.Schema, err)
 		}
 		res.Kept += kept
 		if opts.DryRun {
@@ -191,12 +196,13 @@ func Prune(ctx context.Context, db PruneDB, opts PruneOptions) (PruneResult, err
 
 // pruneStatus deletes the prunable rows of one status, batch by batch.
 func pruneStatus(ctx context.Context, db PruneDB, opts PruneOptions, status string, s slots, res *PruneResult) error {
+	batchSQL := schema.SQL(opts.Schema, pruneBatchSQL)
 	var after *time.Time
 	for {
 		var n int64
 		var last *time.Time
-		if err := db.QueryRow(ctx, pruneBatchSQL, res.Cutoff, status, s.oldest, opts.BatchSize, after).Scan(&n, &last); err != nil {
-			return pruneError(err)
+		if err := db.QueryRow(ctx, batchSQL, res.Cutoff, status, s.oldest, opts.BatchSize, after).Scan(&n, &last); err != nil {
+			return pruneError(opts.Schema, err)
 		}
 		res.Batches++
 		res.Deleted += n
@@ -250,14 +256,17 @@ func (r Retention) Run(ctx context.Context, db PruneDB) error {
 	}
 }
 
-func pruneError(err error) error {
+func pruneError(s string, err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable && s != "":
+		return fmt.Errorf("outbox: prune: table outbox_events does not exist in schema %s: run `outbox-relay migrate` "+
+			"for that schema, or name the schema the relay's tables are in: %w", schema.Quote(s), err)
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
-		return fmt.Errorf("outbox: prune: table outbox_events does not exist in this database (or is not on "+
-			"search_path): run `outbox-relay migrate`: %w", err)
+		return fmt.Errorf("outbox: prune: table outbox_events is not on the connection's search_path: run "+
+			"`outbox-relay migrate`, or name the schema the relay's tables are in (--schema, PruneOptions.Schema): %w", err)
 	}
 	return fmt.Errorf("outbox: prune: %w", err)
 }

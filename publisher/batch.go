@@ -78,14 +78,6 @@ type batch struct {
 	after *batch
 }
 
-func (b *batch) bytes() int {
-	n := 0
-	for _, it := range b.items {
-		n += len(it.ev.Payload)
-	}
-	return n
-}
-
 // split cuts a batch in two: between keys when it has several (both halves may go at once),
 // or in the middle of its one key (the second half then waits for the first).
 func (b *batch) split() (left, right *batch, chained bool) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // DefaultPipeline is the name of the pipeline when none is given.
@@ -62,18 +64,19 @@ type Execer interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// SetPaused pauses (paused true, with reason) or resumes a pipeline in outbox_pipeline_control.
-// The process that leads the pipeline reads it within its control poll interval, and so does
-// any process that takes over later. It returns the row as written.
-func SetPaused(ctx context.Context, db Execer, pipeline string, paused bool, reason string) (Control, error) {
+// SetPaused pauses (paused true, with reason) or resumes a pipeline in outbox_pipeline_control
+// of schema s (empty: as the search_path resolves it). The process that leads the pipeline
+// reads it within its control poll interval, and so does any process that takes over later. It
+// returns the row as written.
+func SetPaused(ctx context.Context, db Execer, s, pipeline string, paused bool, reason string) (Control, error) {
 	c := Control{Pipeline: pipeline}
-	err := db.QueryRow(ctx, `
-		INSERT INTO outbox_pipeline_control AS c (pipeline, paused, reason, paused_at)
+	err := db.QueryRow(ctx, schema.SQL(s, `
+		INSERT INTO {outbox_pipeline_control} AS c (pipeline, paused, reason, paused_at)
 		VALUES ($1, $2, $3, CASE WHEN $2 THEN now() END)
 		ON CONFLICT (pipeline) DO UPDATE SET paused = $2, reason = $3,
 			paused_at = CASE WHEN NOT $2 THEN NULL WHEN c.paused THEN c.paused_at ELSE now() END,
 			version = c.version + 1, updated_at = now()
-		RETURNING paused, reason, paused_at, version`, pipeline, paused, reason).
+		RETURNING paused, reason, paused_at, version`), pipeline, paused, reason).
 		Scan(&c.Paused, &c.Reason, &c.PausedAt, &c.Version)
 	if err != nil {
 		return c, fmt.Errorf("write pipeline control: %w", err)
@@ -81,10 +84,11 @@ func SetPaused(ctx context.Context, db Execer, pipeline string, paused bool, rea
 	return c, nil
 }
 
-// ReadControl reads a pipeline's control row; a pipeline without one is not paused (version 0).
-func ReadControl(ctx context.Context, db Execer, pipeline string) (Control, error) {
+// ReadControl reads a pipeline's control row in schema s (empty: as the search_path resolves
+// it); a pipeline without one is not paused (version 0).
+func ReadControl(ctx context.Context, db Execer, s, pipeline string) (Control, error) {
 	c := Control{Pipeline: pipeline}
-	err := db.QueryRow(ctx, `SELECT paused, reason, paused_at, version FROM outbox_pipeline_control WHERE pipeline = $1`,
+	err := db.QueryRow(ctx, schema.SQL(s, `SELECT paused, reason, paused_at, version FROM {outbox_pipeline_control} WHERE pipeline = $1`),
 		pipeline).Scan(&c.Paused, &c.Reason, &c.PausedAt, &c.Version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, nil

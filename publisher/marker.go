@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // MarkerConfig configures a Marker.
@@ -31,6 +33,9 @@ type MarkerConfig struct {
 	// flushes keep failing. If zero, 30s.
 	RetryMax time.Duration
 	Logger   zerolog.Logger
+	// Schema is the PostgreSQL schema of outbox_events. Empty: the unqualified name, which the
+	// pool's search_path resolves.
+	Schema string
 	// Registerer receives the marker's series (outbox_relay_status_marks_pending and
 	// _status_mark_errors_total). If nil, they are registered nowhere.
 	Registerer prometheus.Registerer
@@ -162,7 +167,7 @@ func (m *Marker) recovered() {
 // markSQL marks rows done with their stream position. The join on the unnested arrays is planned
 // as a nested loop over the primary key (checked with EXPLAIN ANALYZE on 300k rows: the same
 // time as id = ANY($1)).
-const markSQL = `UPDATE outbox_events o SET status = 'done', processed_at = now(), retries = $2, event_sequence = p.seq
+const markSQL = `UPDATE {outbox_events} o SET status = 'done', processed_at = now(), retries = $2, event_sequence = p.seq
 	FROM unnest($1::uuid[], $3::text[]) AS p(id, seq) WHERE o.id = p.id`
 
 // flush marks what waits, batches that found rows not yet visible included, and reports whether
@@ -214,7 +219,7 @@ func (m *Marker) flush(ctx context.Context) bool {
 func (m *Marker) mark(ctx context.Context, b markBatch) bool {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
-	tag, err := m.pool.Exec(ctx, markSQL, b.rows.ids, b.retries, b.rows.seqs)
+	tag, err := m.pool.Exec(ctx, schema.SQL(m.cfg.Schema, markSQL), b.rows.ids, b.retries, b.rows.seqs)
 	if err != nil {
 		m.m.MarkerErrors.Inc()
 		m.logFailure(err, len(b.rows.ids))
@@ -292,7 +297,7 @@ func (m *Marker) Delivered(ctx context.Context, ids []string) (map[string]bool, 
 	// A replay request resent with its transaction is no row: its empty id would fail the
 	// uuid[] cast, and with it the whole check.
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
-	rows, err := m.pool.Query(ctx, `SELECT id::text FROM outbox_events WHERE id = ANY($1::uuid[]) AND status = 'done'`, ids)
+	rows, err := m.pool.Query(ctx, schema.SQL(m.cfg.Schema, `SELECT id::text FROM {outbox_events} WHERE id = ANY($1::uuid[]) AND status = 'done'`), ids)
 	if err != nil {
 		return nil, err
 	}

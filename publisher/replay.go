@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // ReplaySelection chooses the parked aggregates to replay.
@@ -21,6 +22,9 @@ type ReplaySelection struct {
 	// with parked aggregates, or "default" when none has any; an error (ErrPipelineNeeded)
 	// when several have.
 	Pipeline string
+	// Schema is the PostgreSQL schema of the outbox tables. Empty: as the connection's
+	// search_path resolves them.
+	Schema string
 }
 
 // ErrPipelineNeeded means parked aggregates of several pipelines exist and the selection names
@@ -55,7 +59,7 @@ func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dry
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if sel.Pipeline == "" {
 			var names []string
-			rows, err := tx.Query(ctx, `SELECT DISTINCT pipeline FROM outbox_parked_aggregates ORDER BY 1`)
+			rows, err := tx.Query(ctx, schema.SQL(sel.Schema, `SELECT DISTINCT pipeline FROM {outbox_parked_aggregates} ORDER BY 1`))
 			if err != nil {
 				return fmt.Errorf("find parked pipelines: %w", err)
 			}
@@ -79,7 +83,7 @@ func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dry
 			return ErrNothingToReplay
 		}
 		for _, a := range aggs {
-			plan, err := planFor(ctx, tx, a, sel.Pipeline)
+			plan, err := planFor(ctx, tx, sel.Schema, a, sel.Pipeline)
 			if err != nil {
 				return err
 			}
@@ -98,40 +102,40 @@ func selectParked(ctx context.Context, tx pgx.Tx, sel ReplaySelection) ([]cdc.Ag
 	for _, a := range sel.Aggregates {
 		types, ids = append(types, a.Type), append(ids, a.ID)
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT p.aggregate_type, p.aggregate_id FROM outbox_parked_aggregates p
+	rows, err := tx.Query(ctx, schema.SQL(sel.Schema, `
+		SELECT p.aggregate_type, p.aggregate_id FROM {outbox_parked_aggregates} p
 		WHERE p.pipeline = $5 AND ($1
 		   OR (p.aggregate_type, p.aggregate_id) IN (SELECT * FROM unnest($2::text[], $3::text[]))
-		   OR EXISTS (SELECT 1 FROM outbox_events e WHERE e.id::text = $4 AND e.aggregate_type = p.aggregate_type
+		   OR EXISTS (SELECT 1 FROM {outbox_events} e WHERE e.id::text = $4 AND e.aggregate_type = p.aggregate_type
 		              AND e.aggregate_id = p.aggregate_id))
 		ORDER BY p.parked_at
-		FOR UPDATE`, sel.All, types, ids, sel.EventID, sel.Pipeline)
+		FOR UPDATE`), sel.All, types, ids, sel.EventID, sel.Pipeline)
 	if err != nil {
 		return nil, fmt.Errorf("find parked aggregates: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[cdc.Aggregate])
 }
 
-func planFor(ctx context.Context, tx pgx.Tx, a cdc.Aggregate, pipeline string) (ReplayPlan, error) {
+func planFor(ctx context.Context, tx pgx.Tx, s string, a cdc.Aggregate, pipeline string) (ReplayPlan, error) {
 	plan := ReplayPlan{Aggregate: a}
 	var own bool
-	if err := tx.QueryRow(ctx, `SELECT reason, own_state FROM outbox_parked_aggregates
-		WHERE aggregate_type = $1 AND aggregate_id = $2 AND pipeline = $3`,
+	if err := tx.QueryRow(ctx, schema.SQL(s, `SELECT reason, own_state FROM {outbox_parked_aggregates}
+		WHERE aggregate_type = $1 AND aggregate_id = $2 AND pipeline = $3`),
 		a.Type, a.ID, pipeline).Scan(&plan.Reason, &own); err != nil {
 		return plan, err
 	}
 	q := `
-		SELECT id::text, event_type, status, coalesce(last_error, '') FROM outbox_events
+		SELECT id::text, event_type, status, coalesce(last_error, '') FROM {outbox_events}
 		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked') AND $3 <> ''
 		ORDER BY event_sequence, created_at`
 	if own {
 		q = `
 		SELECT e.id::text, e.event_type, p.status, coalesce(p.last_error, '')
-		FROM outbox_pipeline_events p JOIN outbox_events e ON e.id = p.event_id
+		FROM {outbox_pipeline_events} p JOIN {outbox_events} e ON e.id = p.event_id
 		WHERE e.aggregate_type = $1 AND e.aggregate_id = $2 AND p.pipeline = $3 AND p.status IN ('failed', 'parked')
 		ORDER BY p.event_sequence, e.created_at`
 	}
-	rows, err := tx.Query(ctx, q, a.Type, a.ID, pipeline)
+	rows, err := tx.Query(ctx, schema.SQL(s, q), a.Type, a.ID, pipeline)
 	if err != nil {
 		return plan, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // SinceRequest selects what `replay --since` re-sends: the rows of a time range (created_at)
@@ -21,6 +22,9 @@ type SinceRequest struct {
 	// AggregateType and EventType, if not empty, keep only rows with that value.
 	AggregateType string
 	EventType     string
+	// Schema is the PostgreSQL schema of the outbox tables. Empty: as the connection's
+	// search_path resolves them.
+	Schema string
 }
 
 // TypeCount is the number of rows of one aggregate type a replay re-sends.
@@ -90,8 +94,8 @@ func RequestReplaySince(ctx context.Context, conn *pgx.Conn, req SinceRequest, d
 }
 
 func countSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan) error {
-	rows, err := tx.Query(ctx, `SELECT aggregate_type, count(*) FROM outbox_events WHERE `+sinceFilter+sinceStatuses+`
-		GROUP BY aggregate_type ORDER BY aggregate_type`, req.args()...)
+	rows, err := tx.Query(ctx, schema.SQL(req.Schema, `SELECT aggregate_type, count(*) FROM {outbox_events} WHERE `+sinceFilter+sinceStatuses+`
+		GROUP BY aggregate_type ORDER BY aggregate_type`), req.args()...)
 	if err != nil {
 		return fmt.Errorf("count rows to replay: %w", err)
 	}
@@ -102,10 +106,10 @@ func countSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePla
 	for _, c := range plan.ByType {
 		plan.Events += c.Events
 	}
-	err = tx.QueryRow(ctx, `SELECT min(created_at) FILTER (WHERE status <> 'pending'),
+	err = tx.QueryRow(ctx, schema.SQL(req.Schema, `SELECT min(created_at) FILTER (WHERE status <> 'pending'),
 		max(created_at) FILTER (WHERE status <> 'pending'), count(*) FILTER (WHERE status = 'pending'),
-		(SELECT min(created_at) FROM outbox_events)
-		FROM outbox_events WHERE `+sinceFilter, req.args()...).Scan(&plan.First, &plan.Last, &plan.Pending, &plan.OldestRow)
+		(SELECT min(created_at) FROM {outbox_events})
+		FROM {outbox_events} WHERE `+sinceFilter), req.args()...).Scan(&plan.First, &plan.Last, &plan.Pending, &plan.OldestRow)
 	if err != nil {
 		return fmt.Errorf("read the range to replay: %w", err)
 	}
@@ -114,8 +118,8 @@ func countSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePla
 
 func emitSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan) error {
 	a := req.args()
-	err := tx.QueryRow(ctx, `INSERT INTO outbox_replays (pipeline, since, until, aggregate_type, event_type, total, request_lsn)
-		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, pg_current_wal_insert_lsn()) RETURNING id`,
+	err := tx.QueryRow(ctx, schema.SQL(req.Schema, `INSERT INTO {outbox_replays} (pipeline, since, until, aggregate_type, event_type, total, request_lsn)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, pg_current_wal_insert_lsn()) RETURNING id`),
 		req.Pipeline, a[0], a[1], a[2], a[3], plan.Events+plan.Pending).Scan(&plan.ID)
 	if err != nil {
 		return fmt.Errorf("record replay request: %w", err)

@@ -16,9 +16,9 @@ func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 	st := SinceState{ID: id}
 	var until *time.Time
 	var after *string
-	err := s.Pool.QueryRow(ctx, `SELECT pipeline, since, until, coalesce(aggregate_type, ''), coalesce(event_type, ''),
+	err := s.Pool.QueryRow(ctx, s.q(`SELECT pipeline, since, until, coalesce(aggregate_type, ''), coalesce(event_type, ''),
 		total, sent, coalesce(after_sequence, ''), coalesce(after_insert, 0), after_id::text, state = 'done'
-		FROM outbox_replays WHERE id = $1`, id).Scan(&st.Pipeline, &st.Since, &until, &st.AggregateType, &st.EventType,
+		FROM {outbox_replays} WHERE id = $1`), id).Scan(&st.Pipeline, &st.Since, &until, &st.AggregateType, &st.EventType,
 		&st.Total, &st.Sent, &st.After.Sequence, &st.After.Insert, &after, &st.Done)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, fmt.Errorf("%w: outbox_replays has no row %d", errNoSinceRequest, id)
@@ -46,7 +46,7 @@ const sinceOrder = `coalesce(event_sequence, '') COLLATE "C", coalesce(insert_se
 const sincePageSQL = `
 SELECT coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id::text, aggregate_type, aggregate_id,
        event_type, payload::text, coalesce(headers::text, ''), created_at
-FROM outbox_events
+FROM {outbox_events}
 WHERE ` + sinceFilter + sinceStatuses + `
   AND (` + sinceOrder + `) > ($5 COLLATE "C", $6, $7::uuid)
 ORDER BY ` + sinceOrder + `
@@ -68,7 +68,7 @@ func sincePageArgs(st SinceState, limit int) []any {
 // SincePage implements SinceStore.
 func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*cdc.Event, SinceCursor, error) {
 	after := st.After
-	rows, err := s.Pool.Query(ctx, sincePageSQL, sincePageArgs(st, limit)...)
+	rows, err := s.Pool.Query(ctx, s.q(sincePageSQL), sincePageArgs(st, limit)...)
 	if err != nil {
 		return nil, after, fmt.Errorf("read rows to replay: %w", err)
 	}
@@ -101,8 +101,8 @@ func (s PGStore) SinceProgress(ctx context.Context, st SinceState) error {
 	if st.After.ID != "" {
 		id = &st.After.ID
 	}
-	_, err := s.Pool.Exec(ctx, `UPDATE outbox_replays SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
-		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`,
+	_, err := s.Pool.Exec(ctx, s.q(`UPDATE {outbox_replays} SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
+		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`),
 		st.ID, st.Sent, st.After.Sequence, st.After.Insert, id, st.Done)
 	return err
 }

@@ -65,7 +65,7 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 		st := SinceState{SinceRequest: SinceRequest{Since: since}}
 		args := sincePageArgs(st, sincePage)
 		var plan []string
-		r, err := pool.Query(ctx, "EXPLAIN "+sincePageSQL, args...)
+		r, err := pool.Query(ctx, "EXPLAIN "+PGStore{}.q(sincePageSQL), args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,5 +110,61 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 	}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("the pages returned %d rows, want the %d of the range once each, in replay order", len(got), len(want))
+	}
+}
+
+// A replay --since pages the schema's outbox_events, by name, whatever the search_path: with
+// Schema "app" the pages hold app's rows only, though public (first on the search_path) has
+// the relay's tables too; without a schema, public's (the positive control).
+func TestSincePageInANamedSchema(t *testing.T) {
+	ctx := context.Background()
+	c, err := pgtest.Start(ctx, pgtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	name, err := c.CreateDatabase(ctx, "since_schema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := c.DSN(name)
+	for _, s := range []string{"app", "public"} {
+		if _, err := migrations.UpWith(ctx, dsn, migrations.Options{Schema: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	base := time.Date(2026, 3, 3, 10, 0, 0, 0, time.UTC)
+	want := map[string][]string{}
+	for s, n := range map[string]int{"app": 3, "public": 5} {
+		rows, err := pool.Query(ctx, `INSERT INTO `+pgx.Identifier{s, "outbox_events"}.Sanitize()+`
+			(aggregate_type, aggregate_id, event_type, payload, status, created_at, event_sequence)
+			SELECT 'order', g::text, 'order.created', '{}', 'done', $2::timestamptz + g * interval '1 millisecond',
+			       upper(lpad(to_hex(g * 256), 16, '0')) || '-00000000'
+			FROM generate_series(1, $1) g RETURNING id::text`, n, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want[s], err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ schema, rows string }{{"app", "app"}, {"", "public"}} {
+		store := PGStore{Pool: pool, Schema: tc.schema}
+		evs, _, err := store.SincePage(ctx, SinceState{SinceRequest: SinceRequest{Since: base}}, sincePage, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ev := range evs {
+			got = append(got, ev.ID)
+		}
+		if strings.Join(got, ",") != strings.Join(want[tc.rows], ",") {
+			t.Errorf("Schema %q: the page holds %v, want %s's rows %v", tc.schema, got, tc.rows, want[tc.rows])
+		}
 	}
 }

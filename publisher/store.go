@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // Store keeps dead letters and parked aggregates durable. The publisher writes through it
@@ -47,7 +48,13 @@ type PGStore struct {
 	// of the row's status, retries and last_error columns, which belong to one pipeline (the
 	// status owner). False (the zero value): the row's columns, as before pipelines.
 	OwnState bool
+	// Schema is the PostgreSQL schema of the outbox tables. Empty: unqualified names, which
+	// the pool's search_path resolves (its current_schema() when that holds them).
+	Schema string
 }
+
+// q names the tables of s.Schema in query (see schema.SQL).
+func (s PGStore) q(query string) string { return schema.SQL(s.Schema, query) }
 
 func (s PGStore) pipeline() string {
 	if s.Pipeline == "" {
@@ -58,7 +65,7 @@ func (s PGStore) pipeline() string {
 
 // Parked implements Store.
 func (s PGStore) Parked(ctx context.Context) ([]cdc.Aggregate, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT aggregate_type, aggregate_id FROM outbox_parked_aggregates WHERE pipeline = $1`,
+	rows, err := s.Pool.Query(ctx, s.q(`SELECT aggregate_type, aggregate_id FROM {outbox_parked_aggregates} WHERE pipeline = $1`),
 		s.pipeline())
 	if err != nil {
 		return nil, fmt.Errorf("load parked aggregates: %w", err)
@@ -68,8 +75,8 @@ func (s PGStore) Parked(ctx context.Context) ([]cdc.Aggregate, error) {
 
 // pipelineEventSQL records one event's per-pipeline state; it inserts nothing for a row not yet
 // visible (see errNotVisible).
-const pipelineEventSQL = `INSERT INTO outbox_pipeline_events (pipeline, event_id, status, retries, last_error, event_sequence)
-	SELECT $1, e.id, $3, $4, $5, $6 FROM outbox_events e WHERE e.id = $2
+const pipelineEventSQL = `INSERT INTO {outbox_pipeline_events} (pipeline, event_id, status, retries, last_error, event_sequence)
+	SELECT $1, e.id, $3, $4, $5, $6 FROM {outbox_events} e WHERE e.id = $2
 	ON CONFLICT (pipeline, event_id) DO UPDATE SET status = excluded.status, retries = excluded.retries,
 		last_error = excluded.last_error, event_sequence = excluded.event_sequence, updated_at = now()`
 
@@ -79,10 +86,10 @@ func (s PGStore) DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, la
 		var tag pgconn.CommandTag
 		var err error
 		if s.OwnState {
-			tag, err = tx.Exec(ctx, pipelineEventSQL, s.pipeline(), ev.ID, "failed", attempts-1, lastErr, Sequence(ev))
+			tag, err = tx.Exec(ctx, s.q(pipelineEventSQL), s.pipeline(), ev.ID, "failed", attempts-1, lastErr, Sequence(ev))
 		} else {
-			tag, err = tx.Exec(ctx, `UPDATE outbox_events SET status = 'failed', retries = $2, last_error = $3, event_sequence = $4
-				WHERE id = $1`, ev.ID, attempts-1, lastErr, Sequence(ev))
+			tag, err = tx.Exec(ctx, s.q(`UPDATE {outbox_events} SET status = 'failed', retries = $2, last_error = $3, event_sequence = $4
+				WHERE id = $1`), ev.ID, attempts-1, lastErr, Sequence(ev))
 		}
 		if err != nil {
 			return err
@@ -90,9 +97,9 @@ func (s PGStore) DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, la
 		if err := visible(tag.RowsAffected(), 1); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO outbox_parked_aggregates (aggregate_type, aggregate_id, first_event_id, reason, pipeline, own_state)
+		_, err = tx.Exec(ctx, s.q(`INSERT INTO {outbox_parked_aggregates} (aggregate_type, aggregate_id, first_event_id, reason, pipeline, own_state)
 			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (pipeline, aggregate_type, aggregate_id) DO UPDATE SET first_event_id = $3, reason = $4, parked_at = now()`,
+			ON CONFLICT (pipeline, aggregate_type, aggregate_id) DO UPDATE SET first_event_id = $3, reason = $4, parked_at = now()`),
 			ev.AggregateType, ev.AggregateID, ev.ID, lastErr, s.pipeline(), s.OwnState)
 		return err
 	})
@@ -100,7 +107,7 @@ func (s PGStore) DeadLetter(ctx context.Context, ev *cdc.Event, attempts int, la
 
 // Abandoned implements Store.
 func (s PGStore) Abandoned(ctx context.Context, ev *cdc.Event, attempts int, lastErr string) error {
-	tag, err := s.Pool.Exec(ctx, pipelineEventSQL, s.pipeline(), ev.ID, "abandoned", attempts-1, lastErr, Sequence(ev))
+	tag, err := s.Pool.Exec(ctx, s.q(pipelineEventSQL), s.pipeline(), ev.ID, "abandoned", attempts-1, lastErr, Sequence(ev))
 	if err != nil {
 		return err
 	}
@@ -120,13 +127,13 @@ func (s PGStore) Park(ctx context.Context, evs []*cdc.Event) error {
 	var tag pgconn.CommandTag
 	var err error
 	if s.OwnState {
-		tag, err = s.Pool.Exec(ctx, `INSERT INTO outbox_pipeline_events (pipeline, event_id, status, event_sequence)
-			SELECT $3, o.id, 'parked', p.seq FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) JOIN outbox_events o ON o.id = p.id
+		tag, err = s.Pool.Exec(ctx, s.q(`INSERT INTO {outbox_pipeline_events} (pipeline, event_id, status, event_sequence)
+			SELECT $3, o.id, 'parked', p.seq FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) JOIN {outbox_events} o ON o.id = p.id
 			ON CONFLICT (pipeline, event_id) DO UPDATE SET status = 'parked', event_sequence = excluded.event_sequence,
-				updated_at = now()`, ids, seqs, s.pipeline())
+				updated_at = now()`), ids, seqs, s.pipeline())
 	} else {
-		tag, err = s.Pool.Exec(ctx, `UPDATE outbox_events o SET status = 'parked', event_sequence = p.seq
-			FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) WHERE o.id = p.id`, ids, seqs)
+		tag, err = s.Pool.Exec(ctx, s.q(`UPDATE {outbox_events} o SET status = 'parked', event_sequence = p.seq
+			FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) WHERE o.id = p.id`), ids, seqs)
 	}
 	if err != nil {
 		return err
@@ -150,17 +157,17 @@ func visible(affected int64, want int) error {
 func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*cdc.Event, error) {
 	q := `
 		SELECT id::text, event_type, payload::text, coalesce(headers::text, ''), coalesce(event_sequence, ''), created_at
-		FROM outbox_events
+		FROM {outbox_events}
 		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked') AND $3 <> ''
 		ORDER BY event_sequence, created_at`
 	if s.OwnState {
 		q = `
 		SELECT e.id::text, e.event_type, e.payload::text, coalesce(e.headers::text, ''), coalesce(p.event_sequence, ''), e.created_at
-		FROM outbox_pipeline_events p JOIN outbox_events e ON e.id = p.event_id
+		FROM {outbox_pipeline_events} p JOIN {outbox_events} e ON e.id = p.event_id
 		WHERE e.aggregate_type = $1 AND e.aggregate_id = $2 AND p.pipeline = $3 AND p.status IN ('failed', 'parked')
 		ORDER BY p.event_sequence, e.created_at`
 	}
-	rows, err := s.Pool.Query(ctx, q, agg.Type, agg.ID, s.pipeline())
+	rows, err := s.Pool.Query(ctx, s.q(q), agg.Type, agg.ID, s.pipeline())
 	if err != nil {
 		return nil, fmt.Errorf("load events to replay: %w", err)
 	}
@@ -184,26 +191,26 @@ func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) 
 // Unpark implements Store.
 func (s PGStore) Unpark(ctx context.Context, agg cdc.Aggregate) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM outbox_parked_aggregates WHERE aggregate_type = $1 AND aggregate_id = $2 AND pipeline = $3`,
+		if _, err := tx.Exec(ctx, s.q(`DELETE FROM {outbox_parked_aggregates} WHERE aggregate_type = $1 AND aggregate_id = $2 AND pipeline = $3`),
 			agg.Type, agg.ID, s.pipeline()); err != nil || !s.OwnState {
 			return err
 		}
 		// The replay delivered them: this pipeline's record of them is done.
-		_, err := tx.Exec(ctx, `DELETE FROM outbox_pipeline_events p USING outbox_events e
+		_, err := tx.Exec(ctx, s.q(`DELETE FROM {outbox_pipeline_events} p USING {outbox_events} e
 			WHERE p.event_id = e.id AND p.pipeline = $3 AND e.aggregate_type = $1 AND e.aggregate_id = $2
-			  AND p.status IN ('failed', 'parked')`, agg.Type, agg.ID, s.pipeline())
+			  AND p.status IN ('failed', 'parked')`), agg.Type, agg.ID, s.pipeline())
 		return err
 	})
 }
 
 // BackfillPage implements Store.
 func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*cdc.Event, int64, error) {
-	rows, err := s.Pool.Query(ctx, `
+	rows, err := s.Pool.Query(ctx, s.q(`
 		SELECT b.position, e.id::text, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text,
 		       coalesce(e.headers::text, ''), e.created_at
-		FROM outbox_backfill b JOIN outbox_events e ON e.id = b.event_id
+		FROM {outbox_backfill} b JOIN {outbox_events} e ON e.id = b.event_id
 		WHERE b.slot = $1 AND b.position > $2 AND (e.status = 'pending' OR $4)
-		ORDER BY b.position LIMIT $3`, slot, after, limit, s.OwnState)
+		ORDER BY b.position LIMIT $3`), slot, after, limit, s.OwnState)
 	if err != nil {
 		return nil, after, fmt.Errorf("read backfill: %w", err)
 	}
@@ -228,6 +235,6 @@ func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, lim
 
 // BackfillDone implements Store.
 func (s PGStore) BackfillDone(ctx context.Context, slot string) error {
-	_, err := s.Pool.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, slot)
+	_, err := s.Pool.Exec(ctx, s.q(`DELETE FROM {outbox_backfill} WHERE slot = $1`), slot)
 	return err
 }

@@ -109,7 +109,7 @@ func (r *pipelineRunner) applyGated(c publisher.Control, fs fenceState, first, w
 func (r *pipelineRunner) readControl(ctx context.Context) (publisher.Control, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return publisher.ReadControl(ctx, r.pool, r.p.family())
+	return publisher.ReadControl(ctx, r.pool, r.cfg.Schema, r.p.family())
 }
 
 // apply makes the publisher follow the control row, logging transitions (first: the start).
@@ -129,7 +129,7 @@ func (r *pipelineRunner) apply(c publisher.Control, first bool) {
 
 // recordPause writes a pause the publisher decided (410 Gone) to the control row.
 func (r *pipelineRunner) recordPause(ctx context.Context, reason string) error {
-	_, err := publisher.SetPaused(ctx, r.pool, r.p.family(), true, reason)
+	_, err := publisher.SetPaused(ctx, r.pool, r.cfg.Schema, r.p.family(), true, reason)
 	return err
 }
 

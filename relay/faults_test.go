@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,7 +379,9 @@ func TestIdleRelayStopsPromptly(t *testing.T) {
 	}
 }
 
-// A relay started while PostgreSQL is down waits for it instead of exiting, then streams.
+// A relay started while PostgreSQL is down waits for it instead of exiting, then streams; its
+// /healthz and /readyz answer meanwhile, although not even the schema of its tables could be
+// resolved yet.
 func TestStartWhileTheServerIsDown(t *testing.T) {
 	e := newEnv(t)
 	c := pgtest.Shared(t)
@@ -388,6 +391,8 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 	}
 	cfg := e.config()
 	cfg.Registry = nil
+	var addr atomic.Value
+	withHTTP(&addr)(&cfg)
 	var logs relaytest.SyncBuffer
 	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(&logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -402,6 +407,12 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("relay exited while the server was down: %v", err)
 	default:
+	}
+	if code, body := get(t, &addr, "/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d (%s) while the server is down, want 200", code, body)
+	}
+	if code, body := get(t, &addr, "/readyz"); code != 503 || !strings.Contains(body, "resolving the schema") {
+		t.Fatalf("/readyz = %d %q while the server is down, want 503 saying the start resolves the schema", code, body)
 	}
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -28,8 +28,7 @@ func TestFailingDoneMarksBackOffAndAreCounted(t *testing.T) {
 		GRANT SELECT, INSERT, DELETE ON outbox_backfill TO %[1]s; GRANT SELECT, INSERT, UPDATE ON outbox_slots TO %[1]s;
 		GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_pipeline_events TO %[1]s;
 		GRANT SELECT, INSERT, UPDATE ON outbox_pipeline_control TO %[1]s; GRANT SELECT, UPDATE ON outbox_replays TO %[1]s; GRANT SELECT, UPDATE ON outbox_reshard TO %[1]s;
-		GRANT SELECT, INSERT, UPDATE ON outbox_slot_location TO %[1]s;
-		GRANT SELECT ON goose_db_version TO %[1]s`, role)); err != nil {
+		GRANT SELECT, INSERT, UPDATE ON outbox_slot_location TO %[1]s`, role)); err != nil {
 		t.Fatal(err)
 	}
 	var logs relaytest.SyncBuffer

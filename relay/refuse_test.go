@@ -99,7 +99,7 @@ func TestRefusesAnOldSchema(t *testing.T) {
 		ALTER TABLE outbox_parked_aggregates ADD PRIMARY KEY (aggregate_type, aggregate_id);
 		ALTER TABLE outbox_parked_aggregates DROP COLUMN own_state, DROP COLUMN pipeline;
 		DROP TABLE outbox_slots;
-		ALTER TABLE outbox_events DROP COLUMN insert_seq; DELETE FROM goose_db_version WHERE version_id >= 6`); err != nil {
+		ALTER TABLE outbox_events DROP COLUMN insert_seq; DELETE FROM outbox_relay_schema WHERE version_id >= 6`); err != nil {
 		t.Fatal(err)
 	}
 	err := refused(t, e.config())
@@ -147,7 +147,7 @@ func TestRefusesARoleWithoutTheWritesItNeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := refused(t, cfg)
-	want := `GRANT UPDATE ON outbox_events TO "` + role + `";`
+	want := `GRANT UPDATE ON "public"."outbox_events" TO "` + role + `";`
 	if !errors.Is(err, cdc.ErrNoPrivilege) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q does not name %q", err, want)
 	}

@@ -36,7 +36,11 @@ import (
 // MaxBufferedBytes, NoBackfill and Slot/Publication describe the pipeline named "default" and
 // are used only when Pipelines is empty (the flag path); the others are the process's.
 type Config struct {
-	DSN            string
+	DSN string
+	// Schema is the PostgreSQL schema of the relay's tables (--schema): the publication carries
+	// its outbox_events, the stream decodes only that table, and every other query names that
+	// schema's tables. Empty: the connection's current_schema(), resolved once at start.
+	Schema         string
 	WebhookURL     string
 	Secrets        []string
 	Scheme         signature.Scheme
@@ -288,20 +292,25 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
-// checks are what precede every pipeline's start: every filter is checked before anything is
-// created, so a refused one leaves nothing behind; then the shard counts.
-func (r *runner) checks(ctx context.Context) error {
+// checks are what precede every pipeline's start, and return r.cfg with the schema of the
+// relay's tables resolved: it is resolved once (a database not reachable yet is waited for,
+// while /healthz and /readyz answer), so that every component of every pipeline names it and
+// none depends on a search_path. Then every filter is checked before anything is created, so a
+// refused one leaves nothing behind; then the shard counts.
+func (r *runner) checks(ctx context.Context) (Config, error) {
+	cfg := r.cfg
+	var err error
+	if cfg.Schema, err = resolveSchemaWithRetry(ctx, cfg); err != nil {
+		return cfg, err
+	}
 	pipes := make([]Pipeline, len(r.starts))
 	for i, s := range r.starts {
 		pipes[i] = s.p
 	}
-	if err := validateFiltersWithRetry(ctx, r.cfg, pipes); err != nil {
-		return err
+	if err := validateFiltersWithRetry(ctx, cfg, pipes); err != nil {
+		return cfg, err
 	}
-	if err := checkShardCountsWithRetry(ctx, r.cfg, pipes); err != nil && !stoppedDuringStartup(ctx, err) {
-		return err
-	}
-	return nil // stopped meanwhile: each pipeline's start sees the stop and ends cleanly
+	return cfg, checkShardCountsWithRetry(ctx, cfg, pipes) // a stop meanwhile: runPipelines ends cleanly
 }
 
 // named prefixes err with the pipeline's name when the pipelines come from Config.Pipelines
@@ -330,7 +339,7 @@ func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline)
 	}
 	wait := 200 * time.Millisecond
 	for {
-		_, err := cdc.ValidateFilters(ctx, cfg.DSN, filters)
+		_, err := cdc.ValidateFilters(ctx, cfg.DSN, cfg.Schema, filters)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -378,7 +387,8 @@ func userTimeout(cfg Config) time.Duration {
 func permanent(err error) bool {
 	for _, target := range []error{cdc.ErrWalLevel, cdc.ErrNoOutboxTable, cdc.ErrNoReplication, cdc.ErrSlotInvalid,
 		cdc.ErrSlotMismatch, cdc.ErrNoPrivilege, cdc.ErrSchema, cdc.ErrPublicationMissing,
-		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter, cdc.ErrMoveBroken} {
+		cdc.ErrFailoverUnsupported, cdc.ErrStandbyUnsupported, cdc.ErrBadDSN, cdc.ErrFilter, cdc.ErrPublicationTable,
+		cdc.ErrMoveBroken} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -471,12 +481,12 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	if cfg.ReplicationDSN != "" {
 		streamDSN = cfg.ReplicationDSN
 	}
-	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication,
+	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication, Schema: cfg.Schema,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
 		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
-	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg})
+	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema})
 	var marks publisher.Marks
 	var resume *publisher.Resume
 	if owner && p.Delivery.Marks != publisher.MarksOff {
@@ -484,11 +494,11 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		// resume lookups either.
 		r.marker, marks, resume = marker, marker, &publisher.Resume{Delivered: marker.Delivered}
 	}
-	r.poller = inspect.NewPoller(pool, p.Slot, r.m, cfg.PollInterval, log)
+	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
 	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: max(p.MaxAttempts, 0), LogPayloads: cfg.LogPayloads,
-		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner},
+		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
 		OnGone: p.OnGone, RecordPause: r.recordPause}, dest, r, marks)
@@ -527,9 +537,6 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		return err
 	})
-	if r.cfg.Retention > 0 {
-		g.Go(func() error { return r.retention().Run(stopCtx, r.pool) })
-	}
 	if srv != nil {
 		g.Go(func() error {
 			err := r.serve(srv, ln)
@@ -552,21 +559,37 @@ func (r *runner) run(ctx context.Context) error {
 	return err
 }
 
-// runPipelines runs the checks, then starts every pipeline, each in its own goroutine, and
-// waits for them; the first permanent error is returned. markers is done for each pipeline once
+// runPipelines runs the checks, then starts retention and every pipeline, each in its own
+// goroutine, and waits for them; the first permanent error is returned. markers is done for each pipeline once
 // its marker has flushed.
 func (r *runner) runPipelines(ctx context.Context, markers *sync.WaitGroup) error {
-	if err := r.checks(ctx); err != nil {
+	cfg, err := r.checks(ctx)
+	if stoppedDuringStartup(ctx, err) {
+		// Stopped while the checks waited for the database: a clean stop, not an error.
+		r.cfg.Logger.Info().Msg("stopped during start-up")
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	stopCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
 	var g errgroup.Group
+	if cfg.Retention > 0 {
+		// Started once the schema is resolved: it prunes that schema's outbox_events.
+		g.Go(func() error {
+			err := retention(cfg).Run(stopCtx, r.pool)
+			if err != nil {
+				stopAll()
+			}
+			return err
+		})
+	}
 	for _, s := range r.starts {
 		markers.Add(1)
 		g.Go(func() error {
 			defer markers.Done()
-			err := s.run(stopCtx, r.cfg, r.pool)
+			err := s.run(stopCtx, cfg, r.pool)
 			if err == nil || stoppedDuringStartup(stopCtx, err) {
 				return nil // stopped, or stopped by another pipeline's error: that one is returned
 			}
@@ -624,11 +647,12 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// retention prunes the rows every pipeline is done with, older than Retention, hourly.
-func (r *runner) retention() outbox.Retention {
-	log := r.cfg.Logger
+// retention prunes the rows every pipeline is done with, older than cfg.Retention, hourly, in
+// cfg.Schema (resolved).
+func retention(cfg Config) outbox.Retention {
+	log := cfg.Logger
 	return outbox.Retention{
-		PruneOptions: outbox.PruneOptions{OlderThan: r.cfg.Retention, Pause: 10 * time.Millisecond},
+		PruneOptions: outbox.PruneOptions{OlderThan: cfg.Retention, Pause: 10 * time.Millisecond, Schema: cfg.Schema},
 		OnPrune: func(res outbox.PruneResult, err error) {
 			if err != nil {
 				log.Warn().Err(err).Int64("deleted", res.Deleted).Msg("retention prune failed")

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // Reshard is a pipeline's row in outbox_reshard, written by `outbox-relay reshard`: the change
@@ -49,12 +51,13 @@ type ReshardDB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// ReadReshard returns pipeline's reshard row; ok is false when it has none (or the schema has no
-// outbox_reshard table yet).
-func ReadReshard(ctx context.Context, q ReshardQuerier, pipeline string) (r Reshard, ok bool, err error) {
+// ReadReshard returns pipeline's reshard row from outbox_reshard of schema s (empty: as the
+// search_path resolves it); ok is false when it has none (or the schema has no outbox_reshard
+// table yet).
+func ReadReshard(ctx context.Context, q ReshardQuerier, s, pipeline string) (r Reshard, ok bool, err error) {
 	var fence *string
-	err = q.QueryRow(ctx, `SELECT pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots, fence::text,
-		started_at, fence_reached_at, finished_at FROM outbox_reshard WHERE pipeline = $1`, pipeline).
+	err = q.QueryRow(ctx, schema.SQL(s, `SELECT pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots, fence::text,
+		started_at, fence_reached_at, finished_at FROM {outbox_reshard} WHERE pipeline = $1`), pipeline).
 		Scan(&r.Pipeline, &r.From, &r.To, &r.OldSlots, &r.OldPubs, &r.NewSlots, &fence, &r.Started, &r.Reached, &r.Finished)
 	var pgErr *pgconn.PgError
 	switch {
@@ -83,18 +86,20 @@ type FenceProgress struct {
 }
 
 // oldSlotBehind is true for an old slot (o.slot, joined to pg_replication_slots as s) that is
-// missing or behind the fence, or still delivers a backfill.
+// missing or behind the fence, or still delivers a backfill. It names outbox_backfill by its
+// placeholder: the query that uses it goes through schema.SQL.
 func oldSlotBehind(fence string) string {
 	return `(s.slot_name IS NULL OR s.confirmed_flush_lsn IS NULL OR s.confirmed_flush_lsn < ` + fence + `
-		OR EXISTS (SELECT 1 FROM outbox_backfill b WHERE b.slot = o.slot))`
+		OR EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.slot = o.slot))`
 }
 
 // oldSlotsQuery lists the old slots ($1) with where they stand: missing, or behind the fence ($2).
 var oldSlotsQuery = `SELECT o.slot, s.slot_name IS NULL, ` + oldSlotBehind("$2::pg_lsn") + `
 	FROM unnest($1::text[]) AS o(slot) LEFT JOIN pg_replication_slots s ON s.slot_name = o.slot ORDER BY o.slot`
 
-// ReadFence reports where r's old slots stand, changing nothing (see RecordFence).
-func ReadFence(ctx context.Context, q ReshardDB, r Reshard) (FenceProgress, error) {
+// ReadFence reports where r's old slots stand, changing nothing (see RecordFence); s is the
+// schema of the relay's tables (empty: as the search_path resolves it).
+func ReadFence(ctx context.Context, q ReshardDB, s string, r Reshard) (FenceProgress, error) {
 	if r.Reached != nil || r.Finished != nil {
 		return FenceProgress{Reached: true}, nil
 	}
@@ -104,7 +109,7 @@ func ReadFence(ctx context.Context, q ReshardDB, r Reshard) (FenceProgress, erro
 	}
 	var slot string
 	var missing, behind bool
-	rows, err := q.Query(ctx, oldSlotsQuery, r.OldSlots, r.Fence)
+	rows, err := q.Query(ctx, schema.SQL(s, oldSlotsQuery), r.OldSlots, r.Fence)
 	if err != nil {
 		return p, fmt.Errorf("read the old slots: %w", err)
 	}
@@ -126,27 +131,28 @@ func ReadFence(ctx context.Context, q ReshardDB, r Reshard) (FenceProgress, erro
 // RecordFence records r's fence as reached when every old slot exists and has confirmed it (and
 // delivered any backfill), in one statement, so that the record is true when written; then the
 // new shards may deliver, and an old slot missing later was retired, not lost. It returns the
-// progress, read again when the fence is not reached.
-func RecordFence(ctx context.Context, db ReshardDB, r Reshard) (FenceProgress, error) {
+// progress, read again when the fence is not reached. s is the schema of the relay's tables
+// (empty: as the search_path resolves it).
+func RecordFence(ctx context.Context, db ReshardDB, s string, r Reshard) (FenceProgress, error) {
 	if r.Reached != nil || r.Finished != nil || r.Fence == "" {
-		return ReadFence(ctx, db, r)
+		return ReadFence(ctx, db, s, r)
 	}
-	tag, err := db.Exec(ctx, `UPDATE outbox_reshard r SET fence_reached_at = now()
+	tag, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_reshard} r SET fence_reached_at = now()
 		WHERE pipeline = $1 AND fence IS NOT NULL AND fence_reached_at IS NULL AND NOT EXISTS (
 			SELECT 1 FROM unnest(r.old_slots) AS o(slot) LEFT JOIN pg_replication_slots s ON s.slot_name = o.slot
-			WHERE `+oldSlotBehind("r.fence")+`)`, r.Pipeline)
+			WHERE `+oldSlotBehind("r.fence")+`)`), r.Pipeline)
 	if err != nil {
 		return FenceProgress{}, fmt.Errorf("record the reshard's fence as reached: %w", err)
 	}
 	if tag.RowsAffected() == 1 {
 		return FenceProgress{Reached: true}, nil
 	}
-	if now, ok, err := ReadReshard(ctx, db, r.Pipeline); err != nil || !ok {
+	if now, ok, err := ReadReshard(ctx, db, s, r.Pipeline); err != nil || !ok {
 		return FenceProgress{}, err
 	} else if now.Reached != nil { // recorded by another process meanwhile
 		return FenceProgress{Reached: true}, nil
 	}
-	return ReadFence(ctx, db, r)
+	return ReadFence(ctx, db, s, r)
 }
 
 // MissingFix is what to do about old slots dropped before the fence (FenceProgress.Missing).
@@ -181,7 +187,7 @@ type fenceState struct {
 func (r *pipelineRunner) fence(ctx context.Context) (fenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rs, ok, err := ReadReshard(ctx, r.pool, r.p.family())
+	rs, ok, err := ReadReshard(ctx, r.pool, r.cfg.Schema, r.p.family())
 	if err != nil || !ok || rs.Finished != nil {
 		return fenceState{}, err
 	}
@@ -195,9 +201,9 @@ func (r *pipelineRunner) fence(ctx context.Context) (fenceState, error) {
 		// An old shard retires once its slot confirmed the fence and delivered any backfill (a
 		// slot recreated after it was dropped before the fence starts past it).
 		var reached bool
-		err := r.pool.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
-			AND NOT EXISTS (SELECT 1 FROM outbox_backfill WHERE slot = $1) FROM pg_replication_slots
-			WHERE slot_name = $1`, r.p.Slot, rs.Fence).Scan(&reached)
+		err := r.pool.QueryRow(ctx, schema.SQL(r.cfg.Schema, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
+			AND NOT EXISTS (SELECT 1 FROM {outbox_backfill} WHERE slot = $1) FROM pg_replication_slots
+			WHERE slot_name = $1`), r.p.Slot, rs.Fence).Scan(&reached)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fenceState{}, err
 		}
@@ -210,7 +216,7 @@ func (r *pipelineRunner) fence(ctx context.Context) (fenceState, error) {
 // finds every old slot past it. An old slot missing before that keeps the gate shut and says
 // how to recover what only that slot carried.
 func (r *pipelineRunner) newShardGate(ctx context.Context, rs Reshard) (fenceState, error) {
-	p, err := RecordFence(ctx, r.pool, rs)
+	p, err := RecordFence(ctx, r.pool, r.cfg.Schema, rs)
 	switch {
 	case err != nil:
 		return fenceState{}, err
@@ -242,7 +248,7 @@ func checkShardCounts(ctx context.Context, conn *pgx.Conn, pipes []Pipeline, cfg
 		slots[s] = true
 	}
 	for _, p := range pipes {
-		c := shardCheck{p: p, slots: slots, flags: len(cfg.Pipelines) == 0, recreate: cfg.RecreateSlot}
+		c := shardCheck{p: p, slots: slots, schema: cfg.Schema, flags: len(cfg.Pipelines) == 0, recreate: cfg.RecreateSlot}
 		if err := c.check(ctx, conn); err != nil {
 			return err
 		}
@@ -254,6 +260,7 @@ func checkShardCounts(ctx context.Context, conn *pgx.Conn, pipes []Pipeline, cfg
 type shardCheck struct {
 	p        Pipeline
 	slots    map[string]bool // the database's slots
+	schema   string          // of the relay's tables (Config.Schema, resolved)
 	flags    bool            // the pipeline comes from flags (--shards), not a file (shards:)
 	recreate bool            // --recreate-slot
 }
@@ -268,7 +275,7 @@ func (c shardCheck) count(n int) string {
 
 func (c shardCheck) check(ctx context.Context, conn *pgx.Conn) error {
 	n, fam := c.p.shardCount(), c.p.family()
-	rs, ok, err := ReadReshard(ctx, conn, fam)
+	rs, ok, err := ReadReshard(ctx, conn, c.schema, fam)
 	switch {
 	case err != nil:
 		return err

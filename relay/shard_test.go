@@ -106,7 +106,7 @@ func TestShardFiltersPartitionTheRows(t *testing.T) {
 	for i := range n {
 		filters[ShardName("p", n, i)] = ShardFilter("event_type <> 'skip'", n, i)
 	}
-	canon, err := cdc.ValidateFilters(ctx, e.dsn, filters)
+	canon, err := cdc.ValidateFilters(ctx, e.dsn, "", filters)
 	if err != nil {
 		t.Fatal(err)
 	}

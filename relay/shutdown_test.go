@@ -61,7 +61,7 @@ func TestStopDoesNotConfirmAnUnstoredDeadLetter(t *testing.T) {
 	waitFor(t, 30*time.Second, "dead-letter write waiting on the lock", func() bool {
 		var n int
 		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND query LIKE 'UPDATE outbox_events SET status = ''failed''%'`).Scan(&n)
+			AND query LIKE 'UPDATE "public"."outbox_events" SET status = ''failed''%'`).Scan(&n)
 		return n > 0
 	})
 	if err := r.stop(t); err != nil {

@@ -184,7 +184,7 @@ func TestStatusUnhealthyWhileRowsOlderThanTheSlotArePending(t *testing.T) {
 		var ok bool
 		var why string
 		waitFor(t, 30*time.Second, "status settles", func() bool {
-			rep, err := inspect.Status(context.Background(), e.pool, e.slot, 5)
+			rep, err := inspect.Status(context.Background(), e.pool, "", e.slot, 5)
 			if err != nil {
 				t.Fatal(err)
 			}

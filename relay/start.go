@@ -40,7 +40,8 @@ type pipelineStart struct {
 func newPipelineStart(cfg Config, p Pipeline) *pipelineStart {
 	m := metrics.New(prometheus.WrapRegistererWith(p.labels(), cfg.Registry))
 	m.PipelineUp.Set(0)
-	return &pipelineStart{p: p, log: cfg.pipelineLogger(p), up: m.PipelineUp, phase: "checking the row filters and shard counts of every pipeline"}
+	return &pipelineStart{p: p, log: cfg.pipelineLogger(p), up: m.PipelineUp,
+		phase: "resolving the schema of the relay's tables, checking the row filters and shard counts of every pipeline"}
 }
 
 func (s *pipelineStart) setPhase(phase string) {
@@ -162,7 +163,7 @@ func setupWithRetry(ctx context.Context, cfg Config, p Pipeline, s *pipelineStar
 	wait := 200 * time.Millisecond
 	for {
 		res, err := cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
-			cdc.SetupOptions{NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
+			cdc.SetupOptions{Schema: cfg.Schema, NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
 				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p)})
 		if ctx.Err() != nil {
 			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.

@@ -212,7 +212,7 @@ func TestPipelinesPastTheSlotLimitDoNotHoldBackTheOthers(t *testing.T) {
 	}
 	e.waitDelivered(running)
 	for _, n := range down {
-		st, err := inspect.PipelineOf(ctx, e.env.pool, n, "outbox_relay_"+n, "outbox_relay_"+n)
+		st, err := inspect.PipelineOf(ctx, e.env.pool, "", n, "outbox_relay_"+n, "outbox_relay_"+n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -25,6 +24,7 @@ nothing is lost. Resume with outbox-relay resume.`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	addPipelineFlag(fs)
 	fs.String("reason", "", "why, shown by outbox-relay status and logged by the relay")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -48,6 +48,7 @@ events it holds, in order per aggregate, within about a second.`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	addPipelineFlag(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return setPaused(cmd, fs, false, "") }
 	return cmd
@@ -74,12 +75,12 @@ func setPaused(cmd *cobra.Command, fs *pflag.FlagSet, paused bool, reason string
 	if err != nil {
 		return err
 	}
-	conn, err := pgx.Connect(cmd.Context(), dsn)
+	conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer conn.Close(cmd.Context())
-	c, err := publisher.SetPaused(cmd.Context(), conn, name, paused, reason)
+	c, err := publisher.SetPaused(cmd.Context(), conn, s, name, paused, reason)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -57,5 +61,37 @@ func TestTestOnlyNamesTheHarnesses(t *testing.T) {
 		if got := testOnly(pkg); got != want {
 			t.Errorf("testOnly(%s) = %v, want %v", pkg, got, want)
 		}
+	}
+}
+
+// What users copy imports only what they can import: no example_test.go, and no program of
+// examples/ (its tests aside, which need the test cluster), imports an internal package.
+func TestExamplesImportNoInternalPackage(t *testing.T) {
+	const internal = `"github.com/outbox-relay/outbox-relay/internal/`
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		example := filepath.Base(path) == "example_test.go" ||
+			strings.HasPrefix(rel, "examples"+string(filepath.Separator)) && !strings.HasSuffix(path, "_test.go")
+		if !example {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if strings.HasPrefix(imp.Path.Value, internal) {
+				t.Errorf("%s imports %s: users who copy it cannot; use public packages (a helper in another _test.go file "+
+					"can give an example its database)", rel, imp.Path.Value)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -33,6 +34,7 @@ aggregates stay in outbox_pipeline_events and outbox_parked_aggregates.`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.String(configFlag.name, "", "take the pipeline's slot and publication names from this YAML file (env OUTBOX_RELAY_CONFIG)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		dsn, err := requireDSN(fs)
@@ -43,11 +45,13 @@ aggregates stay in outbox_pipeline_events and outbox_parked_aggregates.`,
 		if p.Name == relay.DefaultPipeline {
 			p.Slot, p.Publication = relay.DefaultSlot, relay.DefaultPublication
 		}
+		fileSchema := ""
 		if path := stringFrom(fs, configFlag); path != "" {
 			file, err := pipeconf.Load(path)
 			if err != nil {
 				return usageError{err}
 			}
+			fileSchema = file.Schema
 			for _, fp := range file.Pipelines {
 				for _, s := range fp.ShardPipelines() { // a shard is dropped by its name, orders_s2of4
 					if s.Name == p.Name {
@@ -57,12 +61,12 @@ aggregates stay in outbox_pipeline_events and outbox_parked_aggregates.`,
 			}
 		}
 		p = p.WithDefaults()
-		conn, err := pgx.Connect(cmd.Context(), dsn)
+		conn, s, err := connectSchema(cmd.Context(), fs, dsn, fileSchema)
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
 		defer conn.Close(context.Background())
-		slotDropped, pubDropped, err := dropPipeline(cmd.Context(), conn, p)
+		slotDropped, pubDropped, err := dropPipeline(cmd.Context(), conn, s, p)
 		if err != nil {
 			return err
 		}
@@ -85,8 +89,8 @@ func dropped(b bool) string {
 var errSlotActive = errors.New("slot is active")
 
 // dropPipeline drops p's slot (unless a process streams from it) and publication, and forgets
-// the slot's backfill and creation record.
-func dropPipeline(ctx context.Context, conn *pgx.Conn, p relay.Pipeline) (slotDropped, pubDropped bool, err error) {
+// the slot's backfill and creation record in schema s.
+func dropPipeline(ctx context.Context, conn *pgx.Conn, s string, p relay.Pipeline) (slotDropped, pubDropped bool, err error) {
 	var active bool
 	err = conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, p.Slot).Scan(&active)
 	switch {
@@ -115,10 +119,10 @@ func dropPipeline(ctx context.Context, conn *pgx.Conn, p relay.Pipeline) (slotDr
 			return slotDropped, false, fmt.Errorf("drop publication %q: %w", p.Publication, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, `DELETE FROM outbox_backfill WHERE slot = $1`, p.Slot); err != nil {
+	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), p.Slot); err != nil {
 		return slotDropped, pubDropped, fmt.Errorf("forget the backfill of slot %q: %w", p.Slot, err)
 	}
-	if _, err := conn.Exec(ctx, `DELETE FROM outbox_slots WHERE slot = $1`, p.Slot); err != nil {
+	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_slots} WHERE slot = $1`), p.Slot); err != nil {
 		return slotDropped, pubDropped, fmt.Errorf("forget slot %q: %w", p.Slot, err)
 	}
 	return slotDropped, pubDropped, nil

@@ -12,7 +12,10 @@ import (
 )
 
 // publicTables lists the tables of schema public.
-func publicTables(t *testing.T, dsn string) string {
+func publicTables(t *testing.T, dsn string) string { return schemaTables(t, dsn, "public") }
+
+// schemaTables lists the tables of schema s.
+func schemaTables(t *testing.T, dsn, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
@@ -22,7 +25,7 @@ func publicTables(t *testing.T, dsn string) string {
 	defer conn.Close(ctx)
 	var s string
 	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(tablename, ' ' ORDER BY tablename), '')
-		FROM pg_tables WHERE schemaname = 'public'`).Scan(&s); err != nil {
+		FROM pg_tables WHERE schemaname = $1`, name).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -82,7 +85,55 @@ func TestMigrateIncludesTheInboxSet(t *testing.T) {
 	if out, _, code := cli(t, "migrate", "--inbox-only", "--dsn", dsn); code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("migrate --inbox-only after migrate: exit %d, stdout %q", code, out)
 	}
-	if out, _, code := cli(t, "migrate", "--dsn", dsn); code != 0 || strings.TrimSpace(out) != "schema is up to date" {
+	if out, _, code := cli(t, "migrate", "--dsn", dsn); code != 0 || strings.TrimSpace(out) != `schema "public" is up to date` {
+		t.Fatalf("second migrate: exit %d, stdout %q", code, out)
+	}
+}
+
+// --schema (or OUTBOX_RELAY_SCHEMA) reaches the inbox set as it does the relay's: --inbox-only
+// creates the schema and puts inbox_events and its history there, and a full migrate of that
+// schema adds the outbox beside it and applies the inbox set there too (not in the
+// search_path's public), keeping the inbox's rows.
+func TestMigrateInboxOnlyInASchema(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	out, stderr, code := cli(t, "migrate", "--inbox-only", "--schema", "app", "--dsn", dsn)
+	if code != 0 || !strings.Contains(out, "applied 00002 inbox/00002_inbox_prune_index") {
+		t.Fatalf("migrate --inbox-only --schema app: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if got, want := schemaTables(t, dsn, "app"), "inbox_events "+migrations.InboxHistoryTable; got != want {
+		t.Fatalf("schema app has %q, want %q", got, want)
+	}
+	if got := publicTables(t, dsn); got != "" {
+		t.Fatalf("schema public has %q, want nothing", got)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO app.inbox_events (id, handler_status, payload) VALUES (gen_random_uuid(), 'done', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("OUTBOX_RELAY_SCHEMA", "app")
+	out, stderr, code = cli(t, "migrate", "--dsn", dsn)
+	if code != 0 || !strings.Contains(out, "applied 00001 00001_init.sql") || strings.Contains(out, "inbox/") {
+		t.Fatalf("migrate with OUTBOX_RELAY_SCHEMA=app after --inbox-only: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if got := publicTables(t, dsn); got != "" {
+		t.Fatalf("schema public has %q after migrating app, want nothing", got)
+	}
+	var outbox bool
+	var inboxRows int
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('app.outbox_events') IS NOT NULL, (SELECT count(*) FROM app.inbox_events)`).
+		Scan(&outbox, &inboxRows); err != nil {
+		t.Fatal(err)
+	}
+	if !outbox || inboxRows != 1 {
+		t.Fatalf("after the full migrate: app.outbox_events %v, inbox rows %d; want the outbox and the one inbox row", outbox, inboxRows)
+	}
+	if out, _, code := cli(t, "migrate", "--dsn", dsn); code != 0 || strings.TrimSpace(out) != `schema "app" is up to date` {
 		t.Fatalf("second migrate: exit %d, stdout %q", code, out)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -29,6 +28,7 @@ between batches.`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.Duration("older-than", 0, "delete rows delivered (done) or written (pending, where no pipeline marks rows) longer ago than this, e.g. 168h for a week (required)")
 	fs.Int("batch-size", outbox.DefaultPruneBatchSize, "rows deleted per transaction")
 	fs.Duration("batch-pause", 0, "pause between batches, to spread the load")
@@ -42,11 +42,12 @@ between batches.`,
 		if err != nil {
 			return err
 		}
-		conn, err := pgx.Connect(cmd.Context(), dsn)
+		conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
 		defer conn.Close(context.Background())
+		opts.Schema = s
 		res, err := outbox.Prune(cmd.Context(), conn, opts)
 		writePrune(cmd.OutOrStdout(), res, opts.DryRun, err)
 		if errors.Is(err, context.Canceled) {

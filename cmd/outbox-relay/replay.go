@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -36,6 +35,7 @@ them page by page, and resumes after a restart.`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.Bool("all", false, "replay every parked aggregate")
 	fs.StringArray("aggregate", nil, "replay this aggregate, as TYPE/ID (repeatable)")
 	fs.String("event", "", "replay the aggregate of this failed or parked event id")
@@ -60,11 +60,12 @@ them page by page, and resumes after a restart.`,
 		if err != nil {
 			return err
 		}
-		conn, err := pgx.Connect(cmd.Context(), dsn)
+		conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
 		defer conn.Close(cmd.Context())
+		sel.Schema = s
 		dry, _ := fs.GetBool("dry-run")
 		plans, err := publisher.RequestReplay(cmd.Context(), conn, sel, dry)
 		if errors.Is(err, publisher.ErrNothingToReplay) && (dry || sel.All) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -38,6 +39,7 @@ README: Shards, Changing N.`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.String(configFlag.name, "", "the pipelines file that names the pipeline (env OUTBOX_RELAY_CONFIG; required)")
 	fs.String("pipeline", "", "the pipeline to reshard (required)")
 	fs.Int("to", 0, "the new shard count, 1 to 256 (required)")
@@ -48,22 +50,25 @@ README: Shards, Changing N.`,
 		if err != nil {
 			return err
 		}
-		conn, err := pgx.Connect(cmd.Context(), rc.dsn)
+		conn, s, err := connectSchema(cmd.Context(), fs, rc.dsn, rc.fileSchema)
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
 		defer conn.Close(context.Background())
+		rc.schema = s
 		return rc.run(cmd.Context(), conn, cmd.OutOrStdout())
 	}
 	return cmd
 }
 
 type reshardCmd struct {
-	dsn    string
-	p      relay.Pipeline // the pipeline from the file, unsharded view
-	to     int
-	dryRun bool
-	wait   time.Duration
+	dsn        string
+	fileSchema string         // the file's schema:
+	schema     string         // the relay's tables' schema, resolved
+	p          relay.Pipeline // the pipeline from the file, unsharded view
+	to         int
+	dryRun     bool
+	wait       time.Duration
 }
 
 func reshardArgs(fs *pflag.FlagSet) (reshardCmd, error) {
@@ -84,6 +89,7 @@ func reshardArgs(fs *pflag.FlagSet) (reshardCmd, error) {
 	if err != nil {
 		return rc, usageError{err}
 	}
+	rc.fileSchema = file.Schema
 	for _, p := range file.Pipelines {
 		if p.Name == name {
 			p.Shards, p.Shard = 0, nil
@@ -147,7 +153,7 @@ func names(ps []relay.Pipeline, f func(relay.Pipeline) string) []string {
 
 // start returns the reshard row, inserting it when there is none under way.
 func (rc reshardCmd) start(ctx context.Context, conn *pgx.Conn, w io.Writer) (relay.Reshard, bool, error) {
-	rs, ok, err := relay.ReadReshard(ctx, conn, rc.p.Name)
+	rs, ok, err := relay.ReadReshard(ctx, conn, rc.schema, rc.p.Name)
 	if err != nil {
 		return rs, false, err
 	}
@@ -178,15 +184,15 @@ func (rc reshardCmd) start(ctx context.Context, conn *pgx.Conn, w io.Writer) (re
 	if rc.dryRun {
 		return rs, false, nil
 	}
-	_, err = conn.Exec(ctx, `INSERT INTO outbox_reshard (pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots)
+	_, err = conn.Exec(ctx, schema.SQL(rc.schema, `INSERT INTO {outbox_reshard} (pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots)
 		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (pipeline) DO UPDATE SET from_shards = $2, to_shards = $3, old_slots = $4, old_pubs = $5,
 			new_slots = $6, fence = NULL, started_at = now(), fence_reached_at = NULL, finished_at = NULL
-		WHERE outbox_reshard.finished_at IS NOT NULL`, rs.Pipeline, rs.From, rs.To, rs.OldSlots, rs.OldPubs, rs.NewSlots)
+		WHERE outbox_reshard.finished_at IS NOT NULL`), rs.Pipeline, rs.From, rs.To, rs.OldSlots, rs.OldPubs, rs.NewSlots)
 	if err != nil {
 		return rs, false, fmt.Errorf("record the reshard: %w", err)
 	}
-	rs, ok, err = relay.ReadReshard(ctx, conn, rc.p.Name)
+	rs, ok, err = relay.ReadReshard(ctx, conn, rc.schema, rc.p.Name)
 	return rs, ok && rs.Finished == nil, err
 }
 
@@ -195,7 +201,7 @@ func (rc reshardCmd) run(ctx context.Context, conn *pgx.Conn, w io.Writer) error
 	if err != nil || !going {
 		return err
 	}
-	fmt.Fprintf(w, "%s\n", describeReshard(ctx, conn, rs))
+	fmt.Fprintf(w, "%s\n", describeReshard(ctx, conn, rc.schema, rs))
 	if rc.dryRun {
 		return nil
 	}
@@ -208,7 +214,7 @@ func (rc reshardCmd) run(ctx context.Context, conn *pgx.Conn, w io.Writer) error
 	if err := rc.dropOld(ctx, conn, w, rs); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, `UPDATE outbox_reshard SET finished_at = now() WHERE pipeline = $1`, rs.Pipeline); err != nil {
+	if _, err := conn.Exec(ctx, schema.SQL(rc.schema, `UPDATE {outbox_reshard} SET finished_at = now() WHERE pipeline = $1`), rs.Pipeline); err != nil {
 		return fmt.Errorf("mark the reshard done: %w", err)
 	}
 	fmt.Fprintf(w, "step 4/4: pipeline %s has %d shards; set shards: %d in every relay's file\n", rs.Pipeline, rs.To, rs.To)
@@ -218,17 +224,17 @@ func (rc reshardCmd) run(ctx context.Context, conn *pgx.Conn, w io.Writer) error
 // fence is step 1: the new publications and slots, the fence, the slots advanced to it.
 func (rc reshardCmd) fence(ctx context.Context, conn *pgx.Conn, w io.Writer, rs relay.Reshard) (relay.Reshard, error) {
 	for _, p := range rc.shards(rs.To) {
-		if _, err := cdc.Setup(ctx, rc.dsn, p.Slot, p.Publication, cdc.SetupOptions{NoBackfill: true, Filter: p.Filter}); err != nil {
+		if _, err := cdc.Setup(ctx, rc.dsn, p.Slot, p.Publication, cdc.SetupOptions{Schema: rc.schema, NoBackfill: true, Filter: p.Filter}); err != nil {
 			return rs, fmt.Errorf("create shard %s: %w", p.Name, err)
 		}
 	}
 	if rs.Fence == "" {
-		if _, err := conn.Exec(ctx, `UPDATE outbox_reshard SET fence = (SELECT max(confirmed_flush_lsn) FROM pg_replication_slots
-			WHERE slot_name = ANY($2)) WHERE pipeline = $1 AND fence IS NULL`, rs.Pipeline, rs.NewSlots); err != nil {
+		if _, err := conn.Exec(ctx, schema.SQL(rc.schema, `UPDATE {outbox_reshard} SET fence = (SELECT max(confirmed_flush_lsn) FROM pg_replication_slots
+			WHERE slot_name = ANY($2)) WHERE pipeline = $1 AND fence IS NULL`), rs.Pipeline, rs.NewSlots); err != nil {
 			return rs, fmt.Errorf("record the fence: %w", err)
 		}
 		var err error
-		if rs, _, err = relay.ReadReshard(ctx, conn, rs.Pipeline); err != nil {
+		if rs, _, err = relay.ReadReshard(ctx, conn, rc.schema, rs.Pipeline); err != nil {
 			return rs, err
 		}
 	}
@@ -251,7 +257,7 @@ func (rc reshardCmd) waitOld(ctx context.Context, conn *pgx.Conn, w io.Writer, r
 	deadline := time.Now().Add(rc.wait)
 	var last []string
 	for {
-		p, err := relay.RecordFence(ctx, conn, rs)
+		p, err := relay.RecordFence(ctx, conn, rc.schema, rs)
 		switch {
 		case err != nil:
 			return fmt.Errorf("read the old slots: %w", err)
@@ -281,7 +287,7 @@ func (rc reshardCmd) dropOld(ctx context.Context, conn *pgx.Conn, w io.Writer, r
 	for i, slot := range rs.OldSlots {
 		p := relay.Pipeline{Name: fmt.Sprintf("%s (old shard %d of %d)", rs.Pipeline, i, rs.From), Slot: slot, Publication: rs.OldPubs[i]}
 		for {
-			slotDropped, pubDropped, err := dropPipeline(ctx, conn, p)
+			slotDropped, pubDropped, err := dropPipeline(ctx, conn, rc.schema, p)
 			if errors.Is(err, errSlotActive) && time.Now().Before(deadline) {
 				if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 					return err
@@ -307,8 +313,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// describeReshard says which step a reshard is at, for the command and for status.
-func describeReshard(ctx context.Context, q relay.ReshardDB, rs relay.Reshard) string {
+// describeReshard says which step a reshard is at, for the command and for status; s is the
+// schema of the relay's tables.
+func describeReshard(ctx context.Context, q relay.ReshardDB, s string, rs relay.Reshard) string {
 	head := fmt.Sprintf("reshard of pipeline %s from %d to %d shards", rs.Pipeline, rs.From, rs.To)
 	switch {
 	case rs.Finished != nil:
@@ -316,7 +323,7 @@ func describeReshard(ctx context.Context, q relay.ReshardDB, rs relay.Reshard) s
 	case rs.Fence == "":
 		return head + ": step 1/4, creating the new slots (no fence yet); the new shards wait"
 	}
-	p, err := relay.ReadFence(ctx, q, rs)
+	p, err := relay.ReadFence(ctx, q, s, rs)
 	switch {
 	case err != nil:
 		return head + ": " + err.Error()
@@ -329,9 +336,9 @@ func describeReshard(ctx context.Context, q relay.ReshardDB, rs relay.Reshard) s
 		"`outbox-relay reshard`", head, rs.Fence, rs.OldSlots)
 }
 
-// reshardWarnings describes every reshard under way, for status.
-func reshardWarnings(ctx context.Context, conn *pgx.Conn) []string {
-	rows, err := conn.Query(ctx, `SELECT pipeline FROM outbox_reshard WHERE finished_at IS NULL ORDER BY pipeline`)
+// reshardWarnings describes every reshard under way in schema s, for status.
+func reshardWarnings(ctx context.Context, conn *pgx.Conn, s string) []string {
+	rows, err := conn.Query(ctx, schema.SQL(s, `SELECT pipeline FROM {outbox_reshard} WHERE finished_at IS NULL ORDER BY pipeline`))
 	if err != nil {
 		return nil // an older schema has no reshards
 	}
@@ -341,8 +348,8 @@ func reshardWarnings(ctx context.Context, conn *pgx.Conn) []string {
 	}
 	var out []string
 	for _, n := range names {
-		if rs, ok, err := relay.ReadReshard(ctx, conn, n); err == nil && ok {
-			out = append(out, describeReshard(ctx, conn, rs))
+		if rs, ok, err := relay.ReadReshard(ctx, conn, s, n); err == nil && ok {
+			out = append(out, describeReshard(ctx, conn, s, rs))
 		}
 	}
 	return out

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // usageError marks an error in the command line itself (exit code 2).
@@ -80,10 +84,43 @@ func stringFrom(fs *pflag.FlagSet, f envFlag) string {
 	return v
 }
 
-var dsnFlag = envFlag{name: "dsn", env: "DB_DSN"}
+var (
+	dsnFlag    = envFlag{name: "dsn", env: "DB_DSN"}
+	schemaFlag = envFlag{name: "schema", env: "OUTBOX_RELAY_SCHEMA"}
+)
 
 func addDSNFlag(fs *pflag.FlagSet) {
 	fs.String(dsnFlag.name, "", "PostgreSQL connection string, e.g. postgres://user@host/db (env DB_DSN; required)")
+}
+
+// addSchemaFlag adds --schema, of every command that reads or writes the relay's tables.
+func addSchemaFlag(fs *pflag.FlagSet) {
+	fs.String(schemaFlag.name, "", "PostgreSQL schema of the relay's tables (env OUTBOX_RELAY_SCHEMA); "+
+		"empty: the connection's current_schema(), the first existing schema on its search_path")
+}
+
+// schemaName is the schema the operator named: --schema, else OUTBOX_RELAY_SCHEMA, else
+// fromFile (the pipelines file's schema:), else "" for the connection's current_schema().
+func schemaName(fs *pflag.FlagSet, fromFile string) string {
+	if s := stringFrom(fs, schemaFlag); s != "" {
+		return s
+	}
+	return fromFile
+}
+
+// connectSchema connects to dsn and resolves the relay's schema on that connection: named
+// (schemaName) or current_schema(). The error names the fix when there is no such schema.
+func connectSchema(ctx context.Context, fs *pflag.FlagSet, dsn, fromFile string) (*pgx.Conn, string, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("connect: %w", err)
+	}
+	s, err := schema.Resolve(ctx, conn, schemaName(fs, fromFile))
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, "", err
+	}
+	return conn, s, nil
 }
 
 func requireDSN(fs *pflag.FlagSet) (string, error) {

@@ -52,6 +52,7 @@ of the webhook, with the same guarantees (README: Broker destinations).`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.String(urlFlag.name, "", "webhook endpoint, an absolute http(s) URL (env WEBHOOK_URL; required)")
 	fs.String(secretFlag.name, "", "HMAC signing secret; comma-separated for rotation (env WEBHOOK_SECRET; required unless a secret file is given)")
 	fs.String(secretFileFlag.name, "", "read the signing secret(s) from this file instead, one per line or comma-separated (env WEBHOOK_SECRET_FILE)")
@@ -123,6 +124,7 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	if cfg.DSN, err = requireDSN(fs); err != nil {
 		return cfg, err
 	}
+	cfg.Schema = schemaName(fs, "")
 	broker, ok, err := brokerConfig(fs) // brokers.go
 	if err != nil {
 		return cfg, err
@@ -245,6 +247,7 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	if cfg.DSN == "" {
 		return cfg, usageError{fmt.Errorf("no database: set dsn in %s, DB_DSN, or pass --dsn postgres://user@host:5432/db", path)}
 	}
+	cfg.Schema = schemaName(fs, file.Schema)
 	cfg.MetricsAddr, _ = fs.GetString("metrics-addr")
 	cfg.ShutdownTimeout, _ = fs.GetDuration("shutdown-timeout")
 	cfg.StallTimeout, _ = fs.GetDuration("stall-timeout")

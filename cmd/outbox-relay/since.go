@@ -6,7 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -68,11 +67,12 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := pgx.Connect(cmd.Context(), dsn)
+	conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer conn.Close(cmd.Context())
+	req.Schema = s
 	dry, _ := fs.GetBool("dry-run")
 	plan, err := publisher.RequestReplaySince(cmd.Context(), conn, req, dry)
 	if err != nil {

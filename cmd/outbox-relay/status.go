@@ -35,6 +35,7 @@ could be read, so it works as a probe and for scripts (--json).`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.String("slot", relay.DefaultSlot, "logical replication slot name")
 	fs.Bool("json", false, "print the report as JSON (stable field names; see README)")
 	fs.Int("top", 10, "parked aggregates to list, oldest first")
@@ -46,7 +47,7 @@ could be read, so it works as a probe and for scripts (--json).`,
 		if err != nil {
 			return err
 		}
-		pipes, err := statusPipelines(fs)
+		pipes, fileSchema, err := statusPipelines(fs)
 		if err != nil {
 			return err
 		}
@@ -59,7 +60,7 @@ could be read, so it works as a probe and for scripts (--json).`,
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 		defer cancel()
-		rep, walWarning, err := readStatus(ctx, dsn, slot, top)
+		rep, walWarning, err := readStatus(ctx, dsn, schemaName(fs, fileSchema), slot, top)
 		if err != nil {
 			return err
 		}
@@ -68,7 +69,7 @@ could be read, so it works as a probe and for scripts (--json).`,
 			warnings = append([]string{walWarning}, warnings...)
 		}
 		narrowed := fs.Changed("pipeline")
-		ps, unused, err := readPipelines(ctx, dsn, pipes, !narrowed)
+		ps, unused, err := readPipelines(ctx, dsn, rep.Schema, pipes, !narrowed)
 		if err != nil {
 			return err
 		}
@@ -80,7 +81,7 @@ could be read, so it works as a probe and for scripts (--json).`,
 			warnings = append(warnings, fmt.Sprintf("publication %q is named by this relay but no pipeline uses it", p))
 		}
 		if conn, err := pgx.Connect(ctx, dsn); err == nil {
-			warnings = append(warnings, reshardWarnings(ctx, conn)...) // reshard.go
+			warnings = append(warnings, reshardWarnings(ctx, conn, rep.Schema)...) // reshard.go
 			conn.Close(context.Background())
 		}
 		if asJSON {
@@ -107,8 +108,9 @@ could be read, so it works as a probe and for scripts (--json).`,
 	return cmd
 }
 
-// readStatus reads the report, and a warning when the server's wal_level is not logical.
-func readStatus(ctx context.Context, dsn, slot string, top int) (inspect.Report, string, error) {
+// readStatus reads the report of the relay's tables in schema s (named, or "" for
+// current_schema()), and a warning when the server's wal_level is not logical.
+func readStatus(ctx context.Context, dsn, s, slot string, top int) (inspect.Report, string, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return inspect.Report{}, "", fmt.Errorf("bad DSN: %w", err)
@@ -125,7 +127,7 @@ func readStatus(ctx context.Context, dsn, slot string, top int) (inspect.Report,
 	if err != nil {
 		return inspect.Report{}, "", err
 	}
-	rep, err := inspect.Status(ctx, conn, slot, top)
+	rep, err := inspect.Status(ctx, conn, s, slot, top)
 	return rep, walWarning, err
 }
 
@@ -161,21 +163,23 @@ type unusedJSON struct {
 }
 
 // statusPipelines returns the pipelines status reports: those of --config, or the one the
-// flags describe; narrowed to --pipeline.
-func statusPipelines(fs *pflag.FlagSet) ([]relay.Pipeline, error) {
+// flags describe; narrowed to --pipeline. It also returns the file's schema:, if any.
+func statusPipelines(fs *pflag.FlagSet) ([]relay.Pipeline, string, error) {
 	var pipes []relay.Pipeline
+	fileSchema := ""
 	if path := stringFrom(fs, configFlag); path != "" {
 		file, err := pipeconf.Load(path)
 		if err != nil {
-			return nil, usageError{err}
+			return nil, "", usageError{err}
 		}
+		fileSchema = file.Schema
 		for _, p := range file.Pipelines {
 			for _, s := range p.ShardPipelines() {
 				pipes = append(pipes, s.WithDefaults())
 			}
 		}
 		if fs.Changed("slot") {
-			return nil, usageError{fmt.Errorf("--slot and --config: each pipeline names its slot in %s; use --pipeline NAME", path)}
+			return nil, "", usageError{fmt.Errorf("--slot and --config: each pipeline names its slot in %s; use --pipeline NAME", path)}
 		}
 	} else {
 		slot, _ := fs.GetString("slot")
@@ -183,7 +187,7 @@ func statusPipelines(fs *pflag.FlagSet) ([]relay.Pipeline, error) {
 	}
 	name, _ := fs.GetString("pipeline")
 	if name == "" {
-		return pipes, nil
+		return pipes, fileSchema, nil
 	}
 	var named []relay.Pipeline
 	for _, p := range pipes {
@@ -192,14 +196,14 @@ func statusPipelines(fs *pflag.FlagSet) ([]relay.Pipeline, error) {
 		}
 	}
 	if len(named) > 0 {
-		return named, nil
+		return named, fileSchema, nil
 	}
-	return nil, usageError{fmt.Errorf("--pipeline %q: no such pipeline (pass --config with the file that names it)", name)}
+	return nil, "", usageError{fmt.Errorf("--pipeline %q: no such pipeline (pass --config with the file that names it)", name)}
 }
 
 // readPipelines reads each pipeline's status and, if withUnused, the slots and publications no
 // pipeline uses.
-func readPipelines(ctx context.Context, dsn string, pipes []relay.Pipeline, withUnused bool) ([]inspect.PipelineStatus, unusedJSON, error) {
+func readPipelines(ctx context.Context, dsn, s string, pipes []relay.Pipeline, withUnused bool) ([]inspect.PipelineStatus, unusedJSON, error) {
 	out, unused := []inspect.PipelineStatus{}, unusedJSON{Slots: []string{}, Publications: []string{}}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -208,7 +212,7 @@ func readPipelines(ctx context.Context, dsn string, pipes []relay.Pipeline, with
 	defer conn.Close(context.Background())
 	var slots, pubs []string
 	for _, p := range pipes {
-		st, err := inspect.PipelineOf(ctx, conn, p.Name, p.Slot, p.Publication)
+		st, err := inspect.PipelineOf(ctx, conn, s, p.Name, p.Slot, p.Publication)
 		if err != nil {
 			return out, unused, err
 		}
@@ -276,6 +280,7 @@ func writeStatusTable(w io.Writer, r inspect.Report, warnings []string) error {
 		srv += " (standby)"
 	}
 	row("server", "PostgreSQL "+srv)
+	row("schema", r.Schema)
 	if t := r.Server.IdleReplicationSlotTimeout; t != nil {
 		row("idle_replication_slot_timeout", *t)
 	}

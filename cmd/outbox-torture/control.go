@@ -55,7 +55,7 @@ func (t *harness) setPaused(ctx context.Context, paused bool) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = publisher.SetPaused(ctx, conn, publisher.DefaultPipeline, paused, "torture pause fault")
+	_, err = publisher.SetPaused(ctx, conn, "", publisher.DefaultPipeline, paused, "torture pause fault")
 	return err
 }
 

@@ -158,4 +158,8 @@ type acks struct {
 func (a *acks) Ack(ev *cdc.Event)          { a.mu.Lock(); a.ids = append(a.ids, ev.ID); a.mu.Unlock() }
 func (a *acks) Grow(*cdc.Tx, []*cdc.Event) {}
 func (a *acks) n() int                     { a.mu.Lock(); defer a.mu.Unlock(); return len(a.ids) }
-func (a *acks) all() []string              { a.mu.Lock(); defer a.mu.Unlock(); return append([]string(nil), a.ids...) }
+func (a *acks) all() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.ids...)
+}

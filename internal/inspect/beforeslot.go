@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // BeforeSlot counts the pending rows that committed before the slot was created: the slot
@@ -27,18 +29,18 @@ const beforeSlotSQL = `
 SELECT s.created_at,
        count(e.id) FILTER (WHERE b.event_id IS NOT NULL),
        count(e.id) FILTER (WHERE b.event_id IS NULL)
-FROM outbox_slots s
-LEFT JOIN outbox_events e
+FROM {outbox_slots} s
+LEFT JOIN {outbox_events} e
        ON e.status = 'pending' AND age(e.xmin) > age((s.snapshot_xmin % 4294967296)::text::xid)
-LEFT JOIN outbox_backfill b ON b.slot = s.slot AND b.event_id = e.id
+LEFT JOIN {outbox_backfill} b ON b.slot = s.slot AND b.event_id = e.id
 WHERE s.slot = $1
 GROUP BY s.created_at`
 
 // readBeforeSlot returns nil when the relay has no record of creating the slot (a slot made
 // by hand or by a version before migration 6), or the schema predates that migration.
-func readBeforeSlot(ctx context.Context, db DB, slot string) (*BeforeSlot, error) {
+func readBeforeSlot(ctx context.Context, db DB, s, slot string) (*BeforeSlot, error) {
 	var exists bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass('outbox_slots') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, schema.Slots)).Scan(&exists); err != nil || !exists {
 		return nil, err
 	}
 	var b BeforeSlot

@@ -20,7 +20,7 @@ type PipelineControl struct {
 // by name.
 func readControl(ctx context.Context, db DB) ([]PipelineControl, error) {
 	list := []PipelineControl{}
-	rows, err := db.Query(ctx, `SELECT pipeline, paused, reason, paused_at FROM outbox_pipeline_control ORDER BY pipeline`)
+	rows, err := db.Query(ctx, `SELECT pipeline, paused, reason, paused_at FROM {outbox_pipeline_control} ORDER BY pipeline`)
 	if err != nil {
 		return list, fmt.Errorf("read pipeline control: %w", err)
 	}
@@ -73,7 +73,7 @@ func readReplays(ctx context.Context, db DB, slot string) ([]Replay, error) {
 		SELECT r.id, r.pipeline, r.since, r.requested_at, r.total, r.sent,
 		       CASE WHEN s.confirmed_flush_lsn > r.request_lsn AND r.requested_at < now() - interval '1 minute'
 		            THEN 'abandoned' ELSE r.state END
-		FROM outbox_replays r LEFT JOIN pg_replication_slots s ON s.slot_name = $1
+		FROM {outbox_replays} r LEFT JOIN pg_replication_slots s ON s.slot_name = $1
 		WHERE r.state <> 'done' ORDER BY r.id`, slot)
 	if err != nil {
 		return list, fmt.Errorf("read replay requests: %w", err)

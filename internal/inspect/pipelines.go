@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // PipelineStatus is one pipeline's part of `outbox-relay status`: its slot, its publication
@@ -27,9 +29,11 @@ type PipelineStatus struct {
 	AbandonedEvents int64 `json:"abandoned_events"`
 }
 
-// PipelineOf reads one pipeline's status. An empty publication is not checked.
-func PipelineOf(ctx context.Context, db DB, name, slot, publication string) (PipelineStatus, error) {
+// PipelineOf reads one pipeline's status from the relay's tables in schema s (empty: as the
+// search_path resolves them). An empty publication is not checked.
+func PipelineOf(ctx context.Context, db DB, s, name, slot, publication string) (PipelineStatus, error) {
 	p := PipelineStatus{Name: name, Publication: publication}
+	db = inSchema(db, s)
 	sv, err := readServer(ctx, db)
 	if err != nil {
 		return p, err
@@ -46,7 +50,7 @@ func PipelineOf(ctx context.Context, db DB, name, slot, publication string) (Pip
 		var f string
 		err := db.QueryRow(ctx, `SELECT coalesce(pg_get_expr(pr.prqual, pr.prrelid), '')
 			FROM pg_publication pb JOIN pg_publication_rel pr ON pr.prpubid = pb.oid
-			WHERE pb.pubname = $1 AND pr.prrelid = 'outbox_events'::regclass`, publication).Scan(&f)
+			WHERE pb.pubname = $1 AND pr.prrelid = $2::regclass`, publication, schema.Qualify(s, schema.Events)).Scan(&f)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return p, fmt.Errorf("read the filter of publication %q: %w", publication, err)
 		}
@@ -55,9 +59,9 @@ func PipelineOf(ctx context.Context, db DB, name, slot, publication string) (Pip
 		}
 	}
 	if err := db.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline = $1),
-		(SELECT count(*) FROM outbox_pipeline_events WHERE pipeline = $1 AND status = 'failed'),
-		(SELECT count(*) FROM outbox_pipeline_events WHERE pipeline = $1 AND status = 'abandoned')`, name).
+		(SELECT count(*) FROM {outbox_parked_aggregates} WHERE pipeline = $1),
+		(SELECT count(*) FROM {outbox_pipeline_events} WHERE pipeline = $1 AND status = 'failed'),
+		(SELECT count(*) FROM {outbox_pipeline_events} WHERE pipeline = $1 AND status = 'abandoned')`, name).
 		Scan(&p.ParkedAggregates, &p.FailedEvents, &p.AbandonedEvents); err != nil {
 		return p, fmt.Errorf("count the dead letters of pipeline %q: %w", name, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // DefaultPollInterval is the Poller's interval when none is given.
@@ -21,22 +22,24 @@ const maxPollTime = 10 * time.Second
 // knows the moment an aggregate is parked or unparked.)
 type Poller struct {
 	db       DB
+	table    string // outbox_events, qualified
 	slot     string
 	m        *metrics.Metrics
 	interval time.Duration
 	log      zerolog.Logger
 }
 
-// NewPoller returns a Poller of slot's gauges. db is usually the relay's *pgxpool.Pool; a zero
-// interval means DefaultPollInterval; a nil m means metrics registered nowhere.
-func NewPoller(db DB, slot string, m *metrics.Metrics, interval time.Duration, log zerolog.Logger) *Poller {
+// NewPoller returns a Poller of slot's gauges and of the outbox_events of schema s (empty: as
+// the search_path resolves it). db is usually the relay's *pgxpool.Pool; a zero interval means
+// DefaultPollInterval; a nil m means metrics registered nowhere.
+func NewPoller(db DB, s, slot string, m *metrics.Metrics, interval time.Duration, log zerolog.Logger) *Poller {
 	if interval <= 0 {
 		interval = DefaultPollInterval
 	}
 	if m == nil {
 		m = metrics.Discard()
 	}
-	return &Poller{db: db, slot: slot, m: m, interval: interval, log: log}
+	return &Poller{db: inSchema(db, s), table: schema.Qualify(s, schema.Events), slot: slot, m: m, interval: interval, log: log}
 }
 
 // Run polls at once and then every interval until ctx is done, and returns nil then. A failed
@@ -67,10 +70,10 @@ const pollSQL = `
 SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false),
        coalesce((SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) FROM pg_replication_slots
                  WHERE slot_name = $1), 0)::float8,
-       (SELECT count(*) FROM outbox_events WHERE status = 'pending'),
-       (SELECT count(*) FROM outbox_events WHERE status = 'failed'),
-       (SELECT count(*) FROM outbox_events WHERE status = 'parked'),
-       pg_stat_get_live_tuples('outbox_events'::regclass)`
+       (SELECT count(*) FROM {outbox_events} WHERE status = 'pending'),
+       (SELECT count(*) FROM {outbox_events} WHERE status = 'failed'),
+       (SELECT count(*) FROM {outbox_events} WHERE status = 'parked'),
+       pg_stat_get_live_tuples($2::regclass)`
 
 // Poll reads the values once and sets the gauges. A missing or invalidated slot reads as
 // inactive and retaining nothing.
@@ -80,7 +83,7 @@ func (p *Poller) Poll(ctx context.Context) error {
 	var active bool
 	var retained float64
 	var pending, failed, parked, live int64
-	err := p.db.QueryRow(ctx, pollSQL, p.slot).Scan(&active, &retained, &pending, &failed, &parked, &live)
+	err := p.db.QueryRow(ctx, pollSQL, p.slot, p.table).Scan(&active, &retained, &pending, &failed, &parked, &live)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
 	}

@@ -34,7 +34,7 @@ func TestPollerSetsGauges(t *testing.T) {
 
 	m := metrics.New(prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
-	p := inspect.NewPoller(pool, slot, m, 20*time.Millisecond, zerolog.New(zerolog.NewTestWriter(t)))
+	p := inspect.NewPoller(pool, "", slot, m, 20*time.Millisecond, zerolog.New(zerolog.NewTestWriter(t)))
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	defer func() {
@@ -63,7 +63,7 @@ func TestPollerMissingSlotReadsInactive(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	m.SlotActive.Set(1)
 	m.SlotRetainedWAL.Set(123)
-	p := inspect.NewPoller(pool, "no_such_slot", m, 0, zerolog.Nop())
+	p := inspect.NewPoller(pool, "", "no_such_slot", m, 0, zerolog.Nop())
 	if err := p.Poll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestPollerMissingSlotReadsInactive(t *testing.T) {
 func TestPollerReportsMissingTable(t *testing.T) {
 	_, pool := migrated(t)
 	exec(t, pool, "DROP TABLE outbox_events")
-	p := inspect.NewPoller(pool, slot, nil, 0, zerolog.Nop())
+	p := inspect.NewPoller(pool, "", slot, nil, 0, zerolog.Nop())
 	if err := p.Poll(context.Background()); err == nil {
 		t.Fatal("Poll succeeded without outbox_events")
 	}

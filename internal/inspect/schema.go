@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
@@ -16,88 +17,151 @@ import (
 // not created by `outbox-relay migrate`.
 var ErrForeignTable = errors.New("table outbox_events is not the relay's table")
 
-// coreColumns are the outbox_events columns of the first migration: in a database never
-// migrated, a table without them is someone else's. laterColumns were added by later migrations.
-var (
-	coreColumns  = []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "status", "retries", "created_at", "processed_at"}
-	laterColumns = []string{"last_error", "headers", "event_sequence"}
-	laterTables  = []string{"outbox_parked_aggregates", "outbox_backfill", "outbox_pipeline_events", "outbox_pipeline_control",
-		"outbox_replays", "outbox_slot_location"}
-)
-
-// CheckSchema checks that the database holds the schema this binary needs: outbox_events with
-// the relay's columns, migrated to migrations.Latest. It only reads the catalog and
-// goose_db_version, so it leaves nothing behind. Its errors wrap ErrNoSchema or ErrForeignTable
+// CheckSchema checks that the relay's schema holds what this binary uses: every table, column
+// and index of schema.Tables (the inbox's table aside). name is the schema named by the
+// operator (--schema); empty means the connection's current_schema(). A schema is recognised by
+// what it holds, not by who installed it: one installed from the migration files by another
+// tool (Flyway, Atlas, psql -f) passes when it is complete. It only reads the catalog and the
+// version table, so it leaves nothing behind. Its errors wrap ErrNoSchema or ErrForeignTable
 // and name the fix.
-func CheckSchema(ctx context.Context, db DB) error {
+func CheckSchema(ctx context.Context, db DB, name string) error {
+	_, err := checkedSchema(ctx, db, name)
+	return err
+}
+
+// checkedSchema is CheckSchema, returning the schema it checked.
+func checkedSchema(ctx context.Context, db DB, name string) (string, error) {
+	s, err := schema.Resolve(ctx, db, name)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNoSchema, err)
+	}
+	if err := MissingOutboxTable(ctx, db, name, s); err != nil {
+		return s, err
+	}
+	f, err := schema.Read(ctx, db, s)
+	if err != nil {
+		return s, err
+	}
+	h, err := migrations.ReadHistory(ctx, db, s)
+	if err != nil {
+		return s, err
+	}
+	if f.Foreign() && h.Table == "" {
+		return s, withElsewhere(ctx, db, s, foreignTableError(f, name))
+	}
+	if missing := f.Missing(migrations.Latest(), false); len(missing) > 0 {
+		err := missingError(f, name, missing, h)
+		if h.Table == "" {
+			err = withElsewhere(ctx, db, s, err)
+		}
+		return s, err
+	}
+	return s, nil
+}
+
+// withElsewhere adds to err where the relay's version table is, if another schema has it: the
+// relay's tables are there, and s has only some table of the same name.
+func withElsewhere(ctx context.Context, db DB, s string, err error) error {
+	others, lookupErr := schema.Elsewhere(ctx, db, s, schema.VersionTable)
+	if lookupErr != nil || len(others) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; schema %s has the relay's tables (and %s): if they are the ones meant, pass --schema %s "+
+		"(env OUTBOX_RELAY_SCHEMA, `schema:` in the pipelines file)", err, strings.Join(others, ", "), schema.VersionTable, others[0])
+}
+
+// MissingOutboxTable returns nil when schema s (resolved from name, the operator's --schema)
+// has outbox_events, else an error wrapping ErrNoSchema that says where to migrate, and where a
+// table of that name exists instead.
+func MissingOutboxTable(ctx context.Context, db DB, name, s string) error {
 	var exists bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass('outbox_events') IS NOT NULL`).Scan(&exists); err != nil {
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, schema.Events)).Scan(&exists); err != nil {
 		return fmt.Errorf("look up outbox_events: %w", err)
 	}
-	if !exists {
-		return fmt.Errorf("%w: table outbox_events does not exist in this database (or is not on search_path): "+
-			"run `outbox-relay migrate`", ErrNoSchema)
-	}
-	cols, err := outboxColumns(ctx, db)
-	if err != nil {
-		return err
-	}
-	applied, err := migrations.Applied(ctx, db)
-	if err != nil {
-		return err
-	}
-	if missing := without(coreColumns, cols); applied == 0 && len(missing) > 0 {
-		return fmt.Errorf("%w: it lacks column(s) %s (it has %s), so it was not created by `outbox-relay migrate`; "+
-			"rename it (ALTER TABLE outbox_events RENAME TO outbox_events_old) or give the relay another database or schema, "+
-			"then run `outbox-relay migrate`", ErrForeignTable, strings.Join(missing, ", "), strings.Join(cols, ", "))
-	}
-	if need := migrations.Latest(); applied < need {
-		return fmt.Errorf("%w: the schema is at version %d and this binary needs version %d: run `outbox-relay migrate`",
-			ErrNoSchema, applied, need)
-	}
-	return checkAltered(ctx, db, cols, applied)
-}
-
-// checkAltered finds what a hand edit removed after the migrations recorded in goose_db_version.
-func checkAltered(ctx context.Context, db DB, cols []string, applied int64) error {
-	missing := without(append(slices.Clone(coreColumns), laterColumns...), cols)
-	for _, t := range laterTables {
-		var exists bool
-		if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists); err != nil {
-			return fmt.Errorf("look up %s: %w", t, err)
-		}
-		if !exists {
-			missing = append(missing, "table "+t)
-		}
-	}
-	if len(missing) == 0 {
+	if exists {
 		return nil
 	}
-	return fmt.Errorf("%w: %s missing although goose_db_version records version %d: the schema was altered by hand; "+
-		"restore them as the migrations create them (migrations/*.sql; `outbox-relay migrate` does not apply a version twice)",
-		ErrNoSchema, strings.Join(missing, ", "), applied)
+	where := fmt.Sprintf("schema %s", schema.Quote(s))
+	if name == "" {
+		where += " (the connection's current_schema(), first on its search_path)"
+	}
+	msg := fmt.Sprintf("in %s of this database: run `%s`", where, schema.MigrateCommand(name, s))
+	others, err := schema.Elsewhere(ctx, db, s, schema.Events)
+	if err != nil {
+		return err
+	}
+	if len(others) > 0 {
+		msg += fmt.Sprintf("; a table outbox_events exists in schema %s: if it is the relay's, pass --schema %s "+
+			"(env OUTBOX_RELAY_SCHEMA, `schema:` in the pipelines file)", strings.Join(others, ", "), others[0])
+	}
+	return fmt.Errorf("%w: %w %s", ErrNoSchema, schema.ErrNoTable, msg)
 }
 
-// outboxColumns lists outbox_events' columns in order.
-func outboxColumns(ctx context.Context, db DB) ([]string, error) {
-	rows, err := db.Query(ctx, `SELECT attname::text FROM pg_attribute
-		WHERE attrelid = to_regclass('outbox_events') AND attnum > 0 AND NOT attisdropped ORDER BY attnum`)
-	if err != nil {
-		return nil, fmt.Errorf("look up outbox_events: %w", err)
-	}
-	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("look up outbox_events: %w", err)
-	}
-	return cols, nil
-}
-
-func without(want, have []string) []string {
+func foreignTableError(f schema.Found, name string) error {
 	var missing []string
-	for _, c := range want {
-		if !slices.Contains(have, c) {
+	for _, c := range schema.CoreColumns() {
+		if !slices.Contains(f.Columns(schema.Events), c) {
 			missing = append(missing, c)
 		}
 	}
-	return missing
+	table := schema.Qualify(f.Schema, schema.Events)
+	return fmt.Errorf("%w: %s lacks column(s) %s (it has %s), so it was not created by `outbox-relay migrate`; "+
+		"rename it (ALTER TABLE %s RENAME TO outbox_events_old) or give the relay another database or schema "+
+		"(--schema NAME), then run `%s`", ErrForeignTable, table, strings.Join(missing, ", "),
+		strings.Join(f.Columns(schema.Events), ", "), table, schema.MigrateCommand(name, f.Schema))
+}
+
+// missingError says what the schema lacks and, from its history, what to do about it.
+func missingError(f schema.Found, name string, missing []schema.Piece, h migrations.History) error {
+	s, list := f.Schema, pieceList(missing)
+	migrate := schema.MigrateCommand(name, s)
+	switch {
+	case h.Table == schema.VersionTable && h.Readable && h.Version < migrations.Latest():
+		return fmt.Errorf("%w: the schema is at version %d and this binary needs version %d (it lacks %s): run `%s`",
+			ErrNoSchema, h.Version, migrations.Latest(), list, migrate)
+	case h.Table == schema.VersionTable && h.Readable:
+		return fmt.Errorf("%w: %s missing although %s records version %d: the schema was altered by hand; "+
+			"restore them as the migrations create them (migrations/*.sql; `outbox-relay migrate` does not apply a version twice)",
+			ErrNoSchema, list, schema.VersionTable, h.Version)
+	case h.Table == schema.VersionTable:
+		return fmt.Errorf("%w: schema %s lacks %s: run `%s`", ErrNoSchema, schema.Quote(s), list, migrate)
+	case h.Table == schema.LegacyVersionTable:
+		return fmt.Errorf("%w: the schema is at version %d (recorded in goose_db_version by an earlier release) and this "+
+			"binary needs version %d (it lacks %s): run `%s`; it moves the relay's versions to %s and applies the rest",
+			ErrNoSchema, h.Version, migrations.Latest(), list, migrate, schema.VersionTable)
+	}
+	fix := "apply the Up sections of those files with that tool"
+	if v, exact := f.Shape(migrations.Latest()); v > 0 && exact {
+		// migrate records versions 1 to v as applied and applies the rest.
+		fix += fmt.Sprintf(", or run `%s` (it records versions 1 to %d, which are there, and applies the rest)", migrate, v)
+	}
+	return fmt.Errorf("%w: schema %s lacks %s, and has no version history of the relay (installed from the migration "+
+		"files by another tool?): %s", ErrNoSchema, schema.Quote(s), list, fix)
+}
+
+// pieceList lists pieces for a message, each with the migration file that adds it.
+func pieceList(pieces []schema.Piece) string {
+	s := make([]string, len(pieces))
+	for i, p := range pieces {
+		s[i] = p.String() + " (" + migrations.Source(p.Since) + ")"
+	}
+	return strings.Join(s, ", ")
+}
+
+// qualified runs queries whose table names are schema.SQL placeholders ({outbox_events}) in one
+// schema: the internal readers of this package take it as their DB, so each query names the
+// tables of the schema being inspected.
+type qualified struct {
+	db     DB
+	schema string
+}
+
+func inSchema(db DB, s string) DB { return qualified{db: db, schema: s} }
+
+func (q qualified) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return q.db.Query(ctx, schema.SQL(q.schema, sql), args...)
+}
+
+func (q qualified) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return q.db.QueryRow(ctx, schema.SQL(q.schema, sql), args...)
 }

@@ -7,32 +7,61 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// Status checks the schema the relay needs, and each way it can be wrong names its own fix.
+// Status checks the schema the relay needs by what it holds, and each way it can be wrong
+// names its own fix.
 func TestCheckSchemaNamesTheFix(t *testing.T) {
 	for _, tc := range []struct {
-		name, alter string
-		want        error
-		fix         string
+		name   string
+		setup  func(t *testing.T) *pgxpool.Pool // nil: migrated by this binary
+		alter  string
+		schema string // --schema
+		want   error
+		fix    string
 	}{
-		{"migrated", "", nil, ""},
-		{"older version", fmt.Sprintf("DROP TABLE outbox_slot_location; ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at; "+
-			"DELETE FROM goose_db_version WHERE version_id = %d", migrations.Latest()),
-			inspect.ErrNoSchema, "run `outbox-relay migrate`"},
-		{"column renamed by hand", "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", inspect.ErrNoSchema,
-			fmt.Sprintf("event_type missing although goose_db_version records version %d", migrations.Latest())},
-		{"foreign table", "DROP TABLE goose_db_version; DROP TABLE outbox_events; " +
-			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", inspect.ErrForeignTable, "RENAME TO"},
+		{name: "migrated"},
+		{name: "older version", alter: fmt.Sprintf("DROP TABLE outbox_slot_location; ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at; "+
+			"DELETE FROM outbox_relay_schema WHERE version_id = %d", migrations.Latest()), want: inspect.ErrNoSchema,
+			fix: fmt.Sprintf("the schema is at version %d and this binary needs version %d", migrations.Latest()-1, migrations.Latest())},
+		{name: "column renamed by hand", alter: "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", want: inspect.ErrNoSchema,
+			fix: "column outbox_events.event_type (00001_init.sql) missing although outbox_relay_schema records version"},
+		{name: "index dropped by hand", alter: "DROP INDEX uq_outbox_dedup_key", want: inspect.ErrNoSchema,
+			fix: "index uq_outbox_dedup_key on outbox_events (00001_init.sql) missing"},
+		{name: "foreign table", alter: "DROP TABLE outbox_relay_schema; DROP TABLE outbox_events; " +
+			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", want: inspect.ErrForeignTable, fix: "RENAME TO"},
+		{name: "installed by another tool", setup: installedFromFiles},
+		{name: "installed by another tool, partly", setup: installedFromFiles, alter: "DROP TABLE outbox_reshard",
+			want: inspect.ErrNoSchema, fix: "lacks table outbox_reshard (00009_reshard.sql), and has no version history of the relay " +
+				"(installed from the migration files by another tool?): apply the Up sections of those files with that tool"},
+		{name: "installed by another tool, older", setup: func(t *testing.T) *pgxpool.Pool { return installedUpTo(t, 9) },
+			want: inspect.ErrNoSchema, fix: "or run `outbox-relay migrate` (it records versions 1 to 9, which are there, and applies the rest)"},
+		{name: "the last release's, not upgraded", setup: legacy, alter: "ALTER TABLE outbox_slots DROP COLUMN publication_oid; " +
+			"DELETE FROM goose_db_version WHERE version_id = 10", want: inspect.ErrNoSchema,
+			fix: "version 9 (recorded in goose_db_version by an earlier release)"},
+		{name: "tables in another schema", alter: "CREATE SCHEMA app; ALTER TABLE outbox_events SET SCHEMA app", want: inspect.ErrNoSchema,
+			fix: "does not exist in schema \"public\" (the connection's current_schema(), first on its search_path) of this database: " +
+				"run `outbox-relay migrate`; a table outbox_events exists in schema app: if it is the relay's, pass --schema app"},
+		{name: "named schema missing", schema: "nope", want: inspect.ErrNoSchema,
+			fix: "schema \"nope\" does not exist in this database: run `outbox-relay migrate --schema nope`"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, pool := migrated(t)
+			var pool *pgxpool.Pool
+			if tc.setup != nil {
+				pool = tc.setup(t)
+			} else {
+				_, pool = migrated(t)
+			}
 			if tc.alter != "" {
 				exec(t, pool, tc.alter)
 			}
-			err := inspect.CheckSchema(context.Background(), pool)
+			err := inspect.CheckSchema(context.Background(), pool, tc.schema)
 			t.Log(err)
 			if tc.want == nil {
 				if err != nil {
@@ -45,4 +74,30 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 			}
 		})
 	}
+}
+
+// installedFromFiles installs the schema as psql -f of each file's Up section would.
+func installedFromFiles(t *testing.T) *pgxpool.Pool { return installedUpTo(t, migrations.Latest()) }
+
+func installedUpTo(t *testing.T, v int64) *pgxpool.Pool {
+	return poolAfter(t, func(dsn string) error { return relaytest.ApplyUpSections(context.Background(), dsn, v) })
+}
+
+// legacy migrates as the last release did, into goose_db_version.
+func legacy(t *testing.T) *pgxpool.Pool {
+	return poolAfter(t, func(dsn string) error { return relaytest.LegacyMigrate(context.Background(), dsn) })
+}
+
+func poolAfter(t *testing.T, install func(dsn string) error) *pgxpool.Pool {
+	t.Helper()
+	dsn := pgtest.NewDB(t)
+	if err := install(dsn); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

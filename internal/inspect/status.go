@@ -28,6 +28,8 @@ var statuses = []string{"pending", "done", "failed", "parked"}
 type Report struct {
 	// CheckedAt is the database's clock when the report was taken.
 	CheckedAt time.Time `json:"checked_at"`
+	// Schema is the PostgreSQL schema of the relay's tables the report read.
+	Schema string `json:"schema"`
 	// Server is the PostgreSQL server the report was read from.
 	Server Server `json:"server"`
 	Slot   Slot   `json:"slot"`
@@ -141,14 +143,16 @@ type Parked struct {
 	ParkedEvents int64 `json:"parked_events"`
 }
 
-// Status reads the report for slot, listing at most topN parked aggregates, oldest first. A
+// Status reads the report for slot from the relay's tables in schema s (empty: the
+// connection's current_schema()), listing at most topN parked aggregates, oldest first. A
 // missing slot is not an error (see Healthy); a schema that does not fit is (see CheckSchema).
-func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
+func Status(ctx context.Context, db DB, s, slot string, topN int) (Report, error) {
 	r := Report{Parked: []Parked{}, Control: []PipelineControl{}, Replays: []Replay{}}
 	var err error
-	if r.CheckedAt, err = checkSchema(ctx, db); err != nil {
+	if r.CheckedAt, r.Schema, err = checkSchema(ctx, db, s); err != nil {
 		return r, err
 	}
+	db = inSchema(db, r.Schema)
 	if r.Server, err = readServer(ctx, db); err != nil {
 		return r, err
 	}
@@ -161,7 +165,7 @@ func Status(ctx context.Context, db DB, slot string, topN int) (Report, error) {
 	if r.OldestPending, err = oldestPending(ctx, db); err != nil {
 		return r, err
 	}
-	if r.BeforeSlot, err = readBeforeSlot(ctx, db, slot); err != nil {
+	if r.BeforeSlot, err = readBeforeSlot(ctx, db, r.Schema, slot); err != nil {
 		return r, err
 	}
 	if r.ParkedAggregates, r.Parked, err = readParked(ctx, db, topN); err != nil {
@@ -253,13 +257,14 @@ func plural(n int64) string {
 }
 
 // checkSchema fails unless the schema is the one this binary needs (see CheckSchema), saying
-// what to do, and returns the database clock.
-func checkSchema(ctx context.Context, db DB) (time.Time, error) {
+// what to do, and returns the database clock and the schema it checked.
+func checkSchema(ctx context.Context, db DB, name string) (time.Time, string, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return now, fmt.Errorf("read the database clock: %w", err)
+		return now, "", fmt.Errorf("read the database clock: %w", err)
 	}
-	return now, CheckSchema(ctx, db)
+	s, err := checkedSchema(ctx, db, name)
+	return now, s, err
 }
 
 func readServer(ctx context.Context, db DB) (Server, error) {
@@ -321,7 +326,7 @@ func countRows(ctx context.Context, db DB) (map[string]int64, error) {
 	for _, s := range statuses {
 		counts[s] = 0
 	}
-	rows, err := db.Query(ctx, `SELECT status, count(*) FROM outbox_events GROUP BY status`)
+	rows, err := db.Query(ctx, `SELECT status, count(*) FROM {outbox_events} GROUP BY status`)
 	if err != nil {
 		return nil, fmt.Errorf("count outbox rows: %w", err)
 	}
@@ -338,7 +343,7 @@ func oldestPending(ctx context.Context, db DB) (*Pending, error) {
 	var p Pending
 	err := db.QueryRow(ctx, `
 		SELECT id::text, created_at, extract(epoch FROM now() - created_at)::float8
-		FROM outbox_events WHERE status = 'pending' ORDER BY created_at LIMIT 1`).Scan(&p.ID, &p.CreatedAt, &p.AgeSeconds)
+		FROM {outbox_events} WHERE status = 'pending' ORDER BY created_at LIMIT 1`).Scan(&p.ID, &p.CreatedAt, &p.AgeSeconds)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
@@ -352,9 +357,9 @@ func oldestPending(ctx context.Context, db DB) (*Pending, error) {
 // The count uses the status index, and only parked rows are visited.
 const parkedSQL = `
 SELECT p.aggregate_type, p.aggregate_id, p.first_event_id::text, p.reason, p.parked_at,
-       (SELECT count(*) FROM outbox_events e
+       (SELECT count(*) FROM {outbox_events} e
         WHERE e.status = 'parked' AND e.aggregate_type = p.aggregate_type AND e.aggregate_id = p.aggregate_id)
-FROM outbox_parked_aggregates p
+FROM {outbox_parked_aggregates} p
 ORDER BY p.parked_at, p.aggregate_type, p.aggregate_id
 LIMIT $1`
 
@@ -362,7 +367,7 @@ LIMIT $1`
 func readParked(ctx context.Context, db DB, topN int) (int64, []Parked, error) {
 	list := []Parked{}
 	var total int64
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox_parked_aggregates`).Scan(&total); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM {outbox_parked_aggregates}`).Scan(&total); err != nil {
 		return 0, list, fmt.Errorf("count parked aggregates: %w", err)
 	}
 	if topN <= 0 || total == 0 {

@@ -27,7 +27,7 @@ func TestStatusOfAStreamedSlot(t *testing.T) {
 	insert(t, pool, "order", "3", "parked", 10*time.Minute)
 	park(t, pool, "order", "3", failed, "HTTP 400: unknown order", 30*time.Minute)
 
-	r, err := inspect.Status(context.Background(), pool, slot, 10)
+	r, err := inspect.Status(context.Background(), pool, "", slot, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestStatusUnhealthy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, pool := migrated(t)
 			tc.prepare(t, pool)
-			r, err := inspect.Status(context.Background(), pool, slot, 10)
+			r, err := inspect.Status(context.Background(), pool, "", slot, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func invalidate(t *testing.T, pool *pgxpool.Pool) {
 		_ = pool.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&status)
 		return status == "lost"
 	})
-	r, err := inspect.Status(ctx, pool, slot, 10)
+	r, err := inspect.Status(ctx, pool, "", slot, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestStatusWithoutSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	_, err = inspect.Status(context.Background(), pool, slot, 10)
+	_, err = inspect.Status(context.Background(), pool, "", slot, 10)
 	if !errors.Is(err, inspect.ErrNoSchema) || !strings.Contains(err.Error(), "outbox-relay migrate") {
 		t.Fatalf("err = %v, want ErrNoSchema saying to migrate", err)
 	}
@@ -150,14 +150,14 @@ func TestStatusListsOldestParkedFirst(t *testing.T) {
 		first := insert(t, pool, "order", agg, "failed", time.Hour)
 		park(t, pool, "order", agg, first, "reason "+agg, time.Duration([]int{1, 3, 2}[i])*time.Hour)
 	}
-	r, err := inspect.Status(context.Background(), pool, slot, 2)
+	r, err := inspect.Status(context.Background(), pool, "", slot, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.ParkedAggregates != 3 || len(r.Parked) != 2 || r.Parked[0].AggregateID != "old" || r.Parked[1].AggregateID != "middle" {
 		t.Fatalf("parked = %d %+v, want 3 in all, listing old then middle", r.ParkedAggregates, r.Parked)
 	}
-	r, err = inspect.Status(context.Background(), pool, slot, 0)
+	r, err = inspect.Status(context.Background(), pool, "", slot, 0)
 	if err != nil || len(r.Parked) != 0 || r.ParkedAggregates != 3 {
 		t.Fatalf("top 0: %v %d %+v, want the count and no list", err, r.ParkedAggregates, r.Parked)
 	}

@@ -24,7 +24,7 @@ func TestStatusVersionColumns(t *testing.T) {
 	} else {
 		exec(t, pool, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
 	}
-	r, err := inspect.Status(ctx, pool, slot, 10)
+	r, err := inspect.Status(ctx, pool, "", slot, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,10 @@ import (
 // File is a parsed pipelines file.
 type File struct {
 	// DSN is the file's dsn; empty if it has none (--dsn / DB_DSN override it anyway).
-	DSN       string
+	DSN string
+	// Schema is the file's schema, of the relay's tables; empty if it has none (--schema /
+	// OUTBOX_RELAY_SCHEMA override it).
+	Schema    string
 	Pipelines []relay.Pipeline
 }
 
@@ -67,6 +70,7 @@ func (v *scalar) UnmarshalYAML(n *yaml.Node) error {
 
 type rawFile struct {
 	DSN       scalar        `yaml:"dsn"`
+	Schema    scalar        `yaml:"schema"`
 	Pipelines []rawPipeline `yaml:"pipelines"`
 }
 
@@ -176,7 +180,7 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 		return File{}, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(cleanYAMLError(err), "yaml: "))
 	}
 	p := parser{env: env, readFile: readFile}
-	f := File{DSN: p.str(raw.DSN)}
+	f := File{DSN: p.str(raw.DSN), Schema: p.str(raw.Schema)}
 	if len(raw.Pipelines) == 0 && p.err == nil {
 		return f, fmt.Errorf("%w: no pipelines: the file needs `pipelines:` with at least one entry", ErrConfig)
 	}

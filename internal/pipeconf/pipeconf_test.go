@@ -362,3 +362,16 @@ func TestParseShards(t *testing.T) {
 		}
 	}
 }
+
+// schema: names the schema of the relay's tables, ${NAME} included; none leaves it empty
+// (the connection's current_schema()).
+func TestParseSchema(t *testing.T) {
+	const pipes = "pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"
+	f, err := Parse([]byte("schema: ${OUTBOX_SCHEMA}\n"+pipes), env(map[string]string{"OUTBOX_SCHEMA": "app"}), files(nil))
+	if err != nil || f.Schema != "app" {
+		t.Fatalf("schema: ${OUTBOX_SCHEMA} gave %q, %v; want app", f.Schema, err)
+	}
+	if f, err := Parse([]byte(pipes), env(nil), files(nil)); err != nil || f.Schema != "" {
+		t.Fatalf("no schema: gave %q, %v", f.Schema, err)
+	}
+}

@@ -26,6 +26,7 @@ type Workload struct {
 	Rollback   float64 // fraction of transactions rolled back
 	Writers    int     // concurrent writers; each owns a disjoint set of aggregates
 	Type       string  // aggregate type; default "order"
+	Schema     string  // the schema of outbox_events (outbox.Schema); default: the search_path's
 }
 
 // Result is what Produce wrote.
@@ -82,7 +83,7 @@ func writer(ctx context.Context, pool *pgxpool.Pool, w Workload, idx, n int) (Re
 		size := 1 + rand.IntN(max(w.MaxTxSize, 1))
 		size = min(size, n-len(res.Committed))
 		rollback := rand.Float64() < w.Rollback
-		evs, err := writeTx(ctx, pool, w.Type, aggs, seq, size, rollback)
+		evs, err := writeTx(ctx, pool, w.Schema, w.Type, aggs, seq, size, rollback)
 		if err != nil {
 			return res, err
 		}
@@ -100,7 +101,7 @@ func writer(ctx context.Context, pool *pgxpool.Pool, w Workload, idx, n int) (Re
 	return res, nil
 }
 
-func writeTx(ctx context.Context, pool *pgxpool.Pool, typ string, aggs []string, seq map[string]int,
+func writeTx(ctx context.Context, pool *pgxpool.Pool, schema, typ string, aggs []string, seq map[string]int,
 	size int, rollback bool) ([]Committed, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -113,7 +114,7 @@ func writeTx(ctx context.Context, pool *pgxpool.Pool, typ string, aggs []string,
 		agg := aggs[rand.IntN(len(aggs))]
 		next[agg]++
 		s := seq[typ+"/"+agg] + next[agg]
-		id, err := outbox.Enqueue(ctx, tx, outbox.Event{AggregateType: typ, AggregateID: agg,
+		id, err := outbox.Schema(schema).Enqueue(ctx, tx, outbox.Event{AggregateType: typ, AggregateID: agg,
 			EventType: typ + ".changed", Payload: map[string]int{"seq": s}})
 		if err != nil {
 			return nil, err

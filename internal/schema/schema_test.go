@@ -1,0 +1,121 @@
+package schema_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
+)
+
+// qualifiedPackages are the packages whose queries take the schema of the relay's tables (a
+// Schema field or argument): each of their SQL statements must name the tables through
+// schema.SQL placeholders ({outbox_events}) or schema.Qualify, never bare, or it reads the
+// search_path's table instead (a decoy in public, say).
+var qualifiedPackages = []string{"cdc", "publisher", "relay", "outbox", "inbox", "migrations", "internal/inspect", "cmd/outbox-relay"}
+
+// bareTable finds a table of the relay named bare where a statement expects a table.
+var bareTable = regexp.MustCompile(`(?i)\b(FROM|JOIN|INTO|UPDATE|USING|TABLE)\s+(` +
+	strings.Join(schema.Names(), "|") + `)\b|'(` + strings.Join(schema.Names(), "|") + `)'`)
+
+func TestQueriesNameTheTablesOfTheSchema(t *testing.T) {
+	root := filepath.Join("..", "..")
+	for _, pkg := range qualifiedPackages {
+		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			for _, hit := range bareTables(t, file) {
+				t.Errorf("%s: %s names a relay table bare; write {%s} and pass the query through schema.SQL "+
+					"(or use schema.Qualify, or pgx.Identifier{schema, table})", hit.pos, hit.text, hit.table)
+			}
+		}
+	}
+}
+
+type hit struct {
+	pos, text, table string
+}
+
+func bareTables(t *testing.T, file string) []hit {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, src, 0) // comments are not parsed: messages may name tables
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits []hit
+	ast.Inspect(f, func(n ast.Node) bool {
+		if id, ok := n.(*ast.CompositeLit); ok {
+			hits = append(hits, bareIdentifier(fset, id)...)
+			return true
+		}
+		lit, ok := n.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING {
+			return true
+		}
+		for _, m := range bareTable.FindAllStringSubmatch(lit.Value, -1) {
+			// Only text that reads as SQL: an error message saying "GRANT ... ON outbox_events"
+			// or "the owner of outbox_events" is prose, written for a person.
+			if !looksLikeSQL(lit.Value) {
+				continue
+			}
+			hits = append(hits, hit{pos: fset.Position(lit.Pos()).String(), text: m[0], table: m[2] + m[3]})
+		}
+		return true
+	})
+	return hits
+}
+
+// bareIdentifier finds a pgx.Identifier{"outbox_backfill"} (for CopyFrom, say) that names a
+// table of the relay without its schema: the search_path would resolve it.
+func bareIdentifier(fset *token.FileSet, c *ast.CompositeLit) []hit {
+	sel, ok := c.Type.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Identifier" || len(c.Elts) != 1 {
+		return nil
+	}
+	lit, ok := c.Elts[0].(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return nil
+	}
+	name := strings.Trim(lit.Value, "`\"")
+	if !slices.Contains(schema.Names(), name) {
+		return nil
+	}
+	return []hit{{pos: fset.Position(c.Pos()).String(), text: "pgx.Identifier{" + lit.Value + "}", table: name}}
+}
+
+var sqlStart = regexp.MustCompile(`^[` + "`" + `"]\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP)\b`)
+
+func looksLikeSQL(lit string) bool { return sqlStart.MatchString(lit) || strings.Contains(lit, "\n") }
+
+// SQL qualifies each placeholder with the schema, quoted; other braces (a JSON or array
+// literal) stay; with no schema the bare name is left to the search_path.
+func TestSQLQualifiesThePlaceholders(t *testing.T) {
+	const q = `SELECT '{}'::jsonb, '{a,b}'::text[] FROM {outbox_events} e JOIN {outbox_slots} s ON true`
+	for _, tc := range []struct{ schema, want string }{
+		{"app", `SELECT '{}'::jsonb, '{a,b}'::text[] FROM "app"."outbox_events" e JOIN "app"."outbox_slots" s ON true`},
+		{`My "App"`, `SELECT '{}'::jsonb, '{a,b}'::text[] FROM "My ""App"""."outbox_events" e JOIN "My ""App"""."outbox_slots" s ON true`},
+		{"", `SELECT '{}'::jsonb, '{a,b}'::text[] FROM outbox_events e JOIN outbox_slots s ON true`},
+	} {
+		for i := 0; i < 2; i++ { // the second time from the cache
+			if got := schema.SQL(tc.schema, q); got != tc.want {
+				t.Errorf("SQL(%q) = %s, want %s", tc.schema, got, tc.want)
+			}
+		}
+	}
+}
