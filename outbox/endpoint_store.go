@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -13,9 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
-// The statements name the table {outbox_endpoints}, qualified with Endpoints.Schema. Each
+// The statements name the table {outbox_endpoints}, which schema.SQL qualifies with Endpoints.Schema. Each
 // returns the whole row as JSON (to_jsonb), which decodes into endpoint.Row by column name, so
 // one decoder serves every statement and columns added later are ignored.
 const (
@@ -56,16 +56,6 @@ SELECT coalesce(json_agg(e ORDER BY e.id), '[]'::json)::text FROM (
     ORDER BY id LIMIT $4) e`
 )
 
-// qualify names the tables of query in schema s: {outbox_endpoints} becomes
-// "s"."outbox_endpoints", or the bare name for the search_path when s is empty.
-func qualify(s, query string) string {
-	name := endpoint.Table
-	if s != "" {
-		name = pgx.Identifier{s, endpoint.Table}.Sanitize()
-	}
-	return strings.ReplaceAll(query, "{"+endpoint.Table+"}", name)
-}
-
 // Add stores a new endpoint in q's transaction and returns it, with Secret set to its secret in
 // clear (the one given, or the one generated) for the caller to hand to the partner once. Bad
 // input is refused with ErrInvalidEndpoint and the reason, a taken id with ErrEndpointExists;
@@ -75,7 +65,7 @@ func (e Endpoints) Add(ctx context.Context, q Querier, ep Endpoint) (Endpoint, e
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("outbox: add endpoint: %w", err)
 	}
-	out, err := scanRow(q.QueryRow(ctx, qualify(e.Schema, insertEndpointSQL), rowArgs(r)...))
+	out, err := scanRow(q.QueryRow(ctx, schema.SQL(string(e.Schema), insertEndpointSQL), rowArgs(r)...))
 	if isNoRows(err) {
 		return Endpoint{}, fmt.Errorf("outbox: add endpoint %s: %w: choose another id, or change it with UpdateEndpoint", r.ID, ErrEndpointExists)
 	}
@@ -124,7 +114,7 @@ func (e Endpoints) List(ctx context.Context, q Querier, f EndpointFilter) ([]End
 		state = &s
 	}
 	var text string
-	if err := q.QueryRow(ctx, qualify(e.Schema, listEndpointsSQL), f.After, tenant, state, limit).Scan(&text); err != nil {
+	if err := q.QueryRow(ctx, schema.SQL(string(e.Schema), listEndpointsSQL), f.After, tenant, state, limit).Scan(&text); err != nil {
 		return nil, e.dbError("list endpoints", err)
 	}
 	var rows []endpoint.Row
@@ -141,7 +131,7 @@ func (e Endpoints) List(ctx context.Context, q Querier, f EndpointFilter) ([]End
 // Remove deletes the endpoint: events committed after the removal are not routed to it.
 func (e Endpoints) Remove(ctx context.Context, q Querier, id string) error {
 	var got string
-	err := q.QueryRow(ctx, qualify(e.Schema, deleteEndpointSQL), id).Scan(&got)
+	err := q.QueryRow(ctx, schema.SQL(string(e.Schema), deleteEndpointSQL), id).Scan(&got)
 	if isNoRows(err) {
 		return notFound("remove", id)
 	}
@@ -165,7 +155,7 @@ func (e Endpoints) read(ctx context.Context, q Querier, id string, lock bool) (e
 		doc  []byte
 		xmin string
 	)
-	err := q.QueryRow(ctx, qualify(e.Schema, query), id).Scan(&doc, &xmin)
+	err := q.QueryRow(ctx, schema.SQL(string(e.Schema), query), id).Scan(&doc, &xmin)
 	if isNoRows(err) {
 		return endpoint.Row{}, "", notFound("read", id)
 	}
@@ -230,7 +220,7 @@ func (e Endpoints) modifyIn(ctx context.Context, q Querier, what, id string, cha
 		if err := e.validate(&r); err != nil {
 			return r, fmt.Errorf("outbox: %s endpoint %s: %w", what, id, err)
 		}
-		out, err := scanRow(q.QueryRow(ctx, qualify(e.Schema, updateEndpointSQL), append(rowArgs(r), xmin)...))
+		out, err := scanRow(q.QueryRow(ctx, schema.SQL(string(e.Schema), updateEndpointSQL), append(rowArgs(r), xmin)...))
 		if isNoRows(err) && attempt < maxModifyAttempts {
 			continue
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // SetColumn sets the field of column name from its value in PostgreSQL's text format (as a
@@ -66,7 +68,7 @@ func (r *Row) SetColumn(name string, text []byte, null bool) error {
 		r.UpdatedAt, err = timestamptz(text)
 	}
 	if err != nil {
-		return fmt.Errorf("%s column %s: %w", Table, name, err)
+		return fmt.Errorf("%s column %s: %w", schema.Endpoints, name, err)
 	}
 	return nil
 }
@@ -93,7 +95,7 @@ func (r *Row) setNull(name string) error {
 		r.Metadata = nil
 	case "id", "url", "secrets", "scheme", "format", "batch_max_events", "batch_max_bytes", "batch_linger_ms",
 		"event_types", "state", "allow_private_url", "created_at", "updated_at":
-		return fmt.Errorf("%s column %s is NULL, which the table does not allow", Table, name)
+		return fmt.Errorf("%s column %s is NULL, which the table does not allow", schema.Endpoints, name)
 	}
 	return nil
 }

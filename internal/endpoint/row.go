@@ -7,9 +7,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
-// Table is the endpoints table (migration 00013).
-const Table = "outbox_endpoints"
-
 // States of an endpoint.
 const (
 	Enabled  = "enabled"
