@@ -159,8 +159,10 @@ type RotateOptions struct {
 // tables on the search_path, secrets stored in clear, no metrics address guarded. The
 // package-level functions (AddEndpoint, ...) use it.
 type Endpoints struct {
-	// Schema is the PostgreSQL schema of outbox_endpoints. Empty: the connection's search_path.
-	Schema string
+	// Schema is the schema of the relay's tables, as for Schema.Enqueue: Endpoints{Schema:
+	// "app"} reads and writes app.outbox_endpoints whatever the search_path. Empty: as the
+	// connection's search_path resolves outbox_endpoints.
+	Schema Schema
 	// Sealer, if set, seals every secret written (AES-256-GCM), so the table, its dumps and the
 	// WAL hold no secret in clear; the relay needs the same key to sign. Nil: secrets are stored
 	// in clear.

@@ -310,12 +310,14 @@ func (e Endpoints) dbError(what string, err error) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case pgerrcode.UndefinedTable:
-			where := "on the connection's search_path"
 			if e.Schema != "" {
-				where = "in schema " + pgx.Identifier{e.Schema}.Sanitize()
+				return fmt.Errorf("outbox: %s: table outbox_endpoints does not exist in schema %s: run `outbox-relay migrate` "+
+					"for that schema (it needs migration 13), or name the schema the relay's tables are in: %w",
+					what, schema.Quote(string(e.Schema)), err)
 			}
-			return fmt.Errorf("outbox: %s: table outbox_endpoints is not %s: run `outbox-relay migrate` "+
-				"(it needs migration 13), or name the schema the relay's tables are in: %w", what, where, err)
+			return fmt.Errorf("outbox: %s: table outbox_endpoints is not on the connection's search_path: run "+
+				"`outbox-relay migrate` (it needs migration 13), or name the schema the relay's tables are in "+
+				"(--schema, Endpoints.Schema): %w", what, err)
 		case pgerrcode.CheckViolation:
 			return fmt.Errorf("outbox: %s: %w: the table refuses it (constraint %s; README: Endpoints for partners)",
 				what, ErrInvalidEndpoint, pgErr.ConstraintName)

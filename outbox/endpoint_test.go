@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -661,3 +662,68 @@ func fingerprint(secret string) string {
 }
 
 func pgtestDB(t *testing.T) string { return pgtest.NewDB(t) }
+
+// Endpoints{Schema: "app"} reads and writes app.outbox_endpoints whatever the search_path; a
+// same-named table in public (on the search_path) is never touched, and a schema without the
+// table is named in the error.
+func TestEndpointsInANamedSchema(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDB(t)
+	if _, err := migrations.UpWith(ctx, dsn, migrations.Options{Schema: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE public.outbox_endpoints (LIKE app.outbox_endpoints INCLUDING ALL)`); err != nil {
+		t.Fatal(err)
+	}
+	app := outbox.Endpoints{Schema: "app"}
+	if _, err := app.Add(ctx, conn, partner("acme")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Update(ctx, conn, "acme", func(ep *outbox.Endpoint) error { ep.RateLimit = 5; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Pause(ctx, conn, "acme", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.RotateSecret(ctx, conn, "acme", outbox.RotateOptions{KeepOld: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Add(ctx, conn, partner("globex")); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Remove(ctx, conn, "globex"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := app.List(ctx, conn, outbox.EndpointFilter{})
+	if err != nil || len(got) != 1 || got[0].ID != "acme" || got[0].State != outbox.EndpointPaused || got[0].RateLimit != 5 ||
+		len(got[0].Secrets) != 2 {
+		t.Fatalf("app's endpoints: %v, %v; want acme, paused, rate limit 5, two secrets", got, err)
+	}
+	// The positive control: the package-level function follows the search_path, into the decoy.
+	if _, err := outbox.AddEndpoint(ctx, conn, partner("initech")); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(table string) (ids []string) {
+		rows, err := conn.Query(ctx, `SELECT id FROM `+table+` ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if a, p := ids("app.outbox_endpoints"), ids("public.outbox_endpoints"); !reflect.DeepEqual(a, []string{"acme"}) ||
+		!reflect.DeepEqual(p, []string{"initech"}) {
+		t.Fatalf("app holds %v, public %v; want [acme] and [initech]", a, p)
+	}
+	_, err = outbox.Endpoints{Schema: "nope"}.Get(ctx, conn, "acme")
+	if err == nil || !strings.Contains(err.Error(), `does not exist in schema "nope"`) {
+		t.Fatalf("get in a schema without the table: %v; want the schema named", err)
+	}
+}

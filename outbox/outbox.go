@@ -34,7 +34,8 @@
 // Enqueue writes into outbox_events as the connection's search_path finds it. When the relay's
 // tables live in a schema of their own (`outbox-relay migrate --schema app`, and the relay runs
 // with --schema app), name it: Schema("app").Enqueue(ctx, tx, ev) writes into app.outbox_events
-// whatever the search_path says. PruneOptions.Schema does the same for Prune.
+// whatever the search_path says. Endpoints{Schema: "app"} does the same for the endpoint
+// functions, and PruneOptions.Schema for Prune.
 package outbox
 
 import (
@@ -137,8 +138,10 @@ RETURNING id::text`
 
 const existingSQL = `SELECT id::text FROM {outbox_events} WHERE dedup_key = $1`
 
-// Schema names the PostgreSQL schema of outbox_events. The zero value leaves the table's name
-// unqualified, for the connection's search_path to resolve: what Enqueue does.
+// Schema names the PostgreSQL schema of the relay's tables: Schema.Enqueue writes into its
+// outbox_events, and Endpoints.Schema is the same name for outbox_endpoints. The zero value
+// leaves the tables' names unqualified, for the connection's search_path to resolve: what
+// Enqueue and the package-level endpoint functions do.
 type Schema string
 
 // Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
