@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -68,6 +69,7 @@ func oneID(cmd *cobra.Command, args []string) error {
 // addEndpointCommon adds the flags every endpoint command has.
 func addEndpointCommon(fs *pflag.FlagSet) {
 	addDSNFlag(fs)
+	addSchemaFlag(fs)
 	fs.Bool("json", false, "print the result as JSON (the table's column names; see README)")
 }
 
@@ -77,8 +79,8 @@ func addSecretsKeyFlag(fs *pflag.FlagSet) {
 		"or the keys themselves in OUTBOX_RELAY_SECRETS_KEY); the first key seals, every key opens")
 }
 
-// endpointStore connects and returns the endpoint functions' settings, with the sealer when a
-// key is configured.
+// endpointStore connects and returns the endpoint functions' settings: the relay's schema
+// (--schema, or the connection's current_schema()) and the sealer when a key is configured.
 func endpointStore(cmd *cobra.Command) (*pgx.Conn, outbox.Endpoints, error) {
 	fs := cmd.Flags()
 	var eps outbox.Endpoints
@@ -94,11 +96,43 @@ func endpointStore(cmd *cobra.Command) (*pgx.Conn, outbox.Endpoints, error) {
 	if f := fs.Lookup("metrics-addr"); f != nil {
 		eps.RelayMetricsAddr = f.Value.String()
 	}
-	conn, err := pgx.Connect(cmd.Context(), dsn)
+	conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 	if err != nil {
-		return nil, eps, fmt.Errorf("connect: %w", err)
+		return nil, eps, err
 	}
+	if err := endpointsTableIn(cmd.Context(), conn, schemaName(fs, ""), s); err != nil {
+		conn.Close(context.Background())
+		return nil, eps, err
+	}
+	eps.Schema = outbox.Schema(s)
 	return conn, eps, nil
+}
+
+// endpointsTableIn returns nil when schema s (resolved from name, the operator's --schema) has
+// outbox_endpoints, else an error that says what to migrate, or which --schema has the table.
+func endpointsTableIn(ctx context.Context, conn *pgx.Conn, name, s string) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, schema.Endpoints)).Scan(&exists); err != nil {
+		return fmt.Errorf("look up outbox_endpoints: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	where := "schema " + schema.Quote(s)
+	if name == "" {
+		where += " (the connection's current_schema(), first on its search_path)"
+	}
+	msg := fmt.Sprintf("table outbox_endpoints does not exist in %s: run `%s` (endpoints need migration 13)",
+		where, schema.MigrateCommand(name, s))
+	others, err := schema.Elsewhere(ctx, conn, s, schema.Endpoints)
+	if err != nil {
+		return err
+	}
+	if len(others) > 0 {
+		msg += fmt.Sprintf("; it exists in schema %s: if that is the relay's, pass --schema %s (env OUTBOX_RELAY_SCHEMA)",
+			strings.Join(others, ", "), others[0])
+	}
+	return errors.New(msg)
 }
 
 // loadSealer reads the secrets keys (readSecretsKeys) into a sealer; nil when none is set.

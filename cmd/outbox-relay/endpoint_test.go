@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // endpointCLI runs `outbox-relay endpoint ARGS --dsn DSN` in a child process with env, as a
@@ -270,5 +273,77 @@ func TestEndpointCLIListsThousands(t *testing.T) {
 	text, _, code := endpointCLI(t, dsn, nil, "list")
 	if lines := strings.Count(text, "\n"); code != 0 || lines != 1235 {
 		t.Fatalf("text list: exit %d, %d lines, want a header and 1234 rows", code, lines)
+	}
+}
+
+// With the relay's tables in app (--schema, or OUTBOX_RELAY_SCHEMA) while the search_path is
+// public, where a decoy outbox_endpoints of the same shape exists, every endpoint command reads
+// and writes app.outbox_endpoints only; a command not given the schema works on public (the
+// positive control), and a schema without the table is named with the fix.
+func TestEndpointCLIWithSchemaBesideADecoy(t *testing.T) {
+	db := newInstallDB(t, "")
+	ctx := context.Background()
+	mustCLI(t, "migrate", "--dsn", db.dsn, "--schema", "app")
+	mustExec(t, db.pool, `CREATE TABLE public.outbox_endpoints (LIKE app.outbox_endpoints INCLUDING ALL)`)
+	if _, stderr, code := endpointCLI(t, db.dsn, nil, "list"); code != 0 {
+		t.Fatalf("list on public's decoy: exit %d, %s", code, stderr)
+	}
+	app := []string{"--schema", "app"}
+	env := []string{"OUTBOX_RELAY_SCHEMA=app"}
+	for _, step := range []struct {
+		args []string
+		env  []string
+	}{
+		{[]string{"add", "--id", "acme", "--url", "https://acme.example/webhooks", "--tenant", "acme"}, nil},
+		{[]string{"add", "--id", "globex", "--url", "https://globex.example/webhooks"}, env},
+		{[]string{"update", "acme", "--rate-limit", "5"}, nil},
+		{[]string{"pause", "acme", "--reason", "maintenance"}, nil},
+		{[]string{"resume", "acme"}, env},
+		{[]string{"disable", "acme", "--reason", "contract ended"}, nil},
+		{[]string{"enable", "acme"}, nil},
+		{[]string{"rotate-secret", "acme", "--keep-old", "1h"}, env},
+		{[]string{"show", "acme"}, nil},
+		{[]string{"remove", "globex"}, nil},
+	} {
+		args := step.args
+		if step.env == nil {
+			args = append(slices.Clone(args), app...)
+		}
+		if out, stderr, code := endpointCLI(t, db.dsn, step.env, args...); code != 0 {
+			t.Fatalf("endpoint %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
+		}
+	}
+	var listed []endpointJSON
+	endpointOut(t, db.dsn, nil, &listed, "list", "--schema", "app")
+	if len(listed) != 1 || listed[0].ID != "acme" || listed[0].RateLimit != 5 || len(listed[0].Secrets) != 2 {
+		t.Fatalf("list --schema app: %+v; want acme, rate limit 5, two secrets", listed)
+	}
+	// The positive control: without the schema the commands follow the search_path, to public.
+	if _, stderr, code := endpointCLI(t, db.dsn, nil, "add", "--id", "initech", "--url", "https://initech.example/"); code != 0 {
+		t.Fatalf("add without --schema: exit %d, %s", code, stderr)
+	}
+	ids := func(table string) []string {
+		rows, err := db.pool.Query(ctx, `SELECT id FROM `+table+` ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if a, p := ids("app.outbox_endpoints"), ids("public.outbox_endpoints"); !slices.Equal(a, []string{"acme"}) ||
+		!slices.Equal(p, []string{"initech"}) {
+		t.Fatalf("app holds %v, public %v; want [acme] and [initech]", a, p)
+	}
+	mustExec(t, db.pool, `DROP TABLE public.outbox_endpoints`)
+	if _, stderr, code := endpointCLI(t, db.dsn, nil, "list"); code != 1 ||
+		!strings.Contains(stderr, `does not exist in schema "public"`) || !strings.Contains(stderr, "pass --schema app") {
+		t.Fatalf("list without the schema, public without the table: exit %d, %q; want 1 naming --schema app", code, stderr)
+	}
+	if _, stderr, code := endpointCLI(t, db.dsn, nil, "list", "--schema", "nope"); code != 1 ||
+		!strings.Contains(stderr, "run `outbox-relay migrate --schema nope`") {
+		t.Fatalf("list --schema nope: exit %d, %q", code, stderr)
 	}
 }
