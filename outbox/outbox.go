@@ -13,12 +13,29 @@
 // the existing event's id with ErrDuplicate, and leaves the transaction usable (the insert uses
 // ON CONFLICT DO NOTHING, so no error aborts it).
 //
+// # Endpoints
+//
+// A partner's webhook is a row of outbox_endpoints, which the application writes in the same
+// transaction as the rest of its change (a customer signs up: their endpoint exists if and only
+// if the signup commits). AddEndpoint, UpdateEndpoint, PauseEndpoint, ResumeEndpoint,
+// DisableEndpoint, EnableEndpoint, RotateEndpointSecret and RemoveEndpoint take the same
+// querier as Enqueue; GetEndpoint and ListEndpoints read. Each checks its input first and
+// refuses it with ErrInvalidEndpoint and the reason, writing nothing; a taken id is
+// ErrEndpointExists, without aborting the transaction. An Event's TenantID routes it to its
+// tenant's endpoints.
+//
+// Secrets are generated when not given and returned once (Endpoint.Secret); reads show only a
+// fingerprint. With Endpoints.Sealer set (NewSealer, with the relay's secrets key), every secret
+// is sealed with AES-256-GCM before it reaches the database, so the table, its dumps, its
+// replicas and the WAL hold no signing key in clear.
+//
 // # Schema
 //
 // Enqueue writes into outbox_events as the connection's search_path finds it. When the relay's
 // tables live in a schema of their own (`outbox-relay migrate --schema app`, and the relay runs
 // with --schema app), name it: Schema("app").Enqueue(ctx, tx, ev) writes into app.outbox_events
-// whatever the search_path says. PruneOptions.Schema does the same for Prune.
+// whatever the search_path says. Endpoints{Schema: "app"} does the same for the endpoint
+// functions, and PruneOptions.Schema for Prune.
 package outbox
 
 import (
@@ -32,6 +49,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -58,6 +76,10 @@ type Event struct {
 	// Headers are extra request headers the relay forwards: tracestate and X-* names (the
 	// contract's own headers cannot be overridden). They are not signed.
 	Headers map[string]string
+	// TenantID, if set, is the tenant the event belongs to: a pipeline with endpoints sends it
+	// to the endpoints of this tenant and to those without one. Empty: no tenant (NULL); the
+	// event goes only to endpoints without a tenant.
+	TenantID string
 }
 
 // Querier is what Enqueue needs from a transaction. pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy
@@ -83,24 +105,43 @@ func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx
 	return q.tx.QueryRowContext(ctx, query, args...)
 }
 
-const insertSQL = `
-INSERT INTO {outbox_events} (id, aggregate_type, aggregate_id, event_type, payload, dedup_key)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6)
-ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-RETURNING id::text`
+// insertSQL writes an event. The headers column (migration 3) and tenant_id (migration 13) are
+// named only when the event has them, so producers on an older schema keep working.
+func insertSQL(headers, tenant bool) string { return insertQueries[b2i(headers)][b2i(tenant)] }
 
-// insertWithHeadersSQL also writes the headers column (migration 3); it is used only when the
-// event has headers, so producers on an older schema keep working.
-const insertWithHeadersSQL = `
-INSERT INTO {outbox_events} (id, aggregate_type, aggregate_id, event_type, payload, dedup_key, headers)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7::jsonb)
+var insertQueries = [2][2]string{{buildInsert(false, false), buildInsert(false, true)}, {buildInsert(true, false), buildInsert(true, true)}}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func buildInsert(headers, tenant bool) string {
+	cols, vals := "id, aggregate_type, aggregate_id, event_type, payload, dedup_key", "$1, $2, $3, $4, $5::jsonb, $6"
+	n := 6
+	if headers {
+		n++
+		cols, vals = cols+", headers", vals+fmt.Sprintf(", $%d::jsonb", n)
+	}
+	if tenant {
+		n++
+		cols, vals = cols+", tenant_id", vals+fmt.Sprintf(", $%d", n)
+	}
+	return `
+INSERT INTO {outbox_events} (` + cols + `)
+VALUES (` + vals + `)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id::text`
+}
 
 const existingSQL = `SELECT id::text FROM {outbox_events} WHERE dedup_key = $1`
 
-// Schema names the PostgreSQL schema of outbox_events. The zero value leaves the table's name
-// unqualified, for the connection's search_path to resolve: what Enqueue does.
+// Schema names the PostgreSQL schema of the relay's tables: Schema.Enqueue writes into its
+// outbox_events, and Endpoints.Schema is the same name for outbox_endpoints. The zero value
+// leaves the tables' names unqualified, for the connection's search_path to resolve: what
+// Enqueue and the package-level endpoint functions do.
 type Schema string
 
 // Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
@@ -125,10 +166,14 @@ func (s Schema) Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, er
 		dedup = &ev.DedupKey
 	}
 	args := []any{id.String(), ev.AggregateType, ev.AggregateID, ev.EventType, string(payload), dedup}
-	query := insertSQL
-	if headers := ev.headers(); headers != nil {
-		query, args = insertWithHeadersSQL, append(args, string(headers))
+	headers := ev.headers()
+	if headers != nil {
+		args = append(args, string(headers))
 	}
+	if ev.TenantID != "" {
+		args = append(args, ev.TenantID)
+	}
+	query := insertSQL(headers != nil, ev.TenantID != "")
 	var got string
 	err = q.QueryRow(ctx, schema.SQL(string(s), query), args...).Scan(&got)
 	if isNoRows(err) {
@@ -186,6 +231,9 @@ func (ev Event) validate() ([]byte, error) {
 		if strings.TrimSpace(f.v) == "" {
 			return nil, fmt.Errorf("%w: %s is empty", ErrInvalid, f.name)
 		}
+	}
+	if err := endpoint.CheckTenant(ev.TenantID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if ev.TraceParent != "" && !validTraceParent(ev.TraceParent) {
 		return nil, fmt.Errorf("%w: trace parent %q is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", ErrInvalid, ev.TraceParent)

@@ -156,6 +156,8 @@ func TestBadInputIsRejectedBeforeTheDatabase(t *testing.T) {
 		"raw payload not JSON": func(e *outbox.Event) { e.Payload = json.RawMessage(`{"a":`) },
 		"bytes not JSON":       func(e *outbox.Event) { e.Payload = []byte("hello") },
 		"unmarshalable value":  func(e *outbox.Event) { e.Payload = make(chan int) },
+		"tenant with a space":  func(e *outbox.Event) { e.TenantID = "acme " },
+		"tenant with a NUL":    func(e *outbox.Event) { e.TenantID = "ac\x00me" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -199,6 +201,51 @@ func TestTraceParentIsStoredForTheRelay(t *testing.T) {
 	bad.TraceParent = "not-a-trace"
 	if _, err := outbox.Enqueue(ctx, unreachable{t}, bad); !errors.Is(err, outbox.ErrInvalid) {
 		t.Fatalf("bad traceparent: %v", err)
+	}
+}
+
+// An event's tenant is written with it, through every form of the insert (with and without
+// headers, pgx and database/sql); without one the column stays NULL.
+func TestTenantIsStoredForTheRelay(t *testing.T) {
+	dsn, conn := migratedDB(t)
+	ctx := context.Background()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, tt := range []struct {
+		name    string
+		q       outbox.Querier
+		tenant  string
+		headers map[string]string
+	}{
+		{"tenant", conn, "acme", nil},
+		{"tenant and headers", conn, "globex", map[string]string{"X-Region": "eu"}},
+		{"database/sql", outbox.SQL(db), "initech", nil},
+		{"no tenant", conn, "", map[string]string{"X-Region": "eu"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := order(tt.name)
+			ev.TenantID, ev.Headers = tt.tenant, tt.headers
+			id, err := outbox.Enqueue(ctx, tt.q, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tenant *string
+			var headers map[string]string
+			if err := conn.QueryRow(ctx, "SELECT tenant_id, headers FROM outbox_events WHERE id = $1", id.String()).Scan(&tenant, &headers); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.tenant == "" && tenant != nil:
+				t.Fatalf("tenant_id = %q, want NULL", *tenant)
+			case tt.tenant != "" && (tenant == nil || *tenant != tt.tenant):
+				t.Fatalf("tenant_id = %v, want %q", tenant, tt.tenant)
+			case tt.headers != nil && headers["X-Region"] != "eu":
+				t.Fatalf("headers = %v", headers)
+			}
+		})
 	}
 }
 

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
@@ -26,23 +29,31 @@ func TestReadmeDocumentsEveryFlag(t *testing.T) {
 		t.Fatal("README has no Configuration section before the webhook contract")
 	}
 	config := readme[start:end]
-	for _, cmd := range newRootCmd().Commands() {
-		if cmd.Hidden || cmd.Name() == "help" {
-			continue
-		}
-		if !strings.Contains(config, "`"+cmd.Name()+"`") && !strings.Contains(config, "outbox-relay "+cmd.Name()) {
-			t.Errorf("README configuration does not mention the %s command", cmd.Name())
-		}
-		cmd.Flags().VisitAll(func(f *pflag.Flag) {
-			if f.Name == "help" {
-				return
+	var check func(cmd *cobra.Command)
+	check = func(cmd *cobra.Command) {
+		for _, sub := range cmd.Commands() {
+			if sub.Hidden || sub.Name() == "help" {
+				continue
 			}
-			if !strings.Contains(config, "`--"+f.Name+"`") {
-				t.Errorf("README configuration lacks `--%s` (%s)", f.Name, cmd.Name())
+			// A subcommand is named with its group, and maybe its arguments: `endpoint show ID`.
+			name := strings.TrimPrefix(sub.CommandPath(), "outbox-relay ")
+			if !strings.Contains(config, "`"+name+"`") && !strings.Contains(config, "`"+name+" ") &&
+				!strings.Contains(config, "outbox-relay "+name) {
+				t.Errorf("README configuration does not mention the %s command", name)
 			}
-		})
+			sub.Flags().VisitAll(func(f *pflag.Flag) {
+				if f.Name == "help" {
+					return
+				}
+				if !strings.Contains(config, "`--"+f.Name+"`") {
+					t.Errorf("README configuration lacks `--%s` (%s)", f.Name, name)
+				}
+			})
+			check(sub)
+		}
 	}
-	for _, env := range []string{"DB_DSN", "WEBHOOK_URL", "WEBHOOK_SECRET", "WEBHOOK_SECRET_FILE"} {
+	check(newRootCmd())
+	for _, env := range []string{"DB_DSN", "WEBHOOK_URL", "WEBHOOK_SECRET", "WEBHOOK_SECRET_FILE", secretsKeyEnv, secretsKeyFileFlag.env} {
 		if !strings.Contains(config, "`"+env+"`") {
 			t.Errorf("README configuration lacks %s", env)
 		}
@@ -104,5 +115,21 @@ func TestReadmeSQLRunsOnAMigratedDatabase(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE aggregate_type = 'order'
 		AND event_type = 'order.created' AND status = 'pending'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("after the README's SQL: %d pending order.created events (%v), want 1", n, err)
+	}
+	// The endpoint added by plain SQL is one the relay accepts, enabled again, and the tenant's
+	// event carries its tenant.
+	var doc []byte
+	if err := pool.QueryRow(ctx, `SELECT to_jsonb(e) FROM outbox_endpoints e WHERE id = 'acme'`).Scan(&doc); err != nil {
+		t.Fatalf("the README's endpoint: %v", err)
+	}
+	var r endpoint.Row
+	if err := json.Unmarshal(doc, &r); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Validate(nil); err != nil || r.State != endpoint.Enabled || !r.Subscribed("acme", "invoice.paid", "invoice") {
+		t.Fatalf("the README's endpoint %+v: %v; want a valid enabled endpoint subscribed to acme's invoice.paid", r, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE tenant_id = 'acme'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("after the README's SQL: %d events of tenant acme (%v), want 1", n, err)
 	}
 }

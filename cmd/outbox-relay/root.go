@@ -44,6 +44,7 @@ aggregates) and confirms the slot only after delivery.`,
 		c.Args = noArgs
 	}
 	root.AddCommand(newDropPipelineCmd()) // takes the pipeline's name as its argument
+	root.AddCommand(newEndpointCmd())     // a group: its subcommands take an endpoint id
 	return root
 }
 

@@ -27,9 +27,10 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 		fix    string
 	}{
 		{name: "migrated"},
-		{name: "older version", alter: fmt.Sprintf("DROP TABLE outbox_slot_location; ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at; "+
+		{name: "older version", alter: fmt.Sprintf("DROP TABLE outbox_endpoints; ALTER TABLE outbox_events DROP COLUMN tenant_id; "+
 			"DELETE FROM outbox_relay_schema WHERE version_id = %d", migrations.Latest()), want: inspect.ErrNoSchema,
-			fix: fmt.Sprintf("the schema is at version %d and this binary needs version %d", migrations.Latest()-1, migrations.Latest())},
+			fix: fmt.Sprintf("the schema is at version %d and this binary needs version %d (it lacks column outbox_events.tenant_id "+
+				"(00013_endpoints.sql), table outbox_endpoints (00013_endpoints.sql))", migrations.Latest()-1, migrations.Latest())},
 		{name: "column renamed by hand", alter: "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", want: inspect.ErrNoSchema,
 			fix: "column outbox_events.event_type (00001_init.sql) missing although outbox_relay_schema records version"},
 		{name: "index dropped by hand", alter: "DROP INDEX uq_outbox_dedup_key", want: inspect.ErrNoSchema,

@@ -40,6 +40,8 @@ const (
 	Replays         = "outbox_replays"
 	Reshard         = "outbox_reshard"
 	SlotLocation    = "outbox_slot_location"
+	// Endpoints holds the partner webhooks a pipeline run with endpoints fans out to.
+	Endpoints = "outbox_endpoints"
 	// Inbox is the consumer side's table; the relay itself neither reads nor needs it.
 	Inbox = "inbox_events"
 )
@@ -93,7 +95,7 @@ var Tables = []Table{
 	{Name: Events, Since: 1, Columns: []Column{
 		{"id", 1}, {"aggregate_type", 1}, {"aggregate_id", 1}, {"event_type", 1}, {"payload", 1}, {"dedup_key", 1},
 		{"status", 1}, {"retries", 1}, {"available_at", 1}, {"created_at", 1}, {"processed_at", 1},
-		{"last_error", 2}, {"headers", 3}, {"event_sequence", 4}, {"insert_seq", 6},
+		{"last_error", 2}, {"headers", 3}, {"event_sequence", 4}, {"insert_seq", 6}, {"tenant_id", 13},
 	}, Indexes: []Index{{"idx_outbox_status_available", 1}, {"uq_outbox_dedup_key", 1}, {"outbox_events_replay_order", 11}}},
 	{Name: Inbox, Since: 1, Inbox: true, Columns: []Column{
 		{"id", 1}, {"received_at", 1}, {"processed_at", 1}, {"handler_status", 1}, {"payload", 1}, {"signature", 1},
@@ -126,6 +128,13 @@ var Tables = []Table{
 	{Name: SlotLocation, Since: 12, Columns: []Column{
 		{"slot", 12}, {"server", 12}, {"move_to", 12}, {"move_fence", 12}, {"move_reached_at", 12}, {"updated_at", 12},
 	}},
+	{Name: Endpoints, Since: 13, Columns: []Column{
+		{"id", 13}, {"url", 13}, {"secrets", 13}, {"scheme", 13}, {"format", 13}, {"batch_max_events", 13},
+		{"batch_max_bytes", 13}, {"batch_linger_ms", 13}, {"tenant_id", 13}, {"event_types", 13},
+		{"aggregate_types", 13}, {"rate_limit", 13}, {"max_in_flight", 13}, {"state", 13}, {"paused_reason", 13},
+		{"paused_at", 13}, {"disabled_reason", 13}, {"disabled_at", 13}, {"allow_private_url", 13}, {"metadata", 13},
+		{"created_at", 13}, {"updated_at", 13},
+	}, Indexes: []Index{{"idx_outbox_endpoints_tenant", 13}}},
 }
 
 // CoreColumns are the outbox_events columns of the first migration: a table of that name

@@ -1,0 +1,23 @@
+// Package endpoint is what the relay and its tools know about a partner endpoint: a row of
+// outbox_endpoints (Row), the rules every row obeys (Validate: the table's CHECK constraints and
+// what SQL cannot check), the event-type patterns of a subscription (ParsePattern, Match), the
+// secrets it signs with (GenerateSecret, Fingerprint, Row.Keys, sealed at rest by package
+// seal), and the URL guard (Guard: CheckURL when an endpoint is written, Control at each
+// connection).
+//
+// # Who uses it
+//
+// Package outbox writes rows with it (outbox.AddEndpoint and friends, in the application's
+// transaction), `outbox-relay endpoint` through package outbox, and the relay reads rows from its
+// slot with SetColumn, checks them with Validate, routes events with Subscribed or an index built
+// on ParsePattern, signs with Row.Keys and dials through Guard.Control. Nothing here does I/O.
+//
+// # Subscriptions
+//
+// An event goes to an enabled endpoint when its tenant matches (an endpoint without a tenant
+// takes every tenant's events; an event without a tenant goes only to endpoints without one),
+// one of the endpoint's event-type patterns matches its type, and its aggregate type is listed
+// when the endpoint lists any. A pattern is an event type ("order.created"), a prefix
+// ("order.*": every type starting with "order." and longer than it) or "*". Patterns that could
+// never match ("", "order.", "*.created", "a**") are refused.
+package endpoint
