@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/schemacheck"
 )
 
 // Errors that no retry can fix. Each message says what to do.
@@ -124,7 +124,7 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel,
 		func(ctx context.Context, conn *pgx.Conn) error { return checkSchemaUsage(ctx, conn, s) },
 		func(ctx context.Context, conn *pgx.Conn) error {
-			return inspect.MissingOutboxTable(ctx, conn, opts.Schema, s)
+			return schemacheck.MissingOutboxTable(ctx, conn, opts.Schema, s)
 		},
 		checkReplicationRole,
 		func(ctx context.Context, conn *pgx.Conn) error { return checkPrivileges(ctx, conn, s) },
