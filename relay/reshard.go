@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -330,27 +331,17 @@ func (c shardCheck) checkSlots(fam string, n int) error {
 // checkShardCountsWithRetry runs checkShardCountsOnce, waiting for a database that is not
 // reachable yet; a refused count is permanent.
 func checkShardCountsWithRetry(ctx context.Context, cfg Config, pipes []Pipeline) error {
-	wait := 200 * time.Millisecond
-	for {
+	return retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		err := checkShardCountsOnce(ctx, cfg, pipes)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
 			return nil // Setup's privilege check names every GRANT missing, before it creates anything
 		}
-		if err == nil || errors.Is(err, ErrPipeline) || permanent(err) {
-			return err
+		if errors.Is(err, ErrPipeline) {
+			return retry.Stop(err)
 		}
-		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 10*time.Second)
-	}
+		return stopIfPermanent(err)
+	}, notReady(cfg.Logger))
 }
 
 // checkShardCountsOnce connects and runs checkShardCounts.
