@@ -1,0 +1,36 @@
+// Package control is the operator's requests to running relays, written and read in one place:
+// the command that writes a request and the relay that acts on it share its encoder and its
+// decoder here, so a request's format changes in one file.
+//
+// # Reshard
+//
+// A pipeline's shard count changes in steps recorded in its outbox_reshard row (Reshard), which
+// `outbox-relay reshard` writes (Resharder) and every relay of the pipeline reads (ReadReshard,
+// RecordFence):
+//
+//  1. the new shards' publications and slots are created, the highest of their start positions
+//     is recorded as the fence F, and every new slot not yet streamed is advanced to F;
+//  2. the new shards deliver nothing until every old slot has confirmed F (RecordFence records
+//     that, in one statement, when it is true); the old shards retire once theirs has;
+//  3. the old slots and publications are dropped (DropPipeline), once no relay streams them;
+//  4. the row is marked finished; a relay refuses a shard count that contradicts it.
+//
+// The ordering guarantee: every event committed at or before F is delivered by an old shard
+// before a new shard delivers anything, so an aggregate's events up to the fence all arrive
+// before any of its later ones. Restarts change nothing: the fence and the slots' positions
+// are in the database, and a run after an interruption continues from the step recorded.
+//
+// # Drop a pipeline
+//
+// DropPipeline drops a pipeline's slot and publication, refused while a process streams the
+// slot (ErrSlotActive), and forgets the slot's records.
+//
+// # What belongs here
+//
+// Every request an operator sends a running relay: its row or WAL message, the function that
+// writes it and the one that reads it back, and the protocol that orders its steps. Replay
+// (aggregates, an event, --since) and pause/resume (and the relay's own pause on 410) are
+// still written and read in publisher, cdc and internal/inspect; they belong here next (issue
+// 23). The command line (flags, printing) stays in cmd/outbox-relay; what the engine does
+// once a request arrives stays in publisher.
+package control
