@@ -29,7 +29,7 @@
 //
 // Pause holds every queued head back without acknowledging it: nothing is sent, the buffer
 // fills, the stream stops reading and the slot keeps its position; Resume sends what is held, in
-// order. A pipeline's pause lives in outbox_pipeline_control (SetPaused), which the relay polls.
+// order. A pipeline's pause lives in outbox_pipeline_control (written and read by internal/control), which the relay polls.
 // A 410 Gone answer (Result.Gone) pauses the publisher itself under GonePause, recorded through
 // Config.RecordPause, and puts the event back at the head of its key, unacknowledged.
 //

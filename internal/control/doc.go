@@ -20,6 +20,13 @@
 // before any of its later ones. Restarts change nothing: the fence and the slots' positions
 // are in the database, and a run after an interruption continues from the step recorded.
 //
+// # Pause and resume
+//
+// A pipeline's row of outbox_pipeline_control (Pause) says whether it is paused and why:
+// `outbox-relay pause` and `resume` write it (SetPaused), and so does the relay itself when a
+// webhook answers 410 Gone; the relay that leads the pipeline polls it (ReadPause). Every write
+// grows its version, so a poller sees a pause and a resume that both came between two polls.
+//
 // # Drop a pipeline
 //
 // DropPipeline drops a pipeline's slot and publication, refused while a process streams the
@@ -29,8 +36,9 @@
 //
 // Every request an operator sends a running relay: its row or WAL message, the function that
 // writes it and the one that reads it back, and the protocol that orders its steps. Replay
-// (aggregates, an event, --since) and pause/resume (and the relay's own pause on 410) are
-// still written and read in publisher, cdc and internal/inspect; they belong here next (issue
-// 23). The command line (flags, printing) stays in cmd/outbox-relay; what the engine does
-// once a request arrives stays in publisher.
+// (aggregates, an event, --since) is still written in publisher and read in cdc; it belongs
+// here next (issue 23). The command line (flags, printing) stays in cmd/outbox-relay; what the engine does
+// once a request arrives stays in publisher (pausing, replaying), and when the relay polls stays
+// in relay. internal/schema's source check refuses a query of outbox_reshard or
+// outbox_pipeline_control outside this package (the status report aside).
 package control
