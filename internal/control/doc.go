@@ -27,6 +27,13 @@
 // webhook answers 410 Gone; the relay that leads the pipeline polls it (ReadPause). Every write
 // grows its version, so a poller sees a pause and a resume that both came between two polls.
 //
+// # Replay
+//
+// RequestReplay selects parked aggregates (all, some, or the one of an event) and writes the
+// replay request into the WAL in the same transaction, so the relay meets it at its place among
+// the transactions. The message's encoder is cdc.ReplayRequest.Emit, beside the stream's
+// decoder, since the stream reads it back out of the WAL.
+//
 // # Drop a pipeline
 //
 // DropPipeline drops a pipeline's slot and publication, refused while a process streams the
@@ -35,9 +42,9 @@
 // # What belongs here
 //
 // Every request an operator sends a running relay: its row or WAL message, the function that
-// writes it and the one that reads it back, and the protocol that orders its steps. Replay
-// (aggregates, an event, --since) is still written in publisher and read in cdc; it belongs
-// here next (issue 23). The command line (flags, printing) stays in cmd/outbox-relay; what the engine does
+// writes it and the one that reads it back, and the protocol that orders its steps. `replay
+// --since` (RequestReplaySince and its outbox_replays row) is still in publisher, beside the
+// engine's page reads that share its row filter; it belongs here next (issue 23). The command line (flags, printing) stays in cmd/outbox-relay; what the engine does
 // once a request arrives stays in publisher (pausing, replaying), and when the relay polls stays
 // in relay. internal/schema's source check refuses a query of outbox_reshard or
 // outbox_pipeline_control outside this package (the status report aside).
