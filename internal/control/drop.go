@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // ErrSlotActive means DropPipeline found a process streaming from the slot.
@@ -48,13 +48,7 @@ func DropPipeline(ctx context.Context, conn *pgx.Conn, s, name, slot, publicatio
 			return slotDropped, false, fmt.Errorf("drop publication %q: %w", p.Publication, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), p.Slot); err != nil {
-		return slotDropped, pubDropped, fmt.Errorf("forget the backfill of slot %q: %w", p.Slot, err)
-	}
-	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_slots} WHERE slot = $1`), p.Slot); err != nil {
-		return slotDropped, pubDropped, fmt.Errorf("forget slot %q: %w", p.Slot, err)
-	}
-	return slotDropped, pubDropped, nil
+	return slotDropped, pubDropped, state.ForgetSlot(ctx, conn, s, p.Slot)
 }
 
 func dropped(b bool) string {

@@ -128,6 +128,7 @@ var owners = map[string]string{
 	schema.Reshard:         "internal/control",
 	schema.PipelineControl: "internal/control",
 	schema.SlotLocation:    "internal/state",
+	schema.Slots:           "internal/state",
 }
 
 // readAnything are the packages that may query any table: the migrations and the status report.

@@ -7,7 +7,9 @@
 //
 //   - where a slot lives and its move between the primary and a standby
 //     (outbox_slot_location: ReadLocation, SetLocation, StartMove, MarkReached, FinishMove),
-//     which cdc's placement and move read and write.
+//     which cdc's placement and move read and write;
+//   - a slot's record (outbox_slots: RecordSlot when cdc creates it, PublicationReplaced at
+//     every start, ForgetSlot when control drops it).
 //
 // # What belongs here
 //
@@ -19,8 +21,7 @@
 //
 // Still elsewhere, to move here (issue 23): the status marks (publisher.Marker), dead letters,
 // parked aggregates, per-pipeline events and backfill pages (publisher.PGStore), replay
-// --since progress (publisher/since_store.go), slot records and backfill lists
-// (cdc/backfill.go, cdc/setup.go). Operator requests (reshard, pause, replay, drop-pipeline)
+// --since progress (publisher/since_store.go), a new slot's backfill list (cdc/backfill.go). Operator requests (reshard, pause, replay, drop-pipeline)
 // are internal/control's: their SQL moves here when that package's protocols call it. The
 // status report (internal/inspect) reads everything, and stays a reader.
 package state
