@@ -85,6 +85,7 @@ func reshardArgs(fs *pflag.FlagSet) (reshardCmd, error) {
 	rc.fileSchema = file.Schema
 	for _, p := range file.Pipelines {
 		if p.Name == name {
+			p.Shards, p.Shard = 0, nil // the unsharded view: its slot is the one the shards' derive from
 			rc.r = control.Resharder{DSN: rc.dsn, Pipeline: p.Name, Slot: p.WithDefaults().Slot, To: to,
 				Shards: shardsOf(p), DryRun: rc.r.DryRun, Wait: rc.r.Wait}
 			return rc, nil
@@ -93,9 +94,9 @@ func reshardArgs(fs *pflag.FlagSet) (reshardCmd, error) {
 	return rc, usageError{fmt.Errorf("--pipeline %q: no such pipeline in %s", name, path)}
 }
 
-// shardsOf returns the shards of n of p, defaults applied, as the relay names them.
+// shardsOf returns the n shards of p (its unsharded view), defaults applied, as the relay
+// names them.
 func shardsOf(p relay.Pipeline) func(n int) []control.Shard {
-	p.Shards, p.Shard = 0, nil
 	return func(n int) []control.Shard {
 		p.Shards = n
 		var out []control.Shard
