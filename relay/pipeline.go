@@ -65,9 +65,11 @@ type Pipeline struct {
 	// Delivery is the request format, batching, compression and marks mode. The zero value is
 	// raw, one event per request, uncompressed, rows marked done.
 	Delivery Delivery
-	// Destination, if it names a broker (NATS or Kafka), replaces the webhook. The zero value:
-	// the webhook of WebhookURL.
-	Destination DestinationConfig
+	// Destination, if set, replaces the webhook: a broker (a natsdest.Config or a
+	// kafkadest.Config), or a program's own (publisher.Opened). WebhookURL, Secrets, Scheme,
+	// Delivery.Format and Delivery.Compression are then left empty. Nil: the webhook of
+	// WebhookURL.
+	Destination publisher.Opener
 	// OnGone is what a 410 Gone answer does: the zero value publisher.GonePause pauses the
 	// pipeline (durably, until `outbox-relay resume`) and leaves the event undelivered;
 	// publisher.GoneRetry retries it like any failed attempt.
@@ -107,7 +109,7 @@ func (p *Pipeline) Validate() error {
 	if err := p.validateShards(); err != nil {
 		return err
 	}
-	if p.Destination.NATS != nil || p.Destination.Kafka != nil {
+	if p.Destination != nil {
 		if p.WebhookURL != "" {
 			return fmt.Errorf("%w %q: a pipeline has exactly one of webhook, nats and kafka; drop one", ErrPipeline, p.Name)
 		}

@@ -28,15 +28,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
-// Config is everything `outbox-relay run` takes. The fields from WebhookURL to
-// MaxBufferedBytes, NoBackfill and Slot/Publication describe the pipeline named "default" and
-// are used only when Pipelines is empty (the flag path); the others are the process's.
+// Config is everything `outbox-relay run` takes. It has one of two forms. Either Pipelines
+// lists the pipelines (`--config`), or it is empty and the default-pipeline fields (WebhookURL,
+// Secrets, Scheme, Slot, Publication, RetryMin, RetryMax, RequestTimeout, MaxInFlight,
+// MaxAttempts, MaxBufferedEvents, MaxBufferedBytes, NoBackfill, Delivery, Destination, Shards,
+// Control.OnGone) describe the one pipeline named "default" (the flag path). New refuses a
+// Config that sets both. The other fields are the process's and apply to every pipeline.
 type Config struct {
 	DSN string
 	// Schema is the PostgreSQL schema of the relay's tables (--schema): the publication carries
@@ -83,9 +84,13 @@ type Config struct {
 	Version      string
 	Commit       string
 	Logger       zerolog.Logger
-	// Registry receives every series, the Go and process collectors included, and is what
-	// /metrics serves; if nil, a new one is used. Give each Run its own.
-	Registry *prometheus.Registry
+	// Registerer receives every series, the Go and process collectors included (a collector
+	// already registered there is shared). Nil: a new prometheus.Registry, which is also
+	// Gatherer. Give each Relay its own, or one wrapped with a distinguishing label.
+	Registerer prometheus.Registerer
+	// Gatherer is what /metrics serves (Handler, MetricsAddr). Nil: Registerer, when it is a
+	// Gatherer (a *prometheus.Registry is); New refuses a Registerer that is not, without one.
+	Gatherer prometheus.Gatherer
 	// Ready, if set, is called with the metrics server's address once it listens.
 	Ready func(metricsAddr string)
 
@@ -101,12 +106,12 @@ type Config struct {
 	// (--format, --batch-*, --compression, --marks). The zero value is raw, one event per
 	// request, uncompressed, rows marked done.
 	Delivery Delivery
-	// Destination selects a broker instead of the webhook for the default pipeline (README:
-	// Broker destinations). Its zero value is the webhook of WebhookURL, Secrets and Scheme.
-	Destination DestinationConfig
+	// Destination replaces the webhook for the default pipeline (see Pipeline.Destination;
+	// README: Broker destinations). Nil: the webhook of WebhookURL, Secrets and Scheme.
+	Destination publisher.Opener
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
-	// own slot, publication, destination and policies; the per-pipeline fields above are then
-	// ignored. Empty (the default): one pipeline named "default" from those fields, on slot and
+	// own slot, publication, destination and policies; the default-pipeline fields above must
+	// then be left zero (New refuses them). Empty (the default): one pipeline named "default" from those fields, on slot and
 	// publication outbox_relay unless Slot and Publication say otherwise.
 	Pipelines []Pipeline
 	// Shard is --shard: if set, the one shard this process runs of every sharded pipeline that
@@ -115,51 +120,23 @@ type Config struct {
 	Shard *int
 	// Shards is --shards: the default pipeline (Pipelines empty) is split into this many shards,
 	// as Pipeline.Shards splits one of a file (slots outbox_relay_s<i>of<N> unless Slot says
-	// otherwise). 0 or 1: not sharded. Ignored when Pipelines is set.
+	// otherwise). 0 or 1: not sharded. A default-pipeline field.
 	Shards int
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
 }
 
-// DestinationConfig selects where events go: at most one of NATS and Kafka is set, and then
-// WebhookURL must be empty. Both nil: the webhook.
-type DestinationConfig struct {
-	// NATS, if set, publishes to NATS JetStream (publisher/natsdest).
-	NATS *natsdest.Config
-	// Kafka, if set, produces to Kafka (publisher/kafkadest).
-	Kafka *kafkadest.Config
-}
-
-// newDestination builds the configured destination; close releases it. A broker's start-up
-// check (its stream exists) happens here, and an unreachable broker is waited for until ctx
-// ends.
-func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, close func(), err error) {
+// newDestination opens the pipeline's destination (p.Destination, or the webhook of WebhookURL
+// when that is nil); release releases it. A broker's start-up check (its stream exists) happens
+// here, and an unreachable broker is waited for until ctx ends.
+func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, release func(), err error) {
 	if err := checkDestination(p); err != nil {
 		return nil, nil, err
 	}
-	d := p.Destination
-	if d.Kafka != nil {
-		kc := *d.Kafka
-		if kc.RequestTimeout == 0 {
-			kc.RequestTimeout = p.RequestTimeout
-		}
-		kd, err := kafkadest.New(ctx, kc, cfg.pipelineLogger(p))
-		if err != nil {
-			return nil, nil, err
-		}
-		return kd, kd.Close, nil
-	}
-	if d.NATS != nil {
-		nc := *d.NATS
-		if nc.RequestTimeout == 0 {
-			nc.RequestTimeout = p.RequestTimeout
-		}
-		nd, err := natsdest.New(ctx, nc, cfg.pipelineLogger(p))
-		if err != nil {
-			return nil, nil, err
-		}
-		return nd, nd.Close, nil
+	if p.Destination != nil {
+		return publisher.Open(ctx, p.Destination, publisher.OpenOptions{Pipeline: p.Name,
+			RequestTimeout: p.RequestTimeout, Logger: cfg.pipelineLogger(p)})
 	}
 	hook, err := webhook.New(webhook.Config{URL: p.WebhookURL, Secrets: p.Secrets,
 		Scheme: p.Scheme, Timeout: p.RequestTimeout, MaxConns: p.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
@@ -171,26 +148,22 @@ func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher
 	return hook, hook.Close, nil
 }
 
-// checkDestination checks the destination settings that need no connection, so that Run
+// checkDestination checks the destination settings that need no connection, so that New
 // refuses them before anything starts.
 func checkDestination(p Pipeline) error {
-	d := p.Destination
-	if (d.NATS != nil || d.Kafka != nil) && p.WebhookURL != "" {
-		return errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
+	if p.Destination == nil {
+		return nil
 	}
-	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Format != "" && p.Delivery.Format != webhook.FormatRaw ||
-		p.Delivery.Compression != "" && p.Delivery.Compression != webhook.CompressionNone) {
+	if p.WebhookURL != "" {
+		return errors.New("both a webhook URL and another destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if p.Delivery.Format != "" && p.Delivery.Format != webhook.FormatRaw ||
+		p.Delivery.Compression != "" && p.Delivery.Compression != webhook.CompressionNone {
 		return errors.New("the CloudEvents format and request compression are webhook settings: a broker destination " +
 			"sends one message per event with the webhook contract's headers (a batch is many messages sent at once), so leave them unset")
 	}
-	if d.NATS != nil && d.Kafka != nil {
-		return errors.New("both a NATS and a Kafka destination are configured: a pipeline has exactly one destination, drop one")
-	}
-	if d.NATS != nil {
-		return d.NATS.Validate()
-	}
-	if d.Kafka != nil {
-		return d.Kafka.Validate()
+	if v, ok := p.Destination.(interface{ Validate() error }); ok {
+		return v.Validate()
 	}
 	return nil
 }
@@ -227,8 +200,12 @@ func (c *Config) defaults() {
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
-	if c.Registry == nil {
-		c.Registry = prometheus.NewRegistry()
+	if c.Registerer == nil && c.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer, c.Gatherer = reg, reg
+	}
+	if g, ok := c.Registerer.(prometheus.Gatherer); ok && c.Gatherer == nil {
+		c.Gatherer = g
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = AttemptsForADay(c.RetryMin, c.RetryMax)
@@ -250,48 +227,6 @@ func AttemptsForADay(lo, hi time.Duration) int {
 		d = min(d*2, hi)
 	}
 	return n
-}
-
-// Run runs the relay until ctx is done (then drains and returns nil) or a permanent error.
-// Every goroutine it starts has ended when it returns. /metrics, /healthz and /readyz answer
-// from the start. Each pipeline starts and runs independently: one whose start-up fails for a
-// reason a retry can fix (see start.go) is retried on its own while the others stream; a
-// permanent error in any of them (or in the metrics server) stops them all.
-func Run(ctx context.Context, cfg Config) error {
-	cfg.defaults()
-	pipes, err := cfg.pipelines()
-	if err != nil {
-		return err
-	}
-	for _, p := range pipes {
-		if err := p.Delivery.Validate(); err != nil {
-			return cfg.named(p, err)
-		}
-		if err := checkDestination(p); err != nil {
-			return cfg.named(p, err)
-		}
-	}
-	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
-		return fmt.Errorf("%w: %w", cdc.ErrBadDSN, err)
-	}
-	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
-	pool, err := newPool(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer pool.Close()
-	r := &runner{cfg: cfg, pool: pool}
-	for _, p := range pipes {
-		r.starts = append(r.starts, newPipelineStart(cfg, p))
-	}
-	err = r.run(ctx)
-	if stoppedDuringStartup(ctx, err) {
-		// A start-up step (the checks, a slot, a lookup of a component) was cut short by the
-		// stop: nothing was lost, and the next start redoes it.
-		cfg.Logger.Info().Err(err).Msg("stopped during start-up")
-		return nil
-	}
-	return err
 }
 
 // checks are what precede every pipeline's start, and return r.cfg with the schema of the
@@ -558,8 +493,8 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	err = g.Wait()
 	if err == nil {
-		r.cfg.Logger.Info().Float64("delivered", gathered(r.cfg.Registry, "outbox_relay_events_delivered_total")).
-			Float64("received", gathered(r.cfg.Registry, "outbox_relay_events_received_total")).Msg("relay stopped")
+		r.cfg.Logger.Info().Float64("delivered", gathered(r.cfg.Gatherer, "outbox_relay_events_delivered_total")).
+			Float64("received", gathered(r.cfg.Gatherer, "outbox_relay_events_received_total")).Msg("relay stopped")
 	}
 	return err
 }
@@ -728,8 +663,18 @@ func (r *runner) listen() (*http.Server, net.Listener, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("metrics address %q: %w", r.cfg.MetricsAddr, err)
 	}
+	srv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 5 * time.Second}
+	r.cfg.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+	if r.cfg.Ready != nil {
+		r.cfg.Ready(ln.Addr().String())
+	}
+	return srv, ln, nil
+}
+
+// handler serves /metrics, /healthz and /readyz (see Relay.Handler).
+func (r *runner) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ok, why := r.ready()
@@ -738,12 +683,7 @@ func (r *runner) listen() (*http.Server, net.Listener, error) {
 		}
 		fmt.Fprintln(w, why)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	r.cfg.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
-	if r.cfg.Ready != nil {
-		r.cfg.Ready(ln.Addr().String())
-	}
-	return srv, ln, nil
+	return mux
 }
 
 // serve serves ln until shutdownHTTP; any other end is an error that stops the relay.

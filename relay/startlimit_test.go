@@ -63,7 +63,7 @@ func newLimitEnv(t *testing.T, slots, senders int) *limitEnv {
 }
 
 func (e *limitEnv) config(c *Config) {
-	c.Registry = e.reg
+	c.Registerer = e.reg
 	c.MetricsAddr = "127.0.0.1:0"
 	c.Ready = func(a string) { e.addr.Store(a) }
 	c.Pipelines = nil

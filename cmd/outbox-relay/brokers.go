@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 var (
@@ -50,7 +50,7 @@ func addBrokerFlags(fs *pflag.FlagSet) {
 
 // brokerConfig reads the broker flags: ok is false when none selects a broker (the webhook
 // then). Their errors name the fix.
-func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err error) {
+func brokerConfig(fs *pflag.FlagSet) (d publisher.Opener, ok bool, err error) {
 	natsURL, brokers := stringFrom(fs, natsURLFlag), stringFrom(fs, kafkaBrokersFlag)
 	if natsURL == "" {
 		for _, name := range natsFlags {
@@ -77,7 +77,7 @@ func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err er
 			"a pipeline has exactly one destination, drop one")}
 	}
 	if brokers != "" {
-		c := &kafkadest.Config{Brokers: brokers}
+		c := kafkadest.Config{Brokers: brokers}
 		c.Topic, _ = fs.GetString("kafka-topic")
 		c.SASL.Mechanism, _ = fs.GetString("kafka-sasl-mechanism")
 		c.SASL.User, _ = fs.GetString("kafka-sasl-user")
@@ -91,10 +91,9 @@ func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err er
 		if err := c.Validate(); err != nil {
 			return d, false, usageError{err}
 		}
-		d.Kafka = c
-		return d, true, nil
+		return c, true, nil
 	}
-	c := &natsdest.Config{URL: natsURL}
+	c := natsdest.Config{URL: natsURL}
 	c.Subject, _ = fs.GetString("nats-subject")
 	c.CredsFile, _ = fs.GetString("nats-creds-file")
 	c.TLS.CA, _ = fs.GetString("nats-tls-ca")
@@ -109,6 +108,5 @@ func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err er
 	if err := c.Validate(); err != nil {
 		return d, false, usageError{err}
 	}
-	d.NATS = c
-	return d, true, nil
+	return c, true, nil
 }

@@ -487,7 +487,7 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 		if err := c.Validate(); err != nil {
 			p.failLine(n.line(rp.line()), "%v", err)
 		}
-		pl.Destination.NATS = &c
+		pl.Destination = c
 		return
 	}
 	k := rp.Kafka
@@ -504,7 +504,7 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 	if err := c.Validate(); err != nil {
 		p.failLine(k.line(rp.line()), "%v", err)
 	}
-	pl.Destination.Kafka = &c
+	pl.Destination = c
 }
 
 // webhook reads the webhook block: url, secret(s), scheme and request timeout.

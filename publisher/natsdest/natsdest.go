@@ -391,3 +391,18 @@ func label(ctx context.Context, err error) string {
 	}
 	return publisher.ResultNetwork
 }
+
+var _ publisher.Opener = Config{}
+
+// Open is New for a relay pipeline (publisher.Opener): c.RequestTimeout, if zero, is the
+// pipeline's.
+func (c Config) Open(ctx context.Context, o publisher.OpenOptions) (publisher.Destination, error) {
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = o.RequestTimeout
+	}
+	d, err := New(ctx, c, o.Logger)
+	if err != nil {
+		return nil, err // not a nil *Destination in a non-nil interface
+	}
+	return d, nil
+}
