@@ -130,6 +130,7 @@ func (e *env) startNoWait(mutate func(*Config)) *running {
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	cfg = flagFieldsCleared(cfg)
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	ctx, cancel := context.WithCancel(context.Background())

@@ -30,6 +30,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // Config is everything `outbox-relay run` takes. It has one of two forms. Either Pipelines
@@ -39,29 +41,54 @@ import (
 // Control.OnGone) describe the one pipeline named "default" (the flag path). New refuses a
 // Config that sets both. The other fields are the process's and apply to every pipeline.
 type Config struct {
+	// DSN is the PostgreSQL connection string (--dsn, DB_DSN) of the marks, the control rows and
+	// the setup; the stream's too unless ReplicationDSN is set. Required.
 	DSN string
 	// Schema is the PostgreSQL schema of the relay's tables (--schema): the publication carries
 	// its outbox_events, the stream decodes only that table, and every other query names that
 	// schema's tables. Empty: the connection's current_schema(), resolved once at start.
-	Schema         string
-	WebhookURL     string
-	Secrets        []string
-	Scheme         signature.Scheme
-	Slot           string
-	Publication    string
-	MetricsAddr    string // empty: no HTTP server
-	RetryMin       time.Duration
-	RetryMax       time.Duration
+	Schema string
+	// WebhookURL is the default pipeline's webhook (see Pipeline.WebhookURL). Required unless
+	// Destination is set or Pipelines is.
+	WebhookURL string
+	// Secrets sign the default pipeline's requests, the first is current. Required with
+	// WebhookURL.
+	Secrets []string
+	// Scheme is the default pipeline's signature scheme; the zero value is
+	// signature.SchemeXSignature.
+	Scheme signature.Scheme
+	// Slot and Publication name the default pipeline's slot and publication. Empty:
+	// outbox_relay (DefaultSlot, DefaultPublication).
+	Slot        string
+	Publication string
+	// MetricsAddr, if set, is an address the relay listens on itself to serve Handler (the
+	// CLI's --metrics-addr, :9187). Empty: no HTTP server; a program mounts Handler instead.
+	MetricsAddr string
+	// RetryMin and RetryMax are the default pipeline's first and largest retry delay. Zero: 1s
+	// and 10m.
+	RetryMin, RetryMax time.Duration
+	// RequestTimeout bounds each of the default pipeline's attempts. Zero: 10s.
 	RequestTimeout time.Duration
-	MaxInFlight    int
-	// MaxAttempts dead-letters an event after this many attempts: 0 means about a day of
-	// retries at RetryMax, a negative value retries forever.
-	MaxAttempts       int
+	// MaxInFlight is the default pipeline's number of concurrent deliveries. Zero: 64
+	// (DefaultMaxInFlight).
+	MaxInFlight int
+	// MaxAttempts dead-letters an event of the default pipeline after this many attempts: 0
+	// means about a day of retries at RetryMax (AttemptsForADay), a negative value retries
+	// forever.
+	MaxAttempts int
+	// MaxBufferedEvents and MaxBufferedBytes bound what the default pipeline has received and
+	// not yet delivered. Zero: 8192 and 32 MiB.
 	MaxBufferedEvents int
 	MaxBufferedBytes  int
-	ShutdownTimeout   time.Duration
-	StallTimeout      time.Duration
-	StatusInterval    time.Duration // 0: derived from wal_sender_timeout
+	// ShutdownTimeout bounds how long a stop waits for deliveries under way. Zero: 10s
+	// (DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// StallTimeout: /readyz fails when an event has waited this long with nothing delivered
+	// meanwhile. Zero: 3m (DefaultStallTimeout).
+	StallTimeout time.Duration
+	// StatusInterval is the longest gap between status updates to the server. Zero: a third of
+	// wal_sender_timeout, at most 10s.
+	StatusInterval time.Duration
 	// ReplicationTimeout declares the replication connection dead after this long with nothing
 	// from the server, probes included (see cdc.Config.ReplicationTimeout); it is also the
 	// TCP_USER_TIMEOUT of every connection the relay opens. If zero, the server's
@@ -70,20 +97,24 @@ type Config struct {
 	// Retention, if positive, deletes the rows every pipeline is done with (outbox.Prune) older
 	// than this, hourly in the background. Zero keeps them.
 	Retention time.Duration
-	// NoBackfill turns off the backfill. If false (the default), whenever the relay creates the
-	// slot it records the rows still pending, which the new slot cannot carry, and delivers them
-	// first.
+	// NoBackfill turns off the default pipeline's backfill. If false (the default), whenever
+	// the relay creates the slot it records the rows still pending, which the new slot cannot
+	// carry, and delivers them first.
 	NoBackfill bool
 	// RecreateSlot drops a slot no process streams from (an invalidated one always) and creates
 	// it again, with a backfill. If false, an invalidated slot is an error naming this option.
 	RecreateSlot bool
-	// LogPayloads logs the payload of failed attempts.
+	// LogPayloads logs the payload of failed attempts. False: never (payloads may hold
+	// personal data).
 	LogPayloads bool
 	// PollInterval is how often the database-only gauges are refreshed. If zero, 15s.
 	PollInterval time.Duration
-	Version      string
-	Commit       string
-	Logger       zerolog.Logger
+	// Version and Commit label outbox_relay_build_info and the webhook's User-Agent. Empty:
+	// empty labels, User-Agent "outbox-relay/".
+	Version string
+	Commit  string
+	// Logger receives the relay's log lines. The zero value logs nothing.
+	Logger zerolog.Logger
 	// Registerer receives every series, the Go and process collectors included (a collector
 	// already registered there is shared). Nil: a new prometheus.Registry, which is also
 	// Gatherer. Give each Relay its own, or one wrapped with a distinguishing label.
@@ -91,7 +122,8 @@ type Config struct {
 	// Gatherer is what /metrics serves (Handler, MetricsAddr). Nil: Registerer, when it is a
 	// Gatherer (a *prometheus.Registry is); New refuses a Registerer that is not, without one.
 	Gatherer prometheus.Gatherer
-	// Ready, if set, is called with the metrics server's address once it listens.
+	// Ready, if set, is called with the metrics server's address once it listens (MetricsAddr
+	// ":0" picks a free port). Nil: not called.
 	Ready func(metricsAddr string)
 
 	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
@@ -170,13 +202,13 @@ func checkDestination(p Pipeline) error {
 
 // Defaults for Config fields left zero.
 const (
-	DefaultSlot              = "outbox_relay"
-	DefaultPublication       = "outbox_relay"
-	DefaultMaxInFlight       = 64
-	DefaultMaxBufferedEvents = 8192
-	DefaultMaxBufferedBytes  = 32 << 20
-	DefaultShutdownTimeout   = 10 * time.Second
-	DefaultStallTimeout      = 3 * time.Minute
+	DefaultSlot              = settings.Slot
+	DefaultPublication       = settings.Publication
+	DefaultMaxInFlight       = settings.MaxInFlight
+	DefaultMaxBufferedEvents = settings.MaxBufferedEvents
+	DefaultMaxBufferedBytes  = settings.MaxBufferedBytes
+	DefaultShutdownTimeout   = settings.ShutdownTimeout
+	DefaultStallTimeout      = settings.StallTimeout
 )
 
 func (c *Config) defaults() {
@@ -213,21 +245,9 @@ func (c *Config) defaults() {
 	c.Control.defaults()
 }
 
-// AttemptsForADay is the number of attempts whose backoff delays add up to about 24 hours.
-func AttemptsForADay(lo, hi time.Duration) int {
-	if lo <= 0 {
-		lo = time.Second
-	}
-	if hi <= 0 {
-		hi = 10 * time.Minute
-	}
-	total, n := time.Duration(0), 1
-	for d := lo; total < 24*time.Hour; n++ {
-		total += min(d, hi)
-		d = min(d*2, hi)
-	}
-	return n
-}
+// AttemptsForADay is the number of attempts whose backoff delays, doubling from lo up to hi,
+// add up to about 24 hours: what MaxAttempts 0 means. A zero lo or hi is 1s or 10m.
+func AttemptsForADay(lo, hi time.Duration) int { return settings.AttemptsForADay(lo, hi) }
 
 // checks are what precede every pipeline's start, and return r.cfg with the schema of the
 // relay's tables resolved: it is resolved once (a database not reachable yet is waited for,
@@ -434,7 +454,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
 	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
-		MaxAttempts: max(p.MaxAttempts, 0), LogPayloads: cfg.LogPayloads,
+		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,
 		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,

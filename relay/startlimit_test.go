@@ -72,6 +72,7 @@ func (e *limitEnv) config(c *Config) {
 			WebhookURL: e.env.recv.URL, Secrets: []string{secret}, Backfill: true,
 			RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 	}
+	*c = flagFieldsCleared(*c)
 }
 
 // produce commits 40 events for every pipeline, of aggregate type <pipeline>/<round> (a type

@@ -197,8 +197,8 @@ func TestParseDestinationsFormatsAndOnGone(t *testing.T) {
 	}
 }
 
-// Left out, the new keys keep relay's zero values, except a batch's linger, which is the
-// default of --batch-linger as in the flags.
+// Left out, the new keys keep relay's zero values (a batch's linger 0 is the publisher's
+// default, that of --batch-linger); linger: 0s asks for none, as --batch-linger 0 does.
 func TestParseNewKeysDefaults(t *testing.T) {
 	f, err := Parse([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"+
 		"  - name: b\n    webhook: {url: http://localhost/h, secret: s}\n    batch: {max_events: 10}\n"), env(nil), files(nil))
@@ -210,11 +210,11 @@ func TestParseNewKeysDefaults(t *testing.T) {
 		a.Delivery.Marks != publisher.MarksDone || a.Delivery.Compression != webhook.CompressionNone || a.Delivery.Source != "" {
 		t.Fatalf("a = %+v", a)
 	}
-	if b.Delivery.Batch != (publisher.Batch{MaxEvents: 10, Linger: DefaultBatchLinger}) {
+	if b.Delivery.Batch != (publisher.Batch{MaxEvents: 10}) { // Linger 0: the publisher's 5ms
 		t.Fatalf("b's batch = %+v", b.Delivery.Batch)
 	}
 	f, err = Parse([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n    batch: {max_events: 10, linger: 0s}\n"), env(nil), files(nil))
-	if err != nil || f.Pipelines[0].Delivery.Batch.Linger != 0 {
+	if err != nil || f.Pipelines[0].Delivery.Batch.Linger != publisher.NoLinger {
 		t.Fatalf("linger: 0s gave %+v, %v", f.Pipelines, err)
 	}
 }

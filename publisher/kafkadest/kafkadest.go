@@ -37,14 +37,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // DefaultTopic is the topic template when Config.Topic is empty: the outbox event router's
 // default.
-const DefaultTopic = "outbox.event.{aggregate_type}"
+const DefaultTopic = settings.KafkaTopic
 
 // DefaultRequestTimeout bounds one produce (until acknowledged) when Config.RequestTimeout is zero.
-const DefaultRequestTimeout = 10 * time.Second
+const DefaultRequestTimeout = settings.RequestTimeout
 
 // IDHeader is the record header carrying the event id, as the outbox event router names it.
 const IDHeader = "id"

@@ -36,13 +36,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // DefaultSubject is the subject template used when Config.Subject is empty.
-const DefaultSubject = "outbox.{aggregate_type}.{event_type}"
+const DefaultSubject = settings.NATSSubject
 
 // DefaultRequestTimeout bounds one publish (until its PubAck) when Config.RequestTimeout is zero.
-const DefaultRequestTimeout = 10 * time.Second
+const DefaultRequestTimeout = settings.RequestTimeout
 
 // Config configures the NATS JetStream destination (the `nats:` key of a pipeline, or the
 // --nats-* flags). Only URL is required.
