@@ -1,21 +1,25 @@
-package main
+// Package natsconsumer proves the example program examples/natsconsumer as a user runs it: the
+// binary, built from the example's source, against a real JetStream server and PostgreSQL.
+package natsconsumer
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
-	"sync"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/outbox-relay/outbox-relay/inbox"
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/tests/internal/natstest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
@@ -25,13 +29,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
 func TestDuplicateAppliedOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, pgtest.NewDB(t)) // a consumer's database: nothing of the relay
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := inbox.Migrate(ctx, pool, inbox.Config{}); err != nil {
-		t.Fatal(err)
+	bin := filepath.Join(t.TempDir(), "natsconsumer")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin,
+		"github.com/outbox-relay/outbox-relay/examples/natsconsumer").CombinedOutput(); err != nil {
+		t.Fatalf("build the example: %v: %s", err, out)
 	}
 	srv := natstest.Start(t)
 	nc, err := nats.Connect(srv.URL())
@@ -45,9 +46,10 @@ func TestDuplicateAppliedOnce(t *testing.T) {
 	}
 	a, b := uuid.NewString(), uuid.NewString()
 	// Without Nats-Msg-Id both copies of a are stored, as after a relay crash outside the
-	// stream's duplicate window. The last message is not a relay event.
+	// stream's duplicate window. The last message is not a relay event. Each payload names its
+	// event, so that the example's log of what it applied says which.
 	for _, id := range []string{a, a, b, ""} {
-		m := &nats.Msg{Subject: "outbox.order.order_created", Data: []byte(`{"n":1}`), Header: nats.Header{}}
+		m := &nats.Msg{Subject: "outbox.order.order_created", Data: fmt.Appendf(nil, `{"event":%q}`, id), Header: nats.Header{}}
 		if id != "" {
 			m.Header.Set("X-Event-Id", id)
 		}
@@ -55,43 +57,41 @@ func TestDuplicateAppliedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var mu sync.Mutex
-	seen := map[string]int{}
-	p, err := inbox.NewProcessor(pool, func(_ context.Context, _ pgx.Tx, ev inbox.Event) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen[ev.ID.String()]++
-		return nil
-	}, inbox.Config{})
-	if err != nil {
+	// A consumer's database: nothing of the relay; the example installs inbox_events itself.
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "DB_DSN="+pgtest.NewDB(t), "NATS_URL="+srv.URL())
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- Consume(cctx, js, p, "OUTBOX", "test") }()
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	// Wait until the consumer answered all four messages (acknowledged or terminated).
-	for {
-		c, err := js.Consumer(ctx, "OUTBOX", "test")
-		if err == nil {
-			if info, err := c.Info(ctx); err == nil && info.AckFloor.Stream == 4 {
-				break
-			}
+	waitFor := func() bool {
+		c, err := js.Consumer(ctx, "OUTBOX", "warehouse")
+		if err != nil {
+			return false
 		}
+		info, err := c.Info(ctx)
+		return err == nil && info.AckFloor.Stream == 4
+	}
+	for !waitFor() {
 		if ctx.Err() != nil {
-			t.Fatal("the consumer did not answer the four messages")
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait() // stderr is whole once the process is reaped
+			t.Fatalf("the consumer did not answer the four messages; it logged:\n%s", stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	stop()
-	if err := <-done; err != nil {
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 || seen[a] != 1 || seen[b] != 1 {
-		t.Fatalf("applied %v, want each of the two events once", seen)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("SIGTERM: exit %v, want 0; it logged:\n%s", err, stderr.String())
 	}
-	if s := p.Stats(); s.Processed != 2 || s.Duplicates != 1 || s.Rejected != 1 {
-		t.Fatalf("stats %+v, want 2 processed, 1 duplicate, 1 rejected", s)
+	log := stderr.String()
+	applied := func(id string) int { return strings.Count(log, fmt.Sprintf(`{"event":%q}`, id)) }
+	if applied(a) != 1 || applied(b) != 1 || strings.Count(log, "not a relay event, terminated") != 1 {
+		t.Fatalf("want each of the two events applied once and one message terminated; the example logged:\n%s", log)
 	}
 }
