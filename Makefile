@@ -19,7 +19,7 @@ export PG_VERSION
 
 TESTS       := -C tests
 
-.PHONY: build test lint demo bench torture
+.PHONY: build test test-short lint demo bench torture
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
@@ -32,6 +32,11 @@ test:
 	$(GO) run ./internal/fetch/fetchservers
 	$(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
 	$(GO) $(TESTS) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
+
+# The fast loop: unit tests, in-process checks and the examples of the root module; what needs a
+# PostgreSQL cluster or starts servers of its own skips under -short. About a minute.
+test-short:
+	$(GO) test -short -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
