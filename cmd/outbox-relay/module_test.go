@@ -76,8 +76,26 @@ func TestRootModuleRequiresNoTestOnlyModule(t *testing.T) {
 		}
 	}
 	if len(bad) > 0 {
-		t.Fatalf("the root go.mod requires %s: move the code that imports it to the tests module (tests/), "+
+		t.Errorf("the root go.mod requires %s: move the code that imports it to the tests module (tests/), "+
 			"then run `go mod tidy` in both", strings.Join(bad, ", "))
+	}
+	// Nor does a dependency bring one into the module graph an importer gets.
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("this test runs `go list`: put the go command on PATH: %v", err)
+	}
+	out, err := exec.Command(gobin, "list", "-m", "-f", "{{.Path}}", "all").Output()
+	if err != nil {
+		t.Fatalf("go list -m all: %v", err)
+	}
+	graph := strings.Fields(string(out))
+	if !slices.Contains(graph, "github.com/jackc/pgx/v5") {
+		t.Fatalf("go list -m all lacks pgx: %v", graph)
+	}
+	for _, m := range graph {
+		if isTestOnlyModule(m) {
+			t.Errorf("%s is in the root's module graph (go mod graph | grep %s names who requires it)", m, m)
+		}
 	}
 }
 
