@@ -22,7 +22,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m, pgtest.Options{})
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath)) // the relay binary relayBinary built
+	}
+	os.Exit(code)
+}
 
 // secret signs the webhook requests of the CloudEvents tests.
 const secret = "test-secret"
