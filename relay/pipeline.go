@@ -113,14 +113,11 @@ func (p *Pipeline) Validate() error {
 	if err := p.validateShards(); err != nil {
 		return err
 	}
-	if p.Destination != nil {
-		if p.WebhookURL != "" {
-			return fmt.Errorf("%w %q: a pipeline has exactly one of webhook, nats and kafka; drop one", ErrPipeline, p.Name)
-		}
-		return p.validatePolicies()
+	if err := settings.OneDestination(p.destinations()...); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrPipeline, p.Name, err)
 	}
-	if p.WebhookURL == "" {
-		return fmt.Errorf("%w %q: no destination: give webhook (url), nats or kafka", ErrPipeline, p.Name)
+	if p.Destination != nil {
+		return p.validatePolicies()
 	}
 	if len(p.Secrets) == 0 {
 		return fmt.Errorf("%w %q: no webhook secret (secret or secret_file)", ErrPipeline, p.Name)
@@ -295,4 +292,16 @@ func StatusOwner(ps []Pipeline) int {
 		}
 	}
 	return -1
+}
+
+// destinations names the destinations p sets, for settings.OneDestination.
+func (p *Pipeline) destinations() []string {
+	var given []string
+	if p.WebhookURL != "" {
+		given = append(given, "a webhook URL")
+	}
+	if p.Destination != nil {
+		given = append(given, "Destination")
+	}
+	return given
 }

@@ -187,8 +187,8 @@ func checkDestination(p Pipeline) error {
 	if p.Destination == nil {
 		return nil
 	}
-	if p.WebhookURL != "" {
-		return errors.New("both a webhook URL and another destination are configured: a pipeline has exactly one destination, drop one")
+	if err := settings.OneDestination(p.destinations()...); err != nil {
+		return err
 	}
 	if p.Delivery.Format != "" && p.Delivery.Format != webhook.FormatRaw ||
 		p.Delivery.Compression != "" && p.Delivery.Compression != webhook.CompressionNone {

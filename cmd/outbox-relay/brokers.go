@@ -1,12 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
@@ -69,12 +69,18 @@ func brokerConfig(fs *pflag.FlagSet) (d publisher.Opener, ok bool, err error) {
 	if natsURL == "" && brokers == "" {
 		return d, false, nil
 	}
-	if natsURL != "" && brokers != "" {
-		return d, false, usageError{errors.New("both --nats-url (NATS_URL) and --kafka-brokers (KAFKA_BROKERS) are set: a pipeline has exactly one destination, drop one")}
-	}
+	var given []string
 	if stringFrom(fs, urlFlag) != "" {
-		return d, false, usageError{errors.New("both --webhook-url (WEBHOOK_URL) and a broker (--nats-url or --kafka-brokers) are set: " +
-			"a pipeline has exactly one destination, drop one")}
+		given = append(given, "--webhook-url (WEBHOOK_URL)")
+	}
+	if natsURL != "" {
+		given = append(given, "--nats-url (NATS_URL)")
+	}
+	if brokers != "" {
+		given = append(given, "--kafka-brokers (KAFKA_BROKERS)")
+	}
+	if err := settings.OneDestination(given...); err != nil {
+		return d, false, usageError{err}
 	}
 	if brokers != "" {
 		c := kafkadest.Config{Brokers: brokers}

@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
@@ -451,14 +452,19 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 		given = append(given, block{"kafka", k.line(rp.line())})
 	}
 	slices.SortStableFunc(given, func(a, b block) int { return a.line - b.line })
+	names := make([]string, len(given))
+	for i, b := range given {
+		names[i] = b.name
+	}
+	if err := settings.OneDestination(names...); err != nil {
+		line := rp.line()
+		if len(given) > 1 {
+			line = given[1].line
+		}
+		p.failLine(line, "pipeline %q: %v", pl.Name, err)
+		return
+	}
 	switch {
-	case len(given) == 0:
-		p.failLine(rp.line(), "pipeline %q has no destination: give webhook (url and secret), nats or kafka", pl.Name)
-		return
-	case len(given) > 1:
-		p.failLine(given[1].line, "pipeline %q has both %s and %s: a pipeline has exactly one of webhook, nats or kafka; drop one",
-			pl.Name, given[0].name, given[1].name)
-		return
 	case rp.Webhook != nil:
 		p.webhook(*rp.Webhook, rp, pl)
 		return
