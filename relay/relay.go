@@ -90,7 +90,7 @@ type Config struct {
 	Ready func(metricsAddr string)
 
 	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
-	// PostgreSQL 17+ (README: Failover slots).
+	// PostgreSQL 17+ (docs/guides/failover.md).
 	Failover cdc.FailoverMode
 	// ReplicationDSN is --replication-dsn: if set, the slot lives on and is decoded by that
 	// server (a hot standby, PostgreSQL 16+), while setup checks, marks, replays and status use

@@ -16,7 +16,7 @@ import (
 )
 
 // Reshard is a pipeline's row in outbox_reshard, written by `outbox-relay reshard`: the change
-// of its shard count from From to To, fenced at Fence (README: Shards, Changing N).
+// of its shard count from From to To, fenced at Fence (docs/guides/shards.md, Changing N).
 //
 // The guarantee: the new shards' slots all start at or before Fence (the command advances them
 // to it), and a new shard delivers nothing until every old slot has confirmed Fence, that is,
