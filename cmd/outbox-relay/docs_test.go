@@ -14,12 +14,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // updateDocs rewrites the generated pages instead of comparing them:
@@ -412,4 +414,92 @@ func TestDocsCommandsPageNamesEveryCommand(t *testing.T) {
 			t.Errorf("docs/reference/commands.md lacks %s", env)
 		}
 	}
+}
+
+// metricsPage holds the series list between these markers, generated from the registry a relay
+// builds (relay.RegisterMetrics).
+const (
+	metricsPage  = "docs/reference/metrics.md"
+	metricsBegin = "<!-- BEGIN GENERATED: series list (go test ./cmd/outbox-relay -run TestDocsMetricsListIsCurrent -update) -->"
+	metricsEnd   = "<!-- END GENERATED: series list -->"
+)
+
+// metricsList is the Markdown table of every outbox_relay_* family a relay registers: name,
+// type, labels (with their values where the relay fixes them up front) and help.
+func metricsList(t *testing.T) string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	relay.RegisterMetrics(reg)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("| series | type | labels | help |\n|---|---|---|---|\n")
+	n := 0
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "outbox_relay_") {
+			continue
+		}
+		n++
+		values := map[string][]string{}
+		var names []string
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if _, ok := values[l.GetName()]; !ok {
+					names = append(names, l.GetName())
+				}
+				if !slices.Contains(values[l.GetName()], l.GetValue()) {
+					values[l.GetName()] = append(values[l.GetName()], l.GetValue())
+				}
+			}
+		}
+		var labels []string
+		for _, name := range names {
+			l := "`" + name + "`"
+			// The values a relay creates up front are the closed sets a user filters on; the
+			// pipeline's name and the build's identity are the user's own.
+			if name != "pipeline" && f.GetName() != "outbox_relay_build_info" {
+				vs := slices.Clone(values[name])
+				slices.Sort(vs)
+				l += " (" + strings.Join(vs, ", ") + ")"
+			}
+			labels = append(labels, l)
+		}
+		help := strings.ReplaceAll(f.GetHelp(), "|", `\|`)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.GetName(), strings.ToLower(f.GetType().String()),
+			strings.Join(labels, ", "), help)
+	}
+	if n < 10 {
+		t.Fatalf("relay.RegisterMetrics registered %d outbox_relay_* families: the generator is broken", n)
+	}
+	return b.String()
+}
+
+// The series list of docs/reference/metrics.md is the registry's: a series added, renamed,
+// relabelled or re-described fails here until the page is regenerated with -update.
+func TestDocsMetricsListIsCurrent(t *testing.T) {
+	path := filepath.Join(repoRoot, metricsPage)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	start, end := strings.Index(page, metricsBegin), strings.Index(page, metricsEnd)
+	if start < 0 || end < start {
+		t.Fatalf("%s lacks the markers %q ... %q", metricsPage, metricsBegin, metricsEnd)
+	}
+	want := metricsList(t)
+	got := page[start+len(metricsBegin)+1 : end]
+	if got == want {
+		return
+	}
+	if *updateDocs {
+		page = page[:start+len(metricsBegin)] + "\n" + want + page[end:]
+		if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("the series list of %s is stale: run go test ./cmd/outbox-relay -run TestDocsMetricsListIsCurrent -update", metricsPage)
 }
