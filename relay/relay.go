@@ -1,7 +1,3 @@
-// Package relay runs a relay from a Config: cdc.Stream reads committed outbox rows from the
-// slot, the publisher delivers them, and their acknowledgements flow back to the stream's
-// Tracker, which decides what the slot may confirm. It also serves /metrics, /healthz and
-// /readyz. Run owns every goroutine it starts and waits for all of them before it returns.
 package relay
 
 import (
