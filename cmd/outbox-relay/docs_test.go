@@ -23,6 +23,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // updateDocs rewrites the generated pages instead of comparing them:
@@ -580,5 +581,28 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d links: the link pattern is broken", checked)
+	}
+}
+
+// The known-answer vectors of the webhook reference are what package signature computes, so a
+// consumer written from the page alone agrees with the relay.
+func TestDocsWebhookVectors(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs/reference/webhook.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	x, _ := signature.Keys(signature.XSignature, []string{"topsecret"})
+	sw, err := signature.Keys(signature.StandardWebhooks, []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"`X-Signature: " + string(signature.AppendX(nil, x, 1700000000, []byte(`{"order_id":42}`))) + "`",
+		"`webhook-signature: " + string(signature.AppendStandard(nil, sw, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))) + "`",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("docs/reference/webhook.md does not show %s", want)
+		}
 	}
 }
