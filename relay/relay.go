@@ -97,8 +97,7 @@ type Config struct {
 	// (--format, --batch-*, --compression, --marks). The zero value is raw, one event per
 	// request, uncompressed, rows marked done.
 	Delivery Delivery
-	// Destination selects a broker instead of the webhook for the default pipeline (README:
-	// Broker destinations). Its zero value is the webhook of WebhookURL, Secrets and Scheme.
+	// Destination selects a broker instead of the webhook for the default pipeline (docs/guides/brokers.md). Its zero value is the webhook of WebhookURL, Secrets and Scheme.
 	Destination DestinationConfig
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the per-pipeline fields above are then
