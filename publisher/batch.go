@@ -7,6 +7,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // Batch configures batched delivery: one request carries several events (as a CloudEvents
@@ -26,7 +28,8 @@ type Batch struct {
 	// alone. If zero, 1 MiB.
 	MaxBytes int
 	// Linger is how long a batch that is not full waits for more ready events before it is
-	// sent. If zero, it is sent with whatever is ready at once.
+	// sent. If zero, 5ms (settings.BatchLinger, as --batch-linger and batch.linger); if
+	// negative (NoLinger), it is sent with whatever is ready at once (--batch-linger 0).
 	Linger time.Duration
 
 	// onePerKey puts at most one event per aggregate in a batch: set by New for a
@@ -39,9 +42,15 @@ func (b Batch) Enabled() bool { return b.MaxEvents > 1 }
 
 func (b *Batch) defaults() {
 	if b.MaxBytes <= 0 {
-		b.MaxBytes = 1 << 20
+		b.MaxBytes = settings.BatchMaxBytes
+	}
+	if b.Linger == 0 {
+		b.Linger = settings.BatchLinger
 	}
 }
+
+// NoLinger is a Batch.Linger that sends a batch that is not full at once.
+const NoLinger time.Duration = -1
 
 // narrowAfter is the number of failed attempts in a row after which a batch of several events
 // is split in halves.

@@ -10,11 +10,12 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // Config configures a Publisher.
 type Config struct {
-	// MaxInFlight is the number of concurrent deliveries. If zero, 64.
+	// MaxInFlight is the number of concurrent deliveries. If zero, 64 (settings.MaxInFlight).
 	MaxInFlight int
 	// RetryMin is the first retry delay. If zero, 1s.
 	RetryMin time.Duration
@@ -24,7 +25,9 @@ type Config struct {
 	// done; then they are cancelled. If zero, 10s.
 	ShutdownTimeout time.Duration
 	// MaxAttempts dead-letters an event after this many failed attempts and parks its
-	// aggregate. If zero, events are retried forever. Needs Store.
+	// aggregate (needs Store). If zero, about a day of retries at RetryMax
+	// (settings.AttemptsForADay), or 5 for a Shadow; if negative, events are retried forever
+	// (not allowed for a Shadow: it is then 5).
 	MaxAttempts int
 	// Store keeps dead letters and parked aggregates; needed for MaxAttempts and replays.
 	Store Store
@@ -67,16 +70,22 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 64
+		c.MaxInFlight = settings.MaxInFlight
 	}
 	if c.RetryMin <= 0 {
-		c.RetryMin = time.Second
+		c.RetryMin = settings.RetryMin
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = 10 * time.Minute
+		c.RetryMax = settings.RetryMax
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 10 * time.Second
+		c.ShutdownTimeout = settings.ShutdownTimeout
+	}
+	switch {
+	case c.Shadow && c.MaxAttempts <= 0:
+		c.MaxAttempts = settings.ShadowMaxAttempts
+	case c.MaxAttempts == 0:
+		c.MaxAttempts = settings.AttemptsForADay(c.RetryMin, c.RetryMax)
 	}
 	c.Batch.defaults()
 	if c.Pipeline == "" {

@@ -42,8 +42,6 @@ func (d *Delivery) Validate() error {
 		return fmt.Errorf("batch max events %d is negative: use 1 (no batching) or more", d.Batch.MaxEvents)
 	case d.Batch.MaxBytes < 0:
 		return fmt.Errorf("batch max bytes %d is negative: use 0 (1 MiB) or more", d.Batch.MaxBytes)
-	case d.Batch.Linger < 0:
-		return fmt.Errorf("batch linger %s is negative: use 0 (send at once) or more", d.Batch.Linger)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package relay
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
@@ -23,11 +22,13 @@ func TestDeliveryValidate(t *testing.T) {
 		{Delivery{Compression: "br"}, "use none or gzip"},
 		{Delivery{Marks: "later"}, "use done or off"},
 		{Delivery{Batch: publisher.Batch{MaxEvents: -1}}, "use 1 (no batching) or more"},
-		{Delivery{Batch: publisher.Batch{Linger: -time.Millisecond}}, "use 0 (send at once) or more"},
 	} {
 		if err := c.d.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error containing %q", c.d, err, c.want)
 		}
+	}
+	if d := (Delivery{Batch: publisher.Batch{MaxEvents: 10, Linger: publisher.NoLinger}}); d.Validate() != nil {
+		t.Fatalf("NoLinger (--batch-linger 0) refused: %v", d.Validate())
 	}
 	d = Delivery{Format: "CloudEvents", Compression: "GZIP", Marks: "OFF"}
 	if err := d.Validate(); err != nil || d.Format != webhook.FormatCloudEvents || d.Compression != webhook.CompressionGzip || d.Marks != publisher.MarksOff {

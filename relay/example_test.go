@@ -2,78 +2,74 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net/http"
-	"net/http/httptest"
 	"os"
+	"os/signal"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/rs/zerolog"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
-	"github.com/outbox-relay/outbox-relay/migrations"
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
-	"github.com/outbox-relay/outbox-relay/signature"
 )
 
-// Run the relay inside your own program instead of the outbox-relay binary: the same
-// Config that `outbox-relay run` fills from its flags. Here it delivers one event to a
-// webhook that verifies the signature, then stops cleanly when its context is cancelled.
-func ExampleRun() {
-	ctx := context.Background()
-	dsn := exampleDB() // your database: wal_level = logical, a role with REPLICATION
-	if _, err := migrations.Up(ctx, dsn); err != nil {
-		log.Fatal(err)
-	}
+// search is a program's own destination: it indexes each event. The relay decides order,
+// retries, dead letters and confirmation; Send only makes one attempt.
+type search struct {
+	index func(ctx context.Context, id string, doc []byte) error
+}
 
-	const secret = "a-long-random-secret"
-	received := make(chan string, 1)
-	consumer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		keys, _ := signature.Keys(signature.XSignature, []string{secret})
-		if !signature.VerifyX(keys, r.Header.Get("X-Timestamp"), body, r.Header.Get("X-Signature")) {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		select { // a redelivery (at least once) is answered 2xx again
-		case received <- r.Header.Get("X-Event-Type") + " " + string(body):
-		default:
-		}
-	}))
-	defer consumer.Close()
-
-	// An event written before the relay's first start is delivered too: creating the slot
-	// backfills the rows already pending.
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		log.Fatal(err)
+func (s search) Send(ctx context.Context, m *envelope.Message, _ int) publisher.Result {
+	if err := s.index(ctx, m.AggregateType+"/"+m.AggregateID, m.Payload); err != nil {
+		return publisher.Result{Err: err, Label: publisher.ResultNetwork}
 	}
-	defer conn.Close(ctx)
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := outbox.Enqueue(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "42",
-			EventType: "order.created", Payload: map[string]int{"order_id": 42}})
-		return err
+	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+}
+
+// A program embeds the relay: its own destination on one pipeline (marks, control, backfill,
+// stall detection and retention as with the webhook), its series on the program's registry, and
+// /metrics, /healthz and /readyz on the program's own mux.
+func Example_embed() {
+	reg := prometheus.NewRegistry()
+	dest := search{index: func(ctx context.Context, id string, doc []byte) error {
+		fmt.Println("index", id, string(doc))
+		return nil
+	}}
+	r, err := relay.New(relay.Config{
+		DSN:        os.Getenv("DB_DSN"),
+		Registerer: reg,
+		Pipelines: []relay.Pipeline{{
+			Name:        "search",
+			Filter:      "aggregate_type = 'product'",
+			Destination: publisher.Opened(dest),
+		}},
 	})
 	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // a bad setting, named with its fix; nothing has started
 	}
+	mux := http.NewServeMux()
+	mux.Handle("/outbox/", http.StripPrefix("/outbox", r.Handler())) // /outbox/readyz, /outbox/metrics
+	srv := &http.Server{Addr: ":8080", Handler: mux}
 
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- relay.Run(runCtx, relay.Config{
-			DSN:        dsn,
-			WebhookURL: consumer.URL,
-			Secrets:    []string{secret},
-			Logger:     zerolog.New(os.Stderr).Level(zerolog.WarnLevel),
-		})
-	}()
-	fmt.Println(<-received)
-	stop() // SIGTERM in the binary: finish in-flight deliveries, confirm, end replication
-	if err := <-done; err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var g errgroup.Group
+	g.Go(func() error { return r.Run(ctx) }) // drains and returns nil once ctx ends
+	g.Go(func() error {
+		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Shutdown(context.Background())
+	})
+	if err := g.Wait(); err != nil {
 		log.Fatal(err)
 	}
-	// Output: order.created {"order_id": 42}
 }

@@ -130,9 +130,11 @@ func (e *env) startNoWait(mutate func(*Config)) *running {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	cfg.Registry = prometheus.NewRegistry()
+	cfg = flagFieldsCleared(cfg)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1), reg: cfg.Registry}
+	r := &running{cancel: cancel, done: make(chan error, 1), reg: reg}
 	go func() { r.done <- Run(ctx, cfg) }()
 	e.t.Cleanup(func() { r.stop(e.t) })
 	return r

@@ -390,7 +390,7 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := e.config()
-	cfg.Registry = nil
+	cfg.Registerer = nil
 	var addr atomic.Value
 	withHTTP(&addr)(&cfg)
 	var logs relaytest.SyncBuffer

@@ -9,6 +9,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // Pipeline is one destination fed from the outbox: a publication with an optional row filter,
@@ -65,9 +67,13 @@ type Pipeline struct {
 	// Delivery is the request format, batching, compression and marks mode. The zero value is
 	// raw, one event per request, uncompressed, rows marked done.
 	Delivery Delivery
-	// Destination, if it names a broker (NATS or Kafka), replaces the webhook. The zero value:
-	// the webhook of WebhookURL.
-	Destination DestinationConfig
+	// Destination, if set, replaces the webhook: a broker (a natsdest.Config or a
+	// kafkadest.Config), or a program's own (publisher.Opened). WebhookURL, Secrets, Scheme,
+	// Delivery.Format and Delivery.Compression are then left empty. Nil: the webhook of
+	// WebhookURL. (Issue 24's fan-out to the partner endpoints of outbox_endpoints,
+	// `endpoints: true`, is one more kind of destination: its switch goes beside this field,
+	// its YAML key and default in internal/settings.)
+	Destination publisher.Opener
 	// OnGone is what a 410 Gone answer does: the zero value publisher.GonePause pauses the
 	// pipeline (durably, until `outbox-relay resume`) and leaves the event undelivered;
 	// publisher.GoneRetry retries it like any failed attempt.
@@ -92,7 +98,7 @@ type Pipeline struct {
 const DefaultPipeline = "default"
 
 // DefaultShadowMaxAttempts is a shadow pipeline's MaxAttempts when it is zero.
-const DefaultShadowMaxAttempts = 5
+const DefaultShadowMaxAttempts = settings.ShadowMaxAttempts
 
 var pipelineName = regexp.MustCompile(`^[a-z0-9_]{1,40}$`)
 
@@ -107,7 +113,7 @@ func (p *Pipeline) Validate() error {
 	if err := p.validateShards(); err != nil {
 		return err
 	}
-	if p.Destination.NATS != nil || p.Destination.Kafka != nil {
+	if p.Destination != nil {
 		if p.WebhookURL != "" {
 			return fmt.Errorf("%w %q: a pipeline has exactly one of webhook, nats and kafka; drop one", ErrPipeline, p.Name)
 		}

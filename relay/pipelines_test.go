@@ -37,6 +37,7 @@ func (e *pipelinesEnv) pipelines(cfg *Config) {
 		{Name: "orders", Filter: "event_type LIKE 'order%'", Slot: e.slot + "_orders", Publication: "pub_" + e.slot + "_orders",
 			WebhookURL: e.orders.URL, Secrets: []string{secret}, RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond},
 	}
+	*cfg = flagFieldsCleared(*cfg)
 }
 
 // startBoth starts a relay and waits for both pipelines' slots.

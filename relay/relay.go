@@ -24,39 +24,67 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
-// Config is everything `outbox-relay run` takes. The fields from WebhookURL to
-// MaxBufferedBytes, NoBackfill and Slot/Publication describe the pipeline named "default" and
-// are used only when Pipelines is empty (the flag path); the others are the process's.
+// Config is everything `outbox-relay run` takes. It has one of two forms. Either Pipelines
+// lists the pipelines (`--config`), or it is empty and the default-pipeline fields (WebhookURL,
+// Secrets, Scheme, Slot, Publication, RetryMin, RetryMax, RequestTimeout, MaxInFlight,
+// MaxAttempts, MaxBufferedEvents, MaxBufferedBytes, NoBackfill, Delivery, Destination, Shards,
+// Control.OnGone) describe the one pipeline named "default" (the flag path). New refuses a
+// Config that sets both. The other fields are the process's and apply to every pipeline.
 type Config struct {
+	// DSN is the PostgreSQL connection string (--dsn, DB_DSN) of the marks, the control rows and
+	// the setup; the stream's too unless ReplicationDSN is set. Required.
 	DSN string
 	// Schema is the PostgreSQL schema of the relay's tables (--schema): the publication carries
 	// its outbox_events, the stream decodes only that table, and every other query names that
 	// schema's tables. Empty: the connection's current_schema(), resolved once at start.
-	Schema         string
-	WebhookURL     string
-	Secrets        []string
-	Scheme         signature.Scheme
-	Slot           string
-	Publication    string
-	MetricsAddr    string // empty: no HTTP server
-	RetryMin       time.Duration
-	RetryMax       time.Duration
+	Schema string
+	// WebhookURL is the default pipeline's webhook (see Pipeline.WebhookURL). Required unless
+	// Destination is set or Pipelines is.
+	WebhookURL string
+	// Secrets sign the default pipeline's requests, the first is current. Required with
+	// WebhookURL.
+	Secrets []string
+	// Scheme is the default pipeline's signature scheme; the zero value is
+	// signature.SchemeXSignature.
+	Scheme signature.Scheme
+	// Slot and Publication name the default pipeline's slot and publication. Empty:
+	// outbox_relay (DefaultSlot, DefaultPublication).
+	Slot        string
+	Publication string
+	// MetricsAddr, if set, is an address the relay listens on itself to serve Handler (the
+	// CLI's --metrics-addr, :9187). Empty: no HTTP server; a program mounts Handler instead.
+	MetricsAddr string
+	// RetryMin and RetryMax are the default pipeline's first and largest retry delay. Zero: 1s
+	// and 10m.
+	RetryMin, RetryMax time.Duration
+	// RequestTimeout bounds each of the default pipeline's attempts. Zero: 10s.
 	RequestTimeout time.Duration
-	MaxInFlight    int
-	// MaxAttempts dead-letters an event after this many attempts: 0 means about a day of
-	// retries at RetryMax, a negative value retries forever.
-	MaxAttempts       int
+	// MaxInFlight is the default pipeline's number of concurrent deliveries. Zero: 64
+	// (DefaultMaxInFlight).
+	MaxInFlight int
+	// MaxAttempts dead-letters an event of the default pipeline after this many attempts: 0
+	// means about a day of retries at RetryMax (AttemptsForADay), a negative value retries
+	// forever.
+	MaxAttempts int
+	// MaxBufferedEvents and MaxBufferedBytes bound what the default pipeline has received and
+	// not yet delivered. Zero: 8192 and 32 MiB.
 	MaxBufferedEvents int
 	MaxBufferedBytes  int
-	ShutdownTimeout   time.Duration
-	StallTimeout      time.Duration
-	StatusInterval    time.Duration // 0: derived from wal_sender_timeout
+	// ShutdownTimeout bounds how long a stop waits for deliveries under way. Zero: 10s
+	// (DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// StallTimeout: /readyz fails when an event has waited this long with nothing delivered
+	// meanwhile. Zero: 3m (DefaultStallTimeout).
+	StallTimeout time.Duration
+	// StatusInterval is the longest gap between status updates to the server. Zero: a third of
+	// wal_sender_timeout, at most 10s.
+	StatusInterval time.Duration
 	// ReplicationTimeout declares the replication connection dead after this long with nothing
 	// from the server, probes included (see cdc.Config.ReplicationTimeout); it is also the
 	// TCP_USER_TIMEOUT of every connection the relay opens. If zero, the server's
@@ -65,24 +93,33 @@ type Config struct {
 	// Retention, if positive, deletes the rows every pipeline is done with (outbox.Prune) older
 	// than this, hourly in the background. Zero keeps them.
 	Retention time.Duration
-	// NoBackfill turns off the backfill. If false (the default), whenever the relay creates the
-	// slot it records the rows still pending, which the new slot cannot carry, and delivers them
-	// first.
+	// NoBackfill turns off the default pipeline's backfill. If false (the default), whenever
+	// the relay creates the slot it records the rows still pending, which the new slot cannot
+	// carry, and delivers them first.
 	NoBackfill bool
 	// RecreateSlot drops a slot no process streams from (an invalidated one always) and creates
 	// it again, with a backfill. If false, an invalidated slot is an error naming this option.
 	RecreateSlot bool
-	// LogPayloads logs the payload of failed attempts.
+	// LogPayloads logs the payload of failed attempts. False: never (payloads may hold
+	// personal data).
 	LogPayloads bool
 	// PollInterval is how often the database-only gauges are refreshed. If zero, 15s.
 	PollInterval time.Duration
-	Version      string
-	Commit       string
-	Logger       zerolog.Logger
-	// Registry receives every series, the Go and process collectors included, and is what
-	// /metrics serves; if nil, a new one is used. Give each Run its own.
-	Registry *prometheus.Registry
-	// Ready, if set, is called with the metrics server's address once it listens.
+	// Version and Commit label outbox_relay_build_info and the webhook's User-Agent. Empty:
+	// empty labels, User-Agent "outbox-relay/".
+	Version string
+	Commit  string
+	// Logger receives the relay's log lines. The zero value logs nothing.
+	Logger zerolog.Logger
+	// Registerer receives every series, the Go and process collectors included (a collector
+	// already registered there is shared). Nil: a new prometheus.Registry, which is also
+	// Gatherer. Give each Relay its own, or one wrapped with a distinguishing label.
+	Registerer prometheus.Registerer
+	// Gatherer is what /metrics serves (Handler, MetricsAddr). Nil: Registerer, when it is a
+	// Gatherer (a *prometheus.Registry is); New refuses a Registerer that is not, without one.
+	Gatherer prometheus.Gatherer
+	// Ready, if set, is called with the metrics server's address once it listens (MetricsAddr
+	// ":0" picks a free port). Nil: not called.
 	Ready func(metricsAddr string)
 
 	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
@@ -97,11 +134,12 @@ type Config struct {
 	// (--format, --batch-*, --compression, --marks). The zero value is raw, one event per
 	// request, uncompressed, rows marked done.
 	Delivery Delivery
-	// Destination selects a broker instead of the webhook for the default pipeline (docs/guides/brokers.md). Its zero value is the webhook of WebhookURL, Secrets and Scheme.
-	Destination DestinationConfig
+	// Destination replaces the webhook for the default pipeline (see Pipeline.Destination;
+	// docs/guides/brokers.md). Nil: the webhook of WebhookURL, Secrets and Scheme.
+	Destination publisher.Opener
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
-	// own slot, publication, destination and policies; the per-pipeline fields above are then
-	// ignored. Empty (the default): one pipeline named "default" from those fields, on slot and
+	// own slot, publication, destination and policies; the default-pipeline fields above must
+	// then be left zero (New refuses them). Empty (the default): one pipeline named "default" from those fields, on slot and
 	// publication outbox_relay unless Slot and Publication say otherwise.
 	Pipelines []Pipeline
 	// Shard is --shard: if set, the one shard this process runs of every sharded pipeline that
@@ -110,51 +148,23 @@ type Config struct {
 	Shard *int
 	// Shards is --shards: the default pipeline (Pipelines empty) is split into this many shards,
 	// as Pipeline.Shards splits one of a file (slots outbox_relay_s<i>of<N> unless Slot says
-	// otherwise). 0 or 1: not sharded. Ignored when Pipelines is set.
+	// otherwise). 0 or 1: not sharded. A default-pipeline field.
 	Shards int
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
 }
 
-// DestinationConfig selects where events go: at most one of NATS and Kafka is set, and then
-// WebhookURL must be empty. Both nil: the webhook.
-type DestinationConfig struct {
-	// NATS, if set, publishes to NATS JetStream (publisher/natsdest).
-	NATS *natsdest.Config
-	// Kafka, if set, produces to Kafka (publisher/kafkadest).
-	Kafka *kafkadest.Config
-}
-
-// newDestination builds the configured destination; close releases it. A broker's start-up
-// check (its stream exists) happens here, and an unreachable broker is waited for until ctx
-// ends.
-func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, close func(), err error) {
+// newDestination opens the pipeline's destination (p.Destination, or the webhook of WebhookURL
+// when that is nil); release releases it. A broker's start-up check (its stream exists) happens
+// here, and an unreachable broker is waited for until ctx ends.
+func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, release func(), err error) {
 	if err := checkDestination(p); err != nil {
 		return nil, nil, err
 	}
-	d := p.Destination
-	if d.Kafka != nil {
-		kc := *d.Kafka
-		if kc.RequestTimeout == 0 {
-			kc.RequestTimeout = p.RequestTimeout
-		}
-		kd, err := kafkadest.New(ctx, kc, cfg.pipelineLogger(p))
-		if err != nil {
-			return nil, nil, err
-		}
-		return kd, kd.Close, nil
-	}
-	if d.NATS != nil {
-		nc := *d.NATS
-		if nc.RequestTimeout == 0 {
-			nc.RequestTimeout = p.RequestTimeout
-		}
-		nd, err := natsdest.New(ctx, nc, cfg.pipelineLogger(p))
-		if err != nil {
-			return nil, nil, err
-		}
-		return nd, nd.Close, nil
+	if p.Destination != nil {
+		return publisher.Open(ctx, p.Destination, publisher.OpenOptions{Pipeline: p.Name,
+			RequestTimeout: p.RequestTimeout, Logger: cfg.pipelineLogger(p)})
 	}
 	hook, err := webhook.New(webhook.Config{URL: p.WebhookURL, Secrets: p.Secrets,
 		Scheme: p.Scheme, Timeout: p.RequestTimeout, MaxConns: p.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
@@ -166,39 +176,35 @@ func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher
 	return hook, hook.Close, nil
 }
 
-// checkDestination checks the destination settings that need no connection, so that Run
+// checkDestination checks the destination settings that need no connection, so that New
 // refuses them before anything starts.
 func checkDestination(p Pipeline) error {
-	d := p.Destination
-	if (d.NATS != nil || d.Kafka != nil) && p.WebhookURL != "" {
-		return errors.New("both a webhook URL and a broker destination are configured: a pipeline has exactly one destination, drop one")
+	if p.Destination == nil {
+		return nil
 	}
-	if (d.NATS != nil || d.Kafka != nil) && (p.Delivery.Format != "" && p.Delivery.Format != webhook.FormatRaw ||
-		p.Delivery.Compression != "" && p.Delivery.Compression != webhook.CompressionNone) {
+	if p.WebhookURL != "" {
+		return errors.New("both a webhook URL and another destination are configured: a pipeline has exactly one destination, drop one")
+	}
+	if p.Delivery.Format != "" && p.Delivery.Format != webhook.FormatRaw ||
+		p.Delivery.Compression != "" && p.Delivery.Compression != webhook.CompressionNone {
 		return errors.New("the CloudEvents format and request compression are webhook settings: a broker destination " +
 			"sends one message per event with the webhook contract's headers (a batch is many messages sent at once), so leave them unset")
 	}
-	if d.NATS != nil && d.Kafka != nil {
-		return errors.New("both a NATS and a Kafka destination are configured: a pipeline has exactly one destination, drop one")
-	}
-	if d.NATS != nil {
-		return d.NATS.Validate()
-	}
-	if d.Kafka != nil {
-		return d.Kafka.Validate()
+	if v, ok := p.Destination.(interface{ Validate() error }); ok {
+		return v.Validate()
 	}
 	return nil
 }
 
 // Defaults for Config fields left zero.
 const (
-	DefaultSlot              = "outbox_relay"
-	DefaultPublication       = "outbox_relay"
-	DefaultMaxInFlight       = 64
-	DefaultMaxBufferedEvents = 8192
-	DefaultMaxBufferedBytes  = 32 << 20
-	DefaultShutdownTimeout   = 10 * time.Second
-	DefaultStallTimeout      = 3 * time.Minute
+	DefaultSlot              = settings.Slot
+	DefaultPublication       = settings.Publication
+	DefaultMaxInFlight       = settings.MaxInFlight
+	DefaultMaxBufferedEvents = settings.MaxBufferedEvents
+	DefaultMaxBufferedBytes  = settings.MaxBufferedBytes
+	DefaultShutdownTimeout   = settings.ShutdownTimeout
+	DefaultStallTimeout      = settings.StallTimeout
 )
 
 func (c *Config) defaults() {
@@ -222,8 +228,12 @@ func (c *Config) defaults() {
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
-	if c.Registry == nil {
-		c.Registry = prometheus.NewRegistry()
+	if c.Registerer == nil && c.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer, c.Gatherer = reg, reg
+	}
+	if g, ok := c.Registerer.(prometheus.Gatherer); ok && c.Gatherer == nil {
+		c.Gatherer = g
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = AttemptsForADay(c.RetryMin, c.RetryMax)
@@ -231,63 +241,9 @@ func (c *Config) defaults() {
 	c.Control.defaults()
 }
 
-// AttemptsForADay is the number of attempts whose backoff delays add up to about 24 hours.
-func AttemptsForADay(lo, hi time.Duration) int {
-	if lo <= 0 {
-		lo = time.Second
-	}
-	if hi <= 0 {
-		hi = 10 * time.Minute
-	}
-	total, n := time.Duration(0), 1
-	for d := lo; total < 24*time.Hour; n++ {
-		total += min(d, hi)
-		d = min(d*2, hi)
-	}
-	return n
-}
-
-// Run runs the relay until ctx is done (then drains and returns nil) or a permanent error.
-// Every goroutine it starts has ended when it returns. /metrics, /healthz and /readyz answer
-// from the start. Each pipeline starts and runs independently: one whose start-up fails for a
-// reason a retry can fix (see start.go) is retried on its own while the others stream; a
-// permanent error in any of them (or in the metrics server) stops them all.
-func Run(ctx context.Context, cfg Config) error {
-	cfg.defaults()
-	pipes, err := cfg.pipelines()
-	if err != nil {
-		return err
-	}
-	for _, p := range pipes {
-		if err := p.Delivery.Validate(); err != nil {
-			return cfg.named(p, err)
-		}
-		if err := checkDestination(p); err != nil {
-			return cfg.named(p, err)
-		}
-	}
-	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
-		return fmt.Errorf("%w: %w", cdc.ErrBadDSN, err)
-	}
-	registerProcess(cfg.Registry, cfg.Version, cfg.Commit)
-	pool, err := newPool(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer pool.Close()
-	r := &runner{cfg: cfg, pool: pool}
-	for _, p := range pipes {
-		r.starts = append(r.starts, newPipelineStart(cfg, p))
-	}
-	err = r.run(ctx)
-	if stoppedDuringStartup(ctx, err) {
-		// A start-up step (the checks, a slot, a lookup of a component) was cut short by the
-		// stop: nothing was lost, and the next start redoes it.
-		cfg.Logger.Info().Err(err).Msg("stopped during start-up")
-		return nil
-	}
-	return err
-}
+// AttemptsForADay is the number of attempts whose backoff delays, doubling from lo up to hi,
+// add up to about 24 hours: what MaxAttempts 0 means. A zero lo or hi is 1s or 10m.
+func AttemptsForADay(lo, hi time.Duration) int { return settings.AttemptsForADay(lo, hi) }
 
 // checks are what precede every pipeline's start, and return r.cfg with the schema of the
 // relay's tables resolved: it is resolved once (a database not reachable yet is waited for,
@@ -494,7 +450,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
 	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
-		MaxAttempts: max(p.MaxAttempts, 0), LogPayloads: cfg.LogPayloads,
+		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,
 		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
@@ -553,8 +509,8 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	err = g.Wait()
 	if err == nil {
-		r.cfg.Logger.Info().Float64("delivered", gathered(r.cfg.Registry, "outbox_relay_events_delivered_total")).
-			Float64("received", gathered(r.cfg.Registry, "outbox_relay_events_received_total")).Msg("relay stopped")
+		r.cfg.Logger.Info().Float64("delivered", gathered(r.cfg.Gatherer, "outbox_relay_events_delivered_total")).
+			Float64("received", gathered(r.cfg.Gatherer, "outbox_relay_events_received_total")).Msg("relay stopped")
 	}
 	return err
 }
@@ -723,8 +679,18 @@ func (r *runner) listen() (*http.Server, net.Listener, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("metrics address %q: %w", r.cfg.MetricsAddr, err)
 	}
+	srv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 5 * time.Second}
+	r.cfg.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+	if r.cfg.Ready != nil {
+		r.cfg.Ready(ln.Addr().String())
+	}
+	return srv, ln, nil
+}
+
+// handler serves /metrics, /healthz and /readyz (see Relay.Handler).
+func (r *runner) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(r.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ok, why := r.ready()
@@ -733,12 +699,7 @@ func (r *runner) listen() (*http.Server, net.Listener, error) {
 		}
 		fmt.Fprintln(w, why)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	r.cfg.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
-	if r.cfg.Ready != nil {
-		r.cfg.Ready(ln.Addr().String())
-	}
-	return srv, ln, nil
+	return mux
 }
 
 // serve serves ln until shutdownHTTP; any other end is an error that stops the relay.

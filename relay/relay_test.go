@@ -213,3 +213,14 @@ func TestTraceParentReachesTheWebhook(t *testing.T) {
 		t.Fatalf("traceparent %q, want %q", got, tp)
 	}
 }
+
+// flagFieldsCleared returns c with the default-pipeline fields that e.config sets cleared when
+// c lists Pipelines: New refuses the two forms mixed.
+func flagFieldsCleared(c Config) Config {
+	if len(c.Pipelines) == 0 {
+		return c
+	}
+	c.WebhookURL, c.Secrets, c.Slot, c.Publication = "", nil, "", ""
+	c.RetryMin, c.RetryMax, c.RequestTimeout = 0, 0, 0
+	return c
+}

@@ -210,6 +210,7 @@ func TestShardCountContradictingTheSlotsIsRefused(t *testing.T) {
 	}
 	cfg := e.config()
 	cfg.Pipelines = pipes(4)
+	cfg = flagFieldsCleared(cfg)
 	err := Run(ctx, cfg)
 	if err == nil || !strings.Contains(err.Error(), "outbox-relay reshard --pipeline orders --to 4") {
 		t.Fatalf("shards 4 over slots of 2: %v; want a refusal naming reshard", err)

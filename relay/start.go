@@ -38,7 +38,7 @@ type pipelineStart struct {
 }
 
 func newPipelineStart(cfg Config, p Pipeline) *pipelineStart {
-	m := metrics.New(prometheus.WrapRegistererWith(p.labels(), cfg.Registry))
+	m := metrics.New(prometheus.WrapRegistererWith(p.labels(), cfg.Registerer))
 	m.PipelineUp.Set(0)
 	return &pipelineStart{p: p, log: cfg.pipelineLogger(p), up: m.PipelineUp,
 		phase: "resolving the schema of the relay's tables, checking the row filters and shard counts of every pipeline"}
@@ -139,7 +139,7 @@ func (s *pipelineStart) start(ctx context.Context, cfg Config, pool *pgxpool.Poo
 	}
 	logSetup(s.log, cfg, p, setup)
 	p.move = setup.Move
-	r := newPipelineRunner(cfg, p, p.ownsStatus, cfg.Registry, dest, pool)
+	r := newPipelineRunner(cfg, p, p.ownsStatus, cfg.Registerer, dest, pool)
 	r.closeDest = closeDest
 	return r, nil
 }

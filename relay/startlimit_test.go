@@ -63,7 +63,7 @@ func newLimitEnv(t *testing.T, slots, senders int) *limitEnv {
 }
 
 func (e *limitEnv) config(c *Config) {
-	c.Registry = e.reg
+	c.Registerer = e.reg
 	c.MetricsAddr = "127.0.0.1:0"
 	c.Ready = func(a string) { e.addr.Store(a) }
 	c.Pipelines = nil
@@ -72,6 +72,7 @@ func (e *limitEnv) config(c *Config) {
 			WebhookURL: e.env.recv.URL, Secrets: []string{secret}, Backfill: true,
 			RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond})
 	}
+	*c = flagFieldsCleared(*c)
 }
 
 // produce commits 40 events for every pipeline, of aggregate type <pipeline>/<round> (a type

@@ -7,9 +7,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
-	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 var (
@@ -26,31 +26,31 @@ var kafkaFlags = []string{"kafka-topic", "kafka-sasl-mechanism", "kafka-sasl-use
 
 // addBrokerFlags adds the flags that select a broker destination instead of the webhook.
 func addBrokerFlags(fs *pflag.FlagSet) {
-	fs.String(natsURLFlag.name, "", "publish to NATS JetStream at this server (comma-separated for several) instead of a webhook (env NATS_URL)")
-	fs.String("nats-subject", natsdest.DefaultSubject, "NATS subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type}")
-	fs.String("nats-creds-file", "", "NATS credentials file (JWT and NKey seed)")
-	fs.String("nats-tls-ca", "", "PEM file of the CA that signed the NATS servers' certificates")
-	fs.String("nats-tls-cert", "", "PEM client certificate for NATS (with --nats-tls-key)")
-	fs.String("nats-tls-key", "", "PEM key of --nats-tls-cert")
-	fs.String("nats-create-stream", "", "if no JetStream stream captures the subjects, create one with this name (file storage)")
-	fs.Int("nats-stream-replicas", 1, "replicas of the stream --nats-create-stream creates (1 to 5)")
-	fs.Duration("nats-stream-max-age", 0, "max age of messages in the stream --nats-create-stream creates; 0 = no limit")
-	fs.String(kafkaBrokersFlag.name, "", "produce to Kafka via these seed brokers (host:port, comma-separated) instead of a webhook (env KAFKA_BROKERS)")
-	fs.String("kafka-topic", kafkadest.DefaultTopic, "Kafka topic template; placeholders {aggregate_type}, {aggregate_id}, {event_type}")
-	fs.String("kafka-sasl-mechanism", "", "SASL mechanism: plain, scram-sha-256 or scram-sha-512; empty = none")
-	fs.String("kafka-sasl-user", "", "SASL user")
-	fs.String(kafkaPassFlag.name, "", "SASL password (env KAFKA_SASL_PASSWORD)")
-	fs.String("kafka-sasl-password-file", "", "read the SASL password from this file instead")
-	fs.Bool("kafka-tls", false, "connect to the brokers with TLS (system roots unless --kafka-tls-ca)")
-	fs.String("kafka-tls-ca", "", "PEM file of the CA that signed the brokers' certificates (implies --kafka-tls)")
-	fs.String("kafka-tls-cert", "", "PEM client certificate for Kafka (with --kafka-tls-key)")
-	fs.String("kafka-tls-key", "", "PEM key of --kafka-tls-cert")
-	fs.String("kafka-compression", "none", "compression of produced batches: none, gzip, snappy, lz4 or zstd")
+	addSetting(fs, natsURLFlag.name)
+	addSetting(fs, "nats-subject")
+	addSetting(fs, "nats-creds-file")
+	addSetting(fs, "nats-tls-ca")
+	addSetting(fs, "nats-tls-cert")
+	addSetting(fs, "nats-tls-key")
+	addSetting(fs, "nats-create-stream")
+	addSetting(fs, "nats-stream-replicas")
+	addSetting(fs, "nats-stream-max-age")
+	addSetting(fs, kafkaBrokersFlag.name)
+	addSetting(fs, "kafka-topic")
+	addSetting(fs, "kafka-sasl-mechanism")
+	addSetting(fs, "kafka-sasl-user")
+	addSetting(fs, kafkaPassFlag.name)
+	addSetting(fs, "kafka-sasl-password-file")
+	addSetting(fs, "kafka-tls")
+	addSetting(fs, "kafka-tls-ca")
+	addSetting(fs, "kafka-tls-cert")
+	addSetting(fs, "kafka-tls-key")
+	addSetting(fs, "kafka-compression")
 }
 
 // brokerConfig reads the broker flags: ok is false when none selects a broker (the webhook
 // then). Their errors name the fix.
-func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err error) {
+func brokerConfig(fs *pflag.FlagSet) (d publisher.Opener, ok bool, err error) {
 	natsURL, brokers := stringFrom(fs, natsURLFlag), stringFrom(fs, kafkaBrokersFlag)
 	if natsURL == "" {
 		for _, name := range natsFlags {
@@ -77,7 +77,7 @@ func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err er
 			"a pipeline has exactly one destination, drop one")}
 	}
 	if brokers != "" {
-		c := &kafkadest.Config{Brokers: brokers}
+		c := kafkadest.Config{Brokers: brokers}
 		c.Topic, _ = fs.GetString("kafka-topic")
 		c.SASL.Mechanism, _ = fs.GetString("kafka-sasl-mechanism")
 		c.SASL.User, _ = fs.GetString("kafka-sasl-user")
@@ -91,10 +91,9 @@ func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err er
 		if err := c.Validate(); err != nil {
 			return d, false, usageError{err}
 		}
-		d.Kafka = c
-		return d, true, nil
+		return c, true, nil
 	}
-	c := &natsdest.Config{URL: natsURL}
+	c := natsdest.Config{URL: natsURL}
 	c.Subject, _ = fs.GetString("nats-subject")
 	c.CredsFile, _ = fs.GetString("nats-creds-file")
 	c.TLS.CA, _ = fs.GetString("nats-tls-ca")
@@ -109,6 +108,5 @@ func brokerConfig(fs *pflag.FlagSet) (d relay.DestinationConfig, ok bool, err er
 	if err := c.Validate(); err != nil {
 		return d, false, usageError{err}
 	}
-	d.NATS = c
-	return d, true, nil
+	return c, true, nil
 }

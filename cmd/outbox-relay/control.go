@@ -96,7 +96,7 @@ func setPaused(cmd *cobra.Command, fs *pflag.FlagSet, paused bool, reason string
 
 // addControlFlags adds the run flags of the pipeline's control.
 func addControlFlags(fs *pflag.FlagSet) {
-	fs.String("on-gone", "pause", "what a 410 Gone answer does: pause (the pipeline, until outbox-relay resume) or retry (like any failed attempt)")
+	addSetting(fs, "on-gone")
 }
 
 func controlConfig(fs *pflag.FlagSet, cfg *relay.Config) error {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,10 +24,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
-
-// updateDocs rewrites the generated pages instead of comparing them:
-// go test ./cmd/outbox-relay -run TestDocs -update
-var updateDocs = flag.Bool("update", false, "rewrite the generated pages under docs/ instead of checking them")
 
 // cliRefDir holds the CLI reference, one page per command, generated from the command tree.
 const cliRefDir = "docs/reference/cli"
@@ -318,7 +313,7 @@ func TestDocsCLIReferenceIsCurrent(t *testing.T) {
 	want := t.TempDir()
 	generateCLIRef(t, want)
 	dir := filepath.Join(repoRoot, cliRefDir)
-	if *updateDocs {
+	if *update {
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
 		}
@@ -496,7 +491,7 @@ func TestDocsMetricsListIsCurrent(t *testing.T) {
 	if got == want {
 		return
 	}
-	if *updateDocs {
+	if *update {
 		page = page[:start+len(metricsBegin)] + "\n" + want + page[end:]
 		if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
 			t.Fatal(err)

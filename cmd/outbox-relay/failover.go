@@ -16,8 +16,8 @@ import (
 var replicationDSNFlag = envFlag{name: "replication-dsn", env: "REPLICATION_DSN"}
 
 func addFailoverFlags(fs *pflag.FlagSet) {
-	fs.String("failover", "auto", "make the slot a failover slot that standbys with sync_replication_slots keep (PostgreSQL 17+): auto (on when the server has it), true or false")
-	fs.String(replicationDSNFlag.name, "", "decode on this server, usually a hot standby (PostgreSQL 16+), while marks, replays and setup checks use --dsn (env REPLICATION_DSN); empty = --dsn")
+	addSetting(fs, "failover")
+	addSetting(fs, replicationDSNFlag.name)
 }
 
 func failoverConfig(fs *pflag.FlagSet, cfg *relay.Config) error {

@@ -20,8 +20,8 @@ func init() {
 }
 
 func addLogFlags(fs *pflag.FlagSet) {
-	fs.String("log-level", "info", "log level: debug, info, warn or error")
-	fs.String("log-format", "auto", "log format: json, console, or auto (console on a terminal, else json)")
+	addSetting(fs, "log-level")
+	addSetting(fs, "log-format")
 }
 
 // newLogger builds the process logger from --log-level and --log-format, writing to w.

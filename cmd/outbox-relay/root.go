@@ -90,13 +90,12 @@ var (
 )
 
 func addDSNFlag(fs *pflag.FlagSet) {
-	fs.String(dsnFlag.name, "", "PostgreSQL connection string, e.g. postgres://user@host/db (env DB_DSN; required)")
+	addSetting(fs, dsnFlag.name)
 }
 
 // addSchemaFlag adds --schema, of every command that reads or writes the relay's tables.
 func addSchemaFlag(fs *pflag.FlagSet) {
-	fs.String(schemaFlag.name, "", "PostgreSQL schema of the relay's tables (env OUTBOX_RELAY_SCHEMA); "+
-		"empty: the connection's current_schema(), the first existing schema on its search_path")
+	addSetting(fs, schemaFlag.name)
 }
 
 // schemaName is the schema the operator named: --schema, else OUTBOX_RELAY_SCHEMA, else

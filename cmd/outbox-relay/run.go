@@ -54,37 +54,37 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	fs := cmd.Flags()
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
-	fs.String(urlFlag.name, "", "webhook endpoint, an absolute http(s) URL (env WEBHOOK_URL; required)")
-	fs.String(secretFlag.name, "", "HMAC signing secret; comma-separated for rotation (env WEBHOOK_SECRET; required unless a secret file is given)")
-	fs.String(secretFileFlag.name, "", "read the signing secret(s) from this file instead, one per line or comma-separated (env WEBHOOK_SECRET_FILE)")
-	fs.String("signature-scheme", "x-signature", "x-signature or standard-webhooks (secrets then look like whsec_<base64>)")
-	fs.String("slot", relay.DefaultSlot, "logical replication slot name")
-	fs.String("publication", relay.DefaultPublication, "publication name")
-	fs.String("metrics-addr", ":9187", "address serving /metrics, /healthz and /readyz; empty disables")
-	fs.Duration("retry-min", time.Second, "first retry delay")
-	fs.Duration("retry-max", 10*time.Minute, "retry delay cap (also caps Retry-After)")
-	fs.Duration("request-timeout", 10*time.Second, "timeout of one delivery attempt")
-	fs.Int("max-attempts", 0, "dead-letter an event after this many attempts and park its aggregate; 0 = about a day of retries at --retry-max, -1 = retry forever")
-	fs.Int("max-in-flight", relay.DefaultMaxInFlight, "concurrent deliveries (across aggregates)")
-	fs.Int("max-buffered-events", relay.DefaultMaxBufferedEvents, "undelivered events held before reading WAL pauses")
-	fs.Int("max-buffered-bytes", relay.DefaultMaxBufferedBytes, "undelivered bytes held before reading WAL pauses")
-	fs.Duration("shutdown-timeout", relay.DefaultShutdownTimeout, "how long SIGTERM waits for in-flight deliveries")
-	fs.Duration("stall-timeout", relay.DefaultStallTimeout, "/readyz fails when events wait and nothing was delivered for this long")
-	fs.Duration("retention", 0, "delete rows every pipeline is done with, older than this, hourly in the background; 0 = keep them")
-	fs.Duration("status-interval", 0, "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s")
-	fs.Duration(replTimeoutFlag.name, 0, "reconnect when nothing arrives from the server for this long, probes included (env REPLICATION_TIMEOUT); 0 = the server's wal_sender_timeout, or 60s when that is 0")
+	addSetting(fs, urlFlag.name)
+	addSetting(fs, secretFlag.name)
+	addSetting(fs, secretFileFlag.name)
+	addSetting(fs, "signature-scheme")
+	addSetting(fs, "slot")
+	addSetting(fs, "publication")
+	addSetting(fs, "metrics-addr")
+	addSetting(fs, "retry-min")
+	addSetting(fs, "retry-max")
+	addSetting(fs, "request-timeout")
+	addSetting(fs, "max-attempts")
+	addSetting(fs, "max-in-flight")
+	addSetting(fs, "max-buffered-events")
+	addSetting(fs, "max-buffered-bytes")
+	addSetting(fs, "shutdown-timeout")
+	addSetting(fs, "stall-timeout")
+	addSetting(fs, "retention")
+	addSetting(fs, "status-interval")
+	addSetting(fs, replTimeoutFlag.name)
 	addLogFlags(fs)
-	fs.Bool("backfill", true, "when this run creates the slot, first deliver the rows already pending, which the new slot cannot carry (the default; kept for old scripts)")
-	fs.Bool("no-backfill", false, "do not backfill when this run creates the slot: rows pending from before it are not delivered")
-	fs.Bool("recreate-slot", false, "drop a slot no relay streams from (an invalidated one always), create it again and backfill; logged loudly; for one run")
-	fs.Bool("log-payloads", false, "include event payloads in the log lines of failed attempts (may expose personal data)")
+	addSetting(fs, "backfill")
+	addSetting(fs, "no-backfill")
+	addSetting(fs, "recreate-slot")
+	addSetting(fs, "log-payloads")
 	addFailoverFlags(fs) // failover.go
 	addDeliveryFlags(fs)
 	addBrokerFlags(fs) // brokers.go
-	fs.String(configFlag.name, "", "run the pipelines of this YAML file (env OUTBOX_RELAY_CONFIG); per-pipeline flags are then refused (docs/guides/pipelines.md)")
+	addSetting(fs, configFlag.name)
 	addControlFlags(fs) // control.go
-	fs.Int("shard", -1, "run only this shard (0-based, e.g. the pod ordinal): of every sharded pipeline of --config that names none, or of the flag pipeline split by --shards; -1 = every shard (docs/guides/shards.md)")
-	fs.Int("shards", 0, "without --config: split the pipeline into this many shards, 1 to 256 (slots <slot>_s<i>of<N>); the same N on every shard's relay; 0 or 1 = not sharded (docs/guides/shards.md)")
+	addSetting(fs, "shard")
+	addSetting(fs, "shards")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -387,13 +387,13 @@ func cgroupMemoryMax() int64 {
 
 // addDeliveryFlags adds the request format, batching, compression and marks flags.
 func addDeliveryFlags(fs *pflag.FlagSet) {
-	fs.String("format", "raw", "request format: raw (payload body, X-Event-* headers) or cloudevents (CloudEvents 1.0 binary mode); batches are always CloudEvents batch mode")
-	fs.String("source", "", "CloudEvents source attribute; empty = /outbox-relay/<pipeline> (/outbox-relay/default without --config)")
-	fs.Int("batch-max-events", 1, "events per request; 1 = one event per request, more sends CloudEvents batches (to a broker: that many messages at once, one per aggregate)")
-	fs.Int("batch-max-bytes", 1<<20, "summed payload bytes per batch; a larger event travels alone")
-	fs.Duration("batch-linger", 5*time.Millisecond, "how long a batch that is not full waits for more ready events")
-	fs.String("compression", "none", "request body compression: none or gzip (the signature covers the compressed bytes)")
-	fs.String("marks", "done", "how delivered rows are recorded: done (status='done', processed_at) or off (nothing; see docs/operations.md, Done-marks)")
+	addSetting(fs, "format")
+	addSetting(fs, "source")
+	addSetting(fs, "batch-max-events")
+	addSetting(fs, "batch-max-bytes")
+	addSetting(fs, "batch-linger")
+	addSetting(fs, "compression")
+	addSetting(fs, "marks")
 }
 
 // deliveryConfig reads the delivery flags into cfg.Delivery.
@@ -404,7 +404,12 @@ func deliveryConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	d.Source, _ = fs.GetString("source")
 	d.Batch.MaxEvents, _ = fs.GetInt("batch-max-events")
 	d.Batch.MaxBytes, _ = fs.GetInt("batch-max-bytes")
-	d.Batch.Linger, _ = fs.GetDuration("batch-linger")
+	switch d.Batch.Linger, _ = fs.GetDuration("batch-linger"); {
+	case d.Batch.Linger < 0:
+		return usageError{fmt.Errorf("--batch-linger %s is negative: use 0 (send at once) or more", d.Batch.Linger)}
+	case d.Batch.Linger == 0:
+		d.Batch.Linger = publisher.NoLinger // 0 sends at once; the Go zero value is the default
+	}
 	compression, _ := fs.GetString("compression")
 	d.Compression = webhook.Compression(compression)
 	marks, _ := fs.GetString("marks")

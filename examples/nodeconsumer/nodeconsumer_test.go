@@ -227,7 +227,7 @@ func TestNodeConsumerVerifiesAndReadsALiveRelay(t *testing.T) {
 			runRelay(t, relay.Config{DSN: dsn, WebhookURL: c.url, Secrets: []string{secret},
 				Scheme: signature.StandardWebhooks, Delivery: relay.Delivery{Format: format},
 				RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond, RequestTimeout: 5 * time.Second,
-				Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Registry: prometheus.NewRegistry()})
+				Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Registerer: prometheus.NewRegistry()})
 			relaytest.WaitFor(t, 60*time.Second, "consumer.mjs accepted every event", func() bool {
 				n, _ := c.counts()
 				return n >= events

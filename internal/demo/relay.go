@@ -37,7 +37,7 @@ func (d *demo) startRelay(ctx context.Context) error {
 		// The relay creates the stream; a publish waits at most 2s for its PubAck, so that one
 		// sent while the broker is down is retried soon after it is back.
 		warehouse.WebhookURL, warehouse.Secrets, warehouse.RequestTimeout = "", nil, 2*time.Second
-		warehouse.Destination.NATS = &natsdest.Config{URL: d.nats.URL(), CreateStream: &natsdest.StreamConfig{Name: natsStream}}
+		warehouse.Destination = natsdest.Config{URL: d.nats.URL(), CreateStream: &natsdest.StreamConfig{Name: natsStream}}
 	}
 	cfg := relay.Config{
 		DSN: d.dsn,
@@ -50,7 +50,7 @@ func (d *demo) startRelay(ctx context.Context) error {
 		ShutdownTimeout: relayShutdown,
 		Version:         "demo",
 		Logger:          zerolog.New(d.relayLog).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
-		Registry:        d.registry,
+		Registerer:      d.registry,
 		Ready:           func(addr string) { ready <- addr },
 	}
 	d.relayRun = d.spawn(ctx, "stop the relay", func(ctx context.Context) error { return relay.Run(ctx, cfg) })

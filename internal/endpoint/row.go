@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/signature"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // States of an endpoint.
@@ -22,9 +24,9 @@ const (
 
 // Defaults the table gives a column that an INSERT leaves out.
 const (
-	DefaultBatchMaxEvents = 1
-	DefaultBatchMaxBytes  = 1 << 20
-	DefaultBatchLingerMS  = 5
+	DefaultBatchMaxEvents = settings.BatchMaxEvents
+	DefaultBatchMaxBytes  = settings.BatchMaxBytes
+	DefaultBatchLingerMS  = int(settings.BatchLinger / time.Millisecond)
 )
 
 // Row is one row of outbox_endpoints, column for column (the JSON names are the column names,

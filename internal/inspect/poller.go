@@ -9,10 +9,12 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // DefaultPollInterval is the Poller's interval when none is given.
-const DefaultPollInterval = 15 * time.Second
+const DefaultPollInterval = settings.PollInterval
 
 // maxPollTime bounds one poll, so a slow database cannot pile polls up.
 const maxPollTime = 10 * time.Second

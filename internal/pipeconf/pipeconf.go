@@ -160,9 +160,6 @@ type rawKafkaTLS struct {
 	rawTLS  `yaml:",inline"`
 }
 
-// DefaultBatchLinger is a batch's linger when `batch:` leaves it out, as --batch-linger's default.
-const DefaultBatchLinger = 5 * time.Millisecond
-
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // Parse parses a pipelines file. env resolves ${NAME}; readFile reads secret_file.
@@ -413,9 +410,12 @@ func (p *parser) delivery(rp rawPipeline) relay.Delivery {
 	if b := rp.Batch; b != nil {
 		d.Batch.MaxEvents = p.integer(b.MaxEvents, "batch.max_events", 0)
 		d.Batch.MaxBytes = p.size(b.MaxBytes, "batch.max_bytes")
-		d.Batch.Linger = DefaultBatchLinger
+		// Left out, the publisher's default (settings.BatchLinger, as --batch-linger's); 0 asks
+		// for none, as --batch-linger 0 does.
 		if b.Linger.set {
-			d.Batch.Linger = p.duration(b.Linger, "batch.linger")
+			if d.Batch.Linger = p.duration(b.Linger, "batch.linger"); d.Batch.Linger == 0 {
+				d.Batch.Linger = publisher.NoLinger
+			}
 		}
 	}
 	// Each value alone through Delivery.Validate, so that its error names the right line.
@@ -487,7 +487,7 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 		if err := c.Validate(); err != nil {
 			p.failLine(n.line(rp.line()), "%v", err)
 		}
-		pl.Destination.NATS = &c
+		pl.Destination = c
 		return
 	}
 	k := rp.Kafka
@@ -504,7 +504,7 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 	if err := c.Validate(); err != nil {
 		p.failLine(k.line(rp.line()), "%v", err)
 	}
-	pl.Destination.Kafka = &c
+	pl.Destination = c
 }
 
 // webhook reads the webhook block: url, secret(s), scheme and request timeout.

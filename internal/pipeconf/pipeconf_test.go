@@ -165,21 +165,21 @@ func TestParseDestinationsFormatsAndOnGone(t *testing.T) {
 		Batch:       publisher.Batch{MaxEvents: 100, MaxBytes: 1 << 20, Linger: 20 * time.Millisecond},
 		Compression: webhook.CompressionGzip, Marks: publisher.MarksOff}
 	if ce.Delivery != wantD || ce.OnGone != publisher.GoneRetry || ce.WebhookURL != "https://ce.internal/hook" ||
-		ce.Destination.NATS != nil || ce.Destination.Kafka != nil {
+		ce.Destination != nil {
 		t.Fatalf("events_ce = %+v", ce)
 	}
 
 	wantN := natsdest.Config{URL: "nats://n1:4222,nats://n2:4222", Subject: "orders.{aggregate_type}.{event_type}",
 		CredsFile: "/run/secrets/nats.creds", TLS: natsdest.TLSConfig{CA: "/tls/ca.pem", Cert: "/tls/c.pem", Key: "/tls/k.pem"},
 		RequestTimeout: 5 * time.Second}
-	n := st.Destination.NATS
-	if n == nil || n.CreateStream == nil || *n.CreateStream != (natsdest.StreamConfig{Name: "OUTBOX", Replicas: 3, MaxAge: 168 * time.Hour}) {
+	n, ok := st.Destination.(natsdest.Config)
+	if !ok || n.CreateStream == nil || *n.CreateStream != (natsdest.StreamConfig{Name: "OUTBOX", Replicas: 3, MaxAge: 168 * time.Hour}) {
 		t.Fatalf("stream's nats = %+v", n)
 	}
-	if m := *n; func() bool { m.CreateStream = nil; return m != wantN }() {
+	if m := n; func() bool { m.CreateStream = nil; return m != wantN }() {
 		t.Fatalf("stream's nats = %+v, want %+v", m, wantN)
 	}
-	if st.WebhookURL != "" || st.Destination.Kafka != nil || st.OnGone != publisher.GonePause ||
+	if st.WebhookURL != "" || st.OnGone != publisher.GonePause ||
 		st.Delivery != (relay.Delivery{Format: webhook.FormatRaw, Compression: webhook.CompressionNone, Marks: publisher.MarksDone}) {
 		t.Fatalf("stream = %+v", st)
 	}
@@ -187,7 +187,7 @@ func TestParseDestinationsFormatsAndOnGone(t *testing.T) {
 	wantK := kafkadest.Config{Brokers: "k1:9092,k2:9092", Topic: "outbox.event.{aggregate_type}",
 		SASL: kafkadest.SASLConfig{Mechanism: "scram-sha-512", User: "relay", Password: "pw"},
 		TLS:  kafkadest.TLSConfig{Enabled: true, CA: "/tls/ca.pem"}, Compression: "zstd", RequestTimeout: 15 * time.Second}
-	if k := lg.Destination.Kafka; k == nil || *k != wantK || lg.Destination.NATS != nil || lg.WebhookURL != "" {
+	if k, ok := lg.Destination.(kafkadest.Config); !ok || k != wantK || lg.WebhookURL != "" {
 		t.Fatalf("log's kafka = %+v, want %+v", k, wantK)
 	}
 	for _, p := range f.Pipelines {
@@ -197,8 +197,8 @@ func TestParseDestinationsFormatsAndOnGone(t *testing.T) {
 	}
 }
 
-// Left out, the new keys keep relay's zero values, except a batch's linger, which is the
-// default of --batch-linger as in the flags.
+// Left out, the new keys keep relay's zero values (a batch's linger 0 is the publisher's
+// default, that of --batch-linger); linger: 0s asks for none, as --batch-linger 0 does.
 func TestParseNewKeysDefaults(t *testing.T) {
 	f, err := Parse([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"+
 		"  - name: b\n    webhook: {url: http://localhost/h, secret: s}\n    batch: {max_events: 10}\n"), env(nil), files(nil))
@@ -210,11 +210,11 @@ func TestParseNewKeysDefaults(t *testing.T) {
 		a.Delivery.Marks != publisher.MarksDone || a.Delivery.Compression != webhook.CompressionNone || a.Delivery.Source != "" {
 		t.Fatalf("a = %+v", a)
 	}
-	if b.Delivery.Batch != (publisher.Batch{MaxEvents: 10, Linger: DefaultBatchLinger}) {
+	if b.Delivery.Batch != (publisher.Batch{MaxEvents: 10}) { // Linger 0: the publisher's 5ms
 		t.Fatalf("b's batch = %+v", b.Delivery.Batch)
 	}
 	f, err = Parse([]byte("pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n    batch: {max_events: 10, linger: 0s}\n"), env(nil), files(nil))
-	if err != nil || f.Pipelines[0].Delivery.Batch.Linger != 0 {
+	if err != nil || f.Pipelines[0].Delivery.Batch.Linger != publisher.NoLinger {
 		t.Fatalf("linger: 0s gave %+v, %v", f.Pipelines, err)
 	}
 }
@@ -329,11 +329,11 @@ func FuzzParse(f *testing.F) {
 			if d := p.Delivery; d.Validate() != nil || d != p.Delivery {
 				t.Fatalf("parsed delivery %+v that Validate refuses or changes", p.Delivery)
 			}
-			if n := p.Destination.NATS; n != nil && n.Validate() != nil {
-				t.Fatalf("parsed nats %+v that Validate refuses", *n)
+			if n, ok := p.Destination.(natsdest.Config); ok && n.Validate() != nil {
+				t.Fatalf("parsed nats %+v that Validate refuses", n)
 			}
-			if k := p.Destination.Kafka; k != nil && k.Validate() != nil {
-				t.Fatalf("parsed kafka %+v that Validate refuses", *k)
+			if k, ok := p.Destination.(kafkadest.Config); ok && k.Validate() != nil {
+				t.Fatalf("parsed kafka %+v that Validate refuses", k)
 			}
 		}
 	})

@@ -106,7 +106,7 @@ pipelines:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := relay.Config{DSN: f.DSN, Pipelines: f.Pipelines, Registry: prometheus.NewRegistry(),
+	cfg := relay.Config{DSN: f.DSN, Pipelines: f.Pipelines, Registerer: prometheus.NewRegistry(),
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

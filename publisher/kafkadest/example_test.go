@@ -17,11 +17,11 @@ import (
 func ExampleConfig() {
 	cfg := relay.Config{
 		DSN: os.Getenv("DB_DSN"),
-		Destination: relay.DestinationConfig{Kafka: &kafkadest.Config{
+		Destination: kafkadest.Config{
 			Brokers:     "k1:9092,k2:9092",
 			Topic:       "outbox.event.{aggregate_type}", // the default
 			Compression: "zstd",
-		}},
+		},
 	}
 	if err := relay.Run(context.Background(), cfg); err != nil {
 		log.Fatal(err)

@@ -37,14 +37,16 @@ import (
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // DefaultTopic is the topic template when Config.Topic is empty: the outbox event router's
 // default.
-const DefaultTopic = "outbox.event.{aggregate_type}"
+const DefaultTopic = settings.KafkaTopic
 
 // DefaultRequestTimeout bounds one produce (until acknowledged) when Config.RequestTimeout is zero.
-const DefaultRequestTimeout = 10 * time.Second
+const DefaultRequestTimeout = settings.RequestTimeout
 
 // IDHeader is the record header carrying the event id, as the outbox event router names it.
 const IDHeader = "id"
@@ -310,4 +312,19 @@ func label(ctx context.Context, err error) string {
 		return publisher.ResultRejected
 	}
 	return publisher.ResultNetwork
+}
+
+var _ publisher.Opener = Config{}
+
+// Open is New for a relay pipeline (publisher.Opener): c.RequestTimeout, if zero, is the
+// pipeline's.
+func (c Config) Open(ctx context.Context, o publisher.OpenOptions) (publisher.Destination, error) {
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = o.RequestTimeout
+	}
+	d, err := New(ctx, c, o.Logger)
+	if err != nil {
+		return nil, err // not a nil *Destination in a non-nil interface
+	}
+	return d, nil
 }

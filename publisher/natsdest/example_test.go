@@ -18,11 +18,11 @@ import (
 func ExampleConfig() {
 	cfg := relay.Config{
 		DSN: os.Getenv("DB_DSN"),
-		Destination: relay.DestinationConfig{NATS: &natsdest.Config{
+		Destination: natsdest.Config{
 			URL:          "nats://nats:4222",
 			Subject:      "outbox.{aggregate_type}.{event_type}", // one subject per aggregate type and event type
 			CreateStream: &natsdest.StreamConfig{Name: "OUTBOX", Replicas: 3},
-		}},
+		},
 	}
 	if err := relay.Run(context.Background(), cfg); err != nil {
 		log.Fatal(err)

@@ -36,13 +36,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // DefaultSubject is the subject template used when Config.Subject is empty.
-const DefaultSubject = "outbox.{aggregate_type}.{event_type}"
+const DefaultSubject = settings.NATSSubject
 
 // DefaultRequestTimeout bounds one publish (until its PubAck) when Config.RequestTimeout is zero.
-const DefaultRequestTimeout = 10 * time.Second
+const DefaultRequestTimeout = settings.RequestTimeout
 
 // Config configures the NATS JetStream destination (the `nats:` key of a pipeline, or the
 // --nats-* flags). Only URL is required.
@@ -390,4 +392,19 @@ func label(ctx context.Context, err error) string {
 		return publisher.ResultRejected
 	}
 	return publisher.ResultNetwork
+}
+
+var _ publisher.Opener = Config{}
+
+// Open is New for a relay pipeline (publisher.Opener): c.RequestTimeout, if zero, is the
+// pipeline's.
+func (c Config) Open(ctx context.Context, o publisher.OpenOptions) (publisher.Destination, error) {
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = o.RequestTimeout
+	}
+	d, err := New(ctx, c, o.Logger)
+	if err != nil {
+		return nil, err // not a nil *Destination in a non-nil interface
+	}
+	return d, nil
 }

@@ -45,6 +45,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
+
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // Config configures a webhook destination. URL and Secrets are required.
@@ -144,7 +146,7 @@ func New(cfg Config) (*Destination, error) {
 		return nil, err
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = settings.RequestTimeout
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 64

@@ -1,0 +1,232 @@
+package settings
+
+import "time"
+
+// Setting is one row of the table: a flag of `outbox-relay run` (and its key in a pipeline of
+// --config), or a key of the file that has no flag.
+type Setting struct {
+	// Flag is the flag's name without "--"; empty for a key of the file alone.
+	Flag string
+	// Env is the environment variable the flag falls back to; empty: none.
+	Env string
+	// YAML is the key in a pipeline of --config (dotted for a nested one: batch.linger), or at
+	// the file's top (dsn, schema); empty: a setting of the process, a flag only.
+	YAML string
+	// Default is the flag's default, of the flag's type (string, bool, int, time.Duration);
+	// nil: none worth showing. The flag is registered with it, and the Go configs' zero values
+	// mean it (their fields name the constant).
+	Default any
+	// Shown, if set, is how the reference shows the default instead of Default, e.g.
+	// "— (required)".
+	Shown string
+	// Help is the flag's --help text; empty for a key of the file alone.
+	Help string
+	// Meaning is the reference's (markdown) explanation.
+	Meaning string
+}
+
+// Run is every setting of `outbox-relay run`, in the order the reference lists them.
+//
+// A pipeline of issue 24's fan-out engine (`endpoints: true`, `run --endpoints`) adds its rows
+// here, beside the destination it replaces.
+var Run = []Setting{
+	{Flag: "dsn", Env: "DB_DSN", YAML: "dsn", Default: "", Shown: "— (required)",
+		Help:    "PostgreSQL connection string, e.g. postgres://user@host/db (env DB_DSN; required)",
+		Meaning: "PostgreSQL connection string"},
+	{Flag: "schema", Env: "OUTBOX_RELAY_SCHEMA", YAML: "schema", Default: "", Shown: "(empty: the connection's `current_schema()`)",
+		Help:    "PostgreSQL schema of the relay's tables (env OUTBOX_RELAY_SCHEMA); empty: the connection's current_schema(), the first existing schema on its search_path",
+		Meaning: "PostgreSQL schema of the relay's tables; the publication and the decoder take that schema's `outbox_events` only; see [Installing](../guides/existing-database.md)"},
+	{Flag: "webhook-url", Env: "WEBHOOK_URL", YAML: "webhook.url", Default: "", Shown: "— (required)",
+		Help:    "webhook endpoint, an absolute http(s) URL (env WEBHOOK_URL; required)",
+		Meaning: "endpoint: an absolute `http://` or `https://` URL"},
+	{Flag: "webhook-secret", Env: "WEBHOOK_SECRET", YAML: "webhook.secret", Default: "", Shown: "— (required)",
+		Help:    "HMAC signing secret; comma-separated for rotation (env WEBHOOK_SECRET; required unless a secret file is given)",
+		Meaning: "signing secret; comma-separated for rotation"},
+	{Flag: "webhook-secret-file", Env: "WEBHOOK_SECRET_FILE", YAML: "webhook.secret_file", Default: "",
+		Help:    "read the signing secret(s) from this file instead, one per line or comma-separated (env WEBHOOK_SECRET_FILE)",
+		Meaning: "read the secret(s) from this file instead: one per line (or comma-separated); several mean rotation. Blanks around a secret are dropped, and a warning says so (never the value)"},
+	{Flag: "signature-scheme", YAML: "webhook.signature_scheme", Default: SignatureScheme,
+		Help:    "x-signature or standard-webhooks (secrets then look like whsec_<base64>)",
+		Meaning: "`x-signature` or `standard-webhooks` (secrets `whsec_<base64>`)"},
+	{Flag: "slot", YAML: "slot", Default: Slot,
+		Help:    "logical replication slot name",
+		Meaning: "logical replication slot"},
+	{Flag: "publication", YAML: "publication", Default: Publication,
+		Help:    "publication name",
+		Meaning: "publication"},
+	{Flag: "metrics-addr", Default: MetricsAddr,
+		Help:    "address serving /metrics, /healthz and /readyz; empty disables",
+		Meaning: "serves `/metrics`, `/healthz`, `/readyz`; empty disables"},
+	{Flag: "retry-min", YAML: "retry_min", Default: RetryMin,
+		Help:    "first retry delay",
+		Meaning: "first retry delay"},
+	{Flag: "retry-max", YAML: "retry_max", Default: RetryMax,
+		Help:    "retry delay cap (also caps Retry-After)",
+		Meaning: "retry delay cap; also caps `Retry-After`"},
+	{Flag: "request-timeout", YAML: "webhook.request_timeout", Default: RequestTimeout,
+		Help:    "timeout of one delivery attempt",
+		Meaning: "one attempt, connect to answer"},
+	{Flag: "max-attempts", YAML: "max_attempts", Default: MaxAttempts,
+		Help:    "dead-letter an event after this many attempts and park its aggregate; 0 = about a day of retries at --retry-max, -1 = retry forever",
+		Meaning: "dead-letter after this many attempts; `0` = about a day at `--retry-max` (154 with the defaults), `-1` = forever"},
+	{Flag: "max-in-flight", YAML: "max_in_flight", Default: MaxInFlight,
+		Help:    "concurrent deliveries (across aggregates)",
+		Meaning: "concurrent deliveries across aggregates"},
+	{Flag: "max-buffered-events", YAML: "max_buffered_events", Default: MaxBufferedEvents,
+		Help:    "undelivered events held before reading WAL pauses",
+		Meaning: "undelivered events held before reading WAL pauses"},
+	{Flag: "max-buffered-bytes", YAML: "max_buffered_bytes", Default: MaxBufferedBytes,
+		Help:    "undelivered bytes held before reading WAL pauses",
+		Meaning: "undelivered bytes held before reading WAL pauses"},
+	{Flag: "shutdown-timeout", Default: ShutdownTimeout,
+		Help:    "how long SIGTERM waits for in-flight deliveries",
+		Meaning: "how long SIGTERM waits for in-flight deliveries"},
+	{Flag: "stall-timeout", Default: StallTimeout,
+		Help:    "/readyz fails when events wait and nothing was delivered for this long",
+		Meaning: "`/readyz` fails when an event waited this long with no delivery meanwhile"},
+	{Flag: "status-interval", Default: time.Duration(0),
+		Help:    "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s",
+		Meaning: "longest gap between status updates; `0` = a third of `wal_sender_timeout`, at most 10 s"},
+	{Flag: "replication-timeout", Env: "REPLICATION_TIMEOUT", Default: time.Duration(0),
+		Help:    "reconnect when nothing arrives from the server for this long, probes included (env REPLICATION_TIMEOUT); 0 = the server's wal_sender_timeout, or 60s when that is 0",
+		Meaning: "reconnect when nothing arrives from the server for this long, probes included (see [Network partition to PostgreSQL](../operations.md#network-partition-to-postgresql)); also the `TCP_USER_TIMEOUT` of every connection; `0` = the server's `wal_sender_timeout`, or 60 s when that is `0`"},
+	{Flag: "retention", Default: time.Duration(0),
+		Help:    "delete rows every pipeline is done with, older than this, hourly in the background; 0 = keep them",
+		Meaning: "delete rows every pipeline is done with, older than this, hourly; `0` keeps them; see [prune](../operations.md#outbox-relay-prune-and-run---retention)"},
+	{Flag: "backfill", Default: true,
+		Help:    "when this run creates the slot, first deliver the rows already pending, which the new slot cannot carry (the default; kept for old scripts)",
+		Meaning: "when this run creates the slot, first deliver the rows already pending, which the new slot cannot carry; the default, kept for old scripts"},
+	{Flag: "no-backfill", YAML: "initial", Default: false,
+		Help:    "do not backfill when this run creates the slot: rows pending from before it are not delivered",
+		Meaning: "do not backfill when this run creates the slot: rows pending from before it are never delivered (`status` then reports them)"},
+	{Flag: "recreate-slot", Default: false,
+		Help:    "drop a slot no relay streams from (an invalidated one always), create it again and backfill; logged loudly; for one run",
+		Meaning: "for one run: drop the slot unless a relay streams from it (an invalidated one always), create it again and backfill (logged loudly); also the fix for a slot move or a reshard whose old slot was dropped by hand before its fence, and for a slot on a standby that is gone for good (see [Moving decoding](../guides/failover.md#moving-decoding-between-the-primary-and-a-standby))"},
+	{Flag: "log-level", Default: LogLevel,
+		Help:    "log level: debug, info, warn or error",
+		Meaning: "`debug`, `info`, `warn`, `error`"},
+	{Flag: "log-format", Default: LogFormat,
+		Help:    "log format: json, console, or auto (console on a terminal, else json)",
+		Meaning: "`json`, `console`, or `auto` (console on a terminal)"},
+	{Flag: "log-payloads", Default: false,
+		Help:    "include event payloads in the log lines of failed attempts (may expose personal data)",
+		Meaning: "add payloads to failed-attempt log lines (may expose personal data)"},
+	{Flag: "failover", Default: Failover,
+		Help:    "make the slot a failover slot that standbys with sync_replication_slots keep (PostgreSQL 17+): auto (on when the server has it), true or false",
+		Meaning: "make the slot a failover slot (PostgreSQL 17+): `auto` = on when the server has them, `true` (an error before 17), `false`; see [Failover slots](../guides/failover.md#failover-slots-postgresql-17)"},
+	{Flag: "config", Env: "OUTBOX_RELAY_CONFIG", Default: "", Shown: "(empty: one pipeline from the flags)",
+		Help:    "run the pipelines of this YAML file (env OUTBOX_RELAY_CONFIG); per-pipeline flags are then refused (docs/guides/pipelines.md)",
+		Meaning: "run the pipelines of this YAML file; see [Pipelines](../guides/pipelines.md)"},
+	{Flag: "shard", YAML: "shard", Default: Shard,
+		Help:    "run only this shard (0-based, e.g. the pod ordinal): of every sharded pipeline of --config that names none, or of the flag pipeline split by --shards; -1 = every shard (docs/guides/shards.md)",
+		Meaning: "run only this shard (0-based, e.g. the pod ordinal): with `--config`, of every sharded pipeline that names none in the file; without, of the flag pipeline split by `--shards`; `-1` = every shard; see [Shards](../guides/shards.md)"},
+	{Flag: "shards", YAML: "shards", Default: int(0),
+		Help:    "without --config: split the pipeline into this many shards, 1 to 256 (slots <slot>_s<i>of<N>); the same N on every shard's relay; 0 or 1 = not sharded (docs/guides/shards.md)",
+		Meaning: "without `--config`: split the flag pipeline into this many shards, 1 to 256 (slots and publications `<slot>_s<i>of<N>`, `<publication>_s<i>of<N>`); every shard's relay gets the same N; `0` or `1` = not sharded; with `--config` use `shards:`"},
+	{Flag: "on-gone", YAML: "on_gone", Default: OnGone,
+		Help:    "what a 410 Gone answer does: pause (the pipeline, until outbox-relay resume) or retry (like any failed attempt)",
+		Meaning: "what a `410 Gone` answer does: `pause` the pipeline until `outbox-relay resume` (the event stays undelivered, not parked), or `retry` it like any failed attempt; see [Pause, resume and 410 Gone](../operations.md#pause-resume-and-410-gone)"},
+	{Flag: "replication-dsn", Env: "REPLICATION_DSN", Default: "", Shown: "(empty: `--dsn`)",
+		Help:    "decode on this server, usually a hot standby (PostgreSQL 16+), while marks, replays and setup checks use --dsn (env REPLICATION_DSN); empty = --dsn",
+		Meaning: "decode on this server, usually a hot standby (PostgreSQL 16+); marks, replays and checks stay on `--dsn`; a slot that still lives on the other server is moved without loss; see [Decoding from a standby](../guides/failover.md#decoding-from-a-standby-postgresql-16)"},
+	{Flag: "format", YAML: "format", Default: Format,
+		Help:    "request format: raw (payload body, X-Event-* headers) or cloudevents (CloudEvents 1.0 binary mode); batches are always CloudEvents batch mode",
+		Meaning: "request format: `raw` (the [webhook contract](webhook.md)) or `cloudevents` (CloudEvents 1.0 binary mode); batches are always CloudEvents batch mode; see [Formats and batching](webhook.md#formats-and-batching)"},
+	{Flag: "source", YAML: "source", Default: "", Shown: "(empty: `/outbox-relay/<pipeline>`, `/outbox-relay/default` without `--config`)",
+		Help:    "CloudEvents source attribute; empty = /outbox-relay/<pipeline> (/outbox-relay/default without --config)",
+		Meaning: "the CloudEvents `source` attribute"},
+	{Flag: "batch-max-events", YAML: "batch.max_events", Default: BatchMaxEvents,
+		Help:    "events per request; 1 = one event per request, more sends CloudEvents batches (to a broker: that many messages at once, one per aggregate)",
+		Meaning: "events per request; `1` = one per request, more sends CloudEvents batches (to a broker: that many messages at once, one per aggregate; see [Batches](../guides/brokers.md))"},
+	{Flag: "batch-max-bytes", YAML: "batch.max_bytes", Default: BatchMaxBytes,
+		Help:    "summed payload bytes per batch; a larger event travels alone",
+		Meaning: "summed payload bytes per batch; a larger event travels alone"},
+	{Flag: "batch-linger", YAML: "batch.linger", Default: BatchLinger,
+		Help:    "how long a batch that is not full waits for more ready events",
+		Meaning: "how long a batch that is not full waits for more ready events"},
+	{Flag: "compression", YAML: "compression", Default: Compression,
+		Help:    "request body compression: none or gzip (the signature covers the compressed bytes)",
+		Meaning: "`gzip` compresses request bodies (`Content-Encoding: gzip`); the signature covers the compressed bytes as sent"},
+	{Flag: "marks", YAML: "marks", Default: Marks,
+		Help:    "how delivered rows are recorded: done (status='done', processed_at) or off (nothing; see docs/operations.md, Done-marks)",
+		Meaning: "how delivered rows are recorded: `done` or `off`; see [Done-marks](../operations.md#done-marks)"},
+	{Flag: "nats-url", Env: "NATS_URL", YAML: "nats.url", Default: "",
+		Help:    "publish to NATS JetStream at this server (comma-separated for several) instead of a webhook (env NATS_URL)",
+		Meaning: "publish to NATS JetStream instead of a webhook (then `--webhook-*` are not used): server URL(s), comma-separated; see [Broker destinations](../guides/brokers.md)"},
+	{Flag: "nats-subject", YAML: "nats.subject", Default: NATSSubject,
+		Help:    "NATS subject template; placeholders {aggregate_type}, {aggregate_id}, {event_type}",
+		Meaning: "subject template; placeholders `{aggregate_type}`, `{aggregate_id}`, `{event_type}`"},
+	{Flag: "nats-creds-file", YAML: "nats.creds_file", Default: "",
+		Help:    "NATS credentials file (JWT and NKey seed)",
+		Meaning: "NATS credentials file (JWT and NKey seed)"},
+	{Flag: "nats-tls-ca", YAML: "nats.tls.ca", Default: "",
+		Help:    "PEM file of the CA that signed the NATS servers' certificates",
+		Meaning: "PEM CA of the NATS servers' certificates"},
+	{Flag: "nats-tls-cert", YAML: "nats.tls.cert", Default: "",
+		Help:    "PEM client certificate for NATS (with --nats-tls-key)",
+		Meaning: "PEM client certificate (with `--nats-tls-key`)"},
+	{Flag: "nats-tls-key", YAML: "nats.tls.key", Default: "",
+		Help:    "PEM key of --nats-tls-cert",
+		Meaning: "PEM key of `--nats-tls-cert`"},
+	{Flag: "nats-create-stream", YAML: "nats.create_stream.name", Default: "",
+		Help:    "if no JetStream stream captures the subjects, create one with this name (file storage)",
+		Meaning: "if no stream captures the subjects, create one with this name (file storage, 2 min duplicate window); empty: a missing stream refuses the start, naming the fix"},
+	{Flag: "nats-stream-replicas", YAML: "nats.create_stream.replicas", Default: NATSStreamReplicas,
+		Help:    "replicas of the stream --nats-create-stream creates (1 to 5)",
+		Meaning: "replicas of the stream `--nats-create-stream` creates (1 to 5)"},
+	{Flag: "nats-stream-max-age", YAML: "nats.create_stream.max_age", Default: time.Duration(0),
+		Help:    "max age of messages in the stream --nats-create-stream creates; 0 = no limit",
+		Meaning: "max age of messages in that stream; `0` = no limit"},
+	{Flag: "kafka-brokers", Env: "KAFKA_BROKERS", YAML: "kafka.brokers", Default: "",
+		Help:    "produce to Kafka via these seed brokers (host:port, comma-separated) instead of a webhook (env KAFKA_BROKERS)",
+		Meaning: "produce to Kafka instead of a webhook: seed brokers `host:port`, comma-separated; see [Broker destinations](../guides/brokers.md)"},
+	{Flag: "kafka-topic", YAML: "kafka.topic", Default: KafkaTopic,
+		Help:    "Kafka topic template; placeholders {aggregate_type}, {aggregate_id}, {event_type}",
+		Meaning: "topic template (the Debezium outbox event router's default); placeholders as for `--nats-subject`"},
+	{Flag: "kafka-sasl-mechanism", YAML: "kafka.sasl.mechanism", Default: "",
+		Help:    "SASL mechanism: plain, scram-sha-256 or scram-sha-512; empty = none",
+		Meaning: "`plain`, `scram-sha-256` or `scram-sha-512`; empty: no SASL"},
+	{Flag: "kafka-sasl-user", YAML: "kafka.sasl.user", Default: "",
+		Help:    "SASL user",
+		Meaning: "SASL user"},
+	{Flag: "kafka-sasl-password", Env: "KAFKA_SASL_PASSWORD", YAML: "kafka.sasl.password", Default: "",
+		Help:    "SASL password (env KAFKA_SASL_PASSWORD)",
+		Meaning: "SASL password (or `--kafka-sasl-password-file`)"},
+	{Flag: "kafka-sasl-password-file", YAML: "kafka.sasl.password_file", Default: "",
+		Help:    "read the SASL password from this file instead",
+		Meaning: "read the SASL password from this file"},
+	{Flag: "kafka-tls", YAML: "kafka.tls.enabled", Default: false,
+		Help:    "connect to the brokers with TLS (system roots unless --kafka-tls-ca)",
+		Meaning: "TLS to the brokers (system roots unless `--kafka-tls-ca`)"},
+	{Flag: "kafka-tls-ca", YAML: "kafka.tls.ca", Default: "",
+		Help:    "PEM file of the CA that signed the brokers' certificates (implies --kafka-tls)",
+		Meaning: "PEM CA of the brokers' certificates"},
+	{Flag: "kafka-tls-cert", YAML: "kafka.tls.cert", Default: "",
+		Help:    "PEM client certificate for Kafka (with --kafka-tls-key)",
+		Meaning: "PEM client certificate (with `--kafka-tls-key`)"},
+	{Flag: "kafka-tls-key", YAML: "kafka.tls.key", Default: "",
+		Help:    "PEM key of --kafka-tls-cert",
+		Meaning: "PEM key of `--kafka-tls-cert`"},
+	{Flag: "kafka-compression", YAML: "kafka.compression", Default: KafkaCompression,
+		Help:    "compression of produced batches: none, gzip, snappy, lz4 or zstd",
+		Meaning: "`none`, `gzip`, `snappy`, `lz4` or `zstd`"},
+	// Keys of a pipeline in the --config file that have no flag.
+	{YAML: "name", Meaning: "the pipeline's name, `[a-z0-9_]{1,40}`, unique in the file; labels its series, log lines, dead letters and parked aggregates; required"},
+	{YAML: "filter", Meaning: "an SQL boolean over `outbox_events` columns (PostgreSQL 15+) the walsender applies: filtered-out rows never cross the wire; empty: every row"},
+	{YAML: "rate_limit", Default: 0, Meaning: "the most requests the destination sees in any one second, retries included; `0` = unlimited"},
+	{YAML: "shadow", Default: false, Meaning: "best effort: after `max_attempts` (5 when 0) an event is recorded as abandoned and settled; a shadow never parks, dead-letters or writes the rows' status"},
+	{YAML: "initial", Default: "none", Meaning: "what a pipeline of the file receives from before its slot existed: `none`, or `pending` (the rows still pending when the slot is created are delivered first); the flag pipeline backfills unless `--no-backfill`"},
+	{YAML: "nats.request_timeout", Default: time.Duration(0), Meaning: "how long a publish waits for its PubAck; `0` = `--request-timeout`'s default, 10s"},
+	{YAML: "kafka.request_timeout", Default: time.Duration(0), Meaning: "how long a produce waits for its acknowledgement; `0` = `--request-timeout`'s default, 10s"},
+}
+
+// Lookup returns the row of the flag name; it panics for a flag the table lacks, so that a flag
+// cannot be registered without a row.
+func Lookup(flag string) Setting {
+	for _, s := range Run {
+		if s.Flag == flag && flag != "" {
+			return s
+		}
+	}
+	panic("settings: no row for flag --" + flag + ": add one to settings.Run")
+}
