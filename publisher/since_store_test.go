@@ -59,6 +59,9 @@ func sinceDB(t *testing.T, rows int) (*pgxpool.Pool, time.Time) {
 // the pages, each resumed at the last cursor, return every row of the range exactly once, in
 // replay order.
 func TestSincePageWalksTheIndexOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	const rows = 100_000
 	pool, base := sinceDB(t, rows)
 	ctx := context.Background()
@@ -118,6 +121,9 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 // Schema "app" the pages hold app's rows only, though public (first on the search_path) has
 // the relay's tables too; without a schema, public's (the positive control).
 func TestSincePageInANamedSchema(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	ctx := context.Background()
 	c, err := pgtest.Start(ctx, pgtest.Options{})
 	if err != nil {

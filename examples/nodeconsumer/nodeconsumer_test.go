@@ -184,6 +184,9 @@ func startConsumer(t *testing.T, modules string) *consumer {
 // The Node consumer of the docs verifies and reads every event a relay delivers, in the raw
 // format and as CloudEvents, and refuses a request whose signature is wrong.
 func TestNodeConsumerVerifiesAndReadsALiveRelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: this test installs npm packages and runs node, PostgreSQL and a relay")
+	}
 	modules := nodeModules(t)
 	for _, format := range []webhook.Format{webhook.FormatRaw, webhook.FormatCloudEvents} {
 		t.Run(string(format), func(t *testing.T) {

@@ -87,6 +87,9 @@ func runToSummary(t *testing.T, c *cluster, out *relaytest.SyncBuffer, cfg Confi
 }
 
 func TestRunDeliversEveryOrderOnceThroughOutagesAndLostAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	t.Parallel()
 	var out relaytest.SyncBuffer
 	var c cluster
@@ -115,6 +118,9 @@ func TestRunDeliversEveryOrderOnceThroughOutagesAndLostAnswers(t *testing.T) {
 }
 
 func TestRunStopsCleanlyWhenCancelled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -150,6 +156,9 @@ func TestRunStopsCleanlyWhenCancelled(t *testing.T) {
 }
 
 func TestRunCancelledDuringStartLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	var c cluster
@@ -179,6 +188,9 @@ func TestRunWithoutServerBinariesSaysWhatToInstall(t *testing.T) {
 }
 
 func TestRunOnAGivenDatabaseDropsOnlyWhatItCreated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	t.Parallel()
 	ctx := context.Background()
 	c, err := pgtest.Start(ctx, pgtest.Options{})

@@ -23,6 +23,9 @@ func requireNATSServer(t *testing.T) {
 }
 
 func TestRunNATSAppliesEveryOrderOnceThroughBrokerRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	t.Parallel()
 	requireNATSServer(t)
 	var out relaytest.SyncBuffer

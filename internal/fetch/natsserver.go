@@ -13,10 +13,10 @@ import (
 )
 
 // natsServerModule is the directory, relative to the source root, of the Go module whose go.mod
-// requires github.com/nats-io/nats-server/v2 (for the in-process test servers): the build runs
-// there, so it builds the version that module pins. When the test-only dependencies move to a
-// module of their own (tests/, say), point this at it.
-const natsServerModule = "."
+// requires github.com/nats-io/nats-server/v2: the tests module, for its in-process test servers
+// (the library's module requires no server). The build runs there, so it builds the version
+// that module pins.
+const natsServerModule = "tests"
 
 // natsServerPackage is the main package of nats-server.
 const natsServerPackage = "github.com/nats-io/nats-server/v2"

@@ -135,6 +135,9 @@ func TestFindBinDirHonoursPGBIN(t *testing.T) {
 }
 
 func TestCloseRemovesEverything(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	c, err := Start(context.Background(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +162,9 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // Another cluster (or any program) taking the port while this one is stopped must not keep it
 // from starting again at the same DSN: the cluster listens on its own socket, not on TCP.
 func TestRestartWhileSomeoneHoldsThePort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	ctx := context.Background()
 	c, err := Start(ctx, Options{})
 	if err != nil {
@@ -201,6 +207,9 @@ func TestRestartWhileSomeoneHoldsThePort(t *testing.T) {
 // Every kind of client the repository points at a cluster takes its socket DSN: pgx (above),
 // a replication connection as cdc opens it, and the libpq tools the bench runs.
 func TestSocketDSNServesReplicationAndLibpq(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	ctx := context.Background()
 	dsn := newDB(t)
 	cfg, err := pgconn.ParseConfig(dsn)

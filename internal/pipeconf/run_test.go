@@ -54,6 +54,9 @@ func (c *contentTypes) get() map[string]int {
 // A file with two pipelines, one `format: cloudevents` with `batch` and gzip, one raw, runs
 // through relay.Run as parsed: every event reaches both receivers, each in its own format.
 func TestRunAParsedFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers of its own or runs long: skipped under -short")
+	}
 	ctx := context.Background()
 	cluster, err := pgtest.Start(ctx, pgtest.Options{})
 	if err != nil {

@@ -1,9 +1,8 @@
-package kafkadest
+package kafkadest_test
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,48 +10,10 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/desttest"
-	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
+	"github.com/outbox-relay/outbox-relay/tests/internal/kafkatest"
 )
-
-func TestTopicTemplate(t *testing.T) {
-	tm, err := parseTemplate(DefaultTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := tm.expand(&envelope.Message{AggregateType: "Order Line/ü"}), "outbox.event.Order_Line___"; got != want {
-		t.Errorf("expand = %q, want %q", got, want)
-	}
-	if got, want := tm.expand(&envelope.Message{}), "outbox.event._"; got != want {
-		t.Errorf("expand of an empty type = %q, want %q", got, want)
-	}
-	for _, bad := range []string{"", "a b", "a/{event_type}", "x.{nope}", "x.{event_type"} {
-		if _, err := parseTemplate(bad); err == nil || !strings.Contains(err.Error(), "placeholders are") {
-			t.Errorf("template %q: err %v, want an error naming the placeholders", bad, err)
-		}
-	}
-}
-
-func TestValidate(t *testing.T) {
-	for _, c := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{}, "kafka.brokers"},
-		{Config{Brokers: "kafka://a:9092"}, "without a scheme"},
-		{Config{Brokers: "a:1", Compression: "brotli"}, "zstd"},
-		{Config{Brokers: "a:1", SASL: SASLConfig{Mechanism: "gssapi"}}, "scram-sha-256"},
-		{Config{Brokers: "a:1", SASL: SASLConfig{Mechanism: "plain", User: "u"}}, "password"},
-		{Config{Brokers: "a:1", TLS: TLSConfig{Key: "k"}}, "tls.cert"},
-	} {
-		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: err %v, want one naming %q", c.cfg, err, c.want)
-		}
-	}
-	if err := (Config{Brokers: "a:1, b:2", Compression: "zstd"}).Validate(); err != nil {
-		t.Errorf("valid config: %v", err)
-	}
-}
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -72,7 +33,7 @@ func event(agg string, n int) *envelope.Message {
 func TestSendRecord(t *testing.T) {
 	ctx := testCtx(t)
 	kc := kafkatest.Start(t, 1, 3, "outbox.event.order")
-	d, err := New(ctx, Config{Brokers: kc.Brokers()}, zerolog.Nop())
+	d, err := kafkadest.New(ctx, kafkadest.Config{Brokers: kc.Brokers()}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +77,7 @@ func TestOrderAcrossRetriesAndClusterRestart(t *testing.T) {
 func testOrderAcrossRestarts(t *testing.T, batch publisher.Batch) {
 	ctx := testCtx(t)
 	kc := kafkatest.Start(t, 3, 4, "outbox.event.order")
-	d, err := New(ctx, Config{Brokers: kc.Brokers(), RequestTimeout: time.Second}, zerolog.Nop())
+	d, err := kafkadest.New(ctx, kafkadest.Config{Brokers: kc.Brokers(), RequestTimeout: time.Second}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

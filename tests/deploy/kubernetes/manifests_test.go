@@ -21,6 +21,18 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
 )
 
+// manifests is deploy/kubernetes, from this directory: the tests read the manifests (and the
+// files relay.yaml names) by the paths kustomization.yaml uses, relative to it.
+const manifests = "../../../deploy/kubernetes"
+
+func TestMain(m *testing.M) {
+	if err := os.Chdir(manifests); err != nil {
+		fmt.Fprintf(os.Stderr, "the manifests: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
 // kustomization is the part of kustomize's Kustomization these manifests use; decoded strictly
 // like the rest, so a misspelt key is an error here too.
 type kustomization struct {

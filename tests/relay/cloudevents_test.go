@@ -15,8 +15,6 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -118,7 +116,7 @@ func jsonEqual(a, b any) bool {
 func TestCloudEventsBinaryModeReadsWithTheSDK(t *testing.T) {
 	e := newEnv(t)
 	srv, ch := capture(t)
-	e.start(func(c *Config) { c.WebhookURL = srv.URL; c.Delivery.Format = webhook.FormatCloudEvents })
+	e.webhookProcess(srv.URL, "--format", "cloudevents")
 	want := enqueueCE(t, e, 2)
 	prev := ""
 	for _, w := range want {
@@ -154,11 +152,7 @@ func TestCloudEventsBinaryModeReadsWithTheSDK(t *testing.T) {
 func TestCloudEventsBatchModeReadsWithTheSDK(t *testing.T) {
 	e := newEnv(t)
 	srv, ch := capture(t)
-	e.start(func(c *Config) {
-		c.WebhookURL = srv.URL
-		c.Delivery.Source = "urn:test"
-		c.Delivery.Batch = publisher.Batch{MaxEvents: 10, Linger: 50 * time.Millisecond}
-	})
+	e.webhookProcess(srv.URL, "--source", "urn:test", "--batch-max-events", "10", "--batch-linger", "50ms")
 	want := enqueueCE(t, e, 5)
 	var got []sdk.Event
 	for len(got) < len(want) {

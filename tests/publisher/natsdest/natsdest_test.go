@@ -1,4 +1,4 @@
-package natsdest
+package natsdest_test
 
 import (
 	"context"
@@ -12,70 +12,10 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/desttest"
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/tests/internal/natstest"
 )
-
-func TestSubjectTemplate(t *testing.T) {
-	tm, err := parseTemplate(DefaultSubject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := &envelope.Message{AggregateType: "order.line", AggregateID: "a b", EventType: "created>*\n"}
-	if got, want := tm.expand(ev), "outbox.order_line.created___"; got != want {
-		t.Errorf("expand = %q, want %q", got, want)
-	}
-	if got, want := tm.wildcard(), "outbox.*.*"; got != want {
-		t.Errorf("wildcard = %q, want %q", got, want)
-	}
-	tm, _ = parseTemplate("events.{aggregate_type}-{aggregate_id}.x")
-	if got, want := tm.expand(&envelope.Message{AggregateType: "", AggregateID: "7"}), "events._-7.x"; got != want {
-		t.Errorf("expand = %q, want %q", got, want)
-	}
-	if got, want := tm.wildcard(), "events.*.x"; got != want {
-		t.Errorf("wildcard = %q, want %q", got, want)
-	}
-	for _, bad := range []string{"a..b", ".a", "a.", "a.*", "a.>", "a b", "a.{nope}", "a.{event_type", "a}.b"} {
-		if _, err := parseTemplate(bad); err == nil || !strings.Contains(err.Error(), "placeholders are") {
-			t.Errorf("template %q: err %v, want an error naming the placeholders", bad, err)
-		}
-	}
-}
-
-func TestCovers(t *testing.T) {
-	for _, c := range []struct {
-		f, sub string
-		want   bool
-	}{{"outbox.>", "outbox.*.*", true}, {"outbox.*.*", "outbox.*.*", true}, {"outbox.order.*", "outbox.*.*", false},
-		{"outbox.*", "outbox.*.*", false}, {">", "a", true}, {"a.b", "a.b", true}, {"a.*", "a.b", true}, {"a.b.>", "a.b", false}} {
-		if got := covers(c.f, c.sub); got != c.want {
-			t.Errorf("covers(%q, %q) = %v, want %v", c.f, c.sub, got, c.want)
-		}
-	}
-}
-
-func TestValidate(t *testing.T) {
-	for _, c := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{}, "nats.url"},
-		{Config{URL: "nats://a:1,,nats://b:1"}, "single commas"},
-		{Config{URL: "http://a:1"}, "nats://"},
-		{Config{URL: "nats://a:1", TLS: TLSConfig{Cert: "c"}}, "tls.key"},
-		{Config{URL: "nats://a:1", CreateStream: &StreamConfig{}}, "create_stream.name"},
-		{Config{URL: "nats://a:1", CreateStream: &StreamConfig{Name: "S", Replicas: 7}}, "1 to 5"},
-		{Config{URL: "nats://a:1", Subject: "x.{bad}"}, "unknown placeholder"},
-	} {
-		err := c.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: err %v, want one naming %q", c.cfg, err, c.want)
-		}
-	}
-	if err := (Config{URL: "nats://u:secret@a:1,b:2"}).Validate(); err != nil {
-		t.Errorf("valid config: %v", err)
-	}
-}
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -88,25 +28,25 @@ func testCtx(t *testing.T) context.Context {
 func TestStreamCheckAndCreate(t *testing.T) {
 	ctx := testCtx(t)
 	srv := natstest.Start(t)
-	_, err := New(ctx, Config{URL: srv.URL()}, zerolog.Nop())
-	if !errors.Is(err, ErrNoStream) || !strings.Contains(err.Error(), "create_stream") ||
+	_, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL()}, zerolog.Nop())
+	if !errors.Is(err, natsdest.ErrNoStream) || !strings.Contains(err.Error(), "create_stream") ||
 		!strings.Contains(err.Error(), "outbox.*.*") {
-		t.Fatalf("New without a stream: %v, want ErrNoStream naming the subjects and create_stream", err)
+		t.Fatalf("New without a stream: %v, want natsdest.ErrNoStream naming the subjects and create_stream", err)
 	}
-	d, err := New(ctx, Config{URL: srv.URL(), CreateStream: &StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("New with create_stream: %v", err)
 	}
 	d.Close()
-	d, err = New(ctx, Config{URL: srv.URL()}, zerolog.Nop())
+	d, err = natsdest.New(ctx, natsdest.Config{URL: srv.URL()}, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("New after the stream exists: %v", err)
 	}
 	d.Close()
 	// A stream that captures only some of the subjects does not count.
-	_, err = New(ctx, Config{URL: srv.URL(), Subject: "other.{aggregate_type}"}, zerolog.Nop())
-	if !errors.Is(err, ErrNoStream) {
-		t.Fatalf("New for subjects no stream covers: %v, want ErrNoStream", err)
+	_, err = natsdest.New(ctx, natsdest.Config{URL: srv.URL(), Subject: "other.{aggregate_type}"}, zerolog.Nop())
+	if !errors.Is(err, natsdest.ErrNoStream) {
+		t.Fatalf("New for subjects no stream covers: %v, want natsdest.ErrNoStream", err)
 	}
 }
 
@@ -122,7 +62,7 @@ func event(agg string, n int) *envelope.Message {
 func TestSendMessageAndDuplicate(t *testing.T) {
 	ctx := testCtx(t)
 	srv := natstest.Start(t)
-	d, err := New(ctx, Config{URL: srv.URL(), CreateStream: &StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +105,8 @@ func TestOrderAcrossRetriesAndServerRestart(t *testing.T) {
 func testOrderAcrossRestarts(t *testing.T, batch publisher.Batch) {
 	ctx := testCtx(t)
 	srv := natstest.Start(t)
-	d, err := New(ctx, Config{URL: srv.URL(), RequestTimeout: 500 * time.Millisecond,
-		CreateStream: &StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), RequestTimeout: 500 * time.Millisecond,
+		CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outbox-relay/outbox-relay/internal/kafkatest"
+	"github.com/outbox-relay/outbox-relay/tests/internal/kafkatest"
 )
 
 // kafkaEnd returns the end offsets of topic for sampleConfirmed.

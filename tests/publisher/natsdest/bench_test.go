@@ -1,4 +1,4 @@
-package natsdest
+package natsdest_test
 
 import (
 	"context"
@@ -8,7 +8,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/internal/natstest"
+	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/tests/internal/natstest"
 )
 
 // BenchmarkSendBatch publishes batches of 100 events (100 aggregates) to an in-process
@@ -17,7 +18,7 @@ import (
 func BenchmarkSendBatch(b *testing.B) {
 	ctx := context.Background()
 	srv := natstest.Start(b)
-	d, err := New(ctx, Config{URL: srv.URL(), CreateStream: &StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}
