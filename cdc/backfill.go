@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // createSlotWithBackfill creates the slot over a replication connection with an exported
@@ -52,7 +53,7 @@ func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slo
 // holdBackfill marks slot's backfill as outstanding before the slot exists, with a placeholder
 // row (position 0, which no page reads) that recording the real rows replaces in one
 // transaction: whoever waits for the backfill to be delivered (a reshard's fence, see
-// relay.RecordFence) never sees the new slot without a backfill in the moment between its
+// control.RecordFence) never sees the new slot without a backfill in the moment between its
 // creation and the recording.
 func holdBackfill(ctx context.Context, conn *pgx.Conn, s, slot string, backfill bool) error {
 	if !backfill {
@@ -105,7 +106,7 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, s, s
 	if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&xmin); err != nil {
 		return 0, err
 	}
-	if err := recordSlot(ctx, tx, s, slot, publication, xmin, backfill); err != nil {
+	if err := state.RecordSlot(ctx, tx, s, slot, publication, xmin, backfill); err != nil {
 		return 0, err
 	}
 	var n int64
@@ -120,22 +121,6 @@ func recordBackfill(ctx context.Context, conn *pgx.Conn, slot, publication, s, s
 		n = tag.RowsAffected()
 	}
 	return int(n), tx.Commit(ctx)
-}
-
-// recordSlot records, in tx on the primary, the slot's creation with the xmin of its snapshot
-// (every transaction older than it had ended when the slot was created), and forgets a backfill
-// left by an earlier slot of this name: its rows still pending are in this one's.
-func recordSlot(ctx context.Context, tx pgx.Tx, s, slot, publication string, xmin int64, backfill bool) error {
-	_, err := tx.Exec(ctx, schema.SQL(s, `
-		INSERT INTO {outbox_slots} (slot, created_at, snapshot_xmin, backfill, publication_oid)
-		VALUES ($1, now(), $2, $3, (SELECT oid FROM pg_publication WHERE pubname = $4))
-		ON CONFLICT (slot) DO UPDATE SET created_at = excluded.created_at, snapshot_xmin = excluded.snapshot_xmin,
-			backfill = excluded.backfill, publication_oid = excluded.publication_oid`), slot, xmin, backfill, publication)
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), slot)
-	return err
 }
 
 // pendingWhere selects the pending rows the pipeline's publication would carry.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/schemacheck"
 )
 
 // ErrSchema is wrapped when the database's outbox schema is not the one this binary needs: not
@@ -17,11 +17,11 @@ import (
 // outbox_events. The message names the fix.
 var ErrSchema = errors.New("outbox schema does not fit this relay")
 
-// checkSchema runs the check `outbox-relay status` runs (inspect.CheckSchema): every table,
+// checkSchema runs the check `outbox-relay status` runs (schemacheck.Check): every table,
 // column and index this binary uses, in the schema named (empty: current_schema()).
 func checkSchema(ctx context.Context, conn *pgx.Conn, name string) error {
-	if err := inspect.CheckSchema(ctx, conn, name); err != nil {
-		if errors.Is(err, inspect.ErrNoSchema) || errors.Is(err, inspect.ErrForeignTable) {
+	if _, err := schemacheck.Check(ctx, conn, name); err != nil {
+		if errors.Is(err, schemacheck.ErrNoSchema) || errors.Is(err, schemacheck.ErrForeignTable) {
 			return fmt.Errorf("%w: %w", ErrSchema, err)
 		}
 		return err

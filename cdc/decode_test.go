@@ -1,10 +1,15 @@
 package cdc
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
 )
@@ -288,5 +293,38 @@ func TestDecodeTakesOnlyItsSchemasOutboxTable(t *testing.T) {
 	tx := mustDecode(t, d, msgCommit(10, 20))
 	if len(tx.Events) != 1 || tx.Events[0].ID != "app1" {
 		t.Fatalf("events = %+v, want only app1", tx.Events)
+	}
+}
+
+// emitted captures the statement ReplayRequest.Emit runs.
+type emitted struct{ prefix, content string }
+
+func (e *emitted) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !strings.Contains(sql, "pg_logical_emit_message(true,") || len(args) != 2 {
+		return pgconn.CommandTag{}, fmt.Errorf("unexpected statement %s %v", sql, args)
+	}
+	e.prefix, e.content = args[0].(string), args[1].(string)
+	return pgconn.CommandTag{}, nil
+}
+
+// The encoder and the decoder of the replay message agree: what Emit writes decodes to the
+// same request, for aggregates and for a --since request.
+func TestEmittedReplayRequestDecodes(t *testing.T) {
+	for _, want := range []ReplayRequest{
+		{Aggregates: []Aggregate{{"order", "42"}, {"order", "7"}}, Pipeline: "billing"},
+		{Aggregates: []Aggregate{{"order", "1"}}},
+		{SinceRequest: 9, Pipeline: "orders"},
+	} {
+		var e emitted
+		if err := want.Emit(context.Background(), &e); err != nil {
+			t.Fatal(err)
+		}
+		d := NewDecoder("public")
+		mustDecode(t, d, msgBegin(10, 1))
+		mustDecode(t, d, msgMessage(true, e.prefix, e.content))
+		tx := mustDecode(t, d, msgCommit(10, 20))
+		if len(tx.Controls) != 1 || !reflect.DeepEqual(*tx.Controls[0].Replay, want) {
+			t.Fatalf("emitted %q %s decodes to %+v, want %+v", e.prefix, e.content, tx.Controls, want)
+		}
 	}
 }

@@ -1,9 +1,13 @@
 package cdc
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
 )
@@ -31,6 +35,25 @@ type ReplayRequest struct {
 	// SinceRequest is the id of an outbox_replays row: re-send the rows it selects (replay
 	// --since) for Pipeline.
 	SinceRequest int64 `json:"since_request,omitempty"`
+}
+
+// Emitter runs a statement; pgx.Tx satisfies it.
+type Emitter interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Emit writes r into the WAL in tx, as the transactional logical decoding message the stream
+// decodes (Decoder; decode.go): the one encoder of the message, beside its decoder. It reaches
+// the relays when tx commits, at its place among the transactions.
+func (r ReplayRequest) Emit(ctx context.Context, tx Emitter) error {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::text)`, ReplayPrefix, string(body)); err != nil {
+		return fmt.Errorf("write replay request: %w", err)
+	}
+	return nil
 }
 
 // size is an event's weight against the buffer's byte limit.

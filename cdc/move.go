@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // Move is a move of a slot between two servers of one cluster (the primary and a hot standby,
@@ -78,17 +80,17 @@ func (s *Stream) refreshMove(ctx context.Context) error {
 		return fmt.Errorf("connect to the primary to read the slot's move: %w", err)
 	}
 	defer conn.Close(context.Background())
-	loc, err := readLocation(ctx, conn, s.move.schema, s.move.slot)
+	loc, err := state.ReadLocation(ctx, conn, s.move.schema, s.move.slot)
 	switch {
 	case err != nil:
 		return err
-	case !loc.moving:
+	case !loc.Moving:
 		s.log.Info().Str("slot", s.cfg.Slot).Str("to", s.move.To).Msg("the slot's move is done; streaming the new slot")
 		s.move = nil
-	case loc.reached:
+	case loc.Reached:
 		return s.completeMove(ctx, conn)
 	default:
-		s.move.Fence = loc.fence
+		s.move.Fence = loc.Fence
 	}
 	return nil
 }
@@ -112,7 +114,7 @@ func (s *Stream) retireOld(ctx context.Context) error {
 		return fmt.Errorf("connect to the primary to record the slot's move: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if err := markReached(ctx, conn, s.move.schema, s.move.slot); err != nil {
+	if err := state.MarkReached(ctx, conn, s.move.schema, s.move.slot); err != nil {
 		return err
 	}
 	return s.completeMove(ctx, conn)
@@ -124,7 +126,7 @@ func (s *Stream) completeMove(ctx context.Context, primary *pgx.Conn) error {
 	if err := dropMovedSlot(ctx, m.old, m.slot, true, s.log); err != nil {
 		return err
 	}
-	if err := finishMove(ctx, primary, m.schema, m.slot); err != nil {
+	if err := state.FinishMove(ctx, primary, m.schema, m.slot); err != nil {
 		return err
 	}
 	s.log.Info().Str("slot", s.cfg.Slot).Str("from", m.From).Str("to", m.To).Str("fence", m.Fence.String()).
@@ -143,14 +145,14 @@ func (s *Stream) oldSlotGone(orig error) error {
 		return fmt.Errorf("start replication: %w (and reading the slot's move failed: %v)", orig, err)
 	}
 	defer conn.Close(context.Background())
-	loc, err := readLocation(ctx, conn, s.move.schema, s.move.slot)
+	loc, err := state.ReadLocation(ctx, conn, s.move.schema, s.move.slot)
 	switch {
 	case err != nil:
 		return fmt.Errorf("start replication: %w (and reading the slot's move failed: %v)", orig, err)
-	case !loc.moving || loc.reached:
+	case !loc.Moving || loc.Reached:
 		return fmt.Errorf("old slot of the move is gone: %w (the move is done; continuing on the new slot)", orig)
 	}
-	return brokenMove(s.move.slot, s.move.old, recordedServer(s.move.primary, loc.moveTo), loc.fence)
+	return brokenMove(s.move.slot, s.move.old, recordedServer(s.move.primary, loc.MoveTo), loc.Fence)
 }
 
 // endAtFence ends replication on the old slot cleanly, so that the server has applied the

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // ErrMoveBroken is wrapped when the old slot of a move disappeared before it had confirmed the
@@ -65,16 +67,16 @@ func (p *placement) close() {
 // place returns the move the stream must run before it decodes on the target, or nil when the
 // slot lives on the target (or is to be created there).
 func (p *placement) place(ctx context.Context) (*Move, error) {
-	loc, err := readLocation(ctx, p.primary, p.schema, p.slot)
+	loc, err := state.ReadLocation(ctx, p.primary, p.schema, p.slot)
 	if err != nil {
 		return nil, err
 	}
-	if loc.moving {
+	if loc.Moving {
 		if loc, err = p.settle(ctx, loc); err != nil {
 			return nil, err
 		}
 	}
-	if loc.moving {
+	if loc.Moving {
 		return p.continueMove(ctx, loc)
 	}
 	return p.maybeMove(ctx, loc)
@@ -83,37 +85,37 @@ func (p *placement) place(ctx context.Context) (*Move, error) {
 // settle finishes a move whose old slot reached the fence, and abandons one towards another
 // server than the target (its new slot was never streamed: a move streams its old slot only, so
 // dropping the new one loses nothing). It returns the location that holds afterwards.
-func (p *placement) settle(ctx context.Context, loc location) (location, error) {
-	from, to := recordedServer(p.primaryDSN, loc.server), recordedServer(p.primaryDSN, loc.moveTo)
+func (p *placement) settle(ctx context.Context, loc state.Location) (state.Location, error) {
+	from, to := recordedServer(p.primaryDSN, loc.Server), recordedServer(p.primaryDSN, loc.MoveTo)
 	switch {
-	case loc.reached:
+	case loc.Reached:
 		if err := dropMovedSlot(ctx, from, p.slot, true, p.opts.Logger); err != nil {
 			return loc, err
 		}
-		if err := finishMove(ctx, p.primary, p.schema, p.slot); err != nil {
+		if err := state.FinishMove(ctx, p.primary, p.schema, p.slot); err != nil {
 			return loc, err
 		}
 		p.opts.Logger.Info().Str("slot", p.slot).Str("from", from.String()).Str("to", to.String()).
 			Msg("slot move finished: the old slot reached the fence and is dropped")
-		return location{found: true, server: loc.moveTo}, nil
-	case loc.moveTo != p.target.name:
+		return state.Location{Found: true, Server: loc.MoveTo}, nil
+	case loc.MoveTo != p.target.name:
 		if err := dropMovedSlot(ctx, to, p.slot, false, p.opts.Logger); err != nil {
 			return loc, fmt.Errorf("abandon the move of slot %q to %s (the relay is now configured for %s): %w",
 				p.slot, to, p.target, err)
 		}
-		if err := setLocation(ctx, p.primary, p.schema, p.slot, loc.server); err != nil {
+		if err := state.SetLocation(ctx, p.primary, p.schema, p.slot, loc.Server); err != nil {
 			return loc, err
 		}
 		p.opts.Logger.Warn().Str("slot", p.slot).Str("abandoned_to", to.String()).Str("target", p.target.String()).
 			Msg("slot move abandoned: the relay is configured for another server; the unused new slot is dropped")
-		return location{found: true, server: loc.server}, nil
+		return state.Location{Found: true, Server: loc.Server}, nil
 	}
 	return loc, nil
 }
 
 // continueMove resumes a move under way towards the target.
-func (p *placement) continueMove(ctx context.Context, loc location) (*Move, error) {
-	old := recordedServer(p.primaryDSN, loc.server)
+func (p *placement) continueMove(ctx context.Context, loc state.Location) (*Move, error) {
+	old := recordedServer(p.primaryDSN, loc.Server)
 	oconn, err := old.connect(ctx)
 	if err != nil {
 		return nil, p.unreachable(old, err)
@@ -124,9 +126,9 @@ func (p *placement) continueMove(ctx context.Context, loc location) (*Move, erro
 	case err != nil:
 		return nil, fmt.Errorf("look up slot %q on %s: %w", p.slot, old, err)
 	case !exists && p.opts.RecreateSlot:
-		return nil, setLocation(ctx, p.primary, p.schema, p.slot, p.target.name) // the target's slot is recreated with a backfill
+		return nil, state.SetLocation(ctx, p.primary, p.schema, p.slot, p.target.name) // the target's slot is recreated with a backfill
 	case !exists:
-		return nil, brokenMove(p.slot, old, recordedServer(p.primaryDSN, loc.moveTo), loc.fence)
+		return nil, brokenMove(p.slot, old, recordedServer(p.primaryDSN, loc.MoveTo), loc.Fence)
 	case p.opts.RecreateSlot:
 		return nil, p.dropOld(ctx, oconn, old)
 	}
@@ -135,19 +137,19 @@ func (p *placement) continueMove(ctx context.Context, loc location) (*Move, erro
 		return nil, err
 	}
 	if !created {
-		fence = loc.fence
-	} else if err := startMove(ctx, p.primary, p.schema, p.slot, loc.server, p.target.name, fence); err != nil {
+		fence = loc.Fence
+	} else if err := state.StartMove(ctx, p.primary, p.schema, p.slot, loc.Server, p.target.name, fence); err != nil {
 		return nil, err // the new slot was dropped by hand: the move continues to its new start
 	}
 	return p.move(old, fence), nil
 }
 
 // maybeMove starts a move when the slot still lives on another server than the target.
-func (p *placement) maybeMove(ctx context.Context, loc location) (*Move, error) {
-	if loc.server == p.target.name {
+func (p *placement) maybeMove(ctx context.Context, loc state.Location) (*Move, error) {
+	if loc.Server == p.target.name {
 		return nil, nil
 	}
-	old := recordedServer(p.primaryDSN, loc.server)
+	old := recordedServer(p.primaryDSN, loc.Server)
 	oconn, err := old.connect(ctx)
 	if err != nil {
 		if p.opts.RecreateSlot {
@@ -175,7 +177,7 @@ func (p *placement) maybeMove(ctx context.Context, loc location) (*Move, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := startMove(ctx, p.primary, p.schema, p.slot, loc.server, p.target.name, fence); err != nil {
+	if err := state.StartMove(ctx, p.primary, p.schema, p.slot, loc.Server, p.target.name, fence); err != nil {
 		return nil, err
 	}
 	p.opts.Logger.Info().Str("slot", p.slot).Str("from", old.String()).Str("to", p.target.String()).Str("fence", fence.String()).
@@ -195,7 +197,7 @@ func (p *placement) dropOld(ctx context.Context, oconn *pgx.Conn, old server) er
 		return fmt.Errorf("on %s: %w", old, err)
 	}
 	p.opts.Logger.Warn().Str("slot", p.slot).Str("old_server", old.String()).Msg("old slot dropped to recreate the slot")
-	return setLocation(ctx, p.primary, p.schema, p.slot, p.target.name)
+	return state.SetLocation(ctx, p.primary, p.schema, p.slot, p.target.name)
 }
 
 // newSlot creates the move's new slot on the target unless it exists, and returns its start
@@ -239,11 +241,11 @@ func (p *placement) withNudge(ctx context.Context, create func() (bool, error)) 
 // recordTarget notes where the slot lives once Setup has it on the target: a slot on a standby
 // always has a row, so that a relay without the replication DSN finds it.
 func (p *placement) recordTarget(ctx context.Context) error {
-	loc, err := readLocation(ctx, p.primary, p.schema, p.slot)
-	if err != nil || loc.server == p.target.name && (loc.found || !p.target.isStandby()) {
+	loc, err := state.ReadLocation(ctx, p.primary, p.schema, p.slot)
+	if err != nil || loc.Server == p.target.name && (loc.Found || !p.target.isStandby()) {
 		return err
 	}
-	return setLocation(ctx, p.primary, p.schema, p.slot, p.target.name)
+	return state.SetLocation(ctx, p.primary, p.schema, p.slot, p.target.name)
 }
 
 // unreachable is the error of an old server that cannot be reached; it is retried (a standby

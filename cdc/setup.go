@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/schemacheck"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // Errors that no retry can fix. Each message says what to do.
@@ -124,7 +125,7 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel,
 		func(ctx context.Context, conn *pgx.Conn) error { return checkSchemaUsage(ctx, conn, s) },
 		func(ctx context.Context, conn *pgx.Conn) error {
-			return inspect.MissingOutboxTable(ctx, conn, opts.Schema, s)
+			return schemacheck.MissingOutboxTable(ctx, conn, opts.Schema, s)
 		},
 		checkReplicationRole,
 		func(ctx context.Context, conn *pgx.Conn) error { return checkPrivileges(ctx, conn, s) },
@@ -207,7 +208,7 @@ func recreateIfNeeded(ctx context.Context, primary, slotConn *pgx.Conn, slot, pu
 	}
 	why := "older than publication " + publication + ", which was missing"
 	if !res.PublicationCreated {
-		replaced, err := publicationReplaced(ctx, primary, slot, publication, s)
+		replaced, err := state.PublicationReplaced(ctx, primary, slot, publication, s)
 		if err != nil || !replaced {
 			return err
 		}
@@ -223,27 +224,6 @@ func recreateIfNeeded(ctx context.Context, primary, slotConn *pgx.Conn, slot, pu
 	}
 	res.SlotRecreated, res.SlotRecreatedWhy = true, why
 	return nil
-}
-
-// publicationReplaced reports whether publication is not the one slot was created against
-// (outbox_slots.publication_oid): dropped and created again while no relay ran, so the slot
-// decodes WAL written while it was missing. PostgreSQL 15-17 fail on that WAL for good;
-// PostgreSQL 18 streams on without its rows, so nothing else would notice. A slot recorded
-// without an oid (made before migration 10) adopts the current publication.
-func publicationReplaced(ctx context.Context, conn *pgx.Conn, slot, publication, sch string) (bool, error) {
-	var recorded, current *uint32
-	err := conn.QueryRow(ctx, schema.SQL(sch, `SELECT s.publication_oid, p.oid FROM {outbox_slots} s
-		LEFT JOIN pg_publication p ON p.pubname = $2 WHERE s.slot = $1`), slot, publication).Scan(&recorded, &current)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows) || current == nil:
-		return false, nil // not a slot the relay recorded, or no publication to compare
-	case err != nil:
-		return false, fmt.Errorf("read the publication slot %q was created against: %w", slot, err)
-	case recorded == nil:
-		_, err = conn.Exec(ctx, schema.SQL(sch, `UPDATE {outbox_slots} SET publication_oid = $2 WHERE slot = $1 AND publication_oid IS NULL`), slot, *current)
-		return false, err
-	}
-	return *recorded != *current, nil
 }
 
 // dropSlot drops slot, waiting a few seconds for a walsender that just failed on it to let go.

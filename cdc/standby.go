@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // ErrStandbyUnsupported is returned when --replication-dsn cannot be used as asked.
@@ -126,7 +127,7 @@ func recordStandbyBackfill(ctx context.Context, p *placement, publication, snaps
 		return 0, false, err
 	}
 	defer ptx.Rollback(context.Background())
-	if err := recordSlot(ctx, ptx, p.schema, p.slot, publication, xmin, backfill); err != nil {
+	if err := state.RecordSlot(ctx, ptx, p.schema, p.slot, publication, xmin, backfill); err != nil {
 		return 0, false, err
 	}
 	var n int64

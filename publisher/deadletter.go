@@ -6,6 +6,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
 // loadParked restores the parked aggregates, so parking survives restarts. If ctx ends before
@@ -114,23 +115,15 @@ func (p *Publisher) replay(ctx context.Context, tx *cdc.Tx, req *cdc.ReplayReque
 // caller then leaves the event unacknowledged, so it stays unconfirmed and the next run handles
 // it again.
 func (p *Publisher) durably(ctx context.Context, what string, f func(context.Context) error) bool {
-	wait := 10 * time.Millisecond
-	for {
+	done := false // the write that succeeded counts even if ctx ended as it did
+	_ = retry.Do(ctx, retry.Backoff{First: 10 * time.Millisecond, Max: 10 * time.Second}, func(ctx context.Context) error {
 		err := f(ctx)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
+		done = err == nil
+		return err
+	}, func(err error, wait time.Duration) {
 		p.log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; retrying", what)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 10*time.Second)
-	}
+	})
+	return done
 }
 
 // mine reports whether a replay request for pipeline (empty: "default") names this publisher's.

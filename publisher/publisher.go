@@ -63,7 +63,7 @@ type Config struct {
 	// the pipeline and leaves the event undelivered and not parked.
 	OnGone GoneAction
 	// RecordPause, if set, durably records a pause the publisher decides itself (on 410 Gone),
-	// so that it holds across restarts and in whichever process leads next (SetPaused does
+	// so that it holds across restarts and in whichever process leads next (the relay writes
 	// that). If nil, the pause holds in this process only.
 	RecordPause func(ctx context.Context, reason string) error
 }

@@ -2,7 +2,6 @@ package publisher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -125,14 +124,7 @@ func emitSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan
 	if err != nil {
 		return fmt.Errorf("record replay request: %w", err)
 	}
-	body, err := json.Marshal(cdc.ReplayRequest{SinceRequest: plan.ID, Pipeline: req.Pipeline})
-	if err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::text)`, cdc.ReplayPrefix, string(body)); err != nil {
-		return fmt.Errorf("write replay request: %w", err)
-	}
-	return nil
+	return cdc.ReplayRequest{SinceRequest: plan.ID, Pipeline: req.Pipeline}.Emit(ctx, tx)
 }
 
 // SinceCursor is a position in the order a replay --since re-sends rows: the original stream

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -87,7 +88,7 @@ func (r *pipelineRunner) control(ctx context.Context, retire func()) {
 
 // applyGated applies the control row unless the reshard gate holds the pipeline; a new reason
 // to hold it is logged.
-func (r *pipelineRunner) applyGated(c publisher.Control, fs fenceState, first, wasGated, newWhy bool) {
+func (r *pipelineRunner) applyGated(c control.Pause, fs fenceState, first, wasGated, newWhy bool) {
 	switch {
 	case fs.gated && !c.Paused:
 		r.pub.Pause(fs.why)
@@ -106,14 +107,14 @@ func (r *pipelineRunner) applyGated(c publisher.Control, fs fenceState, first, w
 	}
 }
 
-func (r *pipelineRunner) readControl(ctx context.Context) (publisher.Control, error) {
+func (r *pipelineRunner) readControl(ctx context.Context) (control.Pause, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return publisher.ReadControl(ctx, r.pool, r.cfg.Schema, r.p.family())
+	return control.ReadPause(ctx, r.pool, r.cfg.Schema, r.p.family())
 }
 
 // apply makes the publisher follow the control row, logging transitions (first: the start).
-func (r *pipelineRunner) apply(c publisher.Control, first bool) {
+func (r *pipelineRunner) apply(c control.Pause, first bool) {
 	log := r.log
 	if c.Paused {
 		r.pub.Pause(c.Reason)
@@ -129,7 +130,7 @@ func (r *pipelineRunner) apply(c publisher.Control, first bool) {
 
 // recordPause writes a pause the publisher decided (410 Gone) to the control row.
 func (r *pipelineRunner) recordPause(ctx context.Context, reason string) error {
-	_, err := publisher.SetPaused(ctx, r.pool, r.cfg.Schema, r.p.family(), true, reason)
+	_, err := control.SetPaused(ctx, r.pool, r.cfg.Schema, r.p.family(), true, reason)
 	return err
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -149,7 +150,7 @@ func TestPauseHoldsDeliveryAcrossLeaderSIGKILL(t *testing.T) {
 
 	s := e.steady()
 	waitFor(t, 30*time.Second, "steady stream delivered", func() bool { return e.recv.Unique() >= 100 })
-	if _, err := publisher.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, true, "test maintenance"); err != nil {
+	if _, err := control.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, true, "test maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "leader paused", func() bool { return scrape(addrA, "outbox_relay_pipeline_paused") == 1 })
@@ -180,7 +181,7 @@ func TestPauseHoldsDeliveryAcrossLeaderSIGKILL(t *testing.T) {
 	}
 	held := len(s.afterPause())
 
-	if _, err := publisher.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, false, ""); err != nil {
+	if _, err := control.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "resumed", func() bool { return scrape(addrB, "outbox_relay_pipeline_paused") == 0 })
@@ -235,12 +236,12 @@ func testGonePauses(t *testing.T, batched bool) {
 		t.Fatalf("the workload has no event of %s: nothing can answer 410", poisonAgg)
 	}
 	waitFor(t, 30*time.Second, "paused by the 410", func() bool { return r.metric(t, "outbox_relay_pipeline_paused") == 1 })
-	c, err := publisher.ReadControl(ctx, e.pool, "", publisher.DefaultPipeline)
+	c, err := control.ReadPause(ctx, e.pool, "", publisher.DefaultPipeline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "pause recorded", func() bool {
-		c, err = publisher.ReadControl(ctx, e.pool, "", publisher.DefaultPipeline)
+		c, err = control.ReadPause(ctx, e.pool, "", publisher.DefaultPipeline)
 		return err == nil && c.Paused
 	})
 	if !strings.Contains(c.Reason, "410 Gone") {
@@ -264,7 +265,7 @@ func testGonePauses(t *testing.T, batched bool) {
 		t.Fatal("a 410 counted as a dead letter")
 	}
 
-	if _, err := publisher.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, false, ""); err != nil {
+	if _, err := control.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	all := relaytest.Result{Committed: append(first.Committed, second.Committed...)}
@@ -313,7 +314,7 @@ func TestPauseBoundsTheBufferAndHoldsTheSlot(t *testing.T) {
 	defer r.stop(t)
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "running", func() bool { return r.metric(t, "outbox_relay_pipeline_paused") == 0 })
-	if _, err := publisher.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, true, "bounded"); err != nil {
+	if _, err := control.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, true, "bounded"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "paused", func() bool { return r.metric(t, "outbox_relay_pipeline_paused") == 1 })
@@ -336,7 +337,7 @@ func TestPauseBoundsTheBufferAndHoldsTheSlot(t *testing.T) {
 		t.Fatalf("/readyz while paused: %d %q", code, body)
 	}
 
-	if _, err := publisher.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, false, ""); err != nil {
+	if _, err := control.SetPaused(ctx, e.pool, "", publisher.DefaultPipeline, false, ""); err != nil {
 		t.Fatal(err)
 	}
 	requireOK(t, e.waitDelivered(res, time.Minute))

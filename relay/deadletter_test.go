@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 const poisonAgg = "order/7"
@@ -51,14 +51,14 @@ func (e *env) statusCounts(agg string) map[string]int {
 	return out
 }
 
-func (e *env) replay(sel publisher.ReplaySelection) []publisher.ReplayPlan {
+func (e *env) replay(sel control.ReplaySelection) []control.ReplayPlan {
 	e.t.Helper()
 	conn, err := pgx.Connect(context.Background(), e.dsn)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	plans, err := publisher.RequestReplay(context.Background(), conn, sel, false)
+	plans, err := control.RequestReplay(context.Background(), conn, sel, false)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestDeadLetterParksAndReplayDeliversInOrder(t *testing.T) {
 	}
 
 	rejecting.Store(false)
-	plans := e.replay(publisher.ReplaySelection{All: true})
+	plans := e.replay(control.ReplaySelection{All: true})
 	if len(plans) != 1 || len(plans[0].Events) != poisonCount(res) {
 		t.Fatalf("replay plan %+v", plans)
 	}
@@ -202,7 +202,7 @@ func TestReplayKeepsOrderWhileNewEventsArrive(t *testing.T) {
 		}
 	}()
 	time.Sleep(50 * time.Millisecond)
-	e.replay(publisher.ReplaySelection{Aggregates: []cdc.Aggregate{{Type: "order", ID: "7"}}})
+	e.replay(control.ReplaySelection{Aggregates: []cdc.Aggregate{{Type: "order", ID: "7"}}})
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	res.Committed = append(res.Committed, <-written...)
@@ -239,7 +239,7 @@ func TestParkedAggregateStaysParkedAcrossRestart(t *testing.T) {
 	if got := second.metric(t, "outbox_relay_parked_aggregates"); got != 1 {
 		t.Fatalf("parked_aggregates after restart = %v", got)
 	}
-	e.replay(publisher.ReplaySelection{EventID: id.String()})
+	e.replay(control.ReplaySelection{EventID: id.String()})
 	requireOK(t, e.waitDelivered(res, time.Minute))
 }
 
@@ -250,8 +250,8 @@ func TestReplayWithNothingParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	_, err = publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true}, false)
-	if !errors.Is(err, publisher.ErrNothingToReplay) {
+	_, err = control.RequestReplay(context.Background(), conn, control.ReplaySelection{All: true}, false)
+	if !errors.Is(err, control.ErrNothingToReplay) {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // pipelinesEnv is e with two pipelines: "all" (no filter) to e.recv, and "orders" (filter on
@@ -242,7 +242,7 @@ func TestPoisonParksInItsPipelineOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	plans, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true, Pipeline: "orders"}, false)
+	plans, err := control.RequestReplay(context.Background(), conn, control.ReplaySelection{All: true, Pipeline: "orders"}, false)
 	if err != nil || len(plans) != 5 {
 		t.Fatalf("replay: %d plans, %v", len(plans), err)
 	}
@@ -304,10 +304,10 @@ func TestReplayReachesOnlyItsPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true}, true); !errors.Is(err, publisher.ErrPipelineNeeded) {
+	if _, err := control.RequestReplay(context.Background(), conn, control.ReplaySelection{All: true}, true); !errors.Is(err, control.ErrPipelineNeeded) {
 		t.Fatalf("a replay naming no pipeline with two parked: %v, want ErrPipelineNeeded", err)
 	}
-	if _, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true, Pipeline: "orders"}, false); err != nil {
+	if _, err := control.RequestReplay(context.Background(), conn, control.ReplaySelection{All: true, Pipeline: "orders"}, false); err != nil {
 		t.Fatal(err)
 	}
 	requireOK(t, waitAll(t, e.orders, orders, time.Minute))
@@ -327,7 +327,7 @@ func TestReplayReachesOnlyItsPipeline(t *testing.T) {
 		}
 	}
 	// Positive control: its own replay re-sends them.
-	if _, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true, Pipeline: "all"}, false); err != nil {
+	if _, err := control.RequestReplay(context.Background(), conn, control.ReplaySelection{All: true, Pipeline: "all"}, false); err != nil {
 		t.Fatal(err)
 	}
 	requireOK(t, waitAll(t, e.recv, merge(orders, marker), time.Minute))

@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
@@ -290,23 +291,13 @@ func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline)
 	for _, p := range pipes {
 		filters[p.Name] = p.Filter
 	}
-	wait := 200 * time.Millisecond
-	for {
+	return retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		_, err := cdc.ValidateFilters(ctx, cfg.DSN, cfg.Schema, filters)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if errors.Is(err, cdc.ErrFilter) {
+			return retry.Stop(err)
 		}
-		if err == nil || errors.Is(err, cdc.ErrFilter) || permanent(err) {
-			return err
-		}
-		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 10*time.Second)
-	}
+		return stopIfPermanent(err)
+	}, notReady(cfg.Logger))
 }
 
 // stoppedDuringStartup reports whether ctx ended (SIGINT or SIGTERM) while a start-up step was

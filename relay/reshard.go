@@ -12,157 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
-
-// Reshard is a pipeline's row in outbox_reshard, written by `outbox-relay reshard`: the change
-// of its shard count from From to To, fenced at Fence (docs/guides/shards.md, Changing N).
-//
-// The guarantee: the new shards' slots all start at or before Fence (the command advances them
-// to it), and a new shard delivers nothing until every old slot has confirmed Fence, that is,
-// until every event committed at or before Fence was delivered by an old shard. An aggregate's
-// events up to the fence therefore all arrive before any of its later events; what an old shard
-// still sends after the fence (until it retires) is a duplicate of what the new shard sends, in
-// the same order. A restart of any relay at any point changes none of this: the fence and the
-// slots' positions are in the database.
-type Reshard struct {
-	Pipeline          string
-	From, To          int
-	OldSlots, OldPubs []string
-	NewSlots          []string
-	Fence             string // pg_lsn text; empty until the new slots exist
-	Started           time.Time
-	// Reached is when the fence was found reached (every old slot had confirmed it) and
-	// recorded: from then on the new shards deliver, and an old slot missing is one the command
-	// retired. Nil: not yet, and an old slot missing was dropped by hand before the fence.
-	Reached  *time.Time
-	Finished *time.Time
-}
-
-// ReshardQuerier is what ReadReshard needs: a connection, a pool or a transaction.
-type ReshardQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// ReshardDB is what ReadFence and RecordFence need: a connection or a pool.
-type ReshardDB interface {
-	ReshardQuerier
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// ReadReshard returns pipeline's reshard row from outbox_reshard of schema s (empty: as the
-// search_path resolves it); ok is false when it has none (or the schema has no outbox_reshard
-// table yet).
-func ReadReshard(ctx context.Context, q ReshardQuerier, s, pipeline string) (r Reshard, ok bool, err error) {
-	var fence *string
-	err = q.QueryRow(ctx, schema.SQL(s, `SELECT pipeline, from_shards, to_shards, old_slots, old_pubs, new_slots, fence::text,
-		started_at, fence_reached_at, finished_at FROM {outbox_reshard} WHERE pipeline = $1`), pipeline).
-		Scan(&r.Pipeline, &r.From, &r.To, &r.OldSlots, &r.OldPubs, &r.NewSlots, &fence, &r.Started, &r.Reached, &r.Finished)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
-		return r, false, nil
-	case err != nil:
-		return r, false, fmt.Errorf("read the reshard of pipeline %q: %w", pipeline, err)
-	}
-	if fence != nil {
-		r.Fence = *fence
-	}
-	return r, true, nil
-}
-
-// FenceProgress is where a reshard's old slots stand against its fence.
-type FenceProgress struct {
-	// Reached: the fence is reached (recorded, or every old slot confirmed it just now).
-	Reached bool
-	// Behind are the old slots that have not confirmed the fence yet, or still deliver the
-	// backfill of a slot recreated after it was lost.
-	Behind []string
-	// Missing are the old slots dropped before the fence was reached: by hand (`reshard` drops
-	// an old slot only after). What their shards committed before the fence and had not
-	// delivered is in no slot: MissingFix says how to recover it.
-	Missing []string
-}
-
-// oldSlotBehind is true for an old slot (o.slot, joined to pg_replication_slots as s) that is
-// missing or behind the fence, or still delivers a backfill. It names outbox_backfill by its
-// placeholder: the query that uses it goes through schema.SQL.
-func oldSlotBehind(fence string) string {
-	return `(s.slot_name IS NULL OR s.confirmed_flush_lsn IS NULL OR s.confirmed_flush_lsn < ` + fence + `
-		OR EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.slot = o.slot))`
-}
-
-// oldSlotsQuery lists the old slots ($1) with where they stand: missing, or behind the fence ($2).
-var oldSlotsQuery = `SELECT o.slot, s.slot_name IS NULL, ` + oldSlotBehind("$2::pg_lsn") + `
-	FROM unnest($1::text[]) AS o(slot) LEFT JOIN pg_replication_slots s ON s.slot_name = o.slot ORDER BY o.slot`
-
-// ReadFence reports where r's old slots stand, changing nothing (see RecordFence); s is the
-// schema of the relay's tables (empty: as the search_path resolves it).
-func ReadFence(ctx context.Context, q ReshardDB, s string, r Reshard) (FenceProgress, error) {
-	if r.Reached != nil || r.Finished != nil {
-		return FenceProgress{Reached: true}, nil
-	}
-	var p FenceProgress
-	if r.Fence == "" {
-		return FenceProgress{Behind: r.OldSlots}, nil
-	}
-	var slot string
-	var missing, behind bool
-	rows, err := q.Query(ctx, schema.SQL(s, oldSlotsQuery), r.OldSlots, r.Fence)
-	if err != nil {
-		return p, fmt.Errorf("read the old slots: %w", err)
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&slot, &missing, &behind}, func() error {
-		switch {
-		case missing:
-			p.Missing = append(p.Missing, slot)
-		case behind:
-			p.Behind = append(p.Behind, slot)
-		}
-		return nil
-	}); err != nil {
-		return p, fmt.Errorf("read the old slots: %w", err)
-	}
-	p.Reached = len(p.Missing) == 0 && len(p.Behind) == 0
-	return p, nil
-}
-
-// RecordFence records r's fence as reached when every old slot exists and has confirmed it (and
-// delivered any backfill), in one statement, so that the record is true when written; then the
-// new shards may deliver, and an old slot missing later was retired, not lost. It returns the
-// progress, read again when the fence is not reached. s is the schema of the relay's tables
-// (empty: as the search_path resolves it).
-func RecordFence(ctx context.Context, db ReshardDB, s string, r Reshard) (FenceProgress, error) {
-	if r.Reached != nil || r.Finished != nil || r.Fence == "" {
-		return ReadFence(ctx, db, s, r)
-	}
-	tag, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_reshard} r SET fence_reached_at = now()
-		WHERE pipeline = $1 AND fence IS NOT NULL AND fence_reached_at IS NULL AND NOT EXISTS (
-			SELECT 1 FROM unnest(r.old_slots) AS o(slot) LEFT JOIN pg_replication_slots s ON s.slot_name = o.slot
-			WHERE `+oldSlotBehind("r.fence")+`)`), r.Pipeline)
-	if err != nil {
-		return FenceProgress{}, fmt.Errorf("record the reshard's fence as reached: %w", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return FenceProgress{Reached: true}, nil
-	}
-	if now, ok, err := ReadReshard(ctx, db, s, r.Pipeline); err != nil || !ok {
-		return FenceProgress{}, err
-	} else if now.Reached != nil { // recorded by another process meanwhile
-		return FenceProgress{Reached: true}, nil
-	}
-	return ReadFence(ctx, db, s, r)
-}
-
-// MissingFix is what to do about old slots dropped before the fence (FenceProgress.Missing).
-func (r Reshard) MissingFix(missing []string) string {
-	return fmt.Sprintf("old slot(s) %v of pipeline %s were dropped before they confirmed the reshard's fence %s: what "+
-		"their shards committed before the fence and had not delivered is in no slot. The new shards wait, so nothing is lost "+
-		"yet: start the relay of each such old shard (shards: %d) once with --recreate-slot; it creates the slot again and "+
-		"backfills that shard's pending rows (rows delivered but not yet marked done are sent again), and the new shards "+
-		"deliver once those are delivered", missing, r.Pipeline, r.Fence, r.From)
-}
 
 // shardCount is the number of shards p is one of: 1 for a pipeline that is not sharded.
 func (p *Pipeline) shardCount() int { return max(p.shard.of, 1) }
@@ -187,7 +40,7 @@ type fenceState struct {
 func (r *pipelineRunner) fence(ctx context.Context) (fenceState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rs, ok, err := ReadReshard(ctx, r.pool, r.cfg.Schema, r.p.family())
+	rs, ok, err := control.ReadReshard(ctx, r.pool, r.cfg.Schema, r.p.family())
 	if err != nil || !ok || rs.Finished != nil {
 		return fenceState{}, err
 	}
@@ -215,8 +68,8 @@ func (r *pipelineRunner) fence(ctx context.Context) (fenceState, error) {
 // newShardGate is a new shard's gate: shut until the fence is reached, which it records when it
 // finds every old slot past it. An old slot missing before that keeps the gate shut and says
 // how to recover what only that slot carried.
-func (r *pipelineRunner) newShardGate(ctx context.Context, rs Reshard) (fenceState, error) {
-	p, err := RecordFence(ctx, r.pool, r.cfg.Schema, rs)
+func (r *pipelineRunner) newShardGate(ctx context.Context, rs control.Reshard) (fenceState, error) {
+	p, err := control.RecordFence(ctx, r.pool, r.cfg.Schema, rs)
 	switch {
 	case err != nil:
 		return fenceState{}, err
@@ -275,7 +128,7 @@ func (c shardCheck) count(n int) string {
 
 func (c shardCheck) check(ctx context.Context, conn *pgx.Conn) error {
 	n, fam := c.p.shardCount(), c.p.family()
-	rs, ok, err := ReadReshard(ctx, conn, c.schema, fam)
+	rs, ok, err := control.ReadReshard(ctx, conn, c.schema, fam)
 	switch {
 	case err != nil:
 		return err
@@ -296,7 +149,7 @@ func (c shardCheck) check(ctx context.Context, conn *pgx.Conn) error {
 // oldSlotGone refuses an old shard whose slot is gone during a reshard: creating it again would
 // leave a stray slot pinning WAL (after the fence, when `reshard` retired it), or silently skip
 // what only the dropped slot carried (before the fence, unless --recreate-slot backfills it).
-func (c shardCheck) oldSlotGone(rs Reshard) error {
+func (c shardCheck) oldSlotGone(rs control.Reshard) error {
 	if rs.Reached != nil {
 		return fmt.Errorf("%w %q: it is being resharded to %d shards and this old shard's slot %s was retired by "+
 			"`outbox-relay reshard` once it had delivered everything up to the fence: set %s (the new shards carry everything since)",
@@ -330,27 +183,17 @@ func (c shardCheck) checkSlots(fam string, n int) error {
 // checkShardCountsWithRetry runs checkShardCountsOnce, waiting for a database that is not
 // reachable yet; a refused count is permanent.
 func checkShardCountsWithRetry(ctx context.Context, cfg Config, pipes []Pipeline) error {
-	wait := 200 * time.Millisecond
-	for {
+	return retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		err := checkShardCountsOnce(ctx, cfg, pipes)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
 			return nil // Setup's privilege check names every GRANT missing, before it creates anything
 		}
-		if err == nil || errors.Is(err, ErrPipeline) || permanent(err) {
-			return err
+		if errors.Is(err, ErrPipeline) {
+			return retry.Stop(err)
 		}
-		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 10*time.Second)
-	}
+		return stopIfPermanent(err)
+	}, notReady(cfg.Logger))
 }
 
 // checkShardCountsOnce connects and runs checkShardCounts.

@@ -183,6 +183,8 @@ func TestOldSlotDroppedBeforeTheFenceIsReportedNeverLost(t *testing.T) {
 		t.Fatalf("plain restart of old shard 0 exited %d; want a refusal naming --recreate-slot:\n%s", code, logs.String())
 	}
 	e.relayProc(cfg2, "--shard", "0", "--recreate-slot")
+	// The command refuses at once while an old slot is missing: start it once the slot is back.
+	waitFor(t, time.Minute, "old slot 0 recreated", func() bool { return e.countSlots(e.slot+"_s0of2") == 1 })
 	if code := exitCode(t, e.reshardCmd(cfg2, "4", "--wait", "3m"), 4*time.Minute); code != 0 {
 		t.Fatalf("reshard after the repair exited %d", code)
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // retentionAge is the prune age of these tests: every delivered row is older than it at once.
@@ -172,7 +172,7 @@ func TestPruneKeepsWhatAPipelineStillNeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := publisher.RequestReplay(context.Background(), conn, publisher.ReplaySelection{All: true, Pipeline: "orders"}, false); err != nil {
+	if _, err := control.RequestReplay(context.Background(), conn, control.ReplaySelection{All: true, Pipeline: "orders"}, false); err != nil {
 		t.Fatal(err)
 	}
 	requireOK(t, waitAll(t, e.orders, orders, time.Minute))

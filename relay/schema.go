@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -16,23 +16,16 @@ import (
 // connection's current_schema() (schema.Resolve), waiting for a database that is not reachable
 // yet. A schema that does not exist, or no current_schema(), is permanent (cdc.ErrSchema).
 func resolveSchemaWithRetry(ctx context.Context, cfg Config) (string, error) {
-	wait := 200 * time.Millisecond
-	for {
-		s, err := resolveSchema(ctx, cfg)
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
-		if err == nil || permanent(err) {
-			return s, err
-		}
-		cfg.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 10*time.Second)
+	var s string
+	err := retry.Do(ctx, startBackoff, func(ctx context.Context) error {
+		var err error
+		s, err = resolveSchema(ctx, cfg)
+		return stopIfPermanent(err)
+	}, notReady(cfg.Logger))
+	if err != nil {
+		return "", err
 	}
+	return s, nil
 }
 
 func resolveSchema(ctx context.Context, cfg Config) (string, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
 // Each pipeline starts on its own: its destination, then its publication and slot (Setup),
@@ -29,12 +30,11 @@ type pipelineStart struct {
 	log zerolog.Logger
 	up  prometheus.Gauge // outbox_relay_pipeline_up
 
-	mu      sync.Mutex
-	phase   string          // what the start is doing now, e.g. "creating its slot"
-	err     error           // the last failed attempt, while it is retried
-	runner  *pipelineRunner // set once it runs
-	logged  string          // the last error logged, so that a retry that fails the same way is logged once a minute
-	loggedT time.Time
+	mu     sync.Mutex
+	phase  string          // what the start is doing now, e.g. "creating its slot"
+	err    error           // the last failed attempt, while it is retried
+	runner *pipelineRunner // set once it runs
+	quiet  retry.Quiet     // a retry that fails the same way is logged once a minute
 }
 
 func newPipelineStart(cfg Config, p Pipeline) *pipelineStart {
@@ -55,12 +55,8 @@ func (s *pipelineStart) setPhase(phase string) {
 func (s *pipelineStart) failed(err error, wait time.Duration) {
 	s.mu.Lock()
 	s.err = err
-	quiet := err.Error() == s.logged && time.Since(s.loggedT) < time.Minute
-	if !quiet {
-		s.logged, s.loggedT = err.Error(), time.Now()
-	}
 	s.mu.Unlock()
-	if quiet {
+	if !s.quiet.Log(err) {
 		return
 	}
 	if errors.Is(err, cdc.ErrServerLimit) {
@@ -80,7 +76,7 @@ func (s *pipelineStart) started(r *pipelineRunner) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.runner, s.err = r, nil
-	if s.logged != "" {
+	if s.quiet.Logged() {
 		s.log.Info().Msg("pipeline started after its start-up was retried")
 	}
 }
@@ -160,30 +156,35 @@ func (s *pipelineStart) run(ctx context.Context, cfg Config, pool *pgxpool.Pool)
 // reachable, a server limit such as max_replication_slots) is retried with backoff, and each
 // failed attempt reported to s.
 func setupWithRetry(ctx context.Context, cfg Config, p Pipeline, s *pipelineStart) (cdc.SetupResult, error) {
-	wait := 200 * time.Millisecond
-	for {
-		res, err := cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
+	var res cdc.SetupResult
+	err := retry.Do(ctx, startBackoff, func(ctx context.Context) error {
+		var err error
+		res, err = cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
 			cdc.SetupOptions{Schema: cfg.Schema, NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
 				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p)})
-		if ctx.Err() != nil {
-			// Stopped while waiting: not a failure, whatever the interrupted attempt returned.
-			return res, ctx.Err()
-		}
-		if err == nil || permanent(err) {
-			return res, err
-		}
-		s.failed(err, wait)
-		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, startRetryMax)
-	}
+		return stopIfPermanent(err)
+	}, s.failed)
+	return res, err
 }
 
-// startRetryMax caps the backoff of a pipeline's start-up retries.
-const startRetryMax = 10 * time.Second
+// startBackoff is the wait between the retries of a start-up step.
+var startBackoff = retry.Backoff{First: 200 * time.Millisecond, Max: 10 * time.Second}
+
+// stopIfPermanent marks a permanent error (one only the operator can fix) for retry.Do to stop
+// on; any other is retried.
+func stopIfPermanent(err error) error {
+	if permanent(err) {
+		return retry.Stop(err)
+	}
+	return err
+}
+
+// notReady is the retry report of the start-up steps before the pipelines start.
+func notReady(log zerolog.Logger) func(error, time.Duration) {
+	return func(err error, wait time.Duration) {
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
+	}
+}
 
 // ready reports whether every pipeline streams or stands by for another instance, and none
 // that streams is stalled. The reason names the pipelines that are not; with one pipeline it

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -80,7 +81,7 @@ func setPaused(cmd *cobra.Command, fs *pflag.FlagSet, paused bool, reason string
 		return err
 	}
 	defer conn.Close(cmd.Context())
-	c, err := publisher.SetPaused(cmd.Context(), conn, s, name, paused, reason)
+	c, err := control.SetPaused(cmd.Context(), conn, s, name, paused, reason)
 	if err != nil {
 		return err
 	}

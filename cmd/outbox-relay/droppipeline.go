@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -66,7 +63,7 @@ aggregates stay in outbox_pipeline_events and outbox_parked_aggregates.`,
 			return err
 		}
 		defer conn.Close(context.Background())
-		slotDropped, pubDropped, err := dropPipeline(cmd.Context(), conn, s, p)
+		slotDropped, pubDropped, err := control.DropPipeline(cmd.Context(), conn, s, p.Name, p.Slot, p.Publication)
 		if err != nil {
 			return err
 		}
@@ -83,47 +80,4 @@ func dropped(b bool) string {
 		return "dropped"
 	}
 	return "did not exist"
-}
-
-// errSlotActive means drop-pipeline found a process streaming from the slot.
-var errSlotActive = errors.New("slot is active")
-
-// dropPipeline drops p's slot (unless a process streams from it) and publication, and forgets
-// the slot's backfill and creation record in schema s.
-func dropPipeline(ctx context.Context, conn *pgx.Conn, s string, p relay.Pipeline) (slotDropped, pubDropped bool, err error) {
-	var active bool
-	err = conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, p.Slot).Scan(&active)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return false, false, fmt.Errorf("look up slot %q: %w", p.Slot, err)
-	case active:
-		return false, false, fmt.Errorf("%w: a process streams pipeline %q from slot %q; stop it, or remove the pipeline "+
-			"from its --config and restart it, then drop again", errSlotActive, p.Name, p.Slot)
-	default:
-		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, p.Slot); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectInUse {
-				return false, false, fmt.Errorf("%w: a process took slot %q meanwhile: %v", errSlotActive, p.Slot, err)
-			}
-			return false, false, fmt.Errorf("drop slot %q: %w", p.Slot, err)
-		}
-		slotDropped = true
-	}
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, p.Publication).
-		Scan(&pubDropped); err != nil {
-		return slotDropped, false, fmt.Errorf("look up publication: %w", err)
-	}
-	if pubDropped {
-		if _, err := conn.Exec(ctx, "DROP PUBLICATION "+pgx.Identifier{p.Publication}.Sanitize()); err != nil {
-			return slotDropped, false, fmt.Errorf("drop publication %q: %w", p.Publication, err)
-		}
-	}
-	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), p.Slot); err != nil {
-		return slotDropped, pubDropped, fmt.Errorf("forget the backfill of slot %q: %w", p.Slot, err)
-	}
-	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_slots} WHERE slot = $1`), p.Slot); err != nil {
-		return slotDropped, pubDropped, fmt.Errorf("forget slot %q: %w", p.Slot, err)
-	}
-	return slotDropped, pubDropped, nil
 }

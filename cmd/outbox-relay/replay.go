@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/internal/control"
 )
 
 func newReplayCmd() *cobra.Command {
@@ -67,13 +67,13 @@ them page by page, and resumes after a restart.`,
 		defer conn.Close(cmd.Context())
 		sel.Schema = s
 		dry, _ := fs.GetBool("dry-run")
-		plans, err := publisher.RequestReplay(cmd.Context(), conn, sel, dry)
-		if errors.Is(err, publisher.ErrNothingToReplay) && (dry || sel.All) {
+		plans, err := control.RequestReplay(cmd.Context(), conn, sel, dry)
+		if errors.Is(err, control.ErrNothingToReplay) && (dry || sel.All) {
 			// Nothing parked is a healthy state, not a failure: an empty plan, exit 0. A named
 			// aggregate or event that is not parked stays an error (a typo is likely).
-			plans, err = []publisher.ReplayPlan{}, nil
+			plans, err = []control.ReplayPlan{}, nil
 		}
-		if errors.Is(err, publisher.ErrPipelineNeeded) {
+		if errors.Is(err, control.ErrPipelineNeeded) {
 			return usageError{fmt.Errorf("%w with --pipeline NAME", err)}
 		}
 		if err != nil {
@@ -85,8 +85,8 @@ them page by page, and resumes after a restart.`,
 	return cmd
 }
 
-func replaySelection(fs *pflag.FlagSet) (publisher.ReplaySelection, error) {
-	var sel publisher.ReplaySelection
+func replaySelection(fs *pflag.FlagSet) (control.ReplaySelection, error) {
+	var sel control.ReplaySelection
 	sel.All, _ = fs.GetBool("all")
 	sel.EventID, _ = fs.GetString("event")
 	sel.Pipeline, _ = fs.GetString("pipeline")
@@ -104,7 +104,7 @@ func replaySelection(fs *pflag.FlagSet) (publisher.ReplaySelection, error) {
 	return sel, nil
 }
 
-func printReplay(w io.Writer, plans []publisher.ReplayPlan, dry, asJSON bool) error {
+func printReplay(w io.Writer, plans []control.ReplayPlan, dry, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -81,7 +82,7 @@ could be read, so it works as a probe and for scripts (--json).`,
 			warnings = append(warnings, fmt.Sprintf("publication %q is named by this relay but no pipeline uses it", p))
 		}
 		if conn, err := pgx.Connect(ctx, dsn); err == nil {
-			warnings = append(warnings, reshardWarnings(ctx, conn, rep.Schema)...) // reshard.go
+			warnings = append(warnings, control.ReshardWarnings(ctx, conn, rep.Schema)...)
 			conn.Close(context.Background())
 		}
 		if asJSON {

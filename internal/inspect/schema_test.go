@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/internal/schemacheck"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
@@ -28,28 +28,28 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 	}{
 		{name: "migrated"},
 		{name: "older version", alter: fmt.Sprintf("DROP TABLE outbox_endpoints; ALTER TABLE outbox_events DROP COLUMN tenant_id; "+
-			"DELETE FROM outbox_relay_schema WHERE version_id = %d", migrations.Latest()), want: inspect.ErrNoSchema,
+			"DELETE FROM outbox_relay_schema WHERE version_id = %d", migrations.Latest()), want: schemacheck.ErrNoSchema,
 			fix: fmt.Sprintf("the schema is at version %d and this binary needs version %d (it lacks column outbox_events.tenant_id "+
 				"(00013_endpoints.sql), table outbox_endpoints (00013_endpoints.sql))", migrations.Latest()-1, migrations.Latest())},
-		{name: "column renamed by hand", alter: "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", want: inspect.ErrNoSchema,
+		{name: "column renamed by hand", alter: "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", want: schemacheck.ErrNoSchema,
 			fix: "column outbox_events.event_type (00001_init.sql) missing although outbox_relay_schema records version"},
-		{name: "index dropped by hand", alter: "DROP INDEX uq_outbox_dedup_key", want: inspect.ErrNoSchema,
+		{name: "index dropped by hand", alter: "DROP INDEX uq_outbox_dedup_key", want: schemacheck.ErrNoSchema,
 			fix: "index uq_outbox_dedup_key on outbox_events (00001_init.sql) missing"},
 		{name: "foreign table", alter: "DROP TABLE outbox_relay_schema; DROP TABLE outbox_events; " +
-			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", want: inspect.ErrForeignTable, fix: "RENAME TO"},
+			"CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text)", want: schemacheck.ErrForeignTable, fix: "RENAME TO"},
 		{name: "installed by another tool", setup: installedFromFiles},
 		{name: "installed by another tool, partly", setup: installedFromFiles, alter: "DROP TABLE outbox_reshard",
-			want: inspect.ErrNoSchema, fix: "lacks table outbox_reshard (00009_reshard.sql), and has no version history of the relay " +
+			want: schemacheck.ErrNoSchema, fix: "lacks table outbox_reshard (00009_reshard.sql), and has no version history of the relay " +
 				"(installed from the migration files by another tool?): apply the Up sections of those files with that tool"},
 		{name: "installed by another tool, older", setup: func(t *testing.T) *pgxpool.Pool { return installedUpTo(t, 9) },
-			want: inspect.ErrNoSchema, fix: "or run `outbox-relay migrate` (it records versions 1 to 9, which are there, and applies the rest)"},
+			want: schemacheck.ErrNoSchema, fix: "or run `outbox-relay migrate` (it records versions 1 to 9, which are there, and applies the rest)"},
 		{name: "the last release's, not upgraded", setup: legacy, alter: "ALTER TABLE outbox_slots DROP COLUMN publication_oid; " +
-			"DELETE FROM goose_db_version WHERE version_id = 10", want: inspect.ErrNoSchema,
+			"DELETE FROM goose_db_version WHERE version_id = 10", want: schemacheck.ErrNoSchema,
 			fix: "version 9 (recorded in goose_db_version by an earlier release)"},
-		{name: "tables in another schema", alter: "CREATE SCHEMA app; ALTER TABLE outbox_events SET SCHEMA app", want: inspect.ErrNoSchema,
+		{name: "tables in another schema", alter: "CREATE SCHEMA app; ALTER TABLE outbox_events SET SCHEMA app", want: schemacheck.ErrNoSchema,
 			fix: "does not exist in schema \"public\" (the connection's current_schema(), first on its search_path) of this database: " +
 				"run `outbox-relay migrate`; a table outbox_events exists in schema app: if it is the relay's, pass --schema app"},
-		{name: "named schema missing", schema: "nope", want: inspect.ErrNoSchema,
+		{name: "named schema missing", schema: "nope", want: schemacheck.ErrNoSchema,
 			fix: "schema \"nope\" does not exist in this database: run `outbox-relay migrate --schema nope`"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +62,7 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 			if tc.alter != "" {
 				exec(t, pool, tc.alter)
 			}
-			err := inspect.CheckSchema(context.Background(), pool, tc.schema)
+			_, err := schemacheck.Check(context.Background(), pool, tc.schema)
 			t.Log(err)
 			if tc.want == nil {
 				if err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schemacheck"
 )
 
 // DB is what the queries need. *pgx.Conn and *pgxpool.Pool satisfy it.
@@ -15,9 +17,9 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// ErrNoSchema is wrapped by the error Status (and CheckSchema) returns when a table or column
-// the relay needs is missing, or the schema is older than this binary.
-var ErrNoSchema = errors.New("outbox schema is missing or out of date")
+// ErrNoSchema is wrapped by the error Status returns when a table or column the relay needs is
+// missing, or the schema is older than this binary (schemacheck.ErrNoSchema).
+var ErrNoSchema = schemacheck.ErrNoSchema
 
 // statuses are the values of outbox_events.status; reports always carry all four.
 var statuses = []string{"pending", "done", "failed", "parked"}
@@ -256,14 +258,14 @@ func plural(n int64) string {
 	return "s"
 }
 
-// checkSchema fails unless the schema is the one this binary needs (see CheckSchema), saying
+// checkSchema fails unless the schema is the one this binary needs (schemacheck.Check), saying
 // what to do, and returns the database clock and the schema it checked.
 func checkSchema(ctx context.Context, db DB, name string) (time.Time, string, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return now, "", fmt.Errorf("read the database clock: %w", err)
 	}
-	s, err := checkedSchema(ctx, db, name)
+	s, err := schemacheck.Check(ctx, db, name)
 	return now, s, err
 }
 

@@ -18,7 +18,7 @@ import (
 // Schema field or argument): each of their SQL statements must name the tables through
 // schema.SQL placeholders ({outbox_events}) or schema.Qualify, never bare, or it reads the
 // search_path's table instead (a decoy in public, say).
-var qualifiedPackages = []string{"cdc", "publisher", "relay", "outbox", "inbox", "migrations", "internal/inspect", "cmd/outbox-relay"}
+var qualifiedPackages = []string{"cdc", "publisher", "relay", "outbox", "inbox", "migrations", "internal/inspect", "internal/schemacheck", "internal/control", "internal/state", "cmd/outbox-relay"}
 
 // bareTable finds a table of the relay named bare where a statement expects a table.
 var bareTable = regexp.MustCompile(`(?i)\b(FROM|JOIN|INTO|UPDATE|USING|TABLE)\s+(` +
@@ -118,4 +118,75 @@ func TestSQLQualifiesThePlaceholders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// owners are the tables whose SQL lives in one package, with that package: a query of one of
+// them anywhere else (the migrations, which create it, and the status report, which reads
+// everything, aside) is refused, so that the next change to its rows lands beside the others.
+// The relay's other state tables join when their SQL moves to one package (issue 23).
+var owners = map[string]string{
+	schema.Reshard:         "internal/control",
+	schema.PipelineControl: "internal/control",
+	schema.SlotLocation:    "internal/state",
+	schema.Slots:           "internal/state",
+}
+
+// readAnything are the packages that may query any table: the migrations and the status report.
+var readAnything = []string{"migrations", "internal/inspect"}
+
+func TestOwnedTablesAreQueriedByTheirOwnerOnly(t *testing.T) {
+	root := filepath.Join("..", "..")
+	seen := map[string]bool{}
+	for _, pkg := range qualifiedPackages {
+		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			for _, q := range queriedTables(t, file) {
+				owner, owned := owners[q.table]
+				switch {
+				case !owned || slices.Contains(readAnything, pkg):
+				case pkg == owner:
+					seen[q.table] = true
+				default:
+					t.Errorf("%s: a query of %s outside %s: its rows are written and read there; call it from %s",
+						q.pos, q.table, owner, pkg)
+				}
+			}
+		}
+	}
+	for table, owner := range owners {
+		if !seen[table] {
+			t.Errorf("no query of %s found in %s: this check would prove nothing", table, owner)
+		}
+	}
+}
+
+// queriedTables finds the relay's tables a string literal that reads as SQL names, as a
+// placeholder ({outbox_reshard}) or bare.
+func queriedTables(t *testing.T, file string) []hit {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits []hit
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING || !looksLikeSQL(lit.Value) {
+			return true
+		}
+		for _, name := range schema.Names() {
+			if regexp.MustCompile(`\{` + name + `\}|\b(FROM|JOIN|INTO|UPDATE|TABLE)\s+` + name + `\b`).MatchString(lit.Value) {
+				hits = append(hits, hit{pos: fset.Position(lit.Pos()).String(), table: name})
+			}
+		}
+		return true
+	})
+	return hits
 }

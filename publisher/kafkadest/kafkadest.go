@@ -35,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
 
@@ -206,26 +207,16 @@ func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Destination, err
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	d := &Destination{cl: cl, tmpl: tmpl, timeout: timeout, log: log}
-	wait := 250 * time.Millisecond
-	for {
+	err = retry.Do(ctx, retry.Backoff{First: 250 * time.Millisecond, Max: 5 * time.Second}, func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
-		err := cl.Ping(pctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			cl.Close()
-			return nil, ctx.Err()
-		}
+		defer cancel()
+		return cl.Ping(pctx)
+	}, func(err error, wait time.Duration) {
 		log.Warn().Err(err).Dur("retry_in", wait).Msg("kafka: no broker answers; retrying")
-		select {
-		case <-ctx.Done():
-			cl.Close()
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 5*time.Second)
+	})
+	if err != nil {
+		cl.Close()
+		return nil, err // ctx ended: a broker that does not answer is retried until then
 	}
 	return d, nil
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/internal/tlsfiles"
 	"github.com/outbox-relay/outbox-relay/publisher"
 
@@ -226,42 +227,43 @@ var ErrNoStream = errors.New("nats: no JetStream stream captures the relay's sub
 // retried until ctx ends.
 func (d *Destination) checkStream(ctx context.Context, cfg Config) error {
 	wild := d.tmpl.wildcard()
-	wait := 250 * time.Millisecond
-	for {
-		name, err := d.findStream(ctx, wild)
-		if err == nil && name != "" {
-			d.log.Info().Str("stream", name).Str("subjects", wild).Msg("nats: stream found")
-			return nil
-		}
-		if err == nil && cfg.CreateStream == nil {
-			return fmt.Errorf("%w (%s): create one, e.g. `nats stream add OUTBOX --subjects '%s' --storage file --replicas 3 --dupe-window 2m`, "+
-				"or set nats.create_stream (name, replicas, max_age) to let the relay create it", ErrNoStream, wild, wild)
-		}
-		if err == nil {
-			s := cfg.CreateStream
-			replicas := max(s.Replicas, 1)
-			_, err = d.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.Name, Subjects: []string{wild},
-				Storage: jetstream.FileStorage, Replicas: replicas, MaxAge: s.MaxAge, Duplicates: 2 * time.Minute})
-			if err == nil {
-				d.log.Info().Str("stream", s.Name).Str("subjects", wild).Int("replicas", replicas).Msg("nats: stream created")
-				return nil
-			}
-			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamNameInUse && apiErr.Code != 503 {
-				return fmt.Errorf("nats: create_stream %s for %s: %w", s.Name, wild, err)
-			}
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	return retry.Do(ctx, retry.Backoff{First: 250 * time.Millisecond, Max: 5 * time.Second}, func(ctx context.Context) error {
+		return d.findOrCreateStream(ctx, cfg, wild)
+	}, func(err error, wait time.Duration) {
 		d.log.Warn().Err(err).Dur("retry_in", wait).Msg("nats: JetStream not reachable; retrying")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 5*time.Second)
+	})
+}
+
+// findOrCreateStream is one attempt of checkStream: nil once a stream covers wild, an error
+// marked retry.Stop when none does and none is to be created, or when JetStream refuses to
+// create it; any other error (JetStream not answering, or a stream of that name appearing
+// meanwhile) is retried.
+func (d *Destination) findOrCreateStream(ctx context.Context, cfg Config, wild string) error {
+	name, err := d.findStream(ctx, wild)
+	if err != nil {
+		return err
 	}
+	if name != "" {
+		d.log.Info().Str("stream", name).Str("subjects", wild).Msg("nats: stream found")
+		return nil
+	}
+	if cfg.CreateStream == nil {
+		return retry.Stop(fmt.Errorf("%w (%s): create one, e.g. `nats stream add OUTBOX --subjects '%s' --storage file --replicas 3 --dupe-window 2m`, "+
+			"or set nats.create_stream (name, replicas, max_age) to let the relay create it", ErrNoStream, wild, wild))
+	}
+	s := cfg.CreateStream
+	replicas := max(s.Replicas, 1)
+	_, err = d.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.Name, Subjects: []string{wild},
+		Storage: jetstream.FileStorage, Replicas: replicas, MaxAge: s.MaxAge, Duplicates: 2 * time.Minute})
+	if err == nil {
+		d.log.Info().Str("stream", s.Name).Str("subjects", wild).Int("replicas", replicas).Msg("nats: stream created")
+		return nil
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamNameInUse && apiErr.Code != 503 {
+		return retry.Stop(fmt.Errorf("nats: create_stream %s for %s: %w", s.Name, wild, err))
+	}
+	return err
 }
 
 // findStream returns the name of a stream one of whose subjects covers wild, or "" if none

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -55,7 +56,7 @@ func (t *harness) setPaused(ctx context.Context, paused bool) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = publisher.SetPaused(ctx, conn, "", publisher.DefaultPipeline, paused, "torture pause fault")
+	_, err = control.SetPaused(ctx, conn, "", publisher.DefaultPipeline, paused, "torture pause fault")
 	return err
 }
 

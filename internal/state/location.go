@@ -1,4 +1,4 @@
-package cdc
+package state
 
 import (
 	"context"
@@ -11,46 +11,48 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
-// location is a slot's row in outbox_slot_location (migration 12), kept on the primary in the
+// Location is a slot's row in outbox_slot_location (migration 12), kept on the primary in the
 // schema of the relay's tables (also for a slot on a standby): where
 // the slot lives and the move under way, if any (docs/guides/failover.md). No row: the slot lives on the primary and is not moving.
-type location struct {
-	found   bool
-	server  string // "" the primary, else a standby's host:port
-	moving  bool
-	moveTo  string // with moving: the server of the new slot ("" the primary)
-	fence   pglogrepl.LSN
-	reached bool // with moving: the old slot confirmed the fence; it is dropped next
+type Location struct {
+	Found   bool
+	Server  string // "" the primary, else a standby's host:port
+	Moving  bool
+	MoveTo  string // with Moving: the server of the new slot ("" the primary)
+	Fence   pglogrepl.LSN
+	Reached bool // with Moving: the old slot confirmed the fence; it is dropped next
 }
 
-// locationQuerier is a connection or a pool.
-type locationQuerier interface {
+// Querier is a connection, a pool or a transaction.
+type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func readLocation(ctx context.Context, q locationQuerier, s, slot string) (location, error) {
-	var l location
+// ReadLocation reads slot's row in outbox_slot_location of schema s; a zero Location when it
+// has none.
+func ReadLocation(ctx context.Context, q Querier, s, slot string) (Location, error) {
+	var l Location
 	var fence *string
 	err := q.QueryRow(ctx, schema.SQL(s, `SELECT coalesce(server, ''), coalesce(move_to, ''), move_fence::text, move_reached_at IS NOT NULL
-		FROM {outbox_slot_location} WHERE slot = $1`), slot).Scan(&l.server, &l.moveTo, &fence, &l.reached)
+		FROM {outbox_slot_location} WHERE slot = $1`), slot).Scan(&l.Server, &l.MoveTo, &fence, &l.Reached)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return location{}, nil
+		return Location{}, nil
 	case err != nil:
 		return l, fmt.Errorf("read where slot %q lives (outbox_slot_location): %w", slot, err)
 	}
-	l.found = true
+	l.Found = true
 	if fence != nil {
-		l.moving = true
-		if l.fence, err = pglogrepl.ParseLSN(*fence); err != nil {
+		l.Moving = true
+		if l.Fence, err = pglogrepl.ParseLSN(*fence); err != nil {
 			return l, fmt.Errorf("slot %q: move fence %q: %w", slot, *fence, err)
 		}
 	}
 	return l, nil
 }
 
-// setLocation records that slot lives on name ("" the primary), ending any move.
-func setLocation(ctx context.Context, conn *pgx.Conn, s, slot, name string) error {
+// SetLocation records that slot lives on name ("" the primary), ending any move.
+func SetLocation(ctx context.Context, conn *pgx.Conn, s, slot, name string) error {
 	_, err := conn.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_slot_location} (slot, server) VALUES ($1, NULLIF($2, ''))
 		ON CONFLICT (slot) DO UPDATE SET server = excluded.server, move_to = NULL, move_fence = NULL,
 			move_reached_at = NULL, updated_at = now()`), slot, name)
@@ -60,8 +62,8 @@ func setLocation(ctx context.Context, conn *pgx.Conn, s, slot, name string) erro
 	return nil
 }
 
-// startMove records a move of slot from one server to another, fenced at fence.
-func startMove(ctx context.Context, conn *pgx.Conn, s, slot, from, to string, fence pglogrepl.LSN) error {
+// StartMove records a move of slot from one server to another, fenced at fence.
+func StartMove(ctx context.Context, conn *pgx.Conn, s, slot, from, to string, fence pglogrepl.LSN) error {
 	_, err := conn.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_slot_location} (slot, server, move_to, move_fence)
 		VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4::pg_lsn)
 		ON CONFLICT (slot) DO UPDATE SET server = excluded.server, move_to = excluded.move_to,
@@ -72,9 +74,9 @@ func startMove(ctx context.Context, conn *pgx.Conn, s, slot, from, to string, fe
 	return nil
 }
 
-// markReached records that the old slot of slot's move confirmed the fence: from now on it may
+// MarkReached records that the old slot of slot's move confirmed the fence: from now on it may
 // be dropped, and a missing old slot is no loss.
-func markReached(ctx context.Context, conn *pgx.Conn, s, slot string) error {
+func MarkReached(ctx context.Context, conn *pgx.Conn, s, slot string) error {
 	_, err := conn.Exec(ctx, schema.SQL(s, `UPDATE {outbox_slot_location}
 		SET move_reached_at = coalesce(move_reached_at, now()), updated_at = now()
 		WHERE slot = $1 AND move_fence IS NOT NULL`), slot)
@@ -84,8 +86,8 @@ func markReached(ctx context.Context, conn *pgx.Conn, s, slot string) error {
 	return nil
 }
 
-// finishMove records that slot's move is done: it lives on the move's new server.
-func finishMove(ctx context.Context, conn *pgx.Conn, s, slot string) error {
+// FinishMove records that slot's move is done: it lives on the move's new server.
+func FinishMove(ctx context.Context, conn *pgx.Conn, s, slot string) error {
 	_, err := conn.Exec(ctx, schema.SQL(s, `UPDATE {outbox_slot_location} SET server = move_to, move_to = NULL, move_fence = NULL,
 		move_reached_at = NULL, updated_at = now() WHERE slot = $1 AND move_fence IS NOT NULL AND move_reached_at IS NOT NULL`), slot)
 	if err != nil {

@@ -1,8 +1,7 @@
-package publisher
+package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -147,13 +146,5 @@ func emitReplay(ctx context.Context, tx pgx.Tx, aggs []cdc.Aggregate, pipeline s
 	if pipeline == "default" {
 		pipeline = "" // as before pipelines: a relay of an older release obeys it too
 	}
-	body, err := json.Marshal(cdc.ReplayRequest{Aggregates: aggs, Pipeline: pipeline})
-	if err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::text)`, cdc.ReplayPrefix, string(body))
-	if err != nil {
-		return fmt.Errorf("write replay request: %w", err)
-	}
-	return nil
+	return cdc.ReplayRequest{Aggregates: aggs, Pipeline: pipeline}.Emit(ctx, tx)
 }

@@ -1,4 +1,12 @@
-package inspect
+// Package schemacheck checks that a database holds the relay's schema as this binary needs it,
+// and names the fix when it does not: the check `outbox-relay run` makes before it creates
+// anything (cdc.Setup) and the one `outbox-relay status` reports. It reads the catalog and the
+// version table only, so a check leaves nothing behind.
+//
+// What belongs here: recognising a schema by what it holds (tables, columns, indexes of
+// schema.Tables, the version history of migrations) and the messages that say what to run.
+// The names themselves are internal/schema's; the SQL that creates them is migrations'.
+package schemacheck
 
 import (
 	"context"
@@ -7,30 +15,27 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// ErrForeignTable is wrapped by the error CheckSchema returns when outbox_events exists but was
+// ErrNoSchema is wrapped by the error Check returns when a table or column the relay needs is
+// missing, or the schema is older than this binary.
+var ErrNoSchema = errors.New("outbox schema is missing or out of date")
+
+// ErrForeignTable is wrapped by the error Check returns when outbox_events exists but was
 // not created by `outbox-relay migrate`.
 var ErrForeignTable = errors.New("table outbox_events is not the relay's table")
 
-// CheckSchema checks that the relay's schema holds what this binary uses: every table, column
+// Check checks that the relay's schema holds what this binary uses: every table, column
 // and index of schema.Tables (the inbox's table aside). name is the schema named by the
 // operator (--schema); empty means the connection's current_schema(). A schema is recognised by
 // what it holds, not by who installed it: one installed from the migration files by another
 // tool (Flyway, Atlas, psql -f) passes when it is complete. It only reads the catalog and the
 // version table, so it leaves nothing behind. Its errors wrap ErrNoSchema or ErrForeignTable
 // and name the fix.
-func CheckSchema(ctx context.Context, db DB, name string) error {
-	_, err := checkedSchema(ctx, db, name)
-	return err
-}
-
-// checkedSchema is CheckSchema, returning the schema it checked.
-func checkedSchema(ctx context.Context, db DB, name string) (string, error) {
+// It returns the schema it checked.
+func Check(ctx context.Context, db schema.Querier, name string) (string, error) {
 	s, err := schema.Resolve(ctx, db, name)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrNoSchema, err)
@@ -61,7 +66,7 @@ func checkedSchema(ctx context.Context, db DB, name string) (string, error) {
 
 // withElsewhere adds to err where the relay's version table is, if another schema has it: the
 // relay's tables are there, and s has only some table of the same name.
-func withElsewhere(ctx context.Context, db DB, s string, err error) error {
+func withElsewhere(ctx context.Context, db schema.Querier, s string, err error) error {
 	others, lookupErr := schema.Elsewhere(ctx, db, s, schema.VersionTable)
 	if lookupErr != nil || len(others) == 0 {
 		return err
@@ -73,7 +78,7 @@ func withElsewhere(ctx context.Context, db DB, s string, err error) error {
 // MissingOutboxTable returns nil when schema s (resolved from name, the operator's --schema)
 // has outbox_events, else an error wrapping ErrNoSchema that says where to migrate, and where a
 // table of that name exists instead.
-func MissingOutboxTable(ctx context.Context, db DB, name, s string) error {
+func MissingOutboxTable(ctx context.Context, db schema.Querier, name, s string) error {
 	var exists bool
 	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, schema.Events)).Scan(&exists); err != nil {
 		return fmt.Errorf("look up outbox_events: %w", err)
@@ -146,22 +151,4 @@ func pieceList(pieces []schema.Piece) string {
 		s[i] = p.String() + " (" + migrations.Source(p.Since) + ")"
 	}
 	return strings.Join(s, ", ")
-}
-
-// qualified runs queries whose table names are schema.SQL placeholders ({outbox_events}) in one
-// schema: the internal readers of this package take it as their DB, so each query names the
-// tables of the schema being inspected.
-type qualified struct {
-	db     DB
-	schema string
-}
-
-func inSchema(db DB, s string) DB { return qualified{db: db, schema: s} }
-
-func (q qualified) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return q.db.Query(ctx, schema.SQL(q.schema, sql), args...)
-}
-
-func (q qualified) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return q.db.QueryRow(ctx, schema.SQL(q.schema, sql), args...)
 }

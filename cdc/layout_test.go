@@ -1,0 +1,50 @@
+package cdc_test
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/outbox-relay/outbox-relay"
+
+// goList runs go list with args and returns the fields of its output.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("this test runs `go list`: put the go command on PATH: %v", err)
+	}
+	out, err := exec.Command(gobin, append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.Fields(string(out))
+}
+
+// Layers do not reach sideways: the stream checks the schema through internal/schemacheck,
+// which the status report uses too, and never links the status report (internal/inspect); the
+// packages below the stream stay leaves of this module.
+func TestStreamReachesNoSideways(t *testing.T) {
+	deps := goList(t, "-deps", module+"/cdc")
+	if !slices.Contains(deps, module+"/internal/schemacheck") {
+		t.Fatal("cdc does not link internal/schemacheck: this check would prove nothing")
+	}
+	if slices.Contains(deps, module+"/internal/inspect") {
+		t.Error("cdc links internal/inspect: the schema check belongs in internal/schemacheck, where both use it")
+	}
+	for pkg, allowed := range map[string][]string{
+		"internal/schema":      nil,
+		"internal/schemacheck": {"internal/schema", "migrations"},
+		"internal/retry":       nil,
+		"internal/state":       {"internal/schema"},
+	} {
+		for _, dep := range goList(t, "-deps", module+"/"+pkg) {
+			own, ok := strings.CutPrefix(dep, module+"/")
+			if ok && own != pkg && !slices.Contains(allowed, own) {
+				t.Errorf("%s links %s: it is a leaf of this module (it may link %v)", pkg, own, allowed)
+			}
+		}
+	}
+}
