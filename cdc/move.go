@@ -15,7 +15,7 @@ import (
 
 // Move is a move of a slot between two servers of one cluster (the primary and a hot standby,
 // either way), as Setup found it: the slot still lives on From while the relay is configured to
-// decode on To (README: Moving decoding between the primary and a standby). Pass it to the
+// decode on To (docs/guides/failover.md). Pass it to the
 // stream as Config.Move.
 //
 // Setup created the new slot on To; its start is the fence. The stream first streams the old

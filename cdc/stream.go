@@ -60,7 +60,7 @@ type Config struct {
 	// slot on DSN (move.go). Nil: the slot is on DSN.
 	Move *Move
 	// Registerer receives the stream's series (outbox_relay_streaming, _reconnects_total, ...;
-	// see the README's Metrics table). If nil, they are registered nowhere. Wrap it with
+	// see docs/reference/metrics.md). If nil, they are registered nowhere. Wrap it with
 	// prometheus.WrapRegistererWith to label one stream's series among several.
 	Registerer prometheus.Registerer
 }

@@ -319,7 +319,7 @@ func (e Endpoints) dbError(what string, err error) error {
 				"`outbox-relay migrate` (it needs migration 13), or name the schema the relay's tables are in "+
 				"(--schema, Endpoints.Schema): %w", what, err)
 		case pgerrcode.CheckViolation:
-			return fmt.Errorf("outbox: %s: %w: the table refuses it (constraint %s; README: Endpoints for partners)",
+			return fmt.Errorf("outbox: %s: %w: the table refuses it (constraint %s; docs/guides/endpoints.md)",
 				what, ErrInvalidEndpoint, pgErr.ConstraintName)
 		}
 	}

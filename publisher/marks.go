@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// MarksMode is how delivered rows are recorded in outbox_events (README: Done-marks).
+// MarksMode is how delivered rows are recorded in outbox_events (docs/operations.md, Done-marks).
 type MarksMode string
 
 // Marks modes.
@@ -15,7 +15,7 @@ const (
 	// MarksOff records nothing: delivered rows keep status 'pending'. The slot's position is
 	// still the truth of what was delivered; status and the skip of already delivered events
 	// after a crash lose their input, and prune takes the rows once every slot confirmed them
-	// (see the README).
+	// (see docs/operations.md, Done-marks).
 	MarksOff MarksMode = "off"
 )
 

@@ -55,7 +55,7 @@ type Config struct {
 	// many, retries included. Zero (the default): unlimited.
 	RateLimit int
 	// Registerer receives the publisher's series (outbox_relay_events_delivered_total,
-	// _delivery_attempts_total, _parked_aggregates, ...; see the README's Metrics table). If
+	// _delivery_attempts_total, _parked_aggregates, ...; see docs/reference/metrics.md). If
 	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
 	// publisher's series among several.
 	Registerer prometheus.Registerer

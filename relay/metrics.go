@@ -22,7 +22,7 @@ func registerProcess(reg prometheus.Registerer, version, commit string) {
 
 // RegisterMetrics registers on reg every series Run exports, as Run would, without connecting
 // anywhere: what /metrics lists before the first event. The dashboard, the alerts and the
-// README's Metrics table are checked against it.
+// metrics list in docs/reference/metrics.md are checked against it.
 func RegisterMetrics(reg prometheus.Registerer) {
 	cfg := Config{DSN: "postgres://localhost/none"}
 	cfg.defaults()

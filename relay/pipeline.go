@@ -79,7 +79,7 @@ type Pipeline struct {
 	// publisher.GoneRetry retries it like any failed attempt.
 	OnGone publisher.GoneAction
 
-	// Shards splits the pipeline into this many shards (README: Shards): shard i is a pipeline
+	// Shards splits the pipeline into this many shards (docs/guides/shards.md): shard i is a pipeline
 	// whose row filter adds ShardExpr(Shards) = i, named ShardName(Name, Shards, i) in the
 	// database (slot and publication likewise, from Slot and Publication when given), with its
 	// own leader, state and series (labels pipeline=Name, shard=i). Every aggregate lives in

@@ -1,7 +1,3 @@
-// Package relay runs a relay from a Config: cdc.Stream reads committed outbox rows from the
-// slot, the publisher delivers them, and their acknowledgements flow back to the stream's
-// Tracker, which decides what the slot may confirm. It also serves /metrics, /healthz and
-// /readyz. Run owns every goroutine it starts and waits for all of them before it returns.
 package relay
 
 import (
@@ -128,7 +124,7 @@ type Config struct {
 	Ready func(metricsAddr string)
 
 	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
-	// PostgreSQL 17+ (README: Failover slots).
+	// PostgreSQL 17+ (docs/guides/failover.md).
 	Failover cdc.FailoverMode
 	// ReplicationDSN is --replication-dsn: if set, the slot lives on and is decoded by that
 	// server (a hot standby, PostgreSQL 16+), while setup checks, marks, replays and status use
@@ -140,7 +136,7 @@ type Config struct {
 	// request, uncompressed, rows marked done.
 	Delivery Delivery
 	// Destination replaces the webhook for the default pipeline (see Pipeline.Destination;
-	// README: Broker destinations). Nil: the webhook of WebhookURL, Secrets and Scheme.
+	// docs/guides/brokers.md). Nil: the webhook of WebhookURL, Secrets and Scheme.
 	Destination publisher.Opener
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the default-pipeline fields above must

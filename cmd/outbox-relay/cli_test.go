@@ -94,7 +94,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 			t.Errorf("--help does not list %s with its summary:\n%s", c.Name(), stdout)
 		}
 	}
-	// The commands the README documents; the loop above covers any added later.
+	// The commands the docs document; the loop above covers any added later.
 	for _, want := range []string{"run", "migrate", "status", "replay", "prune", "demo", "version"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no %s subcommand; registered: %v", want, names)

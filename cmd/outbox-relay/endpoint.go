@@ -35,7 +35,7 @@ Each command takes --json for scripts. Exit codes: 0 done, 1 not found, exists, 
 database error, 2 bad input (with the reason and the fix; nothing is written).
 Secrets are printed once, by add and rotate-secret, and never again: list and show print a
 fingerprint. With a secrets key (OUTBOX_RELAY_SECRETS_KEY or --secrets-key-file) they are
-sealed at rest (README: Endpoints for partners).`,
+sealed at rest (docs/guides/endpoints.md).`,
 		Example: `  outbox-relay endpoint add --id acme --url https://acme.example/webhooks --tenant acme --event-types 'order.*,invoice.paid'
   outbox-relay endpoint list --tenant acme
   outbox-relay endpoint rotate-secret acme --keep-old 24h`,
@@ -70,7 +70,7 @@ func oneID(cmd *cobra.Command, args []string) error {
 func addEndpointCommon(fs *pflag.FlagSet) {
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
-	fs.Bool("json", false, "print the result as JSON (the table's column names; see README)")
+	fs.Bool("json", false, "print the result as JSON (the table's column names; see docs/guides/endpoints.md)")
 }
 
 // addSecretsKeyFlag adds the flag of the commands that write secrets.
@@ -169,7 +169,7 @@ func readSecretsKeys(fs *pflag.FlagSet) (text, from string, err error) {
 func warnClear(cmd *cobra.Command, eps outbox.Endpoints) {
 	if eps.Sealer == nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: no secrets key (OUTBOX_RELAY_SECRETS_KEY or --secrets-key-file): "+
-			"the secret is stored in clear in outbox_endpoints (README: Endpoints for partners, Secrets)")
+			"the secret is stored in clear in outbox_endpoints (docs/guides/endpoints.md, Secrets)")
 	}
 }
 

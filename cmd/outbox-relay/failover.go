@@ -10,8 +10,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// Flags for PostgreSQL 16-18 features: failover slots and decoding from a standby (README:
-// PostgreSQL versions).
+// Flags for PostgreSQL 16-18 features: failover slots and decoding from a standby (docs/guides/failover.md,
+// docs/guides/postgresql-versions.md).
 
 var replicationDSNFlag = envFlag{name: "replication-dsn", env: "REPLICATION_DSN"}
 

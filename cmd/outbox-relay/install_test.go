@@ -21,7 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// The install scenarios of "my application's existing database" (README: Install), through the
+// The install scenarios of "my application's existing database" (docs/guides/existing-database.md), through the
 // real command line: migrate, run (a child process), status, replay, pause, resume, prune.
 
 // installDB is a fresh database, the pool of a producer on it, and a slot name of its own

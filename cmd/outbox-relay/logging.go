@@ -13,7 +13,7 @@ import (
 // Duration fields (duration, retry_in, retry, shutdown_timeout, ...) are logged as seconds, a
 // decimal number, like the metrics' _seconds: `"retry_in":13.84`. zerolog's default is
 // milliseconds with no unit in the name. These settings are process-wide, so they are made
-// here, by the command, for every package's log lines; the README's logs section says so.
+// here, by the command, for every package's log lines; docs/reference/metrics.md, Logs says so.
 func init() {
 	zerolog.DurationFieldUnit = time.Second
 	zerolog.DurationFieldInteger = false

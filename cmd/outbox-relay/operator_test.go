@@ -366,7 +366,7 @@ func TestSecretFileLinesMeanRotation(t *testing.T) {
 	}
 }
 
-// Duration fields are logged in seconds, as the README's logs section says: the first wait for
+// Duration fields are logged in seconds, as docs/reference/metrics.md, Logs says: the first wait for
 // an unreachable database is 200ms, logged as retry_in 0.2.
 func TestLoggedDurationsAreSeconds(t *testing.T) {
 	dsn, _ := fakeDB(t)

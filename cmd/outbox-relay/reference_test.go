@@ -12,11 +12,11 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/reference/configuration.md and the README's run table from internal/settings")
+var update = flag.Bool("update", false, "rewrite the generated pages under docs/ (the configuration reference, the run table of the commands page, the CLI reference, the metrics list) instead of checking them")
 
 const (
 	referencePath = "../../docs/reference/configuration.md"
-	readmePath    = "../../README.md"
+	commandsPath  = "../../docs/reference/commands.md"
 	runBegin      = "<!-- BEGIN run flags: generated from internal/settings; go test ./cmd/outbox-relay -run TestConfigurationReference -update -->\n"
 	runEnd        = "<!-- END run flags -->"
 )
@@ -24,7 +24,7 @@ const (
 // The settings table is the one place of every run flag's default and help: each flag of
 // `outbox-relay run` has a row and shows its default and help in --help, each row with a flag
 // has one, each YAML key is one the pipelines file takes; and the configuration reference and
-// the README's run table are what the table generates (-update rewrites them).
+// the commands page's run table are what the table generates (-update rewrites them).
 func TestConfigurationReference(t *testing.T) {
 	fs := newRunCmd().Flags()
 	rows := map[string]settings.Setting{}
@@ -51,7 +51,7 @@ func TestConfigurationReference(t *testing.T) {
 	})
 	checkYAMLKeys(t)
 	checkGenerated(t, referencePath, "", "", settings.Reference())
-	checkGenerated(t, readmePath, runBegin, runEnd, settings.RunTable())
+	checkGenerated(t, commandsPath, runBegin, runEnd, settings.RunTable())
 }
 
 // checkYAMLKeys has the pipelines file parse every YAML key of the table: a key it does not

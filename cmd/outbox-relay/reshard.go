@@ -27,7 +27,7 @@ outbox_reshard and shown by status; re-running after an interruption continues w
    deliver nothing until then;
 3. drop the old shards' slots and publications, once no relay streams them (a log line each);
 4. mark the reshard done. Relays refuse a shards: that contradicts it from then on.
-README: Shards, Changing N.`,
+docs/guides/shards.md, Changing N.`,
 		Example: `  outbox-relay reshard --config relay.yaml --pipeline orders --to 4 --dry-run
   outbox-relay reshard --config relay.yaml --pipeline orders --to 4`,
 	}

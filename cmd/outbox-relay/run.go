@@ -46,7 +46,7 @@ delivers every committed outbox row as a signed POST, in commit order per aggreg
 the slot only after delivery. If another instance holds the slot, this one stands by and takes over when it
 goes away. SIGINT or SIGTERM drains in-flight deliveries, confirms and exits 0.
 With --nats-url (NATS JetStream) or --kafka-brokers (Kafka) it publishes to that broker instead
-of the webhook, with the same guarantees (README: Broker destinations).`,
+of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app WEBHOOK_URL=https://consumer/webhooks \
   WEBHOOK_SECRET_FILE=/run/secrets/webhook outbox-relay run --metrics-addr :9187
   DB_DSN=postgres://relay@db:5432/app NATS_URL=nats://nats:4222 outbox-relay run --nats-create-stream OUTBOX`,
@@ -191,7 +191,7 @@ func flagShards(fs *pflag.FlagSet, cfg *relay.Config) error {
 		return nil
 	case cfg.Shards <= 1:
 		return usageError{errors.New("--shard selects a shard of a sharded pipeline: add --shards N (the same N on every " +
-			"shard's relay), or give the pipelines with --config, one of them with shards: N (README: Shards)")}
+			"shard's relay), or give the pipelines with --config, one of them with shards: N (docs/guides/shards.md)")}
 	case shard < 0 || shard >= cfg.Shards:
 		return usageError{fmt.Errorf("--shard %d: with --shards %d, want 0 to %d (or -1 for every shard)", shard, cfg.Shards, cfg.Shards-1)}
 	}
@@ -361,7 +361,7 @@ func tuneGC(cfg relay.Config, log zerolog.Logger) {
 		limit = hard / 10 * 9
 		log.Warn().Int64("wanted_mib", sized>>20).Int64("cgroup_memory_max_mib", hard>>20).
 			Msg("the pipelines' buffers, once full, may not fit in the container's memory: raise its memory limit " +
-				"to the wanted size, or lower max_buffered_bytes (README: Memory)")
+				"to the wanted size, or lower max_buffered_bytes (docs/operations.md, Memory)")
 	}
 	debug.SetMemoryLimit(limit)
 	log.Info().Int64("soft_limit_mib", limit>>20).

@@ -38,7 +38,7 @@ could be read, so it works as a probe and for scripts (--json).`,
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
 	fs.String("slot", relay.DefaultSlot, "logical replication slot name")
-	fs.Bool("json", false, "print the report as JSON (stable field names; see README)")
+	fs.Bool("json", false, "print the report as JSON (stable field names; see docs/operations.md)")
 	fs.Int("top", 10, "parked aggregates to list, oldest first")
 	fs.Duration("timeout", 10*time.Second, "give up after this long")
 	fs.String(configFlag.name, "", "report every pipeline of this YAML file (env OUTBOX_RELAY_CONFIG), as `run --config` runs them")

@@ -7,7 +7,7 @@
 // the relay. Point the relay's --webhook-url at http://127.0.0.1:8080/webhook with the same
 // secret. --retention prunes inbox_events rows older than that, hourly; an event the relay
 // sends again after its row is pruned is applied again, so keep it longer than the relay keeps
-// delivered events (see the README, Pruning the inbox).
+// delivered events (see docs/guides/consuming-webhooks.md, Pruning the inbox).
 package main
 
 import (

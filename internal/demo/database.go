@@ -68,7 +68,7 @@ func (d *demo) throwaway(ctx context.Context) (string, error) {
 	return c.DSN(name), nil
 }
 
-// ordersTable is the producer's own table, as in the README's plain-SQL example.
+// ordersTable is the producer's own table, as in the plain-SQL example of docs/guides/producing.md.
 const ordersTable = `CREATE TABLE IF NOT EXISTS orders (
 	id         bigserial PRIMARY KEY,
 	customer   text NOT NULL,

@@ -11,7 +11,7 @@ import (
 )
 
 // placeOrder is the producer: one statement, so one transaction, writes the order and its
-// outbox event together. It is the README's plain-SQL example with parameters.
+// outbox event together. It is the plain-SQL example of docs/guides/producing.md with parameters.
 const placeOrder = `with new_order as (insert into orders(customer, total) values ($1, $2) returning id, customer, total)
 insert into outbox_events(aggregate_type, aggregate_id, event_type, payload, dedup_key)
 select 'order', id::text, 'order.created', jsonb_build_object('order_id', id, 'customer', customer, 'total', total), 'order.created:' || id::text

@@ -25,7 +25,7 @@ var ErrNoSchema = schemacheck.ErrNoSchema
 var statuses = []string{"pending", "done", "failed", "parked"}
 
 // Report is the state of one slot and the outbox table, as read from the database. The JSON
-// names are a stable interface for scripts (README: Operations, status). Values the server
+// names are a stable interface for scripts (docs/operations.md, status). Values the server
 // reports as NULL are nil pointers and encode as null.
 type Report struct {
 	// CheckedAt is the database's clock when the report was taken.
@@ -80,7 +80,7 @@ type Slot struct {
 	LagBytes *int64 `json:"lag_bytes"`
 
 	// The fields below exist only on newer servers; they are always in the JSON, null where the
-	// server lacks the column (README: PostgreSQL versions).
+	// server lacks the column (docs/guides/postgresql-versions.md).
 
 	// Conflicting is true when a slot was invalidated by a recovery conflict (PostgreSQL 16+).
 	Conflicting *bool `json:"conflicting"`
@@ -91,7 +91,7 @@ type Slot struct {
 	// from it (PostgreSQL 17+).
 	InactiveSince *time.Time `json:"inactive_since"`
 	// Failover is true when the slot is synchronised to standbys that have
-	// sync_replication_slots on (PostgreSQL 17+; see README: Failover slots).
+	// sync_replication_slots on (PostgreSQL 17+; see docs/guides/failover.md).
 	Failover *bool `json:"failover"`
 	// Synced is true on a standby for a slot copied from the primary by slot synchronisation;
 	// only such a slot can be used after promotion. On a primary it is false (PostgreSQL 17+).
@@ -239,7 +239,7 @@ func (r Report) Warnings() []string {
 	if s := r.Slot; s.Failover != nil && *s.Failover && !r.Server.InRecovery &&
 		(r.Server.SynchronizedStandbySlots == nil || *r.Server.SynchronizedStandbySlots == "") {
 		w = append(w, fmt.Sprintf("slot %q is a failover slot but synchronized_standby_slots is empty: a standby "+
-			"may be promoted with a synced slot that is behind what the relay confirmed (README: Failover slots)", s.Name))
+			"may be promoted with a synced slot that is behind what the relay confirmed (docs/guides/failover.md)", s.Name))
 	}
 	if n := r.Rows["failed"]; n > 0 {
 		w = append(w, fmt.Sprintf("%d dead-lettered event%s (status failed)", n, plural(n)))

@@ -269,7 +269,7 @@ func allStrings(v any) []string {
 	return nil
 }
 
-// TestDocumentedSeriesKeepNameTypeAndLabels pins the series that the dashboard, the alerts and the README rely on: a
+// TestDocumentedSeriesKeepNameTypeAndLabels pins the series that the dashboard, the alerts and the docs rely on: a
 // rename or a change of type or labels must be deliberate.
 func TestDocumentedSeriesKeepNameTypeAndLabels(t *testing.T) {
 	reg := registered(t)

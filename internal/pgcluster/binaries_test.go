@@ -25,7 +25,7 @@ func fakeServer(t *testing.T, dir string) string {
 	return dir
 }
 
-// The order the README documents: PG_BIN, pg_config, /usr/lib/postgresql/<newest>, PATH, then
+// The order docs/development/testing.md documents: PG_BIN, pg_config, /usr/lib/postgresql/<newest>, PATH, then
 // the cached build, and a fetch only when none of them has a server. Each step removes the
 // place that won the step before.
 func TestFindBinDirOrderThenFetch(t *testing.T) {

@@ -116,7 +116,7 @@ func TestParseErrorsNameTheFix(t *testing.T) {
 	}
 }
 
-// brokers is the README's example of the per-pipeline keys added with broker destinations,
+// brokers is docs/guides/brokers.md's example of the per-pipeline keys added with broker destinations,
 // formats and batching, and on_gone.
 const brokers = `pipelines:
   - name: events_ce

@@ -2,7 +2,7 @@
 // with its environment variable, its key in a pipelines file (--config), its default and what
 // it means. The flags take their defaults and help from it, the pipelines file and the Go
 // configs (relay, publisher, the destinations) their defaults from its constants, and the
-// configuration reference (docs/reference/configuration.md) and the README's run table are
+// configuration reference (docs/reference/configuration.md) and the run table of docs/reference/commands.md are
 // generated from it (cmd/outbox-relay: go test -run TestConfigurationReference -update).
 //
 // A new setting lands here: a constant for its default (if it has one), a row in Run, then the

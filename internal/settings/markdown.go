@@ -13,7 +13,7 @@ func Reference() string {
 	var b strings.Builder
 	b.WriteString(generated + "\n# Configuration reference: `outbox-relay run`\n\n" +
 		"Every setting of `outbox-relay run`: its flag, the environment variable the flag falls back to, its key in a\n" +
-		"pipeline of the `--config` file (README: Pipelines; `dsn` and `schema` sit at the file's top), its default and\n" +
+		"pipeline of the `--config` file (see [Pipelines](../guides/pipelines.md); `dsn` and `schema` sit at the file's top), its default and\n" +
 		"what it means. Flags override environment variables. The Go configs (`relay.Config`, `relay.Pipeline`) take the\n" +
 		"same defaults for their zero values. A flag without a YAML key is a setting of the process, given on the command\n" +
 		"line with or without `--config`; with `--config` the per-pipeline flags are refused.\n\n" +
@@ -24,7 +24,7 @@ func Reference() string {
 	return b.String()
 }
 
-// RunTable is the README's table of `outbox-relay run` flags (flag, env, default, meaning).
+// RunTable is docs/reference/commands.md's table of `outbox-relay run` flags (flag, env, default, meaning).
 func RunTable() string {
 	var b strings.Builder
 	b.WriteString("| flag | env | default | meaning |\n|---|---|---|---|\n")

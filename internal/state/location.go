@@ -13,8 +13,7 @@ import (
 
 // Location is a slot's row in outbox_slot_location (migration 12), kept on the primary in the
 // schema of the relay's tables (also for a slot on a standby): where
-// the slot lives and the move under way, if any (README: Moving decoding between the primary
-// and a standby). No row: the slot lives on the primary and is not moving.
+// the slot lives and the move under way, if any (docs/guides/failover.md). No row: the slot lives on the primary and is not moving.
 type Location struct {
 	Found   bool
 	Server  string // "" the primary, else a standby's host:port
