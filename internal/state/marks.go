@@ -54,3 +54,26 @@ func MarkedDone(ctx context.Context, db DB, s string, ids []string) (map[string]
 	}
 	return seen, rows.Err()
 }
+
+// MarkFailed marks row id failed (a dead letter) in schema s with its retries, last error and
+// stream position, and returns how many rows it updated (0: not visible yet). For the pipeline
+// that owns the row's status; another keeps its own (RecordPipelineEvent).
+func MarkFailed(ctx context.Context, db DB, s, id string, retries int, lastErr, seq string) (int64, error) {
+	tag, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_events} SET status = 'failed', retries = $2, last_error = $3, event_sequence = $4
+				WHERE id = $1`), id, retries, lastErr, seq)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// MarkParked marks the rows ids parked (held behind a dead letter) in schema s, each with its
+// stream position (seqs, index for index), and returns how many rows it updated.
+func MarkParked(ctx context.Context, db DB, s string, ids, seqs []string) (int64, error) {
+	tag, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_events} o SET status = 'parked', event_sequence = p.seq
+			FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) WHERE o.id = p.id`), ids, seqs)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
