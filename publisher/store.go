@@ -10,7 +10,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
@@ -55,9 +54,6 @@ type PGStore struct {
 	// the pool's search_path resolves (its current_schema() when that holds them).
 	Schema string
 }
-
-// q names the tables of s.Schema in query (see schema.SQL).
-func (s PGStore) q(query string) string { return schema.SQL(s.Schema, query) }
 
 func (s PGStore) pipeline() string {
 	if s.Pipeline == "" {
@@ -197,4 +193,39 @@ func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, lim
 // BackfillDone implements Store.
 func (s PGStore) BackfillDone(ctx context.Context, slot string) error {
 	return state.BackfillDone(ctx, s.Pool, s.Schema, slot)
+}
+
+// SinceState implements SinceStore.
+func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
+	r, err := state.ReadReplay(ctx, s.Pool, s.Schema, id)
+	return SinceState{
+		SinceRequest: SinceRequest{Pipeline: r.Pipeline, Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType},
+		ID:           id, Total: r.Total, Sent: r.Sent, After: SinceCursor(r.After), Done: r.Done,
+	}, err
+}
+
+// SincePage implements SinceStore.
+func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*envelope.Message, SinceCursor, error) {
+	rows, err := state.ReplayPage(ctx, s.Pool, s.Schema, st.replayRange(), state.ReplayCursor(st.After), limit)
+	if err != nil {
+		return nil, st.After, err
+	}
+	after := st.After
+	var evs []*envelope.Message
+	for _, r := range rows {
+		ev := message(r.Event)
+		if ev.Sequence == "" {
+			// Delivered before sequences were recorded: a new one after the request's commit LSN,
+			// rising with insertion order.
+			ev.Sequence = envelope.Sequence(uint64(tx.CommitLSN), int(r.Cursor.Insert))
+		}
+		after = SinceCursor(r.Cursor)
+		evs = append(evs, ev)
+	}
+	return evs, after, nil
+}
+
+// SinceProgress implements SinceStore.
+func (s PGStore) SinceProgress(ctx context.Context, st SinceState) error {
+	return state.RecordReplayProgress(ctx, s.Pool, s.Schema, state.Replay{ID: st.ID, Sent: st.Sent, After: state.ReplayCursor(st.After), Done: st.Done})
 }
