@@ -114,6 +114,13 @@ func (b *backfillRows) Err() error {
 	return b.rows.Err()
 }
 
+// BackfillOutstanding is an SQL condition, for a statement that goes through schema.SQL, true
+// while the slot that the expression slot names has a backfill to deliver (a new slot's hold
+// included): a reshard's fence waits for it (internal/control).
+func BackfillOutstanding(slot string) string {
+	return `EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.slot = ` + slot + `)`
+}
+
 // BackfillEvent is a backfill row and its place in the backfill.
 type BackfillEvent struct {
 	Position int64
