@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
@@ -68,7 +67,7 @@ func createStandbySlotWithBackfill(ctx context.Context, p *placement, publicatio
 	if err := checkSlotRoom(ctx, p.tconn, p.slot); err != nil {
 		return 0, false, err
 	}
-	if err := holdBackfill(ctx, p.primary, p.schema, p.slot, backfill); err != nil {
+	if err := state.HoldBackfill(ctx, p.primary, p.schema, p.slot, backfill); err != nil {
 		return 0, false, err
 	}
 	cfg, err := p.target.pgconnConfig()
@@ -132,48 +131,11 @@ func recordStandbyBackfill(ctx context.Context, p *placement, publication, snaps
 	}
 	var n int64
 	if backfill {
-		// The standby is a physical copy: the relay's tables are in the same schema there.
-		rows, err := stx.Query(ctx, schema.SQL(p.schema, `SELECT id FROM {outbox_events} WHERE `)+pendingWhere(p.opts.Filter)+
-			` ORDER BY `+backfillOrder(commitOrder))
-		if err != nil {
-			return 0, false, err
-		}
-		src := &backfillRows{rows: rows, slot: p.slot}
-		if n, err = ptx.CopyFrom(ctx, pgx.Identifier{p.schema, schema.Backfill}, []string{"slot", "position", "event_id"}, src); err != nil {
+		if n, err = state.CopyBackfill(ctx, stx, ptx, p.schema, p.slot, commitOrder, p.opts.Filter); err != nil {
 			return 0, false, err
 		}
 	}
 	return int(n), commitOrder, ptx.Commit(ctx)
-}
-
-// backfillRows feeds the ids a query on the standby returns to COPY on the primary, numbered
-// from 1 in the query's order.
-type backfillRows struct {
-	rows pgx.Rows
-	slot string
-	pos  int64
-	id   [16]byte
-	err  error
-}
-
-func (b *backfillRows) Next() bool {
-	if !b.rows.Next() {
-		return false
-	}
-	if b.err = b.rows.Scan(&b.id); b.err != nil {
-		return false
-	}
-	b.pos++
-	return true
-}
-
-func (b *backfillRows) Values() ([]any, error) { return []any{b.slot, b.pos, b.id}, nil }
-
-func (b *backfillRows) Err() error {
-	if b.err != nil {
-		return b.err
-	}
-	return b.rows.Err()
 }
 
 // connectReplication opens a replication connection (replication=database) with cfg. A refusal

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // MarkerConfig configures a Marker.
@@ -164,12 +164,6 @@ func (m *Marker) recovered() {
 	m.cfg.Logger.Info().Msg("marking delivered rows done works again")
 }
 
-// markSQL marks rows done with their stream position. The join on the unnested arrays is planned
-// as a nested loop over the primary key (checked with EXPLAIN ANALYZE on 300k rows: the same
-// time as id = ANY($1)).
-const markSQL = `UPDATE {outbox_events} o SET status = 'done', processed_at = now(), retries = $2, event_sequence = p.seq
-	FROM unnest($1::uuid[], $3::text[]) AS p(id, seq) WHERE o.id = p.id`
-
 // flush marks what waits, batches that found rows not yet visible included, and reports whether
 // every batch it tried succeeded.
 func (m *Marker) flush(ctx context.Context) bool {
@@ -219,14 +213,14 @@ func (m *Marker) flush(ctx context.Context) bool {
 func (m *Marker) mark(ctx context.Context, b markBatch) bool {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
-	tag, err := m.pool.Exec(ctx, schema.SQL(m.cfg.Schema, markSQL), b.rows.ids, b.retries, b.rows.seqs)
+	n, err := state.MarkDone(ctx, m.pool, m.cfg.Schema, b.rows.ids, b.retries, b.rows.seqs)
 	if err != nil {
 		m.m.MarkerErrors.Inc()
 		m.logFailure(err, len(b.rows.ids))
 		m.requeue(b.retries, b.rows)
 		return false
 	}
-	if b.tries < lateTries && tag.RowsAffected() < int64(len(b.rows.ids)) {
+	if b.tries < lateTries && n < int64(len(b.rows.ids)) {
 		m.mu.Lock()
 		m.late = append(m.late, b)
 		m.mu.Unlock()
@@ -297,18 +291,5 @@ func (m *Marker) Delivered(ctx context.Context, ids []string) (map[string]bool, 
 	// A replay request resent with its transaction is no row: its empty id would fail the
 	// uuid[] cast, and with it the whole check.
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
-	rows, err := m.pool.Query(ctx, schema.SQL(m.cfg.Schema, `SELECT id::text FROM {outbox_events} WHERE id = ANY($1::uuid[]) AND status = 'done'`), ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	seen := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		seen[id] = true
-	}
-	return seen, rows.Err()
+	return state.MarkedDone(ctx, m.pool, m.cfg.Schema, ids)
 }

@@ -2,15 +2,13 @@ package publisher
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // SinceRequest selects what `replay --since` re-sends: the rows of a time range (created_at)
@@ -57,20 +55,9 @@ func (p SincePlan) Pruned(since time.Time) bool {
 	return p.OldestRow == nil || since.Before(*p.OldestRow)
 }
 
-// sinceFilter is the WHERE clause of a replay --since over $1..$4 (since, until, aggregate type,
-// event type), for delivered, dead-lettered and parked rows. The time range is two plain
-// comparisons (no OR), so that a page checks them in the index (outbox_events_replay_order).
-const sinceFilter = `created_at >= $1 AND created_at < coalesce($2::timestamptz, 'infinity')
-	AND ($3 = '' OR aggregate_type = $3) AND ($4 = '' OR event_type = $4)`
-
-const sinceStatuses = ` AND status IN ('done', 'failed', 'parked')`
-
-func (r SinceRequest) args() []any {
-	var until *time.Time
-	if !r.Until.IsZero() {
-		until = &r.Until
-	}
-	return []any{r.Since, until, r.AggregateType, r.EventType}
+// replayRange is r as internal/state selects it.
+func (r SinceRequest) replayRange() state.ReplayRange {
+	return state.ReplayRange{Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType}
 }
 
 // RequestReplaySince counts what req selects and, unless dryRun or nothing matches, records the
@@ -94,36 +81,25 @@ func RequestReplaySince(ctx context.Context, conn *pgx.Conn, req SinceRequest, d
 }
 
 func countSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan) error {
-	rows, err := tx.Query(ctx, schema.SQL(req.Schema, `SELECT aggregate_type, count(*) FROM {outbox_events} WHERE `+sinceFilter+sinceStatuses+`
-		GROUP BY aggregate_type ORDER BY aggregate_type`), req.args()...)
+	c, err := state.CountReplay(ctx, tx, req.Schema, req.replayRange())
 	if err != nil {
-		return fmt.Errorf("count rows to replay: %w", err)
+		return err
 	}
-	plan.ByType, err = pgx.CollectRows(rows, pgx.RowToStructByPos[TypeCount])
-	if err != nil {
-		return fmt.Errorf("count rows to replay: %w", err)
+	plan.ByType = make([]TypeCount, len(c.ByType))
+	for i, t := range c.ByType {
+		plan.ByType[i] = TypeCount{AggregateType: t.AggregateType, Events: t.Events}
+		plan.Events += t.Events
 	}
-	for _, c := range plan.ByType {
-		plan.Events += c.Events
-	}
-	err = tx.QueryRow(ctx, schema.SQL(req.Schema, `SELECT min(created_at) FILTER (WHERE status <> 'pending'),
-		max(created_at) FILTER (WHERE status <> 'pending'), count(*) FILTER (WHERE status = 'pending'),
-		(SELECT min(created_at) FROM {outbox_events})
-		FROM {outbox_events} WHERE `+sinceFilter), req.args()...).Scan(&plan.First, &plan.Last, &plan.Pending, &plan.OldestRow)
-	if err != nil {
-		return fmt.Errorf("read the range to replay: %w", err)
-	}
+	plan.First, plan.Last, plan.Pending, plan.OldestRow = c.First, c.Last, c.Pending, c.OldestRow
 	return nil
 }
 
 func emitSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan) error {
-	a := req.args()
-	err := tx.QueryRow(ctx, schema.SQL(req.Schema, `INSERT INTO {outbox_replays} (pipeline, since, until, aggregate_type, event_type, total, request_lsn)
-		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, pg_current_wal_insert_lsn()) RETURNING id`),
-		req.Pipeline, a[0], a[1], a[2], a[3], plan.Events+plan.Pending).Scan(&plan.ID)
+	id, err := state.RecordReplay(ctx, tx, req.Schema, req.Pipeline, req.replayRange(), plan.Events+plan.Pending)
 	if err != nil {
-		return fmt.Errorf("record replay request: %w", err)
+		return err
 	}
+	plan.ID = id
 	return cdc.ReplayRequest{SinceRequest: plan.ID, Pipeline: req.Pipeline}.Emit(ctx, tx)
 }
 
@@ -159,5 +135,3 @@ type SinceStore interface {
 	// whether the request is complete.
 	SinceProgress(ctx context.Context, st SinceState) error
 }
-
-var errNoSinceRequest = errors.New("no such replay request")

@@ -6,12 +6,11 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // Store keeps dead letters and parked aggregates durable. The publisher writes through it
@@ -56,9 +55,6 @@ type PGStore struct {
 	Schema string
 }
 
-// q names the tables of s.Schema in query (see schema.SQL).
-func (s PGStore) q(query string) string { return schema.SQL(s.Schema, query) }
-
 func (s PGStore) pipeline() string {
 	if s.Pipeline == "" {
 		return "default"
@@ -68,53 +64,44 @@ func (s PGStore) pipeline() string {
 
 // Parked implements Store.
 func (s PGStore) Parked(ctx context.Context) ([]cdc.Aggregate, error) {
-	rows, err := s.Pool.Query(ctx, s.q(`SELECT aggregate_type, aggregate_id FROM {outbox_parked_aggregates} WHERE pipeline = $1`),
-		s.pipeline())
+	aggs, err := state.ParkedAggregates(ctx, s.Pool, s.Schema, s.pipeline())
 	if err != nil {
-		return nil, fmt.Errorf("load parked aggregates: %w", err)
+		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[cdc.Aggregate])
+	out := make([]cdc.Aggregate, len(aggs))
+	for i, a := range aggs {
+		out[i] = cdc.Aggregate{Type: a.Type, ID: a.ID}
+	}
+	return out, nil
 }
-
-// pipelineEventSQL records one event's per-pipeline state; it inserts nothing for a row not yet
-// visible (see errNotVisible).
-const pipelineEventSQL = `INSERT INTO {outbox_pipeline_events} (pipeline, event_id, status, retries, last_error, event_sequence)
-	SELECT $1, e.id, $3, $4, $5, $6 FROM {outbox_events} e WHERE e.id = $2
-	ON CONFLICT (pipeline, event_id) DO UPDATE SET status = excluded.status, retries = excluded.retries,
-		last_error = excluded.last_error, event_sequence = excluded.event_sequence, updated_at = now()`
 
 // DeadLetter implements Store.
 func (s PGStore) DeadLetter(ctx context.Context, ev *envelope.Message, attempts int, lastErr string) error {
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		var tag pgconn.CommandTag
+		var n int64
 		var err error
 		if s.OwnState {
-			tag, err = tx.Exec(ctx, s.q(pipelineEventSQL), s.pipeline(), ev.ID, "failed", attempts-1, lastErr, ev.Sequence)
+			n, err = state.RecordPipelineEvent(ctx, tx, s.Schema, s.pipeline(), ev.ID, "failed", attempts-1, lastErr, ev.Sequence)
 		} else {
-			tag, err = tx.Exec(ctx, s.q(`UPDATE {outbox_events} SET status = 'failed', retries = $2, last_error = $3, event_sequence = $4
-				WHERE id = $1`), ev.ID, attempts-1, lastErr, ev.Sequence)
+			n, err = state.MarkFailed(ctx, tx, s.Schema, ev.ID, attempts-1, lastErr, ev.Sequence)
 		}
 		if err != nil {
 			return err
 		}
-		if err := visible(tag.RowsAffected(), 1); err != nil {
+		if err := visible(n, 1); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, s.q(`INSERT INTO {outbox_parked_aggregates} (aggregate_type, aggregate_id, first_event_id, reason, pipeline, own_state)
-			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (pipeline, aggregate_type, aggregate_id) DO UPDATE SET first_event_id = $3, reason = $4, parked_at = now()`),
-			ev.AggregateType, ev.AggregateID, ev.ID, lastErr, s.pipeline(), s.OwnState)
-		return err
+		return state.Park(ctx, tx, s.Schema, s.pipeline(), state.Aggregate{Type: ev.AggregateType, ID: ev.AggregateID}, ev.ID, lastErr, s.OwnState)
 	})
 }
 
 // Abandoned implements Store.
 func (s PGStore) Abandoned(ctx context.Context, ev *envelope.Message, attempts int, lastErr string) error {
-	tag, err := s.Pool.Exec(ctx, s.q(pipelineEventSQL), s.pipeline(), ev.ID, "abandoned", attempts-1, lastErr, ev.Sequence)
+	n, err := state.RecordPipelineEvent(ctx, s.Pool, s.Schema, s.pipeline(), ev.ID, "abandoned", attempts-1, lastErr, ev.Sequence)
 	if err != nil {
 		return err
 	}
-	return visible(tag.RowsAffected(), 1)
+	return visible(n, 1)
 }
 
 // Park implements Store.
@@ -127,21 +114,17 @@ func (s PGStore) Park(ctx context.Context, evs []*envelope.Message) error {
 	for i, ev := range evs {
 		ids[i], seqs[i] = ev.ID, ev.Sequence
 	}
-	var tag pgconn.CommandTag
+	var n int64
 	var err error
 	if s.OwnState {
-		tag, err = s.Pool.Exec(ctx, s.q(`INSERT INTO {outbox_pipeline_events} (pipeline, event_id, status, event_sequence)
-			SELECT $3, o.id, 'parked', p.seq FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) JOIN {outbox_events} o ON o.id = p.id
-			ON CONFLICT (pipeline, event_id) DO UPDATE SET status = 'parked', event_sequence = excluded.event_sequence,
-				updated_at = now()`), ids, seqs, s.pipeline())
+		n, err = state.ParkPipelineEvents(ctx, s.Pool, s.Schema, s.pipeline(), ids, seqs)
 	} else {
-		tag, err = s.Pool.Exec(ctx, s.q(`UPDATE {outbox_events} o SET status = 'parked', event_sequence = p.seq
-			FROM unnest($1::uuid[], $2::text[]) AS p(id, seq) WHERE o.id = p.id`), ids, seqs)
+		n, err = state.MarkParked(ctx, s.Pool, s.Schema, ids, seqs)
 	}
 	if err != nil {
 		return err
 	}
-	return visible(tag.RowsAffected(), len(ids))
+	return visible(n, len(ids))
 }
 
 // errNotVisible means an update found fewer rows than it named. Logical decoding can hand over a
@@ -156,91 +139,93 @@ func visible(affected int64, want int) error {
 	return nil
 }
 
+// message is the envelope of a row read from the state tables.
+func message(e state.Event) *envelope.Message {
+	return &envelope.Message{ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID, EventType: e.EventType,
+		Payload: e.Payload, Headers: e.Headers, Sequence: e.Sequence, CreatedAt: e.CreatedAt}
+}
+
 // Replayable implements Store.
 func (s PGStore) Replayable(ctx context.Context, agg cdc.Aggregate, tx *cdc.Tx) ([]*envelope.Message, error) {
-	q := `
-		SELECT id::text, event_type, payload::text, coalesce(headers::text, ''), coalesce(event_sequence, ''), created_at
-		FROM {outbox_events}
-		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked') AND $3 <> ''
-		ORDER BY event_sequence, created_at`
-	if s.OwnState {
-		q = `
-		SELECT e.id::text, e.event_type, e.payload::text, coalesce(e.headers::text, ''), coalesce(p.event_sequence, ''), e.created_at
-		FROM {outbox_pipeline_events} p JOIN {outbox_events} e ON e.id = p.event_id
-		WHERE e.aggregate_type = $1 AND e.aggregate_id = $2 AND p.pipeline = $3 AND p.status IN ('failed', 'parked')
-		ORDER BY p.event_sequence, e.created_at`
-	}
-	rows, err := s.Pool.Query(ctx, s.q(q), agg.Type, agg.ID, s.pipeline())
+	rows, err := state.Replayable(ctx, s.Pool, s.Schema, s.pipeline(), state.Aggregate{Type: agg.Type, ID: agg.ID}, s.OwnState)
 	if err != nil {
-		return nil, fmt.Errorf("load events to replay: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	var evs []*envelope.Message
-	for rows.Next() {
-		ev := &envelope.Message{AggregateType: agg.Type, AggregateID: agg.ID}
-		var payload, headers string
-		if err := rows.Scan(&ev.ID, &ev.EventType, &payload, &headers, &ev.Sequence, &ev.CreatedAt); err != nil {
-			return nil, err
-		}
+	for _, r := range rows {
+		ev := message(r)
 		if ev.Sequence == "" {
 			ev.Sequence = envelope.Sequence(uint64(tx.CommitLSN), 0)
 		}
-		ev.Payload = []byte(payload)
-		if headers != "" {
-			ev.Headers = []byte(headers)
-		}
 		evs = append(evs, ev)
 	}
-	return evs, rows.Err()
+	return evs, nil
 }
 
 // Unpark implements Store.
 func (s PGStore) Unpark(ctx context.Context, agg cdc.Aggregate) error {
+	a := state.Aggregate{Type: agg.Type, ID: agg.ID}
 	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.q(`DELETE FROM {outbox_parked_aggregates} WHERE aggregate_type = $1 AND aggregate_id = $2 AND pipeline = $3`),
-			agg.Type, agg.ID, s.pipeline()); err != nil || !s.OwnState {
+		if err := state.Unpark(ctx, tx, s.Schema, s.pipeline(), a); err != nil || !s.OwnState {
 			return err
 		}
 		// The replay delivered them: this pipeline's record of them is done.
-		_, err := tx.Exec(ctx, s.q(`DELETE FROM {outbox_pipeline_events} p USING {outbox_events} e
-			WHERE p.event_id = e.id AND p.pipeline = $3 AND e.aggregate_type = $1 AND e.aggregate_id = $2
-			  AND p.status IN ('failed', 'parked')`), agg.Type, agg.ID, s.pipeline())
-		return err
+		return state.ForgetReplayed(ctx, tx, s.Schema, s.pipeline(), a)
 	})
 }
 
 // BackfillPage implements Store.
 func (s PGStore) BackfillPage(ctx context.Context, slot string, after int64, limit int, tx *cdc.Tx) ([]*envelope.Message, int64, error) {
-	rows, err := s.Pool.Query(ctx, s.q(`
-		SELECT b.position, e.id::text, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text,
-		       coalesce(e.headers::text, ''), e.created_at
-		FROM {outbox_backfill} b JOIN {outbox_events} e ON e.id = b.event_id
-		WHERE b.slot = $1 AND b.position > $2 AND (e.status = 'pending' OR $4)
-		ORDER BY b.position LIMIT $3`), slot, after, limit, s.OwnState)
+	rows, err := state.BackfillPage(ctx, s.Pool, s.Schema, slot, after, limit, s.OwnState)
 	if err != nil {
-		return nil, after, fmt.Errorf("read backfill: %w", err)
+		return nil, after, err
 	}
-	defer rows.Close()
 	var evs []*envelope.Message
 	last := after
-	for rows.Next() {
-		ev := &envelope.Message{}
-		var payload, headers string
-		var pos int64
-		if err := rows.Scan(&pos, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType, &payload, &headers, &ev.CreatedAt); err != nil {
-			return nil, after, err
-		}
-		ev.Payload, ev.Sequence, last = []byte(payload), envelope.Sequence(uint64(tx.CommitLSN), int(pos)), pos
-		if headers != "" {
-			ev.Headers = []byte(headers)
-		}
+	for _, r := range rows {
+		ev := message(r.Event)
+		ev.Sequence, last = envelope.Sequence(uint64(tx.CommitLSN), int(r.Position)), r.Position
 		evs = append(evs, ev)
 	}
-	return evs, last, rows.Err()
+	return evs, last, nil
 }
 
 // BackfillDone implements Store.
 func (s PGStore) BackfillDone(ctx context.Context, slot string) error {
-	_, err := s.Pool.Exec(ctx, s.q(`DELETE FROM {outbox_backfill} WHERE slot = $1`), slot)
-	return err
+	return state.BackfillDone(ctx, s.Pool, s.Schema, slot)
+}
+
+// SinceState implements SinceStore.
+func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
+	r, err := state.ReadReplay(ctx, s.Pool, s.Schema, id)
+	return SinceState{
+		SinceRequest: SinceRequest{Pipeline: r.Pipeline, Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType},
+		ID:           id, Total: r.Total, Sent: r.Sent, After: SinceCursor(r.After), Done: r.Done,
+	}, err
+}
+
+// SincePage implements SinceStore.
+func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*envelope.Message, SinceCursor, error) {
+	rows, err := state.ReplayPage(ctx, s.Pool, s.Schema, st.replayRange(), state.ReplayCursor(st.After), limit)
+	if err != nil {
+		return nil, st.After, err
+	}
+	after := st.After
+	var evs []*envelope.Message
+	for _, r := range rows {
+		ev := message(r.Event)
+		if ev.Sequence == "" {
+			// Delivered before sequences were recorded: a new one after the request's commit LSN,
+			// rising with insertion order.
+			ev.Sequence = envelope.Sequence(uint64(tx.CommitLSN), int(r.Cursor.Insert))
+		}
+		after = SinceCursor(r.Cursor)
+		evs = append(evs, ev)
+	}
+	return evs, after, nil
+}
+
+// SinceProgress implements SinceStore.
+func (s PGStore) SinceProgress(ctx context.Context, st SinceState) error {
+	return state.RecordReplayProgress(ctx, s.Pool, s.Schema, state.Replay{ID: st.ID, Sent: st.Sent, After: state.ReplayCursor(st.After), Done: st.Done})
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // shardCount is the number of shards p is one of: 1 for a pipeline that is not sharded.
@@ -53,11 +52,8 @@ func (r *pipelineRunner) fence(ctx context.Context) (fenceState, error) {
 	case n == rs.From && rs.Fence != "":
 		// An old shard retires once its slot confirmed the fence and delivered any backfill (a
 		// slot recreated after it was dropped before the fence starts past it).
-		var reached bool
-		err := r.pool.QueryRow(ctx, schema.SQL(r.cfg.Schema, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
-			AND NOT EXISTS (SELECT 1 FROM {outbox_backfill} WHERE slot = $1) FROM pg_replication_slots
-			WHERE slot_name = $1`), r.p.Slot, rs.Fence).Scan(&reached)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		reached, err := control.OldShardRetired(ctx, r.pool, r.cfg.Schema, r.p.Slot, rs)
+		if err != nil {
 			return fenceState{}, err
 		}
 		return fenceState{retire: reached}, nil

@@ -42,10 +42,18 @@
 // # What belongs here
 //
 // Every request an operator sends a running relay: its row or WAL message, the function that
-// writes it and the one that reads it back, and the protocol that orders its steps. `replay
-// --since` (RequestReplaySince and its outbox_replays row) is still in publisher, beside the
-// engine's page reads that share its row filter; it belongs here next (issue 23). The command line (flags, printing) stays in cmd/outbox-relay; what the engine does
-// once a request arrives stays in publisher (pausing, replaying), and when the relay polls stays
-// in relay. internal/schema's source check refuses a query of outbox_reshard or
-// outbox_pipeline_control outside this package (the status report aside).
+// writes it and the one that reads it back, and the protocol that orders its steps. The SQL of
+// this package's own rows, outbox_reshard and outbox_pipeline_control, is here and not in
+// internal/state, on purpose: a protocol and its row are one unit (RecordFence's statement is
+// the fence's guarantee, Resharder's steps are the row's states), so a new step or column lands
+// in one file. What a request reads of the relay's state tables is internal/state's, called from
+// here: the replay's parked aggregates and their events (state.SelectParked, ParkedEvents), the
+// backfill a fence waits on (state.BackfillOutstanding), a dropped slot's records
+// (state.ForgetSlot). `replay --since` writes its outbox_replays row through internal/state
+// (publisher.RequestReplaySince, public API, calls state.CountReplay and RecordReplay; the
+// engine pages it through the same file). The command line (flags, printing) stays in
+// cmd/outbox-relay; what the engine does once a request arrives stays in publisher (pausing,
+// replaying), and when the relay polls stays in relay. internal/schema's source check refuses a
+// query of outbox_reshard or outbox_pipeline_control outside this package (the status report
+// aside).
 package control

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // Reshard is a pipeline's row in outbox_reshard, written by `outbox-relay reshard`: the change
@@ -85,10 +86,25 @@ type FenceProgress struct {
 
 // oldSlotBehind is true for an old slot (o.slot, joined to pg_replication_slots as s) that is
 // missing or behind the fence, or still delivers a backfill. It names outbox_backfill by its
-// placeholder: the query that uses it goes through schema.SQL.
+// placeholder (internal/state's BackfillOutstanding): the query that uses it goes through
+// schema.SQL.
 func oldSlotBehind(fence string) string {
 	return `(s.slot_name IS NULL OR s.confirmed_flush_lsn IS NULL OR s.confirmed_flush_lsn < ` + fence + `
-		OR EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.slot = o.slot))`
+		OR ` + state.BackfillOutstanding("o.slot") + `)`
+}
+
+// OldShardRetired reports whether slot, an old shard's, confirmed r's fence and delivered any
+// backfill (a slot recreated after it was dropped before the fence starts past it): then that
+// shard retires. False for a missing slot; s is the schema of the relay's tables.
+func OldShardRetired(ctx context.Context, q ReshardQuerier, s, slot string, r Reshard) (bool, error) {
+	var reached bool
+	err := q.QueryRow(ctx, schema.SQL(s, `SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
+			AND NOT `+state.BackfillOutstanding("$1")+` FROM pg_replication_slots
+			WHERE slot_name = $1`), slot, r.Fence).Scan(&reached)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, err
+	}
+	return reached, nil
 }
 
 // oldSlotsQuery lists the old slots ($1) with where they stand: missing, or behind the fence ($2).

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // ReplaySelection chooses the parked aggregates to replay.
@@ -57,12 +57,8 @@ func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dry
 	var plans []ReplayPlan
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if sel.Pipeline == "" {
-			var names []string
-			rows, err := tx.Query(ctx, schema.SQL(sel.Schema, `SELECT DISTINCT pipeline FROM {outbox_parked_aggregates} ORDER BY 1`))
+			names, err := state.ParkedPipelines(ctx, tx, sel.Schema)
 			if err != nil {
-				return fmt.Errorf("find parked pipelines: %w", err)
-			}
-			if names, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 				return err
 			}
 			switch len(names) {
@@ -97,49 +93,38 @@ func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dry
 }
 
 func selectParked(ctx context.Context, tx pgx.Tx, sel ReplaySelection) ([]cdc.Aggregate, error) {
-	var types, ids []string
+	var aggs []state.Aggregate
 	for _, a := range sel.Aggregates {
-		types, ids = append(types, a.Type), append(ids, a.ID)
+		aggs = append(aggs, state.Aggregate{Type: a.Type, ID: a.ID})
 	}
-	rows, err := tx.Query(ctx, schema.SQL(sel.Schema, `
-		SELECT p.aggregate_type, p.aggregate_id FROM {outbox_parked_aggregates} p
-		WHERE p.pipeline = $5 AND ($1
-		   OR (p.aggregate_type, p.aggregate_id) IN (SELECT * FROM unnest($2::text[], $3::text[]))
-		   OR EXISTS (SELECT 1 FROM {outbox_events} e WHERE e.id::text = $4 AND e.aggregate_type = p.aggregate_type
-		              AND e.aggregate_id = p.aggregate_id))
-		ORDER BY p.parked_at
-		FOR UPDATE`), sel.All, types, ids, sel.EventID, sel.Pipeline)
+	found, err := state.SelectParked(ctx, tx, sel.Schema, sel.Pipeline, sel.All, aggs, sel.EventID)
 	if err != nil {
-		return nil, fmt.Errorf("find parked aggregates: %w", err)
+		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[cdc.Aggregate])
+	out := make([]cdc.Aggregate, len(found))
+	for i, a := range found {
+		out[i] = cdc.Aggregate{Type: a.Type, ID: a.ID}
+	}
+	return out, nil
 }
 
 func planFor(ctx context.Context, tx pgx.Tx, s string, a cdc.Aggregate, pipeline string) (ReplayPlan, error) {
 	plan := ReplayPlan{Aggregate: a}
-	var own bool
-	if err := tx.QueryRow(ctx, schema.SQL(s, `SELECT reason, own_state FROM {outbox_parked_aggregates}
-		WHERE aggregate_type = $1 AND aggregate_id = $2 AND pipeline = $3`),
-		a.Type, a.ID, pipeline).Scan(&plan.Reason, &own); err != nil {
-		return plan, err
-	}
-	q := `
-		SELECT id::text, event_type, status, coalesce(last_error, '') FROM {outbox_events}
-		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked') AND $3 <> ''
-		ORDER BY event_sequence, created_at`
-	if own {
-		q = `
-		SELECT e.id::text, e.event_type, p.status, coalesce(p.last_error, '')
-		FROM {outbox_pipeline_events} p JOIN {outbox_events} e ON e.id = p.event_id
-		WHERE e.aggregate_type = $1 AND e.aggregate_id = $2 AND p.pipeline = $3 AND p.status IN ('failed', 'parked')
-		ORDER BY p.event_sequence, e.created_at`
-	}
-	rows, err := tx.Query(ctx, schema.SQL(s, q), a.Type, a.ID, pipeline)
+	agg := state.Aggregate{Type: a.Type, ID: a.ID}
+	reason, own, err := state.ParkedReason(ctx, tx, s, pipeline, agg)
 	if err != nil {
 		return plan, err
 	}
-	plan.Events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ReplayItem])
-	return plan, err
+	plan.Reason = reason
+	evs, err := state.ParkedEvents(ctx, tx, s, pipeline, agg, own)
+	if err != nil {
+		return plan, err
+	}
+	plan.Events = make([]ReplayItem, 0, len(evs)) // [] in JSON, as pgx.CollectRows gave, never null
+	for _, e := range evs {
+		plan.Events = append(plan.Events, ReplayItem{ID: e.ID, EventType: e.EventType, Status: e.Status, LastError: e.LastError})
+	}
+	return plan, nil
 }
 
 func emitReplay(ctx context.Context, tx pgx.Tx, aggs []cdc.Aggregate, pipeline string) error {

@@ -5,23 +5,51 @@
 //
 // # What is here
 //
-//   - where a slot lives and its move between the primary and a standby
+// One file per table, with the types its rows read into:
+//
+//   - location.go: where a slot lives and its move between the primary and a standby
 //     (outbox_slot_location: ReadLocation, SetLocation, StartMove, MarkReached, FinishMove),
 //     which cdc's placement and move read and write;
-//   - a slot's record (outbox_slots: RecordSlot when cdc creates it, PublicationReplaced at
-//     every start, ForgetSlot when control drops it).
+//   - slots.go: a slot's record (outbox_slots: RecordSlot when cdc creates it,
+//     PublicationReplaced at every start, ForgetSlot when control drops it);
+//   - backfill.go: a new slot's backfill list (outbox_backfill: HoldBackfill before the slot
+//     exists, RecordBackfill in its snapshot, CopyBackfill from a standby, the backfill order),
+//     the pages the engine delivers it in (BackfillPage, BackfillDone), and the condition a
+//     reshard's fence waits on (BackfillOutstanding, which internal/control puts in its
+//     statements);
+//   - marks.go: the status marks, the relay's columns of outbox_events (MarkDone, MarkedDone for
+//     publisher.Marker; MarkFailed, MarkParked for the pipeline that owns the rows' status);
+//   - parked.go: parked aggregates (outbox_parked_aggregates: ParkedAggregates, Park, Unpark,
+//     Replayable for the engine; ParkedPipelines, SelectParked, ParkedReason, ParkedEvents for
+//     internal/control's replay request);
+//   - pipeline_events.go: a pipeline's own state of the events it could not deliver
+//     (outbox_pipeline_events: RecordPipelineEvent, ParkPipelineEvents, ForgetReplayed);
+//   - replays.go: replay --since requests (outbox_replays: CountReplay, RecordReplay for
+//     publisher.RequestReplaySince; ReadReplay, ReplayPage, RecordReplayProgress for the engine),
+//     with the replay order and its row filter, which the page reads and the count share;
+//   - event.go: the rows a replay or a backfill re-sends (Event, Aggregate).
+//
+// The engine keeps its publisher.Store and publisher.SinceStore interfaces, so a program can
+// plug its own store; publisher.PGStore, the public one on these tables, only turns these rows
+// into envelopes. internal/schema's source check refuses a query of these tables, or an UPDATE
+// of outbox_events (the marks), outside this package.
 //
 // # What belongs here
 //
 // Every statement on a table the relay keeps for itself: a new state table's SQL (for example
 // the fan-out engine's per-endpoint delivery state) goes in a file of its own here, named for
 // the table, with the types its rows read into; the package that uses it (cdc, publisher,
-// relay) calls it through a small interface or these concrete functions. The engine keeps its
-// publisher.Store interface, so a program can plug its own store.
+// relay, control) calls it through a small interface or these concrete functions, and
+// internal/schema's check gets the table in its owners.
 //
-// Still elsewhere, to move here (issue 23): the status marks (publisher.Marker), dead letters,
-// parked aggregates, per-pipeline events and backfill pages (publisher.PGStore), replay
-// --since progress (publisher/since_store.go), a new slot's backfill list (cdc/backfill.go). Operator requests (reshard, pause, replay, drop-pipeline)
-// are internal/control's: their SQL moves here when that package's protocols call it. The
-// status report (internal/inspect) reads everything, and stays a reader.
+// # What is elsewhere, and why
+//
+// The operator requests' own rows, outbox_reshard and outbox_pipeline_control, are
+// internal/control's: there a request's protocol and its row are one unit (RecordFence records
+// the fence as reached in the one statement that checks it, so the record is true when
+// written), and a change to a request (a step, a column) lands in that one file. A request that
+// reads this package's tables (the replay's parked aggregates, the fence's backfill) calls
+// these functions. outbox_events is the producer's table: outbox writes and prunes it, cdc
+// reads the pending count, and only its status marks are here. The status report
+// (internal/inspect) reads everything, and stays a reader; the migrations create the tables.
 package state

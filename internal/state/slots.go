@@ -25,8 +25,7 @@ func RecordSlot(ctx context.Context, tx pgx.Tx, s, slot, publication string, xmi
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), slot)
-	return err
+	return BackfillDone(ctx, tx, s, slot)
 }
 
 // PublicationReplaced reports whether publication is not the one slot was created against
@@ -52,7 +51,7 @@ func PublicationReplaced(ctx context.Context, conn *pgx.Conn, slot, publication,
 
 // ForgetSlot forgets a dropped slot's backfill and its record in schema s.
 func ForgetSlot(ctx context.Context, conn *pgx.Conn, s, slot string) error {
-	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_backfill} WHERE slot = $1`), slot); err != nil {
+	if err := BackfillDone(ctx, conn, s, slot); err != nil {
 		return fmt.Errorf("forget the backfill of slot %q: %w", slot, err)
 	}
 	if _, err := conn.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_slots} WHERE slot = $1`), slot); err != nil {

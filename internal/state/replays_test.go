@@ -1,4 +1,4 @@
-package publisher
+package state
 
 import (
 	"context"
@@ -9,13 +9,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
 // sinceDB is a migrated database on a cluster of its own (this package's other tests need
 // none), with rows rows delivered 1 ms apart from base on, and its pool.
+// sincePage is the page size the relay reads a replay in (publisher.sincePage).
+const sincePage = 4096
+
 func sinceDB(t *testing.T, rows int) (*pgxpool.Pool, time.Time) {
 	t.Helper()
 	ctx := context.Background()
@@ -66,10 +69,9 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 	pool, base := sinceDB(t, rows)
 	ctx := context.Background()
 	for _, since := range []time.Time{base, base.Add(rows / 2 * time.Millisecond)} {
-		st := SinceState{SinceRequest: SinceRequest{Since: since}}
-		args := sincePageArgs(st, sincePage)
+		args := sincePageArgs(ReplayRange{Since: since}, ReplayCursor{}, sincePage)
 		var plan []string
-		r, err := pool.Query(ctx, "EXPLAIN "+PGStore{}.q(sincePageSQL), args...)
+		r, err := pool.Query(ctx, "EXPLAIN "+schema.SQL("", sincePageSQL), args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +86,7 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 		}
 	}
 
-	st := SinceState{SinceRequest: SinceRequest{Since: base.Add(rows / 2 * time.Millisecond)}}
+	st := ReplayRange{Since: base.Add(rows / 2 * time.Millisecond)}
 	r, err := pool.Query(ctx, `SELECT id::text FROM outbox_events
 		WHERE created_at >= $1 AND status IN ('done', 'failed', 'parked') ORDER BY `+sinceOrder, st.Since)
 	if err != nil {
@@ -94,10 +96,10 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := PGStore{Pool: pool}
+	var after ReplayCursor
 	var got []string
 	for pages := 0; ; pages++ {
-		evs, next, err := store.SincePage(ctx, st, sincePage, &cdc.Tx{})
+		evs, err := ReplayPage(ctx, pool, "", st, after, sincePage)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +112,7 @@ func TestSincePageWalksTheIndexOnce(t *testing.T) {
 		for _, ev := range evs {
 			got = append(got, ev.ID)
 		}
-		st.After = next
+		after = evs[len(evs)-1].Cursor
 	}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("the pages returned %d rows, want the %d of the range once each, in replay order", len(got), len(want))
@@ -161,8 +163,7 @@ func TestSincePageInANamedSchema(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ schema, rows string }{{"app", "app"}, {"", "public"}} {
-		store := PGStore{Pool: pool, Schema: tc.schema}
-		evs, _, err := store.SincePage(ctx, SinceState{SinceRequest: SinceRequest{Since: base}}, sincePage, &cdc.Tx{})
+		evs, err := ReplayPage(ctx, pool, tc.schema, ReplayRange{Since: base}, ReplayCursor{}, sincePage)
 		if err != nil {
 			t.Fatal(err)
 		}

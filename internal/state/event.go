@@ -1,0 +1,50 @@
+package state
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Aggregate is an aggregate's type and id, as outbox_events and outbox_parked_aggregates hold them.
+type Aggregate struct {
+	Type, ID string
+}
+
+// Event is an outbox row as a replay or a backfill re-sends it: Sequence is the stream position
+// recorded when it was delivered, dead-lettered or parked ("" when none was), Headers nil when
+// the row has none.
+type Event struct {
+	ID            string
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       []byte
+	Headers       []byte
+	Sequence      string
+	CreatedAt     time.Time
+}
+
+// setText sets the payload and headers read as text (a NULL headers read as "").
+func (e *Event) setText(payload, headers string) {
+	e.Payload = []byte(payload)
+	if headers != "" {
+		e.Headers = []byte(headers)
+	}
+}
+
+// collectEvents reads rows of (id, event_type, payload, headers, sequence, created_at) of agg.
+func collectEvents(rows pgx.Rows, agg Aggregate) ([]Event, error) {
+	defer rows.Close()
+	var evs []Event
+	for rows.Next() {
+		ev := Event{AggregateType: agg.Type, AggregateID: agg.ID}
+		var payload, headers string
+		if err := rows.Scan(&ev.ID, &ev.EventType, &payload, &headers, &ev.Sequence, &ev.CreatedAt); err != nil {
+			return nil, err
+		}
+		ev.setText(payload, headers)
+		evs = append(evs, ev)
+	}
+	return evs, rows.Err()
+}

@@ -1,0 +1,209 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
+)
+
+// The replay --since requests, in outbox_replays, and the rows of outbox_events they re-send:
+// publisher.RequestReplaySince records one, the relay leading its pipeline pages through it
+// (publisher.PGStore's SinceStore) and records its progress per page.
+
+// ReplayRange selects what a replay --since re-sends: the delivered, dead-lettered and parked
+// rows created in [Since, Until) (Until zero: no end), of one aggregate type and event type
+// when those are not empty.
+type ReplayRange struct {
+	Since, Until             time.Time
+	AggregateType, EventType string
+}
+
+// ReplayCursor is a position in replay order (see publisher.SinceCursor): the recorded stream
+// position, then insertion order, then id ("" before the first row).
+type ReplayCursor struct {
+	Sequence string
+	Insert   int64
+	ID       string
+}
+
+// Replay is a replay --since request as outbox_replays records it.
+type Replay struct {
+	ID       int64
+	Pipeline string
+	ReplayRange
+	Total, Sent int64
+	After       ReplayCursor
+	Done        bool
+}
+
+// ReplayEvent is a row a replay re-sends, with its place in replay order.
+type ReplayEvent struct {
+	Cursor ReplayCursor
+	Event
+}
+
+// TypeCount is how many rows of one aggregate type a replay re-sends.
+type TypeCount struct {
+	AggregateType string
+	Events        int64
+}
+
+// ReplayCount is what a range holds: the rows a replay re-sends by aggregate type, the created_at
+// of the first and last of them, the rows of the range still pending, and the created_at of the
+// oldest row left in outbox_events (nil for an empty table).
+type ReplayCount struct {
+	ByType      []TypeCount
+	First, Last *time.Time
+	Pending     int64
+	OldestRow   *time.Time
+}
+
+// ErrNoReplay means outbox_replays has no such request.
+var ErrNoReplay = errors.New("no such replay request")
+
+// sinceFilter is the WHERE clause of a replay --since over $1..$4 (since, until, aggregate type,
+// event type), for delivered, dead-lettered and parked rows. The time range is two plain
+// comparisons (no OR), so that a page checks them in the index (outbox_events_replay_order).
+const sinceFilter = `created_at >= $1 AND created_at < coalesce($2::timestamptz, 'infinity')
+	AND ($3 = '' OR aggregate_type = $3) AND ($4 = '' OR event_type = $4)`
+
+const sinceStatuses = ` AND status IN ('done', 'failed', 'parked')`
+
+func (r ReplayRange) args() []any {
+	var until *time.Time
+	if !r.Until.IsZero() {
+		until = &r.Until
+	}
+	return []any{r.Since, until, r.AggregateType, r.EventType}
+}
+
+// CountReplay counts what r selects in schema s.
+func CountReplay(ctx context.Context, db DB, s string, r ReplayRange) (ReplayCount, error) {
+	c := ReplayCount{}
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT aggregate_type, count(*) FROM {outbox_events} WHERE `+sinceFilter+sinceStatuses+`
+		GROUP BY aggregate_type ORDER BY aggregate_type`), r.args()...)
+	if err != nil {
+		return c, fmt.Errorf("count rows to replay: %w", err)
+	}
+	c.ByType, err = pgx.CollectRows(rows, pgx.RowToStructByPos[TypeCount])
+	if err != nil {
+		return c, fmt.Errorf("count rows to replay: %w", err)
+	}
+	err = db.QueryRow(ctx, schema.SQL(s, `SELECT min(created_at) FILTER (WHERE status <> 'pending'),
+		max(created_at) FILTER (WHERE status <> 'pending'), count(*) FILTER (WHERE status = 'pending'),
+		(SELECT min(created_at) FROM {outbox_events})
+		FROM {outbox_events} WHERE `+sinceFilter), r.args()...).Scan(&c.First, &c.Last, &c.Pending, &c.OldestRow)
+	if err != nil {
+		return c, fmt.Errorf("read the range to replay: %w", err)
+	}
+	return c, nil
+}
+
+// RecordReplay records a replay --since request of pipeline over r, re-sending total rows, at the
+// current WAL insert position, and returns its id.
+func RecordReplay(ctx context.Context, db DB, s, pipeline string, r ReplayRange, total int64) (int64, error) {
+	a := r.args()
+	var id int64
+	err := db.QueryRow(ctx, schema.SQL(s, `INSERT INTO {outbox_replays} (pipeline, since, until, aggregate_type, event_type, total, request_lsn)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6, pg_current_wal_insert_lsn()) RETURNING id`),
+		pipeline, a[0], a[1], a[2], a[3], total).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("record replay request: %w", err)
+	}
+	return id, nil
+}
+
+// ReadReplay reads request id of schema s.
+func ReadReplay(ctx context.Context, db DB, s string, id int64) (Replay, error) {
+	st := Replay{ID: id}
+	var until *time.Time
+	var after *string
+	err := db.QueryRow(ctx, schema.SQL(s, `SELECT pipeline, since, until, coalesce(aggregate_type, ''), coalesce(event_type, ''),
+		total, sent, coalesce(after_sequence, ''), coalesce(after_insert, 0), after_id::text, state = 'done'
+		FROM {outbox_replays} WHERE id = $1`), id).Scan(&st.Pipeline, &st.Since, &until, &st.AggregateType, &st.EventType,
+		&st.Total, &st.Sent, &st.After.Sequence, &st.After.Insert, &after, &st.Done)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, fmt.Errorf("%w: outbox_replays has no row %d", ErrNoReplay, id)
+	}
+	if err != nil {
+		return st, fmt.Errorf("read replay request %d: %w", id, err)
+	}
+	if until != nil {
+		st.Until = *until
+	}
+	if after != nil {
+		st.After.ID = *after
+	}
+	return st, nil
+}
+
+// sinceOrder is the replay order (ReplayCursor), exactly as index outbox_events_replay_order
+// (migration 11) spells it, so that a page is a range scan of that index. The id is qualified:
+// a bare id in ORDER BY would name the select list's id::text and sort by that text.
+const sinceOrder = `coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), outbox_events.id`
+
+// sincePageSQL reads the next page in replay order, by keyset (see ReplayCursor): it walks the
+// index from the cursor, checks the time range on the index entries, and stops after $8 rows,
+// so the pages of one replay read the index once between them. $5..$7 are the cursor.
+const sincePageSQL = `
+SELECT coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id::text, aggregate_type, aggregate_id,
+       event_type, payload::text, coalesce(headers::text, ''), created_at
+FROM {outbox_events}
+WHERE ` + sinceFilter + sinceStatuses + `
+  AND (` + sinceOrder + `) > ($5 COLLATE "C", $6, $7::uuid)
+ORDER BY ` + sinceOrder + `
+LIMIT $8`
+
+const beforeAnyID = "00000000-0000-0000-0000-000000000000"
+
+// sincePageArgs are the arguments of sincePageSQL for the page after after. The first one
+// has the statement planned with these values each time (an unnamed statement): a plan cached
+// for any time range would guess the range's size, and may guess a scan of the table.
+func sincePageArgs(r ReplayRange, after ReplayCursor, limit int) []any {
+	insert, id := after.Insert, after.ID
+	if id == "" {
+		insert, id = -1, beforeAnyID
+	}
+	return append([]any{pgx.QueryExecModeExec}, append(r.args(), after.Sequence, insert, id, limit)...)
+}
+
+// ReplayPage returns up to limit rows of r after position after in replay order, each with its
+// position; a row's Sequence is "" when it was delivered before sequences were recorded.
+func ReplayPage(ctx context.Context, db DB, s string, r ReplayRange, after ReplayCursor, limit int) ([]ReplayEvent, error) {
+	rows, err := db.Query(ctx, schema.SQL(s, sincePageSQL), sincePageArgs(r, after, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("read rows to replay: %w", err)
+	}
+	defer rows.Close()
+	var evs []ReplayEvent
+	for rows.Next() {
+		var ev ReplayEvent
+		var payload, headers string
+		if err := rows.Scan(&ev.Cursor.Sequence, &ev.Cursor.Insert, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
+			&payload, &headers, &ev.CreatedAt); err != nil {
+			return nil, err
+		}
+		ev.Cursor.ID, ev.Sequence = ev.ID, ev.Cursor.Sequence
+		ev.setText(payload, headers)
+		evs = append(evs, ev)
+	}
+	return evs, rows.Err()
+}
+
+// RecordReplayProgress records that every row of request st up to st.After was delivered (Sent
+// of them), and whether the request is complete.
+func RecordReplayProgress(ctx context.Context, db DB, s string, st Replay) error {
+	var id *string
+	if st.After.ID != "" {
+		id = &st.After.ID
+	}
+	_, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_replays} SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
+		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`),
+		st.ID, st.Sent, st.After.Sequence, st.After.Insert, id, st.Done)
+	return err
+}
