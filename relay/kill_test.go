@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,38 +13,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// relayBinary builds cmd/outbox-relay once per test binary.
-func relayBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "outbox-relay-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "outbox-relay")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay").CombinedOutput()
-		if err != nil {
-			buildErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build relay: %v", buildErr)
-	}
-	return binPath
-}
-
 // process starts the relay binary against this env.
 func (e *env) process(args ...string) *exec.Cmd {
 	e.t.Helper()
-	cmd := exec.Command(relayBinary(e.t), append([]string{"run", "--slot", e.slot, "--publication", "pub_" + e.slot,
+	cmd := exec.Command(relaytest.RelayBinary(e.t), append([]string{"run", "--slot", e.slot, "--publication", "pub_" + e.slot,
 		"--metrics-addr", "", "--retry-min", "10ms", "--retry-max", "200ms", "--log-format", "json", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn, "WEBHOOK_URL="+e.recv.URL, "WEBHOOK_SECRET="+secret)
 	cmd.Stderr = testWriter{e.t}

@@ -20,7 +20,11 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m, pgtest.Options{})
+	relaytest.RemoveRelayBinary() // what the tests that run the binary built
+	os.Exit(code)
+}
 
 const secret = "test-secret"
 

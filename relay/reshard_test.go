@@ -44,7 +44,7 @@ func (e *env) shardConfig(n int, recv *relaytest.Receiver, extra string) string 
 // shardRun starts the relay binary on config, shard i.
 func (e *env) shardRun(config string, i int) *exec.Cmd {
 	e.t.Helper()
-	cmd := exec.Command(relayBinary(e.t), "run", "--config", config, "--shard", fmt.Sprint(i), "--metrics-addr", "",
+	cmd := exec.Command(relaytest.RelayBinary(e.t), "run", "--config", config, "--shard", fmt.Sprint(i), "--metrics-addr", "",
 		"--log-format", "json", "--log-level", "info")
 	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
 	cmd.Stderr = testWriter{e.t}
@@ -129,7 +129,7 @@ func TestReshardTwoToFourUnderLoadWithSIGKILL(t *testing.T) {
 	// The old shards' destination fails from before the fence until well after it, so they hold
 	// undelivered events from before the fence while the new shards could deliver later ones.
 	blackout.Store(true)
-	reshard := exec.Command(relayBinary(t), "reshard", "--config", cfg2, "--pipeline", "orders", "--to", "4", "--wait", "5m")
+	reshard := exec.Command(relaytest.RelayBinary(t), "reshard", "--config", cfg2, "--pipeline", "orders", "--to", "4", "--wait", "5m")
 	reshard.Env = append(os.Environ(), "DB_DSN="+e.dsn)
 	reshard.Stdout, reshard.Stderr = testWriter{t}, testWriter{t}
 	if err := reshard.Start(); err != nil {

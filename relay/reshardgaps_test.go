@@ -19,7 +19,7 @@ import (
 func (e *env) relayProc(config string, extra ...string) (*exec.Cmd, *relaytest.SyncBuffer) {
 	e.t.Helper()
 	args := append([]string{"run", "--config", config, "--metrics-addr", "", "--log-format", "json", "--log-level", "info"}, extra...)
-	cmd := exec.Command(relayBinary(e.t), args...)
+	cmd := exec.Command(relaytest.RelayBinary(e.t), args...)
 	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
 	logs := &relaytest.SyncBuffer{}
 	cmd.Stderr = multiWriter{testWriter{e.t}, logs}
@@ -62,7 +62,7 @@ func exitCode(t *testing.T, cmd *exec.Cmd, within time.Duration) int {
 
 func (e *env) reshardCmd(config string, to string, extra ...string) *exec.Cmd {
 	e.t.Helper()
-	cmd := exec.Command(relayBinary(e.t), append([]string{"reshard", "--config", config, "--pipeline", "orders", "--to", to}, extra...)...)
+	cmd := exec.Command(relaytest.RelayBinary(e.t), append([]string{"reshard", "--config", config, "--pipeline", "orders", "--to", to}, extra...)...)
 	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
 	cmd.Stdout, cmd.Stderr = testWriter{e.t}, testWriter{e.t}
 	if err := cmd.Start(); err != nil {

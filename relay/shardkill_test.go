@@ -34,7 +34,7 @@ func (e *env) shardProcess(i, n int, recv *relaytest.Receiver) *exec.Cmd {
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
-	cmd := exec.Command(relayBinary(e.t), "run", "--config", path, "--shard", fmt.Sprint(i), "--metrics-addr", "",
+	cmd := exec.Command(relaytest.RelayBinary(e.t), "run", "--config", path, "--shard", fmt.Sprint(i), "--metrics-addr", "",
 		"--log-format", "json", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
 	cmd.Stderr = testWriter{e.t}

@@ -73,7 +73,7 @@ func TestFlagPipelineShardsWithoutConfig(t *testing.T) {
 	recvs := []*relaytest.Receiver{relaytest.NewReceiver(secret), relaytest.NewReceiver(secret)}
 	for i, recv := range recvs {
 		t.Cleanup(recv.Close)
-		cmd := exec.Command(relayBinary(t), "run", "--webhook-url", recv.URL, "--webhook-secret", secret,
+		cmd := exec.Command(relaytest.RelayBinary(t), "run", "--webhook-url", recv.URL, "--webhook-secret", secret,
 			"--slot", e.slot, "--publication", "pub_"+e.slot, "--shards", "2", "--shard", fmt.Sprint(i),
 			"--retry-min", "10ms", "--retry-max", "200ms", "--metrics-addr", "", "--log-format", "json", "--log-level", "warn")
 		cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)

@@ -23,7 +23,7 @@ import (
 // args (no webhook).
 func (e *env) brokerProcess(args ...string) *exec.Cmd {
 	e.t.Helper()
-	cmd := exec.Command(relayBinary(e.t), append([]string{"run", "--slot", e.slot, "--publication", "pub_" + e.slot,
+	cmd := exec.Command(relaytest.RelayBinary(e.t), append([]string{"run", "--slot", e.slot, "--publication", "pub_" + e.slot,
 		"--metrics-addr", "", "--retry-min", "10ms", "--retry-max", "200ms", "--request-timeout", "2s",
 		"--log-format", "json", "--log-level", "warn"}, args...)...)
 	env := []string{"DB_DSN=" + e.dsn}

@@ -10,8 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := pgtest.Main(m, pgtest.Options{})
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath)) // the relay binary relayBinary built
-	}
+	relaytest.RemoveRelayBinary()
 	os.Exit(code)
 }
 
@@ -64,7 +60,7 @@ func newEnv(t *testing.T) *env {
 // committed before the slot exists are backfill's, not the stream's.
 func (e *env) webhookProcess(url string, args ...string) *exec.Cmd {
 	e.t.Helper()
-	cmd := exec.Command(relayBinary(e.t), append([]string{"run", "--slot", e.slot, "--publication", "pub_" + e.slot,
+	cmd := exec.Command(relaytest.RelayBinary(e.t), append([]string{"run", "--slot", e.slot, "--publication", "pub_" + e.slot,
 		"--metrics-addr", "", "--retry-min", "10ms", "--retry-max", "200ms", "--log-format", "json", "--log-level", "warn"},
 		args...)...)
 	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn, "WEBHOOK_URL="+url, "WEBHOOK_SECRET="+secret)
@@ -131,33 +127,6 @@ func requireOK(t *testing.T, rep relaytest.Report) {
 func head(s []string) []string { return s[:min(len(s), 5)] }
 
 var waitFor = relaytest.WaitFor
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// relayBinary builds cmd/outbox-relay once per test binary.
-func relayBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "outbox-relay-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "outbox-relay")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build relay: %v", buildErr)
-	}
-	return binPath
-}
 
 type testWriter struct{ t *testing.T }
 

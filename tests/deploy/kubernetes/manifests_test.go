@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // manifests is deploy/kubernetes, from this directory: the tests read the manifests (and the
@@ -30,7 +30,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "the manifests: %v\n", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	relaytest.RemoveRelayBinary()
+	os.Exit(code)
 }
 
 // kustomization is the part of kustomize's Kustomization these manifests use; decoded strictly
@@ -272,31 +274,11 @@ func pipelinesFile(t *testing.T, o *objects, ss *appsv1.StatefulSet) pipeconf.Fi
 	return f
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // checkFlags runs the relay binary with the manifest's arguments (the pod index as 0) and
 // --help: cobra refuses an unknown flag or a malformed value before it prints the help.
 func checkFlags(t *testing.T, args []string) {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "outbox-relay-k8s-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "outbox-relay")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("%v: %s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build relay: %v", buildErr)
-	}
+	binPath := relaytest.RelayBinary(t)
 	run := func(args []string) ([]byte, error) {
 		var a []string
 		for _, s := range args {
