@@ -94,4 +94,25 @@ type Control struct {
 	At int
 	// Replay is a replay request (a logical decoding message with ReplayPrefix).
 	Replay *ReplayRequest
+	// Endpoint is a change of outbox_endpoints (a logical decoding message with
+	// EndpointPrefix, written by the table's trigger).
+	Endpoint *EndpointChange
+}
+
+// EndpointPrefix is the prefix of the transactional logical decoding message that
+// outbox_endpoints' trigger writes for each change of a row; its content is JSON.
+const EndpointPrefix = "outbox-relay.endpoint"
+
+// The operations of an EndpointChange.
+const (
+	EndpointUpsert   = "upsert"
+	EndpointDelete   = "delete"
+	EndpointTruncate = "truncate"
+)
+
+// EndpointChange is a change of outbox_endpoints met in the stream.
+type EndpointChange struct {
+	Op  string          // EndpointUpsert, EndpointDelete or EndpointTruncate
+	ID  string          // the endpoint's id ("" for a truncate)
+	Row json.RawMessage // upsert: the row as to_jsonb gives it
 }

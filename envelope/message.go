@@ -30,6 +30,9 @@ type Message struct {
 	EventType     string
 	AggregateType string
 	AggregateID   string
+	// TenantID is the row's tenant_id, which routes it to the endpoints of that tenant; empty
+	// when NULL.
+	TenantID string
 	// Payload is the payload column (jsonb) as PostgreSQL outputs it: the body of a raw request.
 	Payload []byte
 	// Headers is the row's headers column (a JSON object), or nil when it is absent or NULL.

@@ -13,6 +13,10 @@ const backfillPage = 4096
 // settle records that it will not be sent again by this process: for a streamed event the
 // tracker is told; a backfill event counts down its page, a replay --since event its page.
 func (p *Publisher) settle(it *item) {
+	if p.fan != nil {
+		p.fan.settled(p, it)
+		return
+	}
 	if it.tx.Backfill {
 		p.backfillLeft.Done()
 		return

@@ -24,7 +24,9 @@ func (p *Publisher) Pause(reason string) {
 	defer p.pause.mu.Unlock()
 	p.pause.paused, p.pause.reason = true, reason
 	p.sched.setPaused(true)
-	p.m.Paused.Set(1)
+	if p.fan == nil {
+		p.m.Paused.Set(1)
+	}
 }
 
 // Resume undoes Pause: the events held are sent, in order per aggregate.
@@ -33,7 +35,9 @@ func (p *Publisher) Resume() {
 	defer p.pause.mu.Unlock()
 	p.pause.paused, p.pause.reason = false, ""
 	p.sched.setPaused(false)
-	p.m.Paused.Set(0)
+	if p.fan == nil {
+		p.m.Paused.Set(0)
+	}
 }
 
 // Paused reports whether the publisher is paused, and why.

@@ -128,6 +128,14 @@ type Publisher struct {
 	limit        *windowLimiter // nil: no rate limit
 	pause        pauseState
 	since        sinceRun
+
+	// Set on the publisher of one endpoint of a Fanout (newLane): fan settles and marks its
+	// events, lane is told each attempt's outcome, queued is the pool's (pool.mu), and accept,
+	// if set, drops the rows of a replay --since outside the endpoint's subscription.
+	fan    *Fanout
+	lane   *lane
+	queued bool
+	accept func(*envelope.Message) bool
 }
 
 // New returns a Publisher that sends to dest (a webhook.Destination, for example),
@@ -271,6 +279,14 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
+	if p.lane != nil {
+		p.lane.observe(o)
+		if !o.ok() && p.sched.isRetired() {
+			p.sched.done(it)
+			p.abandonRetired(ctx, it, "the endpoint was disabled or removed while the attempt was under way")
+			return
+		}
+	}
 	if o.ok() {
 		p.delivered(ctx, it)
 		return
@@ -299,7 +315,9 @@ func (p *Publisher) observeDelivered(it *item) {
 	// A row a replay --since re-sent keeps its record: it was selected for being done (or
 	// failed or parked). Marking it again would rewrite every row of the range, a WAL record
 	// each that every walsender decodes, and move its processed_at, which retention counts from.
-	if p.marks != nil && !it.since {
+	if p.fan != nil {
+		p.fan.deliveredMark(it)
+	} else if p.marks != nil && !it.since {
 		p.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1)
 	}
 }

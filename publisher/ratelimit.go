@@ -50,3 +50,20 @@ func (l *windowLimiter) wait(ctx context.Context) bool {
 		}
 	}
 }
+
+// try records a start at now and returns 0 if one is allowed, else how long until one is (and
+// records nothing).
+func (l *windowLimiter) try(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	oldest := l.starts[l.next]
+	if oldest.IsZero() || now.Sub(oldest) >= l.per {
+		l.starts[l.next] = now
+		l.next = (l.next + 1) % len(l.starts)
+		if l.started != nil {
+			l.started(now)
+		}
+		return 0
+	}
+	return l.per - now.Sub(oldest)
+}

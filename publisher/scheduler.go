@@ -49,8 +49,26 @@ type scheduler struct {
 	gcond *sync.Cond
 	// paused holds every ready head back: next hands out nothing until it is cleared.
 	paused bool
-	// parkedGauge, if set, follows len(parked); the scheduler is its only writer.
-	parkedGauge prometheus.Gauge
+	// parkedGauge, if set, counts the parked keys; the scheduler adds its own to it (the lanes
+	// of a Fanout share one gauge).
+	parkedGauge    prometheus.Gauge
+	parkedReported int
+
+	// lane is set for the publisher of one endpoint of a Fanout: its heads are started by the
+	// shared worker pool (take and release instead of next).
+	lane *laneSched
+}
+
+// laneSched is what a scheduler of a Fanout's lane adds: the pool that starts its heads, its own
+// in-flight cap and rate limit, and what is in flight.
+type laneSched struct {
+	pool        *workerPool
+	owner       *Publisher
+	maxInFlight int
+	inflight    map[*item]bool
+	limit       *windowLimiter // nil: no rate limit
+	limitTimer  *time.Timer    // set while a rate-limited head waits for the window to open
+	retired     bool           // see retire
 }
 
 func newScheduler() *scheduler {
@@ -120,6 +138,9 @@ func (s *scheduler) setPaused(paused bool) {
 	s.paused = paused
 	if !paused {
 		s.cond.Broadcast()
+		if s.lane != nil {
+			s.wakeLocked()
+		}
 	}
 }
 
@@ -229,15 +250,20 @@ func (s *scheduler) parkedCount() int {
 	return len(s.parked)
 }
 
-// parkedChanged sets the parked gauge; s.mu is held.
+// parkedChanged adds the change of len(parked) to the parked gauge; s.mu is held.
 func (s *scheduler) parkedChanged() {
-	if s.parkedGauge != nil {
-		s.parkedGauge.Set(float64(len(s.parked)))
+	if s.parkedGauge != nil && len(s.parked) != s.parkedReported {
+		s.parkedGauge.Add(float64(len(s.parked) - s.parkedReported))
+		s.parkedReported = len(s.parked)
 	}
 }
 
 func (s *scheduler) pushReady(it *item) {
 	s.ready.push(it)
+	if s.lane != nil {
+		s.wakeLocked()
+		return
+	}
 	if s.gathering {
 		s.gcond.Signal()
 		return
@@ -255,6 +281,10 @@ func (s *scheduler) close() {
 	for it, t := range s.timers {
 		t.Stop()
 		delete(s.timers, it)
+	}
+	if s.lane != nil && s.lane.limitTimer != nil {
+		s.lane.limitTimer.Stop()
+		s.lane.limitTimer = nil
 	}
 	s.cond.Broadcast()
 }

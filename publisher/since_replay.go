@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
@@ -114,6 +115,10 @@ func (p *Publisher) sincePage(ctx context.Context, store SinceStore, st *SinceSt
 	if len(ms) == 0 {
 		return 0, true
 	}
+	read := len(ms)
+	if p.accept != nil {
+		ms = slices.DeleteFunc(ms, func(m *envelope.Message) bool { return !p.accept(m) })
+	}
 	p.acker.Grow(tx, ms)
 	p.since.left.Add(len(ms))
 	var parked []*item
@@ -128,12 +133,12 @@ func (p *Publisher) sincePage(ctx context.Context, store SinceStore, st *SinceSt
 	case <-ctx.Done():
 		return 0, false
 	}
-	st.Sent += int64(len(ms))
+	st.Sent += int64(read)
 	st.After = next
 	p.m.ReplayPending.Set(float64(max(st.Total-st.Sent, 0)))
 	if !p.durably(ctx, "record replay progress", func(ctx context.Context) error { return store.SinceProgress(ctx, *st) }) {
 		return 0, false
 	}
 	p.log.Info().Int64("replay", st.ID).Int64("sent", st.Sent).Int64("events", st.Total).Msg("replay since progress")
-	return len(ms), true
+	return read, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -228,4 +229,54 @@ func (s PGStore) SincePage(ctx context.Context, st SinceState, limit int, tx *cd
 // SinceProgress implements SinceStore.
 func (s PGStore) SinceProgress(ctx context.Context, st SinceState) error {
 	return state.RecordReplayProgress(ctx, s.Pool, s.Schema, state.Replay{ID: st.ID, Sent: st.Sent, After: state.ReplayCursor(st.After), Done: st.Done})
+}
+
+// PGEndpointStore is the EndpointStore of a Fanout on the relay's tables, for one pipeline.
+type PGEndpointStore struct {
+	Pool     *pgxpool.Pool
+	Pipeline string
+	// Schema is the PostgreSQL schema of the relay's tables (see PGStore.Schema).
+	Schema string
+}
+
+// Versions implements EndpointStore.
+func (s PGEndpointStore) Versions(ctx context.Context) (bool, []EndpointVersion, error) {
+	boot, vs, err := state.EndpointVersions(ctx, s.Pool, s.Schema, s.Pipeline)
+	out := make([]EndpointVersion, len(vs))
+	for i, v := range vs {
+		out[i] = EndpointVersion{ID: v.ID, LSN: v.LSN, Row: v.Row}
+	}
+	return boot, out, err
+}
+
+// Bootstrap implements EndpointStore.
+func (s PGEndpointStore) Bootstrap(ctx context.Context) error {
+	return state.BootstrapEndpointVersions(ctx, s.Pool, s.Schema, s.Pipeline, 0)
+}
+
+// Record implements EndpointStore.
+func (s PGEndpointStore) Record(ctx context.Context, v EndpointVersion) error {
+	return state.RecordEndpointVersion(ctx, s.Pool, s.Schema, s.Pipeline, v.ID, v.LSN, v.Row)
+}
+
+// Prune implements EndpointStore.
+func (s PGEndpointStore) Prune(ctx context.Context, confirmed pglogrepl.LSN) error {
+	_, err := state.PruneEndpointVersions(ctx, s.Pool, s.Schema, s.Pipeline, confirmed)
+	return err
+}
+
+// SaveStatus implements EndpointStore.
+func (s PGEndpointStore) SaveStatus(ctx context.Context, st []EndpointStatus) error {
+	rows := make([]state.EndpointStatus, len(st))
+	for i, e := range st {
+		rows[i] = state.EndpointStatus{Pipeline: s.Pipeline, EndpointID: e.ID, Undelivered: e.Undelivered,
+			OldestUndelivered: e.OldestUndelivered, LastSuccess: e.LastSuccess, LastError: e.LastError,
+			LastErrorAt: e.LastErrorAt, FailuresInRow: e.FailuresInRow}
+	}
+	return state.SaveEndpointStatus(ctx, s.Pool, s.Schema, rows)
+}
+
+// ForgetStatus implements EndpointStore.
+func (s PGEndpointStore) ForgetStatus(ctx context.Context, id string) error {
+	return state.ForgetEndpointStatus(ctx, s.Pool, s.Schema, s.Pipeline, id)
 }

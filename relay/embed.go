@@ -109,7 +109,7 @@ func (c *Config) oneForm() error {
 		"RequestTimeout": c.RequestTimeout != 0, "MaxInFlight": c.MaxInFlight != 0, "MaxAttempts": c.MaxAttempts != 0,
 		"MaxBufferedEvents": c.MaxBufferedEvents != 0, "MaxBufferedBytes": c.MaxBufferedBytes != 0, "NoBackfill": c.NoBackfill,
 		"Delivery": c.Delivery != Delivery{}, "Destination": c.Destination != nil, "Shards": c.Shards != 0,
-		"Control.OnGone": c.Control.OnGone != 0}
+		"Control.OnGone": c.Control.OnGone != 0, "Endpoints": c.Endpoints}
 	for _, name := range defaultPipelineFields {
 		if set[name] {
 			return fmt.Errorf("%w: %s is a setting of the default pipeline, and Pipelines is set: "+
@@ -123,4 +123,4 @@ func (c *Config) oneForm() error {
 // the order of the Config's doc.
 var defaultPipelineFields = []string{"WebhookURL", "Secrets", "Scheme", "Slot", "Publication", "RetryMin", "RetryMax",
 	"RequestTimeout", "MaxInFlight", "MaxAttempts", "MaxBufferedEvents", "MaxBufferedBytes", "NoBackfill", "Delivery",
-	"Destination", "Shards", "Control.OnGone"}
+	"Destination", "Shards", "Control.OnGone", "Endpoints"}

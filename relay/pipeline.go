@@ -70,10 +70,15 @@ type Pipeline struct {
 	// Destination, if set, replaces the webhook: a broker (a natsdest.Config or a
 	// kafkadest.Config), or a program's own (publisher.Opened). WebhookURL, Secrets, Scheme,
 	// Delivery.Format and Delivery.Compression are then left empty. Nil: the webhook of
-	// WebhookURL. (Issue 24's fan-out to the partner endpoints of outbox_endpoints,
-	// `endpoints: true`, is one more kind of destination: its switch goes beside this field,
-	// its YAML key and default in internal/settings.)
+	// WebhookURL.
 	Destination publisher.Opener
+	// Endpoints, if true, replaces the webhook with the partner endpoints of outbox_endpoints
+	// (`endpoints: true`, `run --endpoints`; docs/guides/endpoints.md): each event goes to every
+	// endpoint subscribed to it, each endpoint with its own URL, secrets, scheme, format, rate
+	// limit, in-flight cap, order, retries and dead letters, all from one slot. WebhookURL,
+	// Secrets, Scheme, Destination and Delivery (but Marks) are then left empty; MaxInFlight is
+	// the deliveries all endpoints share (at least 256). False: one destination.
+	Endpoints bool
 	// OnGone is what a 410 Gone answer does: the zero value publisher.GonePause pauses the
 	// pipeline (durably, until `outbox-relay resume`) and leaves the event undelivered;
 	// publisher.GoneRetry retries it like any failed attempt.
@@ -118,6 +123,9 @@ func (p *Pipeline) Validate() error {
 	}
 	if p.Destination != nil {
 		return p.validatePolicies()
+	}
+	if p.Endpoints {
+		return p.validateEndpoints()
 	}
 	if len(p.Secrets) == 0 {
 		return fmt.Errorf("%w %q: no webhook secret (secret or secret_file)", ErrPipeline, p.Name)
@@ -177,7 +185,7 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 			Secrets: c.Secrets, Scheme: c.Scheme, RequestTimeout: c.RequestTimeout, RetryMin: c.RetryMin,
 			RetryMax: c.RetryMax, MaxAttempts: c.MaxAttempts, MaxInFlight: c.MaxInFlight,
 			MaxBufferedEvents: c.MaxBufferedEvents, MaxBufferedBytes: c.MaxBufferedBytes, Backfill: !c.NoBackfill,
-			Delivery: c.Delivery, Destination: c.Destination, OnGone: c.Control.OnGone}
+			Delivery: c.Delivery, Destination: c.Destination, OnGone: c.Control.OnGone, Endpoints: c.Endpoints}
 		if p.Slot == "" {
 			p.Slot = DefaultSlot
 		}
@@ -302,6 +310,9 @@ func (p *Pipeline) destinations() []string {
 	}
 	if p.Destination != nil {
 		given = append(given, "Destination")
+	}
+	if p.Endpoints {
+		given = append(given, "endpoints")
 	}
 	return given
 }

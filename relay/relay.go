@@ -138,6 +138,18 @@ type Config struct {
 	// Destination replaces the webhook for the default pipeline (see Pipeline.Destination;
 	// docs/guides/brokers.md). Nil: the webhook of WebhookURL, Secrets and Scheme.
 	Destination publisher.Opener
+	// Endpoints is --endpoints: the default pipeline delivers to the partner endpoints of
+	// outbox_endpoints instead of one webhook (see Pipeline.Endpoints). False: one destination.
+	Endpoints bool
+	// SecretsKeys opens the sealed secrets of partner endpoints: the keys' text, as
+	// OUTBOX_RELAY_SECRETS_KEY or the file of --secrets-key-file holds it (outbox.NewSealer).
+	// Empty: no key; an endpoint with a sealed secret then fails every attempt with the fix.
+	SecretsKeys string
+	// EndpointMetrics are endpoint ids whose series are always exported; EndpointMetricsMax
+	// bounds the others to that many endpoints in trouble (--endpoint-metrics,
+	// --endpoint-metrics-max). Zero EndpointMetricsMax: 20; negative: none.
+	EndpointMetrics    []string
+	EndpointMetricsMax int
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the default-pipeline fields above must
 	// then be left zero (New refuses them). Empty (the default): one pipeline named "default" from those fields, on slot and
@@ -162,6 +174,9 @@ type Config struct {
 func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, release func(), err error) {
 	if err := checkDestination(p); err != nil {
 		return nil, nil, err
+	}
+	if p.Endpoints {
+		return nil, func() {}, nil // each endpoint's destination is opened by the fan-out
 	}
 	if p.Destination != nil {
 		return publisher.Open(ctx, p.Destination, publisher.OpenOptions{Pipeline: p.Name,
@@ -401,7 +416,7 @@ type pipelineRunner struct {
 	m       *metrics.Metrics // the pipeline's own gauges: the tracker's, and the poller's
 	tracker *cdc.Tracker
 	stream  *cdc.Stream
-	pub     *publisher.Publisher
+	pub     deliverer
 	marker  *publisher.Marker // nil unless the pipeline owns the rows' status
 	poller  *inspect.Poller
 	pool    *pgxpool.Pool // the control row, a pause on 410 Gone
@@ -439,6 +454,11 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		r.marker, marks, resume = marker, marker, &publisher.Resume{Delivered: marker.Delivered}
 	}
 	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
+	if p.Endpoints {
+		r.pub = newFanout(cfg, p, owner, reg, pool, r, marks, resume, r.tracker.Confirmable)
+		r.pub.Pause("starting: reading the pipeline's control row")
+		return r
+	}
 	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -34,7 +35,7 @@ var (
 var pipelineFlags = []string{urlFlag.name, secretFlag.name, secretFileFlag.name, "signature-scheme", "slot", "publication",
 	"retry-min", "retry-max", "request-timeout", "max-attempts", "max-in-flight", "max-buffered-events",
 	"max-buffered-bytes", "backfill", "no-backfill", "format", "source", "batch-max-events", "batch-max-bytes",
-	"batch-linger", "compression", "marks", "on-gone", "shards", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
+	"batch-linger", "compression", "marks", "on-gone", "shards", "endpoints", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -54,6 +55,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	fs := cmd.Flags()
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
+	addSetting(fs, "endpoints")
 	addSetting(fs, urlFlag.name)
 	addSetting(fs, secretFlag.name)
 	addSetting(fs, secretFileFlag.name)
@@ -85,6 +87,9 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addControlFlags(fs) // control.go
 	addSetting(fs, "shard")
 	addSetting(fs, "shards")
+	addSetting(fs, secretsKeyFileFlag.name)
+	addSetting(fs, "endpoint-metrics")
+	addSetting(fs, "endpoint-metrics-max")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -130,10 +135,21 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	if ok {
+	cfg.Endpoints, _ = fs.GetBool("endpoints")
+	switch {
+	case ok && cfg.Endpoints:
+		return cfg, usageError{errors.New("--endpoints delivers to the partner endpoints, a broker flag to a broker: pass one")}
+	case ok:
 		cfg.Destination = broker
-	} else if err := webhookConfig(fs, &cfg); err != nil {
-		return cfg, err
+	case cfg.Endpoints:
+		if stringFrom(fs, urlFlag) != "" || stringFrom(fs, secretFlag) != "" || stringFrom(fs, secretFileFlag) != "" {
+			return cfg, usageError{errors.New("--endpoints takes each endpoint's URL and secret from outbox_endpoints: " +
+				"drop --webhook-url and --webhook-secret (and WEBHOOK_URL, WEBHOOK_SECRET), or drop --endpoints")}
+		}
+	default:
+		if err := webhookConfig(fs, &cfg); err != nil {
+			return cfg, err
+		}
 	}
 	if err := flagShards(fs, &cfg); err != nil {
 		return cfg, err
@@ -171,6 +187,9 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, err
 	}
 	if err := controlConfig(fs, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := endpointRunConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin {
@@ -261,6 +280,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := endpointRunConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -416,6 +438,33 @@ func deliveryConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	d.Marks = publisher.MarksMode(marks)
 	if err := d.Validate(); err != nil {
 		return usageError{fmt.Errorf("delivery flags: %w", err)}
+	}
+	return nil
+}
+
+// endpointRunConfig reads the settings of the process that a pipeline with endpoints uses: the
+// keys of sealed secrets and the endpoints with series of their own.
+func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
+	text, from, err := readSecretsKeys(fs)
+	if err != nil {
+		return err
+	}
+	if text != "" {
+		if _, err := outbox.NewSealer(text); err != nil {
+			return usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "outbox: "))}
+		}
+	}
+	cfg.SecretsKeys = text
+	if ids, _ := fs.GetString("endpoint-metrics"); ids != "" {
+		for _, id := range strings.Split(ids, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				cfg.EndpointMetrics = append(cfg.EndpointMetrics, id)
+			}
+		}
+	}
+	cfg.EndpointMetricsMax, _ = fs.GetInt("endpoint-metrics-max")
+	if cfg.EndpointMetricsMax == 0 {
+		cfg.EndpointMetricsMax = -1 // 0 on the command line: none beyond --endpoint-metrics
 	}
 	return nil
 }

@@ -98,6 +98,7 @@ type rawPipeline struct {
 	MaxBufferedBytes  scalar      `yaml:"max_buffered_bytes"`
 	RateLimit         scalar      `yaml:"rate_limit"`
 	Shadow            scalar      `yaml:"shadow"`
+	Endpoints         scalar      `yaml:"endpoints"`
 	Initial           scalar      `yaml:"initial"`
 	Shards            scalar      `yaml:"shards"`
 	Shard             scalar      `yaml:"shard"`
@@ -451,6 +452,9 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 	if k := rp.Kafka; k != nil {
 		given = append(given, block{"kafka", k.line(rp.line())})
 	}
+	if pl.Endpoints = p.boolean(rp.Endpoints, "endpoints"); pl.Endpoints {
+		given = append(given, block{"endpoints", rp.Endpoints.line})
+	}
 	slices.SortStableFunc(given, func(a, b block) int { return a.line - b.line })
 	names := make([]string, len(given))
 	for i, b := range given {
@@ -467,6 +471,14 @@ func (p *parser) destination(rp rawPipeline, pl *relay.Pipeline) {
 	switch {
 	case rp.Webhook != nil:
 		p.webhook(*rp.Webhook, rp, pl)
+		return
+	case pl.Endpoints:
+		// Each endpoint's row says its URL, secrets and format: the pipeline's request shapes
+		// do not apply (relay refuses them at start too).
+		if pl.Delivery.Format != webhook.FormatRaw || pl.Delivery.Compression != webhook.CompressionNone || pl.Delivery.Batch.MaxEvents > 1 {
+			p.failLine(rp.Endpoints.line, "pipeline %q: with endpoints, each endpoint's row gives its format and every request "+
+				"carries one event: drop format, compression and batch", pl.Name)
+		}
 		return
 	}
 	// A broker sends one message per event with the webhook contract's headers: the webhook's

@@ -43,6 +43,12 @@ const (
 	NATSStreamReplicas = 1
 	KafkaTopic         = "outbox.event.{aggregate_type}"
 	KafkaCompression   = "none"
+	// A pipeline with endpoints (issue 24): the workers its endpoints share, an endpoint's
+	// in-flight cap when its row sets none, and how many troubled endpoints get series of their
+	// own.
+	EndpointWorkers     = 256
+	EndpointMaxInFlight = 16
+	EndpointMetricsMax  = 20
 )
 
 // AttemptsForADay is the number of attempts whose backoff delays, doubling from lo up to hi,

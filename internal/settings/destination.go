@@ -15,7 +15,7 @@ var ErrDestination = errors.New("a pipeline has exactly one destination (webhook
 func OneDestination(given ...string) error {
 	switch len(given) {
 	case 0:
-		return fmt.Errorf("%w, and none is set: give webhook (url and secret), nats or kafka", ErrDestination)
+		return fmt.Errorf("%w, and none is set: give webhook (url and secret), nats, kafka or endpoints: true", ErrDestination)
 	case 1:
 		return nil
 	}

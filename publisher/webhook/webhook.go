@@ -40,6 +40,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
@@ -76,6 +77,13 @@ type Config struct {
 	// Compression of request bodies: gzip sends Content-Encoding: gzip, and the signature
 	// covers the compressed bytes as sent. Empty or none: uncompressed.
 	Compression Compression
+	// Keys, if set, are the HMAC keys to sign with (signature.Keys of the secrets) instead of
+	// Secrets: a partner endpoint's, opened from its sealed secrets. Nil: from Secrets.
+	Keys [][]byte
+	// Control, if set, is called on every connection's socket before it connects (as
+	// net.Dialer.Control): the URL guard of partner endpoints refuses addresses there. Nil:
+	// none.
+	Control func(network, address string, c syscall.RawConn) error
 }
 
 // Destination sends one signed POST per attempt; it is the publisher.Destination (a
@@ -141,9 +149,11 @@ func New(cfg Config) (*Destination, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := signature.Keys(cfg.Scheme, cfg.Secrets)
-	if err != nil {
-		return nil, err
+	keys := cfg.Keys
+	if keys == nil {
+		if keys, err = signature.Keys(cfg.Scheme, cfg.Secrets); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = settings.RequestTimeout
@@ -165,9 +175,14 @@ func New(cfg Config) (*Destination, error) {
 		tr.MaxIdleConnsPerHost = cfg.MaxConns * 2
 		tr.ResponseHeaderTimeout = cfg.Timeout
 		tr.TLSClientConfig = cfg.TLS
+		if cfg.Control != nil {
+			d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: cfg.Control}
+			tr.DialContext = d.DialContext
+		}
 		w.client = &http.Client{Transport: tr, CheckRedirect: noRedirects}
 	} else {
 		w.raw = newRawClient(u, cfg.TLS, cfg.Timeout, cfg.MaxConns)
+		w.raw.dialer.Control = cfg.Control
 	}
 	return w, nil
 }

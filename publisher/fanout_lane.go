@@ -1,0 +1,303 @@
+package publisher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+)
+
+// lane is one endpoint of a Fanout: its row as of the stream's position, its publisher (nil
+// while the endpoint is disabled) and what its status shows.
+type lane struct {
+	f    *Fanout
+	id   string
+	name string // pipeline/id
+	row  endpoint.Row
+	pub  *Publisher                // nil while disabled; Run's goroutine only
+	cur  atomic.Pointer[Publisher] // pub, for the other goroutines
+	dest swapDest
+
+	mu        sync.Mutex // guards what follows, read by the status saver, the metrics and rebuild
+	raw       []byte     // the row's JSON, to build its destination again
+	releaseFn func()
+	rebuildAt time.Time
+	gone      bool   // answered 410 Gone: held until its disable arrives through the stream
+	state     string // the row's state, for the metrics
+	st        laneStats
+}
+
+type laneStats struct {
+	lastSuccess, lastErrorAt time.Time
+	lastError                string
+	failures                 int
+	saved                    EndpointStatus // what was saved last
+	unsaved                  bool           // the last save failed
+}
+
+func newLane(f *Fanout, id string) *lane {
+	return &lane{f: f, id: id, name: f.cfg.Pipeline + "/" + id}
+}
+
+// update makes the lane follow row v.
+func (l *lane) update(ctx context.Context, v EndpointVersion) {
+	var row endpoint.Row
+	if err := json.Unmarshal(v.Row, &row); err != nil {
+		l.f.log.Error().Err(err).Str("endpoint", l.id).Str("lsn", v.LSN.String()).
+			Msg("an endpoint change does not decode; the endpoint keeps its previous settings")
+		return
+	}
+	before := l.row
+	l.row = row
+	l.mu.Lock()
+	l.state = row.State
+	l.mu.Unlock()
+	if row.State == endpoint.Disabled {
+		if l.pub != nil {
+			reason := "the endpoint was disabled"
+			if row.DisabledReason != "" {
+				reason += ": " + row.DisabledReason
+			}
+			l.retire(ctx, reason)
+			l.release()
+			l.f.log.Info().Str("endpoint", l.id).Str("reason", row.DisabledReason).Msg("endpoint disabled")
+		}
+		return
+	}
+	fresh := l.pub == nil
+	if fresh {
+		l.start(ctx)
+	}
+	if fresh || deliveryChanged(before, row) {
+		l.mu.Lock()
+		l.raw = v.Row
+		l.mu.Unlock()
+		l.rebuild(ctx)
+	}
+	maxInFlight := row.MaxInFlight
+	if maxInFlight <= 0 {
+		maxInFlight = l.f.cfg.EndpointMaxInFlight
+	}
+	l.pub.sched.setLimits(maxInFlight, row.RateLimit)
+	l.refreshPause()
+	if fresh {
+		l.f.log.Info().Str("endpoint", l.id).Str("state", row.State).Str("lsn", v.LSN.String()).Msg("endpoint active")
+	}
+}
+
+// deliveryChanged reports whether a change needs a new destination.
+func deliveryChanged(a, b endpoint.Row) bool {
+	return a.URL != b.URL || a.Scheme != b.Scheme || a.Format != b.Format || a.AllowPrivateURL != b.AllowPrivateURL ||
+		!reflect.DeepEqual(a.Secrets, b.Secrets)
+}
+
+// start gives the lane a publisher, with the aggregates parked for the endpoint.
+func (l *lane) start(ctx context.Context) {
+	f := l.f
+	cfg := Config{RetryMin: f.cfg.RetryMin, RetryMax: f.cfg.RetryMax, MaxAttempts: f.cfg.MaxAttempts,
+		ShutdownTimeout: f.cfg.ShutdownTimeout, Store: f.cfg.LaneStore(l.name), LogPayloads: f.cfg.LogPayloads,
+		Logger: f.log.With().Str("endpoint", l.id).Logger(), Pipeline: l.name, OnGone: GonePause}
+	cfg.RecordPause = func(ctx context.Context, reason string) error {
+		l.mu.Lock()
+		l.gone = true
+		l.mu.Unlock()
+		return f.cfg.Disable(ctx, l.id, reason)
+	}
+	cfg.defaults()
+	sched := newScheduler()
+	sched.parkedGauge = f.m.ParkedAggregates
+	p := &Publisher{cfg: cfg, dest: &l.dest, acker: f.acker, sched: sched, log: cfg.Logger, m: f.m, fan: f, lane: l}
+	sched.lane = &laneSched{pool: f.pool, owner: p, maxInFlight: f.cfg.EndpointMaxInFlight, inflight: map[*item]bool{}}
+	p.accept = func(m *envelope.Message) bool { return l.row.Subscribed(m.TenantID, m.EventType, m.AggregateType) }
+	l.mu.Lock()
+	l.gone = false
+	l.mu.Unlock()
+	p.loadParked(ctx)
+	l.pub = p
+	l.cur.Store(p)
+}
+
+// retire settles everything the lane holds without sending it (see Publisher.retire); the lane
+// takes nothing more until it is started again.
+func (l *lane) retire(ctx context.Context, reason string) {
+	if l.pub == nil {
+		return
+	}
+	l.pub.retire(ctx, reason)
+	l.pub = nil
+	l.cur.Store(nil)
+}
+
+// release frees the destination's connections.
+func (l *lane) release() {
+	l.mu.Lock()
+	rel := l.releaseFn
+	l.releaseFn = nil
+	l.mu.Unlock()
+	if rel != nil {
+		rel()
+	}
+	l.dest.set(nil)
+}
+
+// rebuild builds the destination from the row again (a change, or a secret that expired).
+func (l *lane) rebuild(ctx context.Context) {
+	l.mu.Lock()
+	raw := l.raw
+	l.mu.Unlock()
+	dest, rel, at, err := l.f.cfg.Open(l.id, raw)
+	if err != nil {
+		l.f.log.Error().Err(err).Str("endpoint", l.id).Msg("the endpoint cannot be delivered to; its events are retried until its row is fixed")
+		dest, rel, at = brokenDest{err: err}, nil, time.Time{}
+	}
+	l.mu.Lock()
+	old := l.releaseFn
+	l.releaseFn, l.rebuildAt = rel, at
+	l.mu.Unlock()
+	l.dest.set(dest)
+	if old != nil {
+		old()
+	}
+}
+
+func (l *lane) rebuildDue(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.rebuildAt.IsZero() && !now.Before(l.rebuildAt)
+}
+
+// refreshPause pauses the lane while the pipeline or the endpoint is paused, or the endpoint
+// answered 410 Gone.
+func (l *lane) refreshPause() {
+	if l.pub == nil {
+		return
+	}
+	l.mu.Lock()
+	gone := l.gone
+	l.mu.Unlock()
+	pp, why := l.f.pipelinePause()
+	switch {
+	case gone:
+		l.pub.Pause("the endpoint answered 410 Gone; it is being disabled")
+	case l.row.State == endpoint.Paused:
+		reason := "the endpoint is paused"
+		if l.row.PausedReason != "" {
+			reason += ": " + l.row.PausedReason
+		}
+		l.pub.Pause(reason)
+	case pp:
+		l.pub.Pause(why)
+	default:
+		l.pub.Resume()
+	}
+}
+
+// observe records an attempt's outcome for the status.
+func (l *lane) observe(o Result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o.ok() {
+		l.st.lastSuccess, l.st.failures = time.Now(), 0
+		return
+	}
+	l.st.lastError, l.st.lastErrorAt = o.Reason(), time.Now()
+	l.st.failures++
+}
+
+// status returns the endpoint's status now, and whether it differs from the one saved last.
+func (l *lane) status() (EndpointStatus, bool) {
+	st := EndpointStatus{ID: l.id}
+	if p := l.cur.Load(); p != nil {
+		n, oldest := p.sched.undelivered()
+		st.Undelivered, st.OldestUndelivered = int64(n), oldest
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st.LastSuccess, st.LastError, st.LastErrorAt, st.FailuresInRow = l.st.lastSuccess, l.st.lastError, l.st.lastErrorAt, l.st.failures
+	changed := l.st.unsaved || st != l.st.saved
+	l.st.saved, l.st.unsaved = st, false
+	return st, changed
+}
+
+func (l *lane) statusUnsaved() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.st.unsaved = true
+}
+
+// swapDest is a lane's destination, replaced when its row changes while attempts go on.
+type swapDest struct{ d atomic.Pointer[destBox] }
+
+type destBox struct{ d Destination }
+
+func (s *swapDest) set(d Destination) {
+	if d == nil {
+		s.d.Store(nil)
+		return
+	}
+	s.d.Store(&destBox{d})
+}
+
+// errNoDestination is what an attempt gets in the moment an endpoint is being released.
+var errNoDestination = errors.New("the endpoint's destination is being replaced")
+
+// Send implements Destination.
+func (s *swapDest) Send(ctx context.Context, m *envelope.Message, attempt int) Result {
+	b := s.d.Load()
+	if b == nil {
+		return Result{Err: errNoDestination, Label: ResultNetwork}
+	}
+	return b.d.Send(ctx, m, attempt)
+}
+
+// brokenDest fails every attempt with the reason the endpoint's destination cannot be built
+// (a sealed secret without its key, a URL the guard refuses).
+type brokenDest struct{ err error }
+
+func (b brokenDest) Send(context.Context, *envelope.Message, int) Result {
+	return Result{Err: b.err, Label: ResultNetwork}
+}
+
+// add queues m, an event of tx routed to this publisher's endpoint, behind the earlier events
+// of its aggregate; an event of a parked aggregate is parked durably instead.
+func (p *Publisher) add(ctx context.Context, tx *cdc.Tx, m *envelope.Message) {
+	it := &item{m: m, tx: tx}
+	if !p.sched.add(it) {
+		p.settleParked(ctx, []*item{it})
+	}
+}
+
+// retire stops the publisher of an endpoint that was disabled or removed: every event it holds
+// and is not sending is settled without being sent, and recorded as abandoned with reason (its
+// dead letters and parked aggregates stay recorded for a replay); an attempt under way that
+// fails is settled the same way.
+func (p *Publisher) retire(ctx context.Context, reason string) {
+	its := p.sched.retire()
+	for _, it := range its {
+		p.abandonRetired(ctx, it, reason)
+	}
+	if len(its) > 0 {
+		p.log.Warn().Int("events", len(its)).Str("reason", reason).
+			Msg("events queued for the endpoint were not sent; they are recorded as abandoned (outbox-relay replay --since ... --endpoint re-sends them)")
+	}
+}
+
+// abandonRetired records it as abandoned (best effort: the endpoint is gone) and settles it.
+func (p *Publisher) abandonRetired(ctx context.Context, it *item, reason string) {
+	if p.cfg.Store != nil {
+		rec, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := p.cfg.Store.Abandoned(rec, it.m, it.attempt, reason); err != nil {
+			p.log.Warn().Err(err).Str("event_id", it.m.ID).Msg("recording an event not sent to a retired endpoint failed")
+		}
+		cancel()
+	}
+	p.m.EventsAbandoned.Inc()
+	p.settle(it)
+}

@@ -1,0 +1,114 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/publisher/webhook"
+
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/internal/seal"
+	"github.com/outbox-relay/outbox-relay/internal/settings"
+)
+
+// deliverer is what a pipeline delivers with: a Publisher (one destination) or a Fanout (the
+// partner endpoints).
+type deliverer interface {
+	Run(ctx context.Context, in <-chan *cdc.Tx)
+	Pause(reason string)
+	Resume()
+	Paused() (bool, string)
+}
+
+// validateEndpoints checks a pipeline with endpoints: what it takes from its rows is not set on
+// the pipeline.
+func (p *Pipeline) validateEndpoints() error {
+	switch {
+	case p.Shadow:
+		return fmt.Errorf("%w %q: a pipeline with endpoints cannot be a shadow; drop shadow, or endpoints", ErrPipeline, p.Name)
+	case len(p.Secrets) > 0:
+		return fmt.Errorf("%w %q: a pipeline with endpoints signs with each endpoint's own secrets: drop the webhook secret "+
+			"(each endpoint's is set with `outbox-relay endpoint add/rotate-secret`)", ErrPipeline, p.Name)
+	case p.Delivery.Batch.MaxEvents > 1 || p.Delivery.Format != "" && p.Delivery.Format != webhook.FormatRaw ||
+		p.Delivery.Compression != "" && p.Delivery.Compression != webhook.CompressionNone:
+		return fmt.Errorf("%w %q: a pipeline with endpoints sends one event per request in each endpoint's own format "+
+			"(its row's format column): drop batch, format and compression from the pipeline", ErrPipeline, p.Name)
+	}
+	return p.validatePolicies()
+}
+
+// newFanout builds the fan-out of a pipeline with endpoints. Its endpoint destinations are
+// built from their rows: secrets opened with cfg.SecretsKeys, URLs checked and dialled through
+// the guard (which refuses the relay's own metrics address and link-local/metadata addresses
+// unless the row allows private URLs).
+func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, pool *pgxpool.Pool, acker publisher.Acker,
+	marks publisher.Marks, resume *publisher.Resume, confirmed func() pglogrepl.LSN) *publisher.Fanout {
+	log := cfg.pipelineLogger(p)
+	var ring *seal.Keyring
+	var ringErr error
+	if cfg.SecretsKeys != "" {
+		ring, ringErr = seal.Parse(cfg.SecretsKeys)
+	}
+	guard, guardErr := endpoint.NewGuard(cfg.MetricsAddr)
+	eps := outbox.Endpoints{Schema: outbox.Schema(cfg.Schema)}
+	open := func(id string, raw []byte) (publisher.Destination, func(), time.Time, error) {
+		switch {
+		case ringErr != nil:
+			return nil, nil, time.Time{}, fmt.Errorf("the secrets keys (OUTBOX_RELAY_SECRETS_KEY or --secrets-key-file): %w", ringErr)
+		case guardErr != nil:
+			return nil, nil, time.Time{}, guardErr
+		}
+		var row endpoint.Row
+		if err := json.Unmarshal(raw, &row); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: its row does not decode: %w", id, err)
+		}
+		if _, err := endpoint.CheckURL(row.URL, guard, row.AllowPrivateURL); err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w (fix: outbox-relay endpoint update %s --url ...)", id, err, id)
+		}
+		keys, next, err := row.Keys(ring, time.Now())
+		if err != nil {
+			return nil, nil, time.Time{}, err
+		}
+		maxConns := row.MaxInFlight
+		if maxConns <= 0 {
+			maxConns = settings.EndpointMaxInFlight
+		}
+		w, err := webhook.New(webhook.Config{URL: row.URL, Keys: keys, Scheme: row.SignatureScheme(), Timeout: p.RequestTimeout,
+			MaxConns: maxConns, UserAgent: "outbox-relay/" + cfg.Version, Format: webhook.Format(row.Format),
+			DefaultSource: "/outbox-relay/" + p.Name, Control: guard.Control(row.AllowPrivateURL)})
+		if err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w", id, err)
+		}
+		return w, w.Close, next, nil
+	}
+	disable := func(ctx context.Context, id, reason string) error {
+		_, err := eps.Disable(ctx, pool, id, reason)
+		if errors.Is(err, outbox.ErrEndpointNotFound) || errors.Is(err, outbox.ErrEndpointState) {
+			return nil // removed or disabled meanwhile: nothing left to do
+		}
+		return err
+	}
+	workers := max(p.MaxInFlight, settings.EndpointWorkers)
+	return publisher.NewFanout(publisher.FanoutConfig{Pipeline: p.Name, Workers: workers, RetryMin: p.RetryMin,
+		RetryMax: p.RetryMax, MaxAttempts: p.MaxAttempts, ShutdownTimeout: cfg.ShutdownTimeout, LogPayloads: cfg.LogPayloads,
+		Logger: log, Registerer: reg,
+		Store:        publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
+		BackfillSlot: p.Slot, Resume: resume,
+		Endpoints: publisher.PGEndpointStore{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
+		LaneStore: func(name string) publisher.Store {
+			return publisher.PGStore{Pool: pool, Pipeline: name, OwnState: true, Schema: cfg.Schema}
+		},
+		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
+	}, acker, marks)
+}
