@@ -30,9 +30,6 @@ type Message struct {
 	EventType     string
 	AggregateType string
 	AggregateID   string
-	// TenantID is the row's tenant_id, which routes it to the endpoints of that tenant; empty
-	// when NULL.
-	TenantID string
 	// Payload is the payload column (jsonb) as PostgreSQL outputs it: the body of a raw request.
 	Payload []byte
 	// Headers is the row's headers column (a JSON object), or nil when it is absent or NULL.
@@ -46,6 +43,9 @@ type Message struct {
 	// CreatedAt is the row's created_at (the start of its transaction); zero if the table has
 	// no such column.
 	CreatedAt time.Time
+	// TenantID is the row's tenant_id (migration 13), which routes the event to endpoints: ""
+	// when it is NULL, or the stream's relation carries no such column.
+	TenantID string
 }
 
 // SequenceLen is the length of every Sequence.
