@@ -1,0 +1,284 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// partner is one endpoint of a test: its receiver checks every request's signature with the
+// endpoint's own secret (a request signed with another's is refused, never counted).
+type partner struct {
+	id   string
+	recv *relaytest.Receiver
+	sub  func(tenant, aggType, evType string) bool // the test's own reading of its subscription
+	want relaytest.Result                          // what it must receive
+}
+
+func newPartner(t *testing.T, id string, sub func(tenant, aggType, evType string) bool) *partner {
+	recv := relaytest.NewReceiver("secret-of-" + id + "-0123456789")
+	t.Cleanup(recv.Close)
+	return &partner{id: id, recv: recv, sub: sub}
+}
+
+func (e *env) addPartner(p *partner, ep outbox.Endpoint) {
+	e.t.Helper()
+	ep.ID, ep.URL, ep.Secret = p.id, p.recv.URL, "secret-of-"+p.id+"-0123456789"
+	if _, err := outbox.AddEndpoint(context.Background(), e.pool, ep); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// endpointsConfig runs the default pipeline with endpoints.
+func endpointsConfig(cfg *Config) {
+	cfg.Endpoints, cfg.WebhookURL, cfg.Secrets = true, "", nil
+}
+
+// tenantEvent is what the test writes: events of fresh aggregates, one transaction per event,
+// each aggregate with one tenant, aggregate type and event type, seq 1, 2, ... per aggregate.
+type tenantEvents struct {
+	tenant, aggType, evType string
+	aggregates, perAggregate int
+}
+
+// write commits the events, the aggregates' events interleaved, and adds each to the want of
+// every partner subscribed to it now (live: those that exist and are not removed).
+func (e *env) write(prefix string, w tenantEvents, live []*partner) {
+	e.t.Helper()
+	ctx := context.Background()
+	for s := 1; s <= w.perAggregate; s++ {
+		for a := 0; a < w.aggregates; a++ {
+			agg := fmt.Sprintf("%s-%d", prefix, a)
+			id, err := outbox.Enqueue(ctx, e.pool, outbox.Event{AggregateType: w.aggType, AggregateID: agg, EventType: w.evType,
+				TenantID: w.tenant, Payload: map[string]int{"seq": s}})
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			c := relaytest.Committed{ID: id.String(), Aggregate: w.aggType + "/" + agg, Seq: s}
+			for _, p := range live {
+				if p.sub(w.tenant, w.aggType, w.evType) {
+					p.want.Committed = append(p.want.Committed, c)
+				}
+			}
+		}
+	}
+}
+
+// waitPartners waits until every partner got what it must, then checks that it got nothing
+// else (a phantom is an event outside its subscription, or from before it existed) and in
+// order per aggregate.
+func waitPartners(t *testing.T, ps ...*partner) {
+	t.Helper()
+	for _, p := range ps {
+		rep := waitAll(t, p.recv, p.want, time.Minute)
+		if !rep.OK() {
+			t.Fatalf("endpoint %s: %s (lost %v, phantoms %v, order %v)", p.id, rep, first(rep.Lost), first(rep.Phantoms),
+				first(rep.OrderViolations))
+		}
+	}
+}
+
+func first(s []string) []string { return s[:min(len(s), 3)] }
+
+// Endpoints on one slot: each event goes to exactly the endpoints subscribed to it at its
+// commit (tenant, event-type patterns, aggregate types), signed with each endpoint's own secret,
+// in order per aggregate per endpoint. An endpoint added later gets nothing committed before it;
+// a paused one gets nothing until it resumes, then everything in order; a removed one gets
+// nothing committed after its removal; all of it without restarting the relay, and with one
+// walsender.
+func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
+	e := newEnv(t)
+	a := newPartner(t, "acme", func(tenant, _, ev string) bool { return tenant == "t1" && strings.HasPrefix(ev, "order.") })
+	b := newPartner(t, "all", func(string, string, string) bool { return true })
+	c := newPartner(t, "t2-invoices", func(tenant, agg, _ string) bool { return tenant == "t2" && agg == "invoice" })
+	e.addPartner(a, outbox.Endpoint{TenantID: "t1", EventTypes: []string{"order.*"}})
+	e.addPartner(b, outbox.Endpoint{})
+	e.addPartner(c, outbox.Endpoint{TenantID: "t2", AggregateTypes: []string{"invoice"}})
+	e.start(endpointsConfig)
+	live := []*partner{a, b, c}
+	mix := func(prefix string) {
+		e.write(prefix+"-o1", tenantEvents{"t1", "order", "order.created", 5, 4}, live)
+		e.write(prefix+"-i1", tenantEvents{"t1", "invoice", "invoice.paid", 5, 4}, live)
+		e.write(prefix+"-i2", tenantEvents{"t2", "invoice", "invoice.paid", 5, 4}, live)
+		e.write(prefix+"-o2", tenantEvents{"t2", "order", "order.created", 5, 4}, live)
+		e.write(prefix+"-none", tenantEvents{"", "order", "order.created", 5, 4}, live)
+	}
+	mix("r1")
+	waitPartners(t, a, b, c)
+
+	// A new endpoint: nothing committed before it.
+	d := newPartner(t, "late", func(string, string, string) bool { return true })
+	e.addPartner(d, outbox.Endpoint{})
+	live = append(live, d)
+	mix("r2")
+	waitPartners(t, a, b, c, d)
+
+	// Paused: held, then delivered in order on resume.
+	if _, err := outbox.PauseEndpoint(context.Background(), e.pool, b.id, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	held := len(b.recv.Deliveries())
+	mix("r3")
+	waitPartners(t, a, c, d)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(b.recv.Deliveries()); n != held {
+		t.Fatalf("the paused endpoint received %d events", n-held)
+	}
+	if _, err := outbox.ResumeEndpoint(context.Background(), e.pool, b.id); err != nil {
+		t.Fatal(err)
+	}
+	waitPartners(t, b)
+
+	// Removed: nothing committed after its removal.
+	if err := outbox.RemoveEndpoint(context.Background(), e.pool, a.id); err != nil {
+		t.Fatal(err)
+	}
+	live = slices.DeleteFunc(live, func(p *partner) bool { return p == a })
+	mix("r4")
+	waitPartners(t, a, b, c, d)
+
+	var senders int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_replication WHERE application_name <> 'walreceiver'`).
+		Scan(&senders); err != nil {
+		t.Fatal(err)
+	}
+	if senders != 1 {
+		t.Fatalf("%d walsenders serve the endpoints, want 1", senders)
+	}
+	for _, p := range []*partner{a, b, c, d} {
+		if n := p.recv.BadSignatures(); n != 0 {
+			t.Fatalf("endpoint %s: %d requests signed with another secret", p.id, n)
+		}
+	}
+}
+
+// A failing endpoint delays no other: while one endpoint answers 500 to everything, the others
+// get every event; the slot is not confirmed past the first event the failing one owes; once it
+// recovers it gets everything, in order. An endpoint that answers 410 Gone is disabled (its row
+// says why) and gets nothing more, while the others go on.
+func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
+	e := newEnv(t)
+	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
+	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
+	gone := newPartner(t, "gone", func(string, string, string) bool { return true })
+	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(bad, outbox.Endpoint{})
+	e.addPartner(gone, outbox.Endpoint{})
+	var failing, isGone atomic.Bool
+	failing.Store(true)
+	bad.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusInternalServerError
+		}
+		return 0
+	})
+	gone.recv.SetFail(func(*http.Request) int {
+		if isGone.Load() {
+			return http.StatusGone
+		}
+		return 0
+	})
+	e.start(endpointsConfig)
+	live := []*partner{ok, bad, gone}
+	e.write("a", tenantEvents{"", "order", "order.created", 10, 5}, live)
+	waitPartners(t, ok, gone)
+	firstOwed := e.currentLSN()
+	isGone.Store(true)
+	e.write("b", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
+	waitPartners(t, ok)
+	waitFor(t, 30*time.Second, "the gone endpoint disabled", func() bool {
+		got, err := outbox.GetEndpoint(context.Background(), e.pool, gone.id)
+		return err == nil && got.State == outbox.EndpointDisabled && strings.Contains(got.DisabledReason, "410")
+	})
+	sent := len(gone.recv.Deliveries())
+	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
+	waitPartners(t, ok)
+	var confirmed int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if confirmed > firstOwed {
+		t.Fatalf("slot confirmed at %d, past %d, while the failing endpoint still owes events from before it", confirmed, firstOwed)
+	}
+	failing.Store(false)
+	waitPartners(t, ok, bad)
+	if n := len(gone.recv.Deliveries()); n != sent {
+		t.Fatalf("the disabled endpoint received %d more events", n-sent)
+	}
+	ids := map[string]bool{}
+	for _, c := range gone.want.Committed {
+		ids[c.ID] = true
+	}
+	var extra []string
+	for _, d := range gone.recv.Deliveries() {
+		if !ids[d.ID] {
+			extra = append(extra, d.ID)
+		}
+	}
+	sort.Strings(extra)
+	if len(extra) > 0 {
+		t.Fatalf("the gone endpoint received events committed after its 410: %v", first(extra))
+	}
+}
+
+// Changes apply at their commit across restarts too. While the relay is stopped, events are
+// committed before and after an endpoint is added; and while a failing endpoint holds the slot
+// back, an endpoint is added and more events follow, then the relay stops. The next relay is
+// sent all of it again from the slot's position: the new endpoint gets exactly the events
+// committed after it (the versions log, not the table as it is now, says what was subscribed
+// when), and the endpoint that failed gets everything, in order.
+func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
+	e := newEnv(t)
+	all := newPartner(t, "all", func(string, string, string) bool { return true })
+	held := newPartner(t, "held", func(string, string, string) bool { return true })
+	e.addPartner(all, outbox.Endpoint{})
+	e.addPartner(held, outbox.Endpoint{})
+	var failing atomic.Bool
+	held.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	r := e.start(endpointsConfig)
+	live := []*partner{all, held}
+	e.write("a", tenantEvents{"", "order", "order.created", 5, 3}, live)
+	waitPartners(t, all, held)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	// Relay down: before and after a new endpoint.
+	e.write("b", tenantEvents{"", "order", "order.created", 5, 3}, live)
+	late := newPartner(t, "late", func(string, string, string) bool { return true })
+	e.addPartner(late, outbox.Endpoint{})
+	live = append(live, late)
+	e.write("c", tenantEvents{"", "order", "order.created", 5, 3}, live)
+	failing.Store(true)
+	r = e.start(endpointsConfig)
+	waitPartners(t, all, late)
+
+	// Relay up, slot held back by the failing endpoint: another new endpoint, then a restart.
+	later := newPartner(t, "later", func(string, string, string) bool { return true })
+	e.addPartner(later, outbox.Endpoint{})
+	live = append(live, later)
+	e.write("d", tenantEvents{"", "order", "order.created", 5, 3}, live)
+	waitPartners(t, all, late, later)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(false)
+	e.start(endpointsConfig)
+	e.write("e", tenantEvents{"", "order", "order.created", 5, 3}, live)
+	waitPartners(t, all, held, late, later)
+}
