@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -46,7 +49,7 @@ func endpointsConfig(cfg *Config) {
 // tenantEvent is what the test writes: events of fresh aggregates, one transaction per event,
 // each aggregate with one tenant, aggregate type and event type, seq 1, 2, ... per aggregate.
 type tenantEvents struct {
-	tenant, aggType, evType string
+	tenant, aggType, evType  string
 	aggregates, perAggregate int
 }
 
@@ -281,4 +284,161 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 	e.start(endpointsConfig)
 	e.write("e", tenantEvents{"", "order", "order.created", 5, 3}, live)
 	waitPartners(t, all, held, late, later)
+}
+
+// A dead letter parks its aggregate for that endpoint alone: the other endpoint gets every
+// event of the aggregate; the rejecting endpoint gets the aggregate's later events only after
+// a replay names it (pipeline "default/<endpoint>"), then all of them in order.
+func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
+	e := newEnv(t)
+	fine := newPartner(t, "fine", func(string, string, string) bool { return true })
+	picky := newPartner(t, "picky", func(string, string, string) bool { return true })
+	e.addPartner(fine, outbox.Endpoint{})
+	e.addPartner(picky, outbox.Endpoint{})
+	var reject atomic.Bool
+	reject.Store(true)
+	picky.recv.SetFailEvents(func(ds []relaytest.Delivery) int {
+		if reject.Load() && ds[0].Aggregate == "order/x-0" {
+			return http.StatusUnprocessableEntity
+		}
+		return 0
+	})
+	e.start(func(cfg *Config) { endpointsConfig(cfg); cfg.MaxAttempts = 2 })
+	live := []*partner{fine, picky}
+	e.write("x", tenantEvents{"", "order", "order.created", 3, 4}, live)
+	waitPartners(t, fine)
+	waitFor(t, 30*time.Second, "the aggregate parked for picky", func() bool {
+		var n int
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_parked_aggregates
+			WHERE pipeline = 'default/picky' AND aggregate_id = 'x-0'`).Scan(&n)
+		return n == 1
+	})
+	for _, d := range picky.recv.Deliveries() {
+		if d.Aggregate == "order/x-0" {
+			t.Fatalf("picky got %s of the parked aggregate before any replay", d.ID)
+		}
+	}
+	var parkedFine int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_parked_aggregates WHERE pipeline <> 'default/picky'`).
+		Scan(&parkedFine)
+	if parkedFine != 0 {
+		t.Fatalf("%d aggregates parked elsewhere", parkedFine)
+	}
+	reject.Store(false)
+	e.replay(control.ReplaySelection{All: true, Pipeline: "default/picky"})
+	waitPartners(t, fine, picky)
+}
+
+// An endpoint's rate limit bounds the requests it gets in any one second, and its in-flight cap
+// the requests under way at once; another endpoint meanwhile gets its events at full speed.
+func TestEndpointRateLimitAndInFlightCap(t *testing.T) {
+	e := newEnv(t)
+	slow := newPartner(t, "limited", func(string, string, string) bool { return true })
+	capped := newPartner(t, "capped", func(string, string, string) bool { return true })
+	e.addPartner(slow, outbox.Endpoint{RateLimit: 20})
+	e.addPartner(capped, outbox.Endpoint{MaxInFlight: 2})
+	var now, most atomic.Int32
+	capped.recv.SetFail(func(*http.Request) int {
+		n := now.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		now.Add(-1)
+		return 0
+	})
+	e.start(endpointsConfig)
+	e.write("r", tenantEvents{"", "order", "order.created", 30, 2}, []*partner{slow, capped})
+	waitPartners(t, capped)
+	if m := most.Load(); m > 2 || m < 1 {
+		t.Fatalf("the capped endpoint had %d requests under way at once, want at most 2", m)
+	}
+	if n := len(slow.recv.Deliveries()); n > 45 {
+		t.Fatalf("the rate-limited endpoint (20/s) already got %d of 60 events", n)
+	}
+	waitPartners(t, slow)
+	// The limit bounds the starts of attempts; the receiver sees them a little later, each by
+	// its own delay, so its windows are taken 100ms short of a second.
+	ds := slow.recv.Deliveries()
+	for i := range ds {
+		j := i
+		for j < len(ds) && ds[j].At.Sub(ds[i].At) < 900*time.Millisecond {
+			j++
+		}
+		if j-i > 20 {
+			t.Fatalf("%d requests within one second at %s, rate limit 20", j-i, ds[i].At)
+		}
+	}
+}
+
+// Series stay bounded: with 40 endpoints of which 30 fail, the per-endpoint series cover at most
+// --endpoint-metrics-max troubled endpoints plus the ones asked for by name; the aggregate
+// series count all of them.
+func TestEndpointSeriesStayBounded(t *testing.T) {
+	e := newEnv(t)
+	recv := relaytest.NewReceiver("shared-secret-0123456789")
+	t.Cleanup(recv.Close)
+	recv.SetFail(func(r *http.Request) int {
+		if strings.Contains(r.URL.Path, "/bad/") {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	for i := 0; i < 40; i++ {
+		path := "/good/"
+		if i < 30 {
+			path = "/bad/"
+		}
+		if _, err := outbox.AddEndpoint(context.Background(), e.pool, outbox.Endpoint{ID: fmt.Sprintf("ep%02d", i),
+			URL: recv.URL + path + fmt.Sprint(i), Secret: "shared-secret-0123456789"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := e.start(func(cfg *Config) {
+		endpointsConfig(cfg)
+		cfg.EndpointMetricsMax, cfg.EndpointMetrics = 5, []string{"ep39"}
+	})
+	e.write("m", tenantEvents{"", "order", "order.created", 5, 1}, nil)
+	waitFor(t, 30*time.Second, "30 endpoints failing", func() bool {
+		return gaugeValue(r.reg, "outbox_relay_endpoints_failing") == 30
+	})
+	series := map[string]bool{}
+	families, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "outbox_relay_endpoint_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" {
+					series[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if len(series) != 6 || !series["ep39"] {
+		t.Fatalf("per-endpoint series for %d endpoints (%v), want the 5 most troubled and ep39", len(series), series)
+	}
+	if n := gaugeValue(r.reg, "outbox_relay_endpoints"); n != 40 {
+		t.Fatalf("outbox_relay_endpoints sums to %v, want 40", n)
+	}
+}
+
+// gaugeValue sums the gauge name over its series.
+func gaugeValue(g prometheus.Gatherer, name string) float64 {
+	families, err := g.Gather()
+	if err != nil {
+		return -1
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }
