@@ -285,7 +285,7 @@ func (p *Publisher) retire(ctx context.Context, reason string) {
 	}
 	if len(its) > 0 {
 		p.log.Warn().Int("events", len(its)).Str("reason", reason).
-			Msg("events queued for the endpoint were not sent; they are recorded as abandoned (outbox-relay replay --since ... --endpoint re-sends them)")
+			Msg("events queued for the endpoint were not sent; they are recorded as abandoned, and a replay since a time for the endpoint re-sends them")
 	}
 }
 

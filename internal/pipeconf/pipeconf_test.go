@@ -236,11 +236,11 @@ func TestParseNewKeysErrors(t *testing.T) {
 	const nats = "pipelines:\n  - name: a\n    nats:\n      url: nats://localhost:4222\n"
 	const kafka = "pipelines:\n  - name: a\n    kafka:\n      brokers: localhost:9092\n"
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"webhook and nats", hook + "    nats: {url: nats://localhost:4222}\n", `line 4: pipeline "a": both webhook and nats are set: a pipeline has exactly one destination (webhook, nats or kafka); drop one`},
+		{"webhook and nats", hook + "    nats: {url: nats://localhost:4222}\n", `line 4: pipeline "a": both webhook and nats are set: a pipeline has exactly one destination (webhook, nats, kafka or endpoints); drop one`},
 		{"nats and kafka", nats + "    kafka:\n      brokers: localhost:9092\n", `line 6: pipeline "a": both nats and kafka are set`},
 		{"all three", hook + "    kafka: {brokers: x:1}\n    nats: {url: nats://x}\n", `line 4: pipeline "a": both webhook and kafka are set`},
 		{"no name", "pipelines:\n  - filter: x\n    nats: {url: nats://x}\n", "line 2: a pipeline has no name"},
-		{"no destination", "pipelines:\n  - name: a\n    filter: x\n", `line 2: pipeline "a": a pipeline has exactly one destination (webhook, nats or kafka), and none is set: give webhook (url and secret), nats or kafka`},
+		{"no destination", "pipelines:\n  - name: a\n    filter: x\n", `line 2: pipeline "a": a pipeline has exactly one destination (webhook, nats, kafka or endpoints), and none is set: give webhook (url and secret), nats, kafka or endpoints: true`},
 		{"unknown nats key", nats + "      subjekt: x\n", "line 5: unknown key subjekt"},
 		{"unknown nats tls key", nats + "      tls: {ca: a, crt: b}\n", "line 5: unknown key crt"},
 		{"unknown create_stream key", nats + "      create_stream: {name: S, replica: 3}\n", "line 5: unknown key replica"},

@@ -6,7 +6,7 @@ import (
 )
 
 // ErrDestination is wrapped by OneDestination's errors.
-var ErrDestination = errors.New("a pipeline has exactly one destination (webhook, nats or kafka)")
+var ErrDestination = errors.New("a pipeline has exactly one destination (webhook, nats, kafka or endpoints)")
 
 // OneDestination is the rule every configuration form keeps (the run flags, a pipelines file,
 // relay.Config and relay.Pipeline): a pipeline has exactly one destination. given names the
