@@ -90,6 +90,10 @@ func (l *lane) update(ctx context.Context, v EndpointVersion) {
 	if fresh {
 		l.f.log.Info().Str("endpoint", l.id).Str("state", row.State).Str("lsn", v.LSN.String()).Msg("endpoint active")
 	}
+	if row.BatchMaxEvents > 1 && (fresh || before.BatchMaxEvents <= 1) {
+		l.f.log.Warn().Str("endpoint", l.id).Int("batch_max_events", row.BatchMaxEvents).
+			Msg("an endpoint's batching is not applied yet: it gets one event per request")
+	}
 }
 
 // deliveryChanged reports whether a change needs a new destination.

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // partner is one endpoint of a test: its receiver checks every request's signature with the
@@ -441,4 +443,42 @@ func gaugeValue(g prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// A replay since a time for one endpoint (the request names "default/<endpoint>") gives it the
+// history of its subscription, from before it existed: the rows of the range its subscription
+// takes, in order per aggregate, and nothing to any other endpoint.
+func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
+	e := newEnv(t)
+	all := newPartner(t, "all", func(string, string, string) bool { return true })
+	e.addPartner(all, outbox.Endpoint{})
+	e.start(endpointsConfig)
+	since := time.Now().Add(-time.Second)
+	e.write("a1", tenantEvents{"t1", "order", "order.created", 4, 3}, []*partner{all})
+	e.write("a2", tenantEvents{"t2", "order", "order.created", 4, 3}, []*partner{all})
+	waitPartners(t, all)
+	late := newPartner(t, "t1-late", func(tenant, _, _ string) bool { return tenant == "t1" })
+	e.addPartner(late, outbox.Endpoint{TenantID: "t1"})
+	before := len(all.recv.Deliveries())
+	conn, err := pgx.Connect(context.Background(), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// What the range holds for t1 is what the late endpoint must get.
+	late.want = relaytest.Result{}
+	for _, c := range all.want.Committed {
+		if strings.HasPrefix(c.Aggregate, "order/a1-") {
+			late.want.Committed = append(late.want.Committed, c)
+		}
+	}
+	if _, err := publisher.RequestReplaySince(context.Background(), conn,
+		publisher.SinceRequest{Pipeline: "default/" + late.id, Since: since}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitPartners(t, late)
+	time.Sleep(200 * time.Millisecond)
+	if n := len(all.recv.Deliveries()); n != before {
+		t.Fatalf("the other endpoint received %d events of a replay for %s", n-before, late.id)
+	}
 }

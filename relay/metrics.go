@@ -29,6 +29,11 @@ func RegisterMetrics(reg prometheus.Registerer) {
 	registerProcess(reg, cfg.Version, cfg.Commit)
 	pipes, _ := cfg.pipelines()
 	newPipelineRunner(cfg, pipes[0], true, reg, nil, nil)
+	// A pipeline with endpoints adds the endpoint series (the per-endpoint ones appear once an
+	// endpoint is in trouble).
+	ep := pipes[0]
+	ep.Name, ep.Endpoints = "endpoints", true
+	newPipelineRunner(cfg, ep, false, reg, nil, nil)
 }
 
 // gathered sums the values of the counter family name in g (0 if absent).
