@@ -30,7 +30,10 @@ type lane struct {
 	releaseFn func()
 	rebuildAt time.Time
 	gone      bool   // answered 410 Gone: held until its disable arrives through the stream
-	state     string // the row's state, for the metrics
+	state     string // the row's state, for the metrics and the pause
+	paused    string // the row's paused_reason
+
+	pauseMu sync.Mutex // makes refreshPause's read and its Pause or Resume one step
 	st        laneStats
 }
 
@@ -57,7 +60,7 @@ func (l *lane) update(ctx context.Context, v EndpointVersion) {
 	before := l.row
 	l.row = row
 	l.mu.Lock()
-	l.state = row.State
+	l.state, l.paused = row.State, row.PausedReason
 	l.mu.Unlock()
 	if row.State == endpoint.Disabled {
 		if l.pub != nil {
@@ -179,27 +182,31 @@ func (l *lane) rebuildDue(now time.Time) bool {
 
 // refreshPause pauses the lane while the pipeline or the endpoint is paused, or the endpoint
 // answered 410 Gone.
+// It is called from Run's goroutine (a change) and from the pipeline's control (Pause, Resume).
 func (l *lane) refreshPause() {
-	if l.pub == nil {
+	l.pauseMu.Lock()
+	defer l.pauseMu.Unlock()
+	p := l.cur.Load()
+	if p == nil {
 		return
 	}
 	l.mu.Lock()
-	gone := l.gone
+	gone, state, pausedReason := l.gone, l.state, l.paused
 	l.mu.Unlock()
 	pp, why := l.f.pipelinePause()
 	switch {
 	case gone:
-		l.pub.Pause("the endpoint answered 410 Gone; it is being disabled")
-	case l.row.State == endpoint.Paused:
+		p.Pause("the endpoint answered 410 Gone; it is being disabled")
+	case state == endpoint.Paused:
 		reason := "the endpoint is paused"
-		if l.row.PausedReason != "" {
-			reason += ": " + l.row.PausedReason
+		if pausedReason != "" {
+			reason += ": " + pausedReason
 		}
-		l.pub.Pause(reason)
+		p.Pause(reason)
 	case pp:
-		l.pub.Pause(why)
+		p.Pause(why)
 	default:
-		l.pub.Resume()
+		p.Resume()
 	}
 }
 
