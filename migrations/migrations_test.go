@@ -199,16 +199,19 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 	}
 }
 
-// replayIndexValid reports whether outbox_events_replay_order exists and whether it is valid.
-// backToVersion10 undoes migrations 13 (endpoints), 12 (slot location) and 11 (the
-// concurrently built indexes) of a database migrated to 13: what it looks like before migration
-// 11, so that the next Up builds 11's indexes. A later migration must be undone here first.
+// backToVersion10 undoes migrations 14 (the endpoint stream), 13 (endpoints), 12 (slot
+// location) and 11 (the concurrently built indexes) of a database migrated to 14: what it looks
+// like before migration 11, so that the next Up builds 11's indexes. A later migration must be
+// undone here first.
 func backToVersion10(t *testing.T, conn *pgx.Conn) {
 	t.Helper()
-	if latest := migrations.Latest(); latest != 13 {
-		t.Fatalf("backToVersion10 undoes migrations 13 to 11; undo %d..14 first", latest)
+	if latest := migrations.Latest(); latest != 14 {
+		t.Fatalf("backToVersion10 undoes migrations 14 to 11; undo %d..15 first", latest)
 	}
-	for _, q := range []string{`DROP TABLE outbox_endpoints`, `ALTER TABLE outbox_events DROP COLUMN tenant_id`,
+	for _, q := range []string{`DROP TABLE outbox_endpoint_status`, `DROP TABLE outbox_endpoint_versions`,
+		`DROP TABLE outbox_endpoints`, `DROP FUNCTION outbox_endpoints_emit()`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 14`,
+		`ALTER TABLE outbox_events DROP COLUMN tenant_id`,
 		`DELETE FROM outbox_relay_schema WHERE version_id = 13`,
 		`DROP TABLE outbox_slot_location`, `ALTER TABLE outbox_reshard DROP COLUMN fence_reached_at`,
 		`DELETE FROM outbox_relay_schema WHERE version_id = 12`,
@@ -220,6 +223,7 @@ func backToVersion10(t *testing.T, conn *pgx.Conn) {
 	}
 }
 
+// replayIndexValid reports whether outbox_events_replay_order exists and whether it is valid.
 func replayIndexValid(t *testing.T, conn *pgx.Conn) (exists, valid bool) {
 	t.Helper()
 	err := conn.QueryRow(context.Background(), `SELECT count(*) > 0, coalesce(bool_and(i.indisvalid), false)

@@ -13,7 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// The tables, columns and indexes the relay checks for and names (internal/schema) are exactly
+// The tables, columns, indexes and triggers the relay checks for and names (internal/schema) are exactly
 // those the migrations create, version by version: a migration that adds one fails here until
 // schema.Tables lists it with its version, so the start-up check, the status report and the
 // migrations cannot drift apart.
@@ -54,14 +54,15 @@ func TestTablesMatchTheMigrations(t *testing.T) {
 func addsAPiece(v int64) bool {
 	for _, tb := range schema.Tables {
 		if tb.Since == v || slices.ContainsFunc(tb.Columns, func(c schema.Column) bool { return c.Since == v }) ||
-			slices.ContainsFunc(tb.Indexes, func(x schema.Index) bool { return x.Since == v }) {
+			slices.ContainsFunc(tb.Indexes, func(x schema.Index) bool { return x.Since == v }) ||
+			slices.ContainsFunc(tb.Triggers, func(x schema.Trigger) bool { return x.Since == v }) {
 			return true
 		}
 	}
 	return false
 }
 
-// unknownPieces lists the tables, columns and (non-primary-key) indexes of schema public that
+// unknownPieces lists the tables, columns, (non-primary-key) indexes and triggers of schema public that
 // schema.Tables does not know, the version table aside.
 func unknownPieces(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
@@ -74,6 +75,9 @@ func unknownPieces(t *testing.T, conn *pgx.Conn) []string {
 		for _, x := range tb.Indexes {
 			known["index "+x.Name+" on "+tb.Name] = true
 		}
+		for _, x := range tb.Triggers {
+			known["trigger "+x.Name+" on "+tb.Name] = true
+		}
 	}
 	rows, err := conn.Query(context.Background(), `
 		SELECT 'table ' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -85,7 +89,10 @@ func unknownPieces(t *testing.T, conn *pgx.Conn) []string {
 		UNION ALL
 		SELECT 'index ' || i.relname || ' on ' || c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indrelid
 		JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = 'public' AND NOT x.indisprimary AND c.relname <> $1`, schema.VersionTable)
+		WHERE n.nspname = 'public' AND NOT x.indisprimary AND c.relname <> $1
+		UNION ALL
+		SELECT 'trigger ' || t.tgname || ' on ' || c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND NOT t.tgisinternal`, schema.VersionTable)
 	if err != nil {
 		t.Fatal(err)
 	}

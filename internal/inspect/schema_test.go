@@ -27,10 +27,15 @@ func TestCheckSchemaNamesTheFix(t *testing.T) {
 		fix    string
 	}{
 		{name: "migrated"},
-		{name: "older version", alter: fmt.Sprintf("DROP TABLE outbox_endpoints; ALTER TABLE outbox_events DROP COLUMN tenant_id; "+
+		{name: "older version", alter: fmt.Sprintf("DROP TABLE outbox_endpoint_status, outbox_endpoint_versions; "+
+			"DROP TRIGGER outbox_endpoints_emit_row ON outbox_endpoints; DROP TRIGGER outbox_endpoints_emit_truncate ON outbox_endpoints; "+
 			"DELETE FROM outbox_relay_schema WHERE version_id = %d", migrations.Latest()), want: schemacheck.ErrNoSchema,
-			fix: fmt.Sprintf("the schema is at version %d and this binary needs version %d (it lacks column outbox_events.tenant_id "+
-				"(00013_endpoints.sql), table outbox_endpoints (00013_endpoints.sql))", migrations.Latest()-1, migrations.Latest())},
+			fix: fmt.Sprintf("the schema is at version %d and this binary needs version %d (it lacks enabled trigger outbox_endpoints_emit_row "+
+				"on outbox_endpoints (00014_endpoint_stream.sql), enabled trigger outbox_endpoints_emit_truncate on outbox_endpoints "+
+				"(00014_endpoint_stream.sql), table outbox_endpoint_versions (00014_endpoint_stream.sql), table outbox_endpoint_status "+
+				"(00014_endpoint_stream.sql)): run `outbox-relay migrate`", migrations.Latest()-1, migrations.Latest())},
+		{name: "trigger disabled by hand", alter: "ALTER TABLE outbox_endpoints DISABLE TRIGGER outbox_endpoints_emit_row",
+			want: schemacheck.ErrNoSchema, fix: "enabled trigger outbox_endpoints_emit_row on outbox_endpoints (00014_endpoint_stream.sql) missing"},
 		{name: "column renamed by hand", alter: "ALTER TABLE outbox_events RENAME COLUMN event_type TO kind", want: schemacheck.ErrNoSchema,
 			fix: "column outbox_events.event_type (00001_init.sql) missing although outbox_relay_schema records version"},
 		{name: "index dropped by hand", alter: "DROP INDEX uq_outbox_dedup_key", want: schemacheck.ErrNoSchema,

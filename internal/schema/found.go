@@ -18,19 +18,21 @@ type Querier interface {
 // Found is what one schema of a database holds of Tables: the columns and indexes of each table
 // present.
 type Found struct {
-	Schema  string
-	tables  map[string][]string
-	indexes map[string][]string
+	Schema   string
+	tables   map[string][]string
+	indexes  map[string][]string
+	triggers map[string][]string // enabled ones only
 	// noInbox: inbox_events is left out of every answer (WithoutInbox).
 	noInbox bool
 }
 
-// Piece is a table, a column or an index of Tables that a schema lacks (or has).
+// Piece is a table, a column, an index or a trigger of Tables that a schema lacks (or has).
 type Piece struct {
-	Table  string
-	Column string // a column of Table
-	Index  string // an index on Table
-	Since  int64  // the migration version that adds it
+	Table   string
+	Column  string // a column of Table
+	Index   string // an index on Table
+	Trigger string // a trigger on Table
+	Since   int64  // the migration version that adds it
 }
 
 func (p Piece) String() string {
@@ -39,14 +41,17 @@ func (p Piece) String() string {
 		return "column " + p.Table + "." + p.Column
 	case p.Index != "":
 		return "index " + p.Index + " on " + p.Table
+	case p.Trigger != "":
+		return "enabled trigger " + p.Trigger + " on " + p.Table // a disabled one counts as missing
 	}
 	return "table " + p.Table
 }
 
 // Read returns what schema s holds of Tables. It only reads the catalog.
 func Read(ctx context.Context, q Querier, s string) (Found, error) {
-	f := Found{Schema: s, tables: map[string][]string{}, indexes: map[string][]string{}}
-	// One row per column and one per index ('i'), each with its table.
+	f := Found{Schema: s, tables: map[string][]string{}, indexes: map[string][]string{}, triggers: map[string][]string{}}
+	// One row per column, one per index ('i') and one per enabled trigger ('t'; a disabled one
+	// writes nothing), each with its table.
 	rows, err := q.Query(ctx, `
 		SELECT c.relname::text, 'c', coalesce(a.attname::text, '')
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -57,14 +62,23 @@ func Read(ctx context.Context, q Querier, s string) (Found, error) {
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
 		WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relkind IN ('r', 'p')
+		UNION ALL
+		SELECT c.relname::text, 't', t.tgname::text
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_trigger t ON t.tgrelid = c.oid AND NOT t.tgisinternal AND t.tgenabled IN ('O', 'A')
+		WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relkind IN ('r', 'p')
 		ORDER BY 1, 2`, s, Names())
 	if err != nil {
 		return f, fmt.Errorf("read the tables of schema %s: %w", s, err)
 	}
 	var table, kind, name string
 	_, err = pgx.ForEachRow(rows, []any{&table, &kind, &name}, func() error {
-		if kind == "i" {
+		switch kind {
+		case "i":
 			f.indexes[table] = append(f.indexes[table], name)
+			return nil
+		case "t":
+			f.triggers[table] = append(f.triggers[table], name)
 			return nil
 		}
 		cols := f.tables[table] // a table without columns still gets its entry
@@ -114,7 +128,8 @@ func (f Found) ForeignTable(table string) bool {
 // migrations see a schema so when the inbox's own set (migrations.UpInbox) made that table,
 // which is then the inbox set's to check and change.
 func (f Found) WithoutInbox() Found {
-	out := Found{Schema: f.Schema, tables: map[string][]string{}, indexes: map[string][]string{}, noInbox: true}
+	out := Found{Schema: f.Schema, tables: map[string][]string{}, indexes: map[string][]string{}, triggers: f.triggers,
+		noInbox: true}
 	for name, cols := range f.tables {
 		if name != Inbox {
 			out.tables[name] = cols
@@ -130,7 +145,7 @@ func (f Found) WithoutInbox() Found {
 
 // Missing lists the pieces that migrations up to version upTo add and the schema lacks, in
 // Tables order; the inbox's table only if inbox. A missing table is one piece, not one per
-// column and index.
+// column, index and trigger.
 func (f Found) Missing(upTo int64, inbox bool) []Piece {
 	return f.pieces(func(since int64) bool { return since <= upTo }, inbox, false)
 }
@@ -163,11 +178,16 @@ func (f Found) pieces(in func(since int64) bool, inbox, present bool) []Piece {
 				out = append(out, Piece{Table: t.Name, Index: x.Name, Since: x.Since})
 			}
 		}
+		for _, x := range t.Triggers {
+			if in(x.Since) && slices.Contains(f.triggers[t.Name], x.Name) == present {
+				out = append(out, Piece{Table: t.Name, Trigger: x.Name, Since: x.Since})
+			}
+		}
 	}
 	return out
 }
 
-// Shape returns the highest migration version v (up to latest) whose tables, columns and
+// Shape returns the highest migration version v (up to latest) whose tables, columns, triggers and
 // indexes the schema has in full, inbox included (unless WithoutInbox), and whether it has nothing a later version adds (exact):
 // then it looks exactly like a schema migrated to v. 0 means not even the first version is
 // complete.

@@ -14,8 +14,8 @@
 //
 // # Shape
 //
-// Tables lists every table, column and named index the migrations create, with the version that
-// added each.
+// Tables lists every table, column, named index and trigger the migrations create, with the
+// version that added each.
 // Read returns what one schema of a database holds of them, and Found tells which pieces are
 // missing, so a schema installed from the SQL files by another tool (Flyway, Atlas, psql -f)
 // is recognised by its tables and columns, not only by a version table.
@@ -42,6 +42,11 @@ const (
 	SlotLocation    = "outbox_slot_location"
 	// Endpoints holds the partner webhooks a pipeline run with endpoints fans out to.
 	Endpoints = "outbox_endpoints"
+	// EndpointVersions is the endpoint state each pipeline applied, by the commit LSN of each
+	// change (internal/state's endpoints.go).
+	EndpointVersions = "outbox_endpoint_versions"
+	// EndpointStatus is what each pipeline's endpoint lanes last reported.
+	EndpointStatus = "outbox_endpoint_status"
 	// Inbox is the consumer side's table; the relay itself neither reads nor needs it.
 	Inbox = "inbox_events"
 )
@@ -75,6 +80,12 @@ type Index struct {
 	Since int64
 }
 
+// Trigger is one trigger the migrations create on a table, and the version that created it.
+type Trigger struct {
+	Name  string
+	Since int64
+}
+
 // Table is one table, the migration version that created it, and its columns and named indexes
 // as the migrations leave them.
 type Table struct {
@@ -82,12 +93,14 @@ type Table struct {
 	Since   int64
 	Columns []Column
 	Indexes []Index
+	// Triggers are the table's triggers; one that is disabled counts as missing.
+	Triggers []Trigger
 	// Inbox marks the consumer side's table: the relay does not require it.
 	Inbox bool
 }
 
-// Tables are the tables the migrations create, in creation order, with every column and named
-// index they add. TestTablesMatchTheMigrations (migrations package) compares this with the
+// Tables are the tables the migrations create, in creation order, with every column, named
+// index and trigger they add. TestTablesMatchTheMigrations (migrations package) compares this with the
 // catalog after each version, so a migration that adds a table, a column or an index fails that
 // test until it is listed here; every version must add at least one of them, so that a schema's
 // shape tells its version.
@@ -134,7 +147,17 @@ var Tables = []Table{
 		{"aggregate_types", 13}, {"rate_limit", 13}, {"max_in_flight", 13}, {"state", 13}, {"paused_reason", 13},
 		{"paused_at", 13}, {"disabled_reason", 13}, {"disabled_at", 13}, {"allow_private_url", 13}, {"metadata", 13},
 		{"created_at", 13}, {"updated_at", 13},
-	}, Indexes: []Index{{"idx_outbox_endpoints_tenant", 13}}},
+	}, Indexes: []Index{{"idx_outbox_endpoints_tenant", 13}},
+		// They write each change as a logical decoding message (the function
+		// outbox_endpoints_emit): without them a relay with endpoints never learns of a change.
+		Triggers: []Trigger{{"outbox_endpoints_emit_row", 14}, {"outbox_endpoints_emit_truncate", 14}}},
+	{Name: EndpointVersions, Since: 14, Columns: []Column{
+		{"pipeline", 14}, {"endpoint_id", 14}, {"lsn", 14}, {"row", 14}, {"recorded_at", 14},
+	}},
+	{Name: EndpointStatus, Since: 14, Columns: []Column{
+		{"pipeline", 14}, {"endpoint_id", 14}, {"undelivered", 14}, {"oldest_undelivered_at", 14},
+		{"last_success_at", 14}, {"last_error", 14}, {"last_error_at", 14}, {"failures_in_row", 14}, {"updated_at", 14},
+	}},
 }
 
 // CoreColumns are the outbox_events columns of the first migration: a table of that name
