@@ -38,7 +38,7 @@ type relation struct {
 }
 
 type columns struct {
-	id, aggType, aggID, evType, payload, headers, createdAt int
+	id, aggType, aggID, evType, payload, headers, createdAt, tenantID int
 }
 
 // NewDecoder returns a Decoder of the inserts into outbox_events of schema s (the namespace the
@@ -133,7 +133,7 @@ func (d *Decoder) relation(m *pglogrepl.RelationMessage) error {
 }
 
 func mapColumns(m *pglogrepl.RelationMessage) (columns, error) {
-	c := columns{-1, -1, -1, -1, -1, -1, -1}
+	c := columns{-1, -1, -1, -1, -1, -1, -1, -1}
 	for i, col := range m.Columns {
 		switch col.Name {
 		case "id":
@@ -150,6 +150,8 @@ func mapColumns(m *pglogrepl.RelationMessage) (columns, error) {
 			c.headers = i
 		case "created_at":
 			c.createdAt = i
+		case "tenant_id":
+			c.tenantID = i
 		}
 	}
 	if c.id < 0 || c.aggType < 0 || c.aggID < 0 || c.evType < 0 || c.payload < 0 {
@@ -193,16 +195,20 @@ func (d *Decoder) insert(b []byte) error {
 }
 
 // message handles a logical decoding message: flags (1 = transactional), LSN, prefix, content
-// length and content. Only transactional replay requests matter; anything else, including a
-// replay request that does not parse, is ignored, so an operator's bad message cannot stop the
-// stream.
+// length and content. Only transactional replay requests and endpoint changes of the decoder's
+// schema matter; anything else, including one whose content does not parse, is ignored, so an
+// operator's bad message (or another tool's) cannot stop the stream.
 func (d *Decoder) message(b []byte) error {
 	if len(b) < 9 || b[0]&1 == 0 || d.open == nil {
 		return nil
 	}
 	rest := b[9:]
 	n := bytes.IndexByte(rest, 0)
-	if n < 0 || string(rest[:n]) != ReplayPrefix {
+	if n < 0 {
+		return nil
+	}
+	prefix := rest[:n]
+	if string(prefix) != ReplayPrefix && string(prefix) != EndpointPrefix {
 		return nil
 	}
 	rest = rest[n+1:]
@@ -213,15 +219,60 @@ func (d *Decoder) message(b []byte) error {
 	if l > len(rest)-4 {
 		return fmt.Errorf("%w: message content claims %d bytes, %d left", ErrMalformed, l, len(rest)-4)
 	}
+	c := Control{At: len(d.open.Events)}
+	if string(prefix) == ReplayPrefix {
+		c.Replay = replayRequest(rest[4 : 4+l])
+	} else {
+		c.Endpoint = d.endpointChange(rest[4 : 4+l])
+	}
+	if c.Replay == nil && c.Endpoint == nil {
+		return nil
+	}
+	d.open.Controls = append(d.open.Controls, c)
+	d.open.bytes += eventOverhead
+	if c.Endpoint != nil {
+		d.open.bytes += len(c.Endpoint.ID) + len(c.Endpoint.Row)
+	}
+	return nil
+}
+
+// replayRequest decodes a replay message's content, nil when it does not parse or asks for
+// nothing.
+func replayRequest(content []byte) *ReplayRequest {
 	var req ReplayRequest
-	if err := json.Unmarshal(rest[4:4+l], &req); err != nil || (len(req.Aggregates) == 0 && req.SinceRequest == 0) {
+	if err := json.Unmarshal(content, &req); err != nil || (len(req.Aggregates) == 0 && req.SinceRequest == 0) {
 		return nil
 	}
 	if len(req.Aggregates) == 0 {
 		req.Aggregates = nil
 	}
-	d.open.Controls = append(d.open.Controls, Control{At: len(d.open.Events), Replay: &req})
-	d.open.bytes += eventOverhead
+	return &req
+}
+
+// endpointMessage is the content of the trigger's message (migration 14).
+type endpointMessage struct {
+	Op     string          `json:"op"`
+	Schema string          `json:"schema"`
+	ID     string          `json:"id"`
+	Row    json.RawMessage `json:"row"`
+}
+
+// endpointChange decodes an endpoint message's content, nil when it does not parse, is
+// another schema's, or does not say what an operation needs (an id, an upsert's row as a JSON
+// object). Unmarshal copies the row, so it does not alias content.
+func (d *Decoder) endpointChange(content []byte) *EndpointChange {
+	var m endpointMessage
+	if err := json.Unmarshal(content, &m); err != nil || m.Schema != d.schema {
+		return nil
+	}
+	switch {
+	case m.Op == EndpointUpsert && m.ID != "" && len(m.Row) > 0 && m.Row[0] == '{':
+		return &EndpointChange{Op: m.Op, ID: m.ID, Row: m.Row}
+	case m.Op == EndpointDelete && m.ID != "":
+		return &EndpointChange{Op: m.Op, ID: m.ID}
+	case m.Op == EndpointTruncate:
+		return &EndpointChange{Op: m.Op}
+	}
 	return nil
 }
 
@@ -262,8 +313,8 @@ func (c columns) message(b []byte) (*envelope.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	var f [7][]byte
-	for k, i := range [7]int{c.id, c.aggType, c.aggID, c.evType, c.payload, c.headers, c.createdAt} {
+	var f [8][]byte
+	for k, i := range [8]int{c.id, c.aggType, c.aggID, c.evType, c.payload, c.headers, c.createdAt, c.tenantID} {
 		required := k < 5
 		switch {
 		case i < 0:
@@ -277,7 +328,7 @@ func (c columns) message(b []byte) (*envelope.Message, error) {
 	}
 	return &envelope.Message{
 		ID: string(f[0]), AggregateType: string(f[1]), AggregateID: string(f[2]), EventType: string(f[3]),
-		Payload: bytes.Clone(f[4]), Headers: bytes.Clone(f[5]), CreatedAt: parseTimestamptz(f[6]),
+		Payload: bytes.Clone(f[4]), Headers: bytes.Clone(f[5]), CreatedAt: parseTimestamptz(f[6]), TenantID: string(f[7]),
 	}, nil
 }
 

@@ -3,9 +3,11 @@ package cdc
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,6 +174,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(msgCommit(1, 2))
 	f.Add(msgRelation(16384, "outbox_events", outboxCols...))
 	f.Add([]byte{'I', 0, 0, 0x40, 0, 'N', 0xFF, 0xFF})
+	f.Add(msgMessage(true, EndpointPrefix, `{"op":"upsert","schema":"public","id":"ep_1","row":{"id":"ep_1"}}`))
+	f.Add(msgMessage(true, EndpointPrefix, `{"op":"truncate","schema":"public"}`))
+	f.Add(msgMessage(true, ReplayPrefix, `{"aggregates":[{"type":"order","id":"42"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := NewDecoder("public")
 		_, _ = d.Decode(msgRelation(16384, "outbox_events", outboxCols...))
@@ -187,8 +192,11 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		for _, c := range tx.Controls {
-			if c.Replay == nil || c.At < 0 || c.At > len(tx.Events) {
+			if (c.Replay == nil) == (c.Endpoint == nil) || c.At < 0 || c.At > len(tx.Events) {
 				t.Fatalf("inconsistent control record: %+v", c)
+			}
+			if e := c.Endpoint; e != nil && !validEndpointChange(e) {
+				t.Fatalf("inconsistent endpoint change: %+v", e)
 			}
 		}
 	})
@@ -326,5 +334,117 @@ func TestEmittedReplayRequestDecodes(t *testing.T) {
 		if len(tx.Controls) != 1 || !reflect.DeepEqual(*tx.Controls[0].Replay, want) {
 			t.Fatalf("emitted %q %s decodes to %+v, want %+v", e.prefix, e.content, tx.Controls, want)
 		}
+	}
+}
+
+// validEndpointChange reports whether e has what its operation needs.
+func validEndpointChange(e *EndpointChange) bool {
+	switch e.Op {
+	case EndpointUpsert:
+		return e.ID != "" && json.Valid(e.Row) && e.Row[0] == '{'
+	case EndpointDelete:
+		return e.ID != "" && e.Row == nil
+	case EndpointTruncate:
+		return e.ID == "" && e.Row == nil
+	}
+	return false
+}
+
+// The trigger's messages of the decoder's schema become endpoint changes at their place among
+// the transaction's events; another schema's, a non-transactional one, and malformed ones (bad
+// JSON, an unknown op, an upsert without a row, a delete without an id) are ignored without
+// stopping the stream.
+func TestDecodeEndpointChanges(t *testing.T) {
+	d := NewDecoder("app")
+	mustDecode(t, d, msgRelationIn(1, "app", "outbox_events", outboxCols...))
+	mustDecode(t, d, msgBegin(10, 1))
+	upsert := msgMessage(true, EndpointPrefix,
+		`{"op": "upsert", "schema": "app", "id": "ep_1", "row": {"id": "ep_1", "url": "https://a.example/hook"}}`)
+	for i, m := range [][]byte{
+		upsert,
+		msgInsert(1, outboxRow("e1", "1")...),
+		msgMessage(true, EndpointPrefix, `{"op": "upsert", "schema": "public", "id": "ep_9", "row": {"id": "ep_9"}}`),
+		msgMessage(true, EndpointPrefix, `{"op": "delete", "schema": "app", "id": "ep_2"}`),
+		msgMessage(true, EndpointPrefix, `{"op": "upsert", "schema": "app", "id": "ep_3"}`),
+		msgMessage(true, EndpointPrefix, `{"op": "upsert", "schema": "app", "id": "ep_3", "row": null}`),
+		msgMessage(true, EndpointPrefix, `{"op": "upsert", "schema": "app", "id": "ep_3", "row": "x"}`),
+		msgMessage(true, EndpointPrefix, `{"op": "delete", "schema": "app"}`),
+		msgMessage(true, EndpointPrefix, `{"op": "rename", "schema": "app", "id": "ep_2"}`),
+		msgMessage(true, EndpointPrefix, `{"op": "truncate", "schema": "app"`),
+		msgMessage(true, "outbox-relay.endpoints", `{"op": "truncate", "schema": "app"}`),
+		msgInsert(1, outboxRow("e2", "1")...),
+		msgInsert(1, outboxRow("e3", "1")...),
+		msgMessage(true, EndpointPrefix, `{"op": "truncate", "schema": "app"}`),
+	} {
+		if tx, err := d.Decode(m); tx != nil || err != nil {
+			t.Fatalf("message %d: tx %v, err %v", i, tx, err)
+		}
+	}
+	// The row is a copy: the read buffer is reused for the next message.
+	for i := range upsert {
+		upsert[i] = 'X'
+	}
+	tx := mustDecode(t, d, msgCommit(10, 20))
+	want := []Control{
+		{At: 0, Endpoint: &EndpointChange{Op: EndpointUpsert, ID: "ep_1",
+			Row: json.RawMessage(`{"id": "ep_1", "url": "https://a.example/hook"}`)}},
+		{At: 1, Endpoint: &EndpointChange{Op: EndpointDelete, ID: "ep_2"}},
+		{At: 3, Endpoint: &EndpointChange{Op: EndpointTruncate}},
+	}
+	if !reflect.DeepEqual(tx.Controls, want) {
+		t.Fatalf("controls:\n got %s\nwant %s", controlsString(tx.Controls), controlsString(want))
+	}
+	if len(tx.Events) != 3 || tx.Events[0].ID != "e1" || tx.Events[2].ID != "e3" {
+		t.Fatalf("events = %+v", tx.Events)
+	}
+	// Outside a transaction (a non-transactional message) nothing is kept.
+	if tx, err := d.Decode(msgMessage(false, EndpointPrefix, `{"op": "truncate", "schema": "app"}`)); tx != nil || err != nil {
+		t.Fatalf("non-transactional message: %v %v", tx, err)
+	}
+}
+
+func controlsString(cs []Control) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "{At %d", c.At)
+		if e := c.Endpoint; e != nil {
+			fmt.Fprintf(&b, " %s %q %s", e.Op, e.ID, e.Row)
+		}
+		if c.Replay != nil {
+			fmt.Fprintf(&b, " replay %+v", *c.Replay)
+		}
+		b.WriteString("} ")
+	}
+	return b.String()
+}
+
+// An endpoint message whose content length runs past the message is malformed pgoutput, as for
+// a replay message.
+func TestDecodeEndpointMessageCutShort(t *testing.T) {
+	d := NewDecoder("public")
+	mustDecode(t, d, msgBegin(10, 1))
+	m := msgMessage(true, EndpointPrefix, `{"op": "truncate", "schema": "public"}`)
+	if _, err := d.Decode(m[:len(m)-3]); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("err = %v, want ErrMalformed", err)
+	}
+}
+
+// tenant_id (migration 13) becomes the message's TenantID, "" for NULL; a relation without the
+// column (a publication's column list, a table before 13) leaves it "".
+func TestDecodeTenantID(t *testing.T) {
+	d := NewDecoder("public")
+	mustDecode(t, d, msgRelation(1, "outbox_events", append(slices.Clone(outboxCols), "headers", "tenant_id")...))
+	mustDecode(t, d, msgRelation(2, "outbox_events", outboxCols...))
+	mustDecode(t, d, msgBegin(10, 1))
+	mustDecode(t, d, msgInsert(1, append(outboxRow("t1", "1"), nil, s("acme"))...))
+	mustDecode(t, d, msgInsert(1, append(outboxRow("t2", "1"), nil, nil)...))
+	mustDecode(t, d, msgInsert(2, outboxRow("t3", "1")...))
+	tx := mustDecode(t, d, msgCommit(10, 20))
+	var got []string
+	for _, m := range tx.Events {
+		got = append(got, m.ID+"="+m.TenantID)
+	}
+	if want := []string{"t1=acme", "t2=", "t3="}; !slices.Equal(got, want) {
+		t.Fatalf("tenants %v, want %v", got, want)
 	}
 }

@@ -59,7 +59,7 @@ func (r ReplayRequest) Emit(ctx context.Context, tx Emitter) error {
 // size is an event's weight against the buffer's byte limit.
 func size(m *envelope.Message) int {
 	return len(m.ID) + len(m.AggregateType) + len(m.AggregateID) + len(m.EventType) +
-		len(m.Payload) + len(m.Headers) + eventOverhead
+		len(m.Payload) + len(m.Headers) + len(m.TenantID) + eventOverhead
 }
 
 // eventOverhead approximates the struct, map and queue bookkeeping per buffered event (or
@@ -88,10 +88,38 @@ type Tx struct {
 	bytes     int
 }
 
-// Control is an operator's request met in the stream: it takes effect at its place in commit
-// order, after the At events of its transaction before it. One of its kinds is set.
+// Control is an operator's request or an endpoint's change met in the stream: it takes effect
+// at its place in commit order, after the At events of its transaction before it. One of its
+// kinds is set.
 type Control struct {
 	At int
 	// Replay is a replay request (a logical decoding message with ReplayPrefix).
 	Replay *ReplayRequest
+	// Endpoint is a change of outbox_endpoints (a logical decoding message with EndpointPrefix).
+	Endpoint *EndpointChange
+}
+
+// EndpointPrefix is the prefix of the transactional logical decoding message that migration 14's
+// trigger on outbox_endpoints (function outbox_endpoints_emit) writes for every change of the
+// table; its content is a JSON object with "op", "schema", "id" and, for an upsert, "row".
+const EndpointPrefix = "outbox-relay.endpoint"
+
+// The operations of an EndpointChange.
+const (
+	EndpointUpsert   = "upsert"   // an INSERT or UPDATE: Row is the endpoint's row as it now is
+	EndpointDelete   = "delete"   // a DELETE, or an UPDATE that changed the id (then the old id)
+	EndpointTruncate = "truncate" // a TRUNCATE: every endpoint is gone
+)
+
+// EndpointChange is a change of outbox_endpoints met in the stream (the trigger's message), in
+// the schema the stream decodes: it applies from its transaction's commit on.
+type EndpointChange struct {
+	// Op is EndpointUpsert, EndpointDelete or EndpointTruncate.
+	Op string
+	// ID is the endpoint's id ("" for a truncate).
+	ID string
+	// Row is, for an upsert, the row as to_jsonb gives it (its keys are the column names, the
+	// JSON tags of the relay's endpoint row); nil otherwise. It is a copy: it never aliases the
+	// read buffer.
+	Row json.RawMessage
 }

@@ -43,6 +43,9 @@ type Message struct {
 	// CreatedAt is the row's created_at (the start of its transaction); zero if the table has
 	// no such column.
 	CreatedAt time.Time
+	// TenantID is the row's tenant_id (migration 13), which routes the event to endpoints: ""
+	// when it is NULL, or the stream's relation carries no such column.
+	TenantID string
 }
 
 // SequenceLen is the length of every Sequence.

@@ -142,7 +142,7 @@ func visible(affected int64, want int) error {
 // message is the envelope of a row read from the state tables.
 func message(e state.Event) *envelope.Message {
 	return &envelope.Message{ID: e.ID, AggregateType: e.AggregateType, AggregateID: e.AggregateID, EventType: e.EventType,
-		Payload: e.Payload, Headers: e.Headers, Sequence: e.Sequence, CreatedAt: e.CreatedAt}
+		Payload: e.Payload, Headers: e.Headers, Sequence: e.Sequence, CreatedAt: e.CreatedAt, TenantID: e.TenantID}
 }
 
 // Replayable implements Store.

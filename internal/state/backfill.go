@@ -132,7 +132,7 @@ type BackfillEvent struct {
 func BackfillPage(ctx context.Context, db DB, s, slot string, after int64, limit int, ownState bool) ([]BackfillEvent, error) {
 	rows, err := db.Query(ctx, schema.SQL(s, `
 		SELECT b.position, e.id::text, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text,
-		       coalesce(e.headers::text, ''), e.created_at
+		       coalesce(e.headers::text, ''), e.created_at, coalesce(e.tenant_id, '')
 		FROM {outbox_backfill} b JOIN {outbox_events} e ON e.id = b.event_id
 		WHERE b.slot = $1 AND b.position > $2 AND (e.status = 'pending' OR $4)
 		ORDER BY b.position LIMIT $3`), slot, after, limit, ownState)
@@ -144,7 +144,8 @@ func BackfillPage(ctx context.Context, db DB, s, slot string, after int64, limit
 	for rows.Next() {
 		var ev BackfillEvent
 		var payload, headers string
-		if err := rows.Scan(&ev.Position, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType, &payload, &headers, &ev.CreatedAt); err != nil {
+		if err := rows.Scan(&ev.Position, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType, &payload, &headers,
+			&ev.CreatedAt, &ev.TenantID); err != nil {
 			return nil, err
 		}
 		ev.setText(payload, headers)

@@ -23,6 +23,8 @@ type Event struct {
 	Headers       []byte
 	Sequence      string
 	CreatedAt     time.Time
+	// TenantID is the row's tenant_id, "" when NULL.
+	TenantID string
 }
 
 // setText sets the payload and headers read as text (a NULL headers read as "").
@@ -33,14 +35,15 @@ func (e *Event) setText(payload, headers string) {
 	}
 }
 
-// collectEvents reads rows of (id, event_type, payload, headers, sequence, created_at) of agg.
+// collectEvents reads rows of (id, event_type, payload, headers, sequence, created_at, tenant) of
+// agg.
 func collectEvents(rows pgx.Rows, agg Aggregate) ([]Event, error) {
 	defer rows.Close()
 	var evs []Event
 	for rows.Next() {
 		ev := Event{AggregateType: agg.Type, AggregateID: agg.ID}
 		var payload, headers string
-		if err := rows.Scan(&ev.ID, &ev.EventType, &payload, &headers, &ev.Sequence, &ev.CreatedAt); err != nil {
+		if err := rows.Scan(&ev.ID, &ev.EventType, &payload, &headers, &ev.Sequence, &ev.CreatedAt, &ev.TenantID); err != nil {
 			return nil, err
 		}
 		ev.setText(payload, headers)

@@ -55,13 +55,15 @@ func Replayable(ctx context.Context, db DB, s, pipeline string, agg Aggregate, o
 func replayableSQL(ownState bool) string {
 	if ownState {
 		return `
-		SELECT e.id::text, e.event_type, e.payload::text, coalesce(e.headers::text, ''), coalesce(p.event_sequence, ''), e.created_at
+		SELECT e.id::text, e.event_type, e.payload::text, coalesce(e.headers::text, ''), coalesce(p.event_sequence, ''), e.created_at,
+		       coalesce(e.tenant_id, '')
 		FROM {outbox_pipeline_events} p JOIN {outbox_events} e ON e.id = p.event_id
 		WHERE e.aggregate_type = $1 AND e.aggregate_id = $2 AND p.pipeline = $3 AND p.status IN ('failed', 'parked')
 		ORDER BY p.event_sequence, e.created_at`
 	}
 	return `
-		SELECT id::text, event_type, payload::text, coalesce(headers::text, ''), coalesce(event_sequence, ''), created_at
+		SELECT id::text, event_type, payload::text, coalesce(headers::text, ''), coalesce(event_sequence, ''), created_at,
+		       coalesce(tenant_id, '')
 		FROM {outbox_events}
 		WHERE aggregate_type = $1 AND aggregate_id = $2 AND status IN ('failed', 'parked') AND $3 <> ''
 		ORDER BY event_sequence, created_at`

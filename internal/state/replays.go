@@ -152,7 +152,7 @@ const sinceOrder = `coalesce(event_sequence, '') COLLATE "C", coalesce(insert_se
 // so the pages of one replay read the index once between them. $5..$7 are the cursor.
 const sincePageSQL = `
 SELECT coalesce(event_sequence, '') COLLATE "C", coalesce(insert_seq, 0), id::text, aggregate_type, aggregate_id,
-       event_type, payload::text, coalesce(headers::text, ''), created_at
+       event_type, payload::text, coalesce(headers::text, ''), created_at, coalesce(tenant_id, '')
 FROM {outbox_events}
 WHERE ` + sinceFilter + sinceStatuses + `
   AND (` + sinceOrder + `) > ($5 COLLATE "C", $6, $7::uuid)
@@ -185,7 +185,7 @@ func ReplayPage(ctx context.Context, db DB, s string, r ReplayRange, after Repla
 		var ev ReplayEvent
 		var payload, headers string
 		if err := rows.Scan(&ev.Cursor.Sequence, &ev.Cursor.Insert, &ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
-			&payload, &headers, &ev.CreatedAt); err != nil {
+			&payload, &headers, &ev.CreatedAt, &ev.TenantID); err != nil {
 			return nil, err
 		}
 		ev.Cursor.ID, ev.Sequence = ev.ID, ev.Cursor.Sequence
