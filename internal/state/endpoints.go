@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
@@ -106,14 +107,7 @@ func EndpointVersions(ctx context.Context, db DB, s, pipeline string) (bootstrap
 // recreated slot starts from its own snapshot, whatever its predecessor's stream missed.
 func BootstrapEndpointVersions(ctx context.Context, db DB, s, pipeline string, lsn pglogrepl.LSN) error {
 	_, err := db.Exec(ctx, schema.SQL(s, `
-		WITH marker AS (
-			INSERT INTO {outbox_endpoint_versions} (pipeline, endpoint_id, lsn, row)
-			SELECT $1, '', $2::pg_lsn, NULL
-			WHERE NOT EXISTS (SELECT 1 FROM {outbox_endpoint_versions}
-				WHERE pipeline = $1 AND endpoint_id = '' AND lsn >= $2::pg_lsn)
-			ON CONFLICT DO NOTHING
-			RETURNING 1
-		)
+		WITH marker AS (`+insertMarker+`)
 		INSERT INTO {outbox_endpoint_versions} (pipeline, endpoint_id, lsn, row)
 		SELECT $1, e.id, $2::pg_lsn, to_jsonb(e) FROM {outbox_endpoints} e
 		WHERE EXISTS (SELECT 1 FROM marker)
@@ -122,6 +116,50 @@ func BootstrapEndpointVersions(ctx context.Context, db DB, s, pipeline string, l
 		return fmt.Errorf("record the endpoints of pipeline %q as of %s: %w", pipeline, lsn, err)
 	}
 	return nil
+}
+
+// insertMarker inserts the marker of a bootstrap of pipeline $1 at $2, unless it has one at $2
+// or later, and returns a row when it did.
+const insertMarker = `INSERT INTO {outbox_endpoint_versions} (pipeline, endpoint_id, lsn, row)
+	SELECT $1, '', $2::pg_lsn, NULL
+	WHERE NOT EXISTS (SELECT 1 FROM {outbox_endpoint_versions} WHERE pipeline = $1 AND endpoint_id = '' AND lsn >= $2::pg_lsn)
+	ON CONFLICT DO NOTHING
+	RETURNING 1`
+
+// CopyEndpointVersions is BootstrapEndpointVersions for a slot on a standby: it reads the
+// endpoints in stx (a transaction on the standby, in the new slot's exported snapshot; the
+// standby is a physical copy, so the relay's tables are in the same schema there) and records
+// them with the marker in ptx, a transaction on the primary; nothing when pipeline has a
+// bootstrap at lsn or later already.
+func CopyEndpointVersions(ctx context.Context, stx, ptx DB, s, pipeline string, lsn pglogrepl.LSN) error {
+	var marked bool
+	if err := ptx.QueryRow(ctx, schema.SQL(s, `WITH marker AS (`+insertMarker+`) SELECT EXISTS (SELECT 1 FROM marker)`),
+		pipeline, lsn.String()).Scan(&marked); err != nil || !marked {
+		return wrapBootstrap(err, pipeline, lsn)
+	}
+	rows, err := stx.Query(ctx, schema.SQL(s, `SELECT id, to_jsonb(e)::text FROM {outbox_endpoints} e`))
+	if err != nil {
+		return wrapBootstrap(err, pipeline, lsn)
+	}
+	var ids, texts []string
+	var id, text string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &text}, func() error {
+		ids, texts = append(ids, id), append(texts, text)
+		return nil
+	}); err != nil {
+		return wrapBootstrap(err, pipeline, lsn)
+	}
+	_, err = ptx.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_endpoint_versions} (pipeline, endpoint_id, lsn, row)
+		SELECT $1, r.id, $2::pg_lsn, r.row::jsonb FROM unnest($3::text[], $4::text[]) AS r(id, row)
+		ON CONFLICT DO NOTHING`), pipeline, lsn.String(), ids, texts)
+	return wrapBootstrap(err, pipeline, lsn)
+}
+
+func wrapBootstrap(err error, pipeline string, lsn pglogrepl.LSN) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("record the endpoints of pipeline %q as of %s: %w", pipeline, lsn, err)
 }
 
 // PruneEndpointVersions deletes what no routing of a transaction after confirmed (pipeline's

@@ -317,3 +317,49 @@ func sameStatus(a, b state.EndpointStatus) bool {
 		a.OldestUndelivered.Equal(b.OldestUndelivered) && a.LastSuccess.Equal(b.LastSuccess) &&
 		a.LastError == b.LastError && a.LastErrorAt.Equal(b.LastErrorAt) && a.FailuresInRow == b.FailuresInRow
 }
+
+// A bootstrap copied from a standby (here: a snapshot on another connection of the same
+// database) records the snapshot's endpoints with the marker on the primary's transaction, and
+// nothing when the pipeline has a bootstrap at that LSN or later.
+func TestCopyEndpointVersions(t *testing.T) {
+	dsn, pool := relaytest.MigratedDB(t)
+	ctx := context.Background()
+	addEndpoint(t, pool, "ep_a")
+	sconn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sconn.Close(ctx)
+	stx, err := sconn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stx.Rollback(ctx)
+	if _, err := stx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	addEndpoint(t, pool, "ep_b") // after the snapshot
+	copyTo := func(lsn pglogrepl.LSN) {
+		t.Helper()
+		ptx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ptx.Rollback(ctx)
+		if err := state.CopyEndpointVersions(ctx, stx, ptx, "public", "p", lsn); err != nil {
+			t.Fatal(err)
+		}
+		if err := ptx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyTo(0x100)
+	if boot, got := versionsOf(t, pool, "p"); !boot || !slices.Equal(got, []string{"ep_a@0/100"}) {
+		t.Fatalf("after the copy: %v (bootstrapped %v), want ep_a@0/100", got, boot)
+	}
+	copyTo(0x100)
+	copyTo(0)
+	if got := allVersions(t, pool); !slices.Equal(got, []string{"p:@0/100-", "p:ep_a@0/100"}) {
+		t.Fatalf("after copying again: %v", got)
+	}
+}
