@@ -14,7 +14,7 @@ import (
 // snapshot, and in that snapshot records the slot in outbox_slots and, if backfill, every
 // pending outbox row in outbox_backfill: exactly the rows committed before the slot's
 // consistent point, which the stream will never carry; with opts.Endpoints, the endpoints as of
-// that point too (bootstrapEndpoints). It reports how many rows it recorded and whether they are
+// that point too (state.BootstrapEndpointVersions, at bootstrapLSN). It reports how many rows it recorded and whether they are
 // in commit order (see internal/state's backfillOrder). If recording fails, the new slot is
 // dropped again so a retry starts clean.
 func createSlotWithBackfill(ctx context.Context, dsn string, conn *pgx.Conn, slot, publication, s string, backfill bool,

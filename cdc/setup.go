@@ -101,8 +101,9 @@ type SetupOptions struct {
 	Filter string
 	// Endpoints says the pipeline runs with endpoints: Setup also checks the privileges on the
 	// endpoint tables, and whenever it creates the slot it records, in the slot's exported
-	// snapshot, the endpoints as of the slot's start (state.BootstrapEndpointVersions, under
-	// Pipeline). If false (the default), the endpoint tables are not touched.
+	// snapshot, the endpoints as of the slot's start (in outbox_endpoint_versions, under
+	// Pipeline), so the pipeline routes its first transactions by exactly those. If false (the
+	// default), the endpoint tables are not touched.
 	Endpoints bool
 	// Pipeline is the name of the pipeline (or shard) the slot is for, as its dead letters and
 	// endpoint versions are keyed; required with Endpoints.
@@ -124,8 +125,8 @@ var ErrSetupOptions = errors.New("invalid setup options")
 func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions) (SetupResult, error) {
 	var res SetupResult
 	if opts.Endpoints && opts.Pipeline == "" {
-		return res, fmt.Errorf("%w: Endpoints needs Pipeline, the name the pipeline's endpoint versions are recorded under",
-			ErrSetupOptions)
+		return res, fmt.Errorf("%w: Endpoints without Pipeline: set SetupOptions.Pipeline to the pipeline's (or shard's) "+
+			"name, which its endpoint versions are recorded under", ErrSetupOptions)
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
