@@ -363,3 +363,21 @@ func TestCopyEndpointVersions(t *testing.T) {
 		t.Fatalf("after copying again: %v", got)
 	}
 }
+
+// BenchmarkSaveEndpointStatus saves a thousand lanes' status per operation, as a relay with a
+// thousand endpoints does at each report.
+func BenchmarkSaveEndpointStatus(b *testing.B) {
+	_, pool := relaytest.MigratedDB(b)
+	rows := make([]state.EndpointStatus, 1000)
+	now := time.Now()
+	for i := range rows {
+		rows[i] = state.EndpointStatus{Pipeline: "p", EndpointID: fmt.Sprintf("ep_%04d", i), Undelivered: int64(i),
+			OldestUndelivered: now, LastSuccess: now, LastError: "503", LastErrorAt: now, FailuresInRow: 1}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := state.SaveEndpointStatus(context.Background(), pool, "public", rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
