@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -32,10 +33,7 @@ func checkSchema(ctx context.Context, conn *pgx.Conn, name string) error {
 // tablePrivileges are the privileges the relay uses, per table, in GRANT order: it reads and
 // marks outbox rows and keeps its own tables. (The version table it reads only for messages,
 // when it may.)
-var tablePrivileges = []struct {
-	table string
-	privs []string
-}{
+var tablePrivileges = []tablePrivilege{
 	{schema.Events, []string{"SELECT", "UPDATE"}},
 	{schema.Parked, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{schema.Backfill, []string{"SELECT", "INSERT", "DELETE"}},
@@ -47,25 +45,48 @@ var tablePrivileges = []struct {
 	{schema.SlotLocation, []string{"SELECT", "INSERT", "UPDATE"}},
 }
 
+// endpointPrivileges are the privileges a pipeline with endpoints uses besides: it reads the
+// endpoints (and disables one that answers 410 Gone), and keeps their versions and status.
+var endpointPrivileges = []tablePrivilege{
+	{schema.Endpoints, []string{"SELECT", "UPDATE"}},
+	{schema.EndpointVersions, []string{"SELECT", "INSERT", "DELETE"}},
+	{schema.EndpointStatus, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+}
+
+type tablePrivilege struct {
+	table string
+	privs []string
+}
+
+// privilegesFor lists the privileges the relay uses, with a pipeline's endpoints or without.
+func privilegesFor(endpoints bool) []tablePrivilege {
+	if !endpoints {
+		return tablePrivileges
+	}
+	return append(slices.Clip(tablePrivileges), endpointPrivileges...)
+}
+
 // checkSchemaUsage fails, naming the GRANT statements, when the role lacks USAGE on schema s:
 // then no table of s can even be looked up, so it comes before every check of the tables.
-func checkSchemaUsage(ctx context.Context, conn *pgx.Conn, s string) error {
+// endpoints: the pipeline runs with endpoints (their tables' GRANTs too).
+func checkSchemaUsage(ctx context.Context, conn *pgx.Conn, s string, endpoints bool) error {
 	var usage bool
 	if err := conn.QueryRow(ctx, `SELECT has_schema_privilege($1, 'USAGE')`, s).Scan(&usage); err != nil {
 		return fmt.Errorf("check schema privileges: %w", err)
 	}
 	if !usage {
-		return privilegeError(ctx, conn, s, false, nil) // every table's GRANT too: none can be checked
+		return privilegeError(ctx, conn, s, false, privilegesFor(endpoints), nil) // every table's GRANT too: none can be checked
 	}
 	return nil
 }
 
 // checkPrivileges fails, naming the exact GRANT statements, when the role lacks a privilege the
 // relay will use on a table of schema s that exists (missing tables are checkSchema's to
-// report). checkSchemaUsage has run.
-func checkPrivileges(ctx context.Context, conn *pgx.Conn, s string) error {
+// report). checkSchemaUsage has run. endpoints: the pipeline runs with endpoints.
+func checkPrivileges(ctx context.Context, conn *pgx.Conn, s string, endpoints bool) error {
+	list := privilegesFor(endpoints)
 	var tables, privs []string
-	for _, t := range tablePrivileges {
+	for _, t := range list {
 		for _, p := range t.privs {
 			tables, privs = append(tables, schema.Qualify(s, t.table)), append(privs, p)
 		}
@@ -86,12 +107,13 @@ func checkPrivileges(ctx context.Context, conn *pgx.Conn, s string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return privilegeError(ctx, conn, s, true, missing)
+	return privilegeError(ctx, conn, s, true, list, missing)
 }
 
 // privilegeError names the GRANT statements for what the role lacks: USAGE on schema s unless
-// usage, and the missing privileges per qualified table (all of tablePrivileges when nil).
-func privilegeError(ctx context.Context, conn *pgx.Conn, s string, usage bool, missing map[string][]string) error {
+// usage, and the missing privileges per qualified table (all of list when nil).
+func privilegeError(ctx context.Context, conn *pgx.Conn, s string, usage bool, list []tablePrivilege,
+	missing map[string][]string) error {
 	var user string
 	if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&user); err != nil {
 		return fmt.Errorf("read current user: %w", err)
@@ -101,7 +123,7 @@ func privilegeError(ctx context.Context, conn *pgx.Conn, s string, usage bool, m
 	if !usage {
 		stmts = append(stmts, fmt.Sprintf("GRANT USAGE ON SCHEMA %s TO %s;", schema.Quote(s), role))
 	}
-	for _, t := range tablePrivileges {
+	for _, t := range list {
 		p := t.privs
 		if missing != nil {
 			p = missing[schema.Qualify(s, t.table)]

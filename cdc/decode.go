@@ -42,7 +42,8 @@ type columns struct {
 }
 
 // NewDecoder returns a Decoder of the inserts into outbox_events of schema s (the namespace the
-// Relation message names), with an empty relation cache.
+// Relation message names) and of the changes of s's outbox_endpoints, with an empty relation
+// cache.
 func NewDecoder(s string) *Decoder { return &Decoder{schema: s, relations: map[uint32]*relation{}} }
 
 // InTx reports whether a transaction has begun and not yet committed.

@@ -20,8 +20,13 @@
 // (X-Event-Sequence) and CommitTime the decoder sets once, at the commit. An operator's request
 // written into the same WAL (a replay request is a transactional logical decoding message) is
 // a Control beside them, with its place among the rows, so that it takes effect in commit
-// order and is never part of what a destination sees. Control records are settled like events
-// (Tracker.AckControl), so a transaction is not confirmed before its requests are carried out.
+// order and is never part of what a destination sees. A change of outbox_endpoints travels the
+// same way: migration 14's trigger writes each INSERT, UPDATE, DELETE and TRUNCATE of the table
+// as a message (EndpointPrefix), which reaches every slot of the database whatever its
+// publication carries, and becomes a Control whose Endpoint says what changed; a relay with
+// endpoints routes each transaction by the endpoints as of its commit. Control records are
+// settled like events (Tracker.AckControl), so a transaction is not confirmed before its
+// requests are carried out.
 //
 // # What is confirmed, and when
 //

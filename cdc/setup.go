@@ -99,7 +99,19 @@ type SetupOptions struct {
 	// to rows committed after that. Empty (the default): every row. A backfill records only the
 	// pending rows it matches.
 	Filter string
+	// Endpoints says the pipeline runs with endpoints: Setup also checks the privileges on the
+	// endpoint tables, and whenever it creates the slot it records, in the slot's exported
+	// snapshot, the endpoints as of the slot's start (in outbox_endpoint_versions, under
+	// Pipeline), so the pipeline routes its first transactions by exactly those. If false (the
+	// default), the endpoint tables are not touched.
+	Endpoints bool
+	// Pipeline is the name of the pipeline (or shard) the slot is for, as its dead letters and
+	// endpoint versions are keyed; required with Endpoints.
+	Pipeline string
 }
+
+// ErrSetupOptions is wrapped when SetupOptions contradict each other.
+var ErrSetupOptions = errors.New("invalid setup options")
 
 // Setup checks that the server and database can feed the relay, and creates the publication
 // and the slot if they are missing. It drops an existing slot only when that slot cannot
@@ -112,6 +124,10 @@ type SetupOptions struct {
 // stream to drain the old one first (placement.go, move.go). Its errors name the fix.
 func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions) (SetupResult, error) {
 	var res SetupResult
+	if opts.Endpoints && opts.Pipeline == "" {
+		return res, fmt.Errorf("%w: Endpoints without Pipeline: set SetupOptions.Pipeline to the pipeline's (or shard's) "+
+			"name, which its endpoint versions are recorded under", ErrSetupOptions)
+	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return res, connectError(err)
@@ -123,12 +139,12 @@ func Setup(ctx context.Context, dsn, slot, publication string, opts SetupOptions
 	s := res.Schema
 	// Nothing is created before every check has passed, so a refused start leaves nothing behind.
 	for _, check := range []func(context.Context, *pgx.Conn) error{checkWalLevel,
-		func(ctx context.Context, conn *pgx.Conn) error { return checkSchemaUsage(ctx, conn, s) },
+		func(ctx context.Context, conn *pgx.Conn) error { return checkSchemaUsage(ctx, conn, s, opts.Endpoints) },
 		func(ctx context.Context, conn *pgx.Conn) error {
 			return schemacheck.MissingOutboxTable(ctx, conn, opts.Schema, s)
 		},
 		checkReplicationRole,
-		func(ctx context.Context, conn *pgx.Conn) error { return checkPrivileges(ctx, conn, s) },
+		func(ctx context.Context, conn *pgx.Conn) error { return checkPrivileges(ctx, conn, s, opts.Endpoints) },
 		func(ctx context.Context, conn *pgx.Conn) error { return checkSchema(ctx, conn, opts.Schema) }} {
 		if err := check(ctx, conn); err != nil {
 			return res, err
@@ -180,7 +196,7 @@ func setupSlot(ctx context.Context, p *placement, publication string, res *Setup
 			res.Backfill, res.CommitOrder, err = createStandbySlotWithBackfill(ctx, p, publication, backfill)
 		} else {
 			res.Backfill, res.CommitOrder, err = createSlotWithBackfill(ctx, p.primaryDSN, p.primary, p.slot, publication,
-				p.schema, backfill, p.opts.Filter)
+				p.schema, backfill, p.opts)
 		}
 		res.SlotCreated = err == nil
 		if sqlstate(err) == pgerrcode.DuplicateObject {

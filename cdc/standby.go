@@ -88,7 +88,12 @@ func createStandbySlotWithBackfill(ctx context.Context, p *placement, publicatio
 	if err != nil {
 		return 0, false, fmt.Errorf("create slot %q on the replication DSN's server with a snapshot: %w", p.slot, err)
 	}
-	n, commitOrder, err := recordStandbyBackfill(ctx, p, publication, res.SnapshotName, backfill)
+	start, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, p.slot, pglogrepl.DropReplicationSlotOptions{})
+		return 0, false, fmt.Errorf("slot %q: consistent point %q: %w", p.slot, res.ConsistentPoint, err)
+	}
+	n, commitOrder, err := recordStandbyBackfill(ctx, p, publication, res.SnapshotName, start, backfill)
 	if err != nil {
 		_ = pglogrepl.DropReplicationSlot(context.Background(), repl, p.slot, pglogrepl.DropReplicationSlotOptions{})
 		return 0, false, fmt.Errorf("record backfill (slot %q dropped again; start once more): %w", p.slot, err)
@@ -97,8 +102,10 @@ func createStandbySlotWithBackfill(ctx context.Context, p *placement, publicatio
 }
 
 // recordStandbyBackfill reads the pending rows in the standby's snapshot and copies their ids
-// to outbox_backfill on the primary, with the slot's outbox_slots row, in one transaction.
-func recordStandbyBackfill(ctx context.Context, p *placement, publication, snapshot string, backfill bool) (int, bool, error) {
+// to outbox_backfill on the primary, with the slot's outbox_slots row (and, with Endpoints, the
+// endpoints of the snapshot at the slot's start), in one transaction.
+func recordStandbyBackfill(ctx context.Context, p *placement, publication, snapshot string, start pglogrepl.LSN,
+	backfill bool) (int, bool, error) {
 	// Commit timestamps on a standby follow the primary's setting; both must say on.
 	onPrimary, err := trackCommitTimestamp(ctx, p.primary)
 	if err != nil {
@@ -132,6 +139,11 @@ func recordStandbyBackfill(ctx context.Context, p *placement, publication, snaps
 	var n int64
 	if backfill {
 		if n, err = state.CopyBackfill(ctx, stx, ptx, p.schema, p.slot, commitOrder, p.opts.Filter); err != nil {
+			return 0, false, err
+		}
+	}
+	if p.opts.Endpoints {
+		if err := state.CopyEndpointVersions(ctx, stx, ptx, p.schema, p.opts.Pipeline, bootstrapLSN(start)); err != nil {
 			return 0, false, err
 		}
 	}

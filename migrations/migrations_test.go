@@ -294,3 +294,33 @@ func TestInterruptedIndexBuildIsBuiltAgain(t *testing.T) {
 		t.Fatalf("recorded version %d (%v), want %d", h.Version, err, migrations.Latest())
 	}
 }
+
+// Migration 14's trigger function lands in the migrated schema, nowhere else, and fires for a
+// writer whose search_path does not hold that schema (it calls pg_catalog by qualified names).
+func TestEndpointTriggerLivesInTheRelaysSchema(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := migrations.UpWith(ctx, dsn, migrations.Options{Schema: "app"}); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	rows, err := conn.Query(ctx, `SELECT n.nspname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE p.proname = 'outbox_endpoints_emit'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	where, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(where) != 1 || where[0] != "app" {
+		t.Fatalf("outbox_endpoints_emit() is in schemas %v, want [app]", where)
+	}
+	for _, q := range []string{`SET search_path TO public`,
+		`INSERT INTO app.outbox_endpoints (id, url, secrets) VALUES ('ep_1', 'https://a.example/', '[{"secret": "0123456789abcdef0123"}]')`,
+		`UPDATE app.outbox_endpoints SET id = 'ep_2'`, `DELETE FROM app.outbox_endpoints`, `TRUNCATE app.outbox_endpoints`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}

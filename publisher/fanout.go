@@ -117,8 +117,9 @@ type FanoutConfig struct {
 // EndpointStore keeps what a Fanout records about its endpoints; PGEndpointStore implements
 // it on the relay's tables.
 type EndpointStore interface {
-	// Versions returns the versions log in LSN order, and whether it was bootstrapped.
-	Versions(ctx context.Context) (bootstrapped bool, vs []EndpointVersion, err error)
+	// Versions returns the versions log in LSN order, whether it was bootstrapped and the LSN
+	// of that bootstrap (the versions there are the endpoints the log begins with).
+	Versions(ctx context.Context) (marker pglogrepl.LSN, bootstrapped bool, vs []EndpointVersion, err error)
 	// Bootstrap records every endpoint as it is now, at LSN 0, unless the log was bootstrapped.
 	Bootstrap(ctx context.Context) error
 	// Record adds a version (nil row: removed); a version recorded already is kept as it is.
@@ -229,10 +230,11 @@ func (f *Fanout) Run(ctx context.Context, in <-chan *cdc.Tx) {
 // applies the versions of LSN 0, the endpoints as they were when the log began.
 func (f *Fanout) load(ctx context.Context) bool {
 	var boot bool
+	var marker pglogrepl.LSN
 	var vs []EndpointVersion
 	read := func() bool {
 		return f.durably(ctx, "read the endpoint versions", func(ctx context.Context) (err error) {
-			boot, vs, err = f.cfg.Endpoints.Versions(ctx)
+			marker, boot, vs, err = f.cfg.Endpoints.Versions(ctx)
 			return err
 		})
 	}
@@ -246,9 +248,7 @@ func (f *Fanout) load(ctx context.Context) bool {
 	}
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].LSN < vs[j].LSN })
 	f.pending = vs
-	if len(vs) > 0 {
-		f.applyPending(ctx, vs[0].LSN+1) // the oldest versions: the endpoints the log began with
-	}
+	f.applyPending(ctx, marker+1) // the endpoints the log began with; each later change applies at its commit
 	f.mu.RLock()
 	n := len(f.lanes)
 	f.mu.RUnlock()

@@ -240,13 +240,17 @@ type PGEndpointStore struct {
 }
 
 // Versions implements EndpointStore.
-func (s PGEndpointStore) Versions(ctx context.Context) (bool, []EndpointVersion, error) {
-	boot, vs, err := state.EndpointVersions(ctx, s.Pool, s.Schema, s.Pipeline)
+func (s PGEndpointStore) Versions(ctx context.Context) (pglogrepl.LSN, bool, []EndpointVersion, error) {
+	marker, boot, err := state.EndpointMarker(ctx, s.Pool, s.Schema, s.Pipeline)
+	if err != nil || !boot {
+		return 0, false, nil, err
+	}
+	_, vs, err := state.EndpointVersions(ctx, s.Pool, s.Schema, s.Pipeline)
 	out := make([]EndpointVersion, len(vs))
 	for i, v := range vs {
 		out[i] = EndpointVersion{ID: v.ID, LSN: v.LSN, Row: v.Row}
 	}
-	return boot, out, err
+	return marker, true, out, err
 }
 
 // Bootstrap implements EndpointStore.

@@ -161,7 +161,8 @@ func setupWithRetry(ctx context.Context, cfg Config, p Pipeline, s *pipelineStar
 		var err error
 		res, err = cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
 			cdc.SetupOptions{Schema: cfg.Schema, NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
-				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p)})
+				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p),
+				Endpoints: p.Endpoints, Pipeline: p.Name})
 		return stopIfPermanent(err)
 	}, s.failed)
 	return res, err

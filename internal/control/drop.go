@@ -48,6 +48,9 @@ func DropPipeline(ctx context.Context, conn *pgx.Conn, s, name, slot, publicatio
 			return slotDropped, false, fmt.Errorf("drop publication %q: %w", p.Publication, err)
 		}
 	}
+	if err := state.ForgetEndpointPipeline(ctx, conn, s, p.Name); err != nil {
+		return slotDropped, pubDropped, err
+	}
 	return slotDropped, pubDropped, state.ForgetSlot(ctx, conn, s, p.Slot)
 }
 

@@ -127,15 +127,17 @@ func TestSQLQualifiesThePlaceholders(t *testing.T) {
 // package's doc). outbox_events is the producer's table (outbox writes it, anyone may read it);
 // the relay's columns of it, the status marks, are an owned statement (ownedStatements).
 var owners = map[string]string{
-	schema.Reshard:         "internal/control",
-	schema.PipelineControl: "internal/control",
-	schema.SlotLocation:    "internal/state",
-	schema.Slots:           "internal/state",
-	schema.Parked:          "internal/state",
-	schema.Backfill:        "internal/state",
-	schema.PipelineEvents:  "internal/state",
-	schema.Replays:         "internal/state",
-	statusMarks:            "internal/state",
+	schema.Reshard:          "internal/control",
+	schema.PipelineControl:  "internal/control",
+	schema.SlotLocation:     "internal/state",
+	schema.Slots:            "internal/state",
+	schema.Parked:           "internal/state",
+	schema.Backfill:         "internal/state",
+	schema.PipelineEvents:   "internal/state",
+	schema.Replays:          "internal/state",
+	schema.EndpointVersions: "internal/state",
+	schema.EndpointStatus:   "internal/state",
+	statusMarks:             "internal/state",
 }
 
 // statusMarks names, in owners, the UPDATE of outbox_events: the status columns (status,

@@ -27,7 +27,12 @@
 //   - replays.go: replay --since requests (outbox_replays: CountReplay, RecordReplay for
 //     publisher.RequestReplaySince; ReadReplay, ReplayPage, RecordReplayProgress for the engine),
 //     with the replay order and its row filter, which the page reads and the count share;
-//   - event.go: the rows a replay or a backfill re-sends (Event, Aggregate).
+//   - endpoints.go: the endpoints' state of a pipeline run with endpoints
+//     (outbox_endpoint_versions: RecordEndpointVersion, EndpointVersions,
+//     BootstrapEndpointVersions in a new slot's snapshot, PruneEndpointVersions;
+//     outbox_endpoint_status: SaveEndpointStatus, EndpointStatuses, ForgetEndpointStatus;
+//     ForgetEndpointPipeline when control drops the pipeline);
+//   - event.go: the rows a replay or a backfill re-sends (Event, Aggregate, with the tenant).
 //
 // The engine keeps its publisher.Store and publisher.SinceStore interfaces, so a program can
 // plug its own store; publisher.PGStore, the public one on these tables, only turns these rows
