@@ -482,3 +482,21 @@ func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
 		t.Fatalf("the other endpoint received %d events of a replay for %s", n-before, late.id)
 	}
 }
+
+// A pipeline that starts with no endpoint at all: the first endpoint, added while the relay is
+// stopped, gets only what is committed after it once the relay is back.
+func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
+	e := newEnv(t)
+	r := e.start(endpointsConfig)
+	e.write("a", tenantEvents{"", "order", "order.created", 3, 2}, nil)
+	waitFor(t, 30*time.Second, "the unrouted events marked done", func() bool { return e.notDone() == 0 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.write("b", tenantEvents{"", "order", "order.created", 3, 2}, nil)
+	first := newPartner(t, "first", func(string, string, string) bool { return true })
+	e.addPartner(first, outbox.Endpoint{})
+	e.write("c", tenantEvents{"", "order", "order.created", 3, 2}, []*partner{first})
+	e.start(endpointsConfig)
+	waitPartners(t, first)
+}
