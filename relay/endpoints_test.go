@@ -500,3 +500,76 @@ func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
 	e.start(endpointsConfig)
 	waitPartners(t, first)
 }
+
+// A sealed secret: outbox_endpoints holds only its sealed form (the clear secret appears nowhere
+// in the row), and the relay, given the key, signs with the clear secret (the receiver checks
+// the signature with it). Without the key, the endpoint's attempts fail with the fix, and its
+// events wait.
+func TestSealedEndpointSecretSignsAndIsNotStoredInClear(t *testing.T) {
+	e := newEnv(t)
+	const keys = "q2Jx1b8m3JtH3kq6q0mF0vQG7w0xY2l3cS9kzYy0d1E=" // 32 bytes in base64
+	sealer, err := outbox.NewSealer(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPartner(t, "sealed", func(string, string, string) bool { return true })
+	if _, err := (outbox.Endpoints{Sealer: sealer}).Add(context.Background(), e.pool, outbox.Endpoint{ID: p.id, URL: p.recv.URL,
+		Secret: "secret-of-sealed-0123456789"}); err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	if err := e.pool.QueryRow(context.Background(), `SELECT to_jsonb(e)::text FROM outbox_endpoints e WHERE id = $1`, p.id).
+		Scan(&row); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(row, "secret-of-sealed") || !strings.Contains(row, "sealed:v1:") {
+		t.Fatalf("the stored row shows the secret in clear, or not sealed: %s", row)
+	}
+	r := e.start(endpointsConfig) // no key: every attempt fails, saying what to set
+	e.write("s", tenantEvents{"", "order", "order.created", 2, 2}, []*partner{p})
+	waitFor(t, 30*time.Second, "the endpoint failing for want of the key", func() bool {
+		return gaugeValue(r.reg, "outbox_relay_endpoints_failing") == 1
+	})
+	if n := len(p.recv.Deliveries()); n != 0 {
+		t.Fatalf("%d events delivered without the key", n)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.start(func(cfg *Config) { endpointsConfig(cfg); cfg.SecretsKeys = keys })
+	waitPartners(t, p)
+	if n := p.recv.BadSignatures(); n != 0 {
+		t.Fatalf("%d requests with a bad signature", n)
+	}
+}
+
+// The URL guard at dial time: an endpoint written with plain SQL (no check on the way in) whose
+// URL is the relay's own metrics address, or a metadata address, is never dialled; its attempts
+// fail saying why, and the other endpoints go on.
+func TestGuardRefusesToDialTheRelaysOwnAndMetadataAddresses(t *testing.T) {
+	e := newEnv(t)
+	ok := newPartner(t, "ok", func(string, string, string) bool { return true })
+	e.addPartner(ok, outbox.Endpoint{})
+	metrics := relaytest.NewReceiver("unused-secret-0123456789")
+	t.Cleanup(metrics.Close)
+	addr := strings.TrimPrefix(metrics.URL, "http://")
+	for id, url := range map[string]string{"own": "http://" + addr + "/metrics", "imds": "http://169.254.169.254/latest/meta-data"} {
+		if _, err := e.pool.Exec(context.Background(), `INSERT INTO outbox_endpoints (id, url, secrets)
+			VALUES ($1, $2, '[{"secret": "plain-sql-secret-0123456789"}]')`, id, url); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metrics.Close() // the relay's metrics server takes the port: the guard must refuse it
+	r := e.start(func(cfg *Config) { endpointsConfig(cfg); cfg.MetricsAddr = addr })
+	e.write("g", tenantEvents{"", "order", "order.created", 2, 2}, []*partner{ok})
+	waitPartners(t, ok)
+	waitFor(t, 30*time.Second, "both guarded endpoints failing", func() bool {
+		return gaugeValue(r.reg, "outbox_relay_endpoints_failing") == 2
+	})
+	waitFor(t, 30*time.Second, "the guard's reason in their status", func() bool {
+		var n int
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_endpoint_status
+			WHERE endpoint_id IN ('own', 'imds') AND last_error LIKE '%the URL guard refuses this address%'`).Scan(&n)
+		return n == 2
+	})
+}
