@@ -3,10 +3,13 @@ package relay
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // partner is one endpoint of a test: its receiver checks every request's signature with the
@@ -572,4 +576,54 @@ func TestGuardRefusesToDialTheRelaysOwnAndMetadataAddresses(t *testing.T) {
 			WHERE endpoint_id IN ('own', 'imds') AND last_error LIKE '%the URL guard refuses this address%'`).Scan(&n)
 		return n == 2
 	})
+}
+
+// Each endpoint signs with its own scheme and sends its own format: a Standard Webhooks endpoint
+// in CloudEvents binary mode gets requests that verify with its whsec_ secret (and only it), while
+// an x-signature endpoint in raw format beside it keeps its own.
+func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
+	e := newEnv(t)
+	const whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	key, err := signature.DecodeWhsec(whsec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := map[string]bool{}
+	var bad atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !signature.VerifyStandard([][]byte{key}, r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp"), body,
+			r.Header.Get("webhook-signature")) || r.Header.Get("ce-id") == "" || r.Header.Get("X-Signature") != "" {
+			bad.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		got[r.Header.Get("ce-id")] = true
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	if _, err := outbox.AddEndpoint(context.Background(), e.pool, outbox.Endpoint{ID: "std", URL: srv.URL, Secret: whsec,
+		Scheme: signature.StandardWebhooks, Format: "cloudevents"}); err != nil {
+		t.Fatal(err)
+	}
+	raw := newPartner(t, "raw", func(string, string, string) bool { return true })
+	e.addPartner(raw, outbox.Endpoint{})
+	e.start(endpointsConfig)
+	e.write("f", tenantEvents{"", "order", "order.created", 4, 3}, []*partner{raw})
+	waitPartners(t, raw)
+	waitFor(t, 30*time.Second, "the standard-webhooks endpoint got every event", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(raw.want.Committed)
+	})
+	for _, c := range raw.want.Committed {
+		if !got[c.ID] {
+			t.Fatalf("the standard-webhooks endpoint lacks %s", c.ID)
+		}
+	}
+	if n := bad.Load(); n != 0 {
+		t.Fatalf("%d requests to the standard-webhooks endpoint did not verify, or were not CloudEvents", n)
+	}
 }
