@@ -240,6 +240,10 @@ func (s *scheduler) requeueBatch(b *batch) {
 
 func (s *scheduler) pushFormed(b *batch) {
 	s.formed = append(s.formed, b)
+	if s.lane != nil {
+		s.wakeLocked()
+		return
+	}
 	s.cond.Signal()
 }
 
@@ -301,6 +305,16 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
+	if p.lane != nil {
+		p.lane.observe(o)
+		if !o.ok() && p.sched.isRetired() {
+			p.sched.doneBatch(b)
+			for _, it := range b.items {
+				p.abandonRetired(ctx, it, "the endpoint was disabled or removed while the batch was under way")
+			}
+			return
+		}
+	}
 	if o.ok() {
 		p.deliveredBatch(ctx, b)
 		return

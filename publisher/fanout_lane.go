@@ -88,15 +88,13 @@ func (l *lane) update(ctx context.Context, v EndpointVersion) {
 	if maxInFlight <= 0 {
 		maxInFlight = l.f.cfg.EndpointMaxInFlight
 	}
-	l.pub.sched.setLimits(maxInFlight, row.RateLimit)
+	l.pub.sched.setLimits(maxInFlight, row.RateLimit, Batch{MaxEvents: row.BatchMaxEvents, MaxBytes: row.BatchMaxBytes,
+		Linger: row.Linger()})
 	l.refreshPause()
 	if fresh {
 		l.f.log.Info().Str("endpoint", l.id).Str("state", row.State).Str("lsn", v.LSN.String()).Msg("endpoint active")
 	}
-	if row.BatchMaxEvents > 1 && (fresh || before.BatchMaxEvents <= 1) {
-		l.f.log.Warn().Str("endpoint", l.id).Int("batch_max_events", row.BatchMaxEvents).
-			Msg("an endpoint's batching is not applied yet: it gets one event per request")
-	}
+
 }
 
 // deliveryChanged reports whether a change needs a new destination.
@@ -259,6 +257,19 @@ func (s *swapDest) set(d Destination) {
 // errNoDestination is what an attempt gets in the moment an endpoint is being released.
 var errNoDestination = errors.New("the endpoint's destination is being replaced")
 
+// SendBatch implements BatchDestination (the webhook is one).
+func (s *swapDest) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) Result {
+	b := s.d.Load()
+	if b == nil {
+		return Result{Err: errNoDestination, Label: ResultNetwork}
+	}
+	bd, ok := b.d.(BatchDestination)
+	if !ok {
+		return Result{Err: errors.New("the endpoint's destination sends one event per request"), Label: ResultNetwork}
+	}
+	return bd.SendBatch(ctx, ms, attempt)
+}
+
 // Send implements Destination.
 func (s *swapDest) Send(ctx context.Context, m *envelope.Message, attempt int) Result {
 	b := s.d.Load()
@@ -273,6 +284,10 @@ func (s *swapDest) Send(ctx context.Context, m *envelope.Message, attempt int) R
 type brokenDest struct{ err error }
 
 func (b brokenDest) Send(context.Context, *envelope.Message, int) Result {
+	return Result{Err: b.err, Label: ResultNetwork}
+}
+
+func (b brokenDest) SendBatch(context.Context, []*envelope.Message, int) Result {
 	return Result{Err: b.err, Label: ResultNetwork}
 }
 

@@ -77,12 +77,14 @@ func (w *workerPool) run(n int, log func(timeout time.Duration)) (wait func(time
 		go func() {
 			defer wg.Done()
 			for p := w.next(); p != nil; p = w.next() {
-				it := p.sched.take()
-				if it == nil {
-					continue
+				switch it, b := p.sched.take(); {
+				case it != nil:
+					p.attempt(hard, it)
+					p.sched.release(it)
+				case b != nil:
+					p.attemptBatch(hard, p.dest.(BatchDestination), b)
+					p.sched.releaseBatch(b)
 				}
-				p.attempt(hard, it)
-				p.sched.release(it)
 			}
 		}()
 	}

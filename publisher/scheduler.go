@@ -65,7 +65,9 @@ type laneSched struct {
 	pool        *workerPool
 	owner       *Publisher
 	maxInFlight int
-	inflight    map[*item]bool
+	inflight    map[*item]bool // the events of the attempts under way
+	busy        int            // attempts under way (a batch is one)
+	batch       Batch          // the endpoint's batching
 	limit       *windowLimiter // nil: no rate limit
 	limitTimer  *time.Timer    // set while a rate-limited head waits for the window to open
 	retired     bool           // see retire

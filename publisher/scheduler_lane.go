@@ -10,7 +10,7 @@ import "time"
 // startable reports whether take would return a head now; s.mu is held.
 func (s *scheduler) startable() bool {
 	l := s.lane
-	return !s.closed && !s.paused && s.ready.len() > 0 && len(l.inflight) < l.maxInFlight && l.limitTimer == nil
+	return !s.closed && !s.paused && (s.ready.len() > 0 || len(s.formed) > 0) && l.busy < l.maxInFlight && l.limitTimer == nil
 }
 
 // wakeLocked puts the lane in the pool's run queue when it may start a head; s.mu is held.
@@ -20,31 +20,99 @@ func (s *scheduler) wakeLocked() {
 	}
 }
 
-// take returns a ready head to attempt, or nil when none may start now (none ready, paused, at
-// the cap, rate-limited: then a timer wakes the lane once the window opens). The head counts
-// against the cap until release.
-func (s *scheduler) take() *item {
+// take returns what to attempt next, or nothing when nothing may start now (none ready,
+// paused, at the cap, rate-limited: then a timer wakes the lane once the window opens): a formed
+// batch (a retry, the halves of a split), or, when the lane batches, a new batch of the ready
+// heads and the events queued behind them, or else one ready head. It counts as one attempt
+// against the cap and the rate limit until release or releaseBatch.
+func (s *scheduler) take() (*item, *batch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lane
-	if !s.startable() {
-		return nil
+	if !s.startable() || s.limited() {
+		return nil, nil
 	}
-	if l.limit != nil {
-		if wait := l.limit.try(time.Now()); wait > 0 {
-			l.limitTimer = time.AfterFunc(wait, func() {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				l.limitTimer = nil
-				s.wakeLocked()
-			})
-			return nil
+	l.busy++
+	defer s.wakeLocked() // another worker may start what is ready next
+	var b *batch
+	switch {
+	case len(s.formed) > 0:
+		b = s.formed[0]
+		s.formed[0] = nil
+		s.formed = s.formed[1:]
+	case l.batch.Enabled():
+		b = s.gatherReady(l.batch)
+	default:
+		it := s.ready.pop()
+		l.inflight[it] = true
+		return it, nil
+	}
+	for _, it := range b.items {
+		l.inflight[it] = true
+	}
+	return nil, b
+}
+
+// limited reports whether the rate limit lets an attempt start now, and if not arms the timer
+// that wakes the lane once it does; s.mu is held.
+func (s *scheduler) limited() bool {
+	l := s.lane
+	if l.limit == nil {
+		return false
+	}
+	wait := l.limit.try(time.Now())
+	if wait <= 0 {
+		return false
+	}
+	l.limitTimer = time.AfterFunc(wait, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		l.limitTimer = nil
+		s.wakeLocked()
+	})
+	return true
+}
+
+// gatherReady forms a batch of the ready heads, then the events behind each, key by key, while
+// they fit; s.mu is held and a head is ready. It does not linger: a batch takes what is ready,
+// so a backlog goes in full batches and a trickle in small ones.
+func (s *scheduler) gatherReady(cfg Batch) *batch {
+	b := &batch{}
+	var heads []*item
+	count, size := 0, 0
+	for s.ready.len() > 0 && count < cfg.MaxEvents && size < cfg.MaxBytes {
+		h := s.ready.peek()
+		if len(heads) > 0 && size+len(h.m.Payload) > cfg.MaxBytes {
+			break
+		}
+		s.ready.pop()
+		heads = append(heads, h)
+		count, size = count+1, size+len(h.m.Payload)
+	}
+	for _, h := range heads {
+		q := s.keys[h.key()]
+		b.items = append(b.items, h)
+		for i := 1; i < q.len() && count < cfg.MaxEvents; i++ {
+			it := q.at(i)
+			if size+len(it.m.Payload) > cfg.MaxBytes {
+				break
+			}
+			b.items = append(b.items, it)
+			count, size = count+1, size+len(it.m.Payload)
 		}
 	}
-	it := s.ready.pop()
-	l.inflight[it] = true
-	s.wakeLocked() // another worker may start the next ready head
-	return it
+	return b
+}
+
+// releaseBatch frees the slot of a batch's attempt.
+func (s *scheduler) releaseBatch(b *batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range b.items {
+		delete(s.lane.inflight, it)
+	}
+	s.lane.busy--
+	s.wakeLocked()
 }
 
 // release frees the slot of an attempt that returned (delivered, failed or handed back).
@@ -52,14 +120,18 @@ func (s *scheduler) release(it *item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.lane.inflight, it)
+	s.lane.busy--
 	s.wakeLocked()
 }
 
-// setLimits changes the lane's in-flight cap and rate limit (an endpoint's row changed).
-func (s *scheduler) setLimits(maxInFlight, ratePerSecond int) {
+// setLimits changes the lane's in-flight cap, rate limit and batching (an endpoint's row
+// changed).
+func (s *scheduler) setLimits(maxInFlight, ratePerSecond int, b Batch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lane
+	b.defaults()
+	l.batch = b
 	l.maxInFlight = max(maxInFlight, 1)
 	switch {
 	case ratePerSecond <= 0:
@@ -91,6 +163,7 @@ func (s *scheduler) retire() []*item {
 	for s.ready.len() > 0 {
 		s.ready.pop()
 	}
+	s.formed = nil // their events are in their keys' queues, taken out below
 	var out []*item
 	for k, q := range s.keys {
 		kept := &fifo{}

@@ -627,3 +627,44 @@ func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
 		t.Fatalf("%d requests to the standard-webhooks endpoint did not verify, or were not CloudEvents", n)
 	}
 }
+
+// An endpoint's batching: a backlog goes to it in CloudEvents batches of up to its
+// batch_max_events, in order per aggregate, while an endpoint beside it gets one event per
+// request.
+func TestEndpointBatches(t *testing.T) {
+	e := newEnv(t)
+	batched := newPartner(t, "batched", func(string, string, string) bool { return true })
+	single := newPartner(t, "single", func(string, string, string) bool { return true })
+	e.addPartner(batched, outbox.Endpoint{BatchMaxEvents: 10})
+	e.addPartner(single, outbox.Endpoint{})
+	var hold atomic.Bool
+	hold.Store(true)
+	batched.recv.SetFail(func(*http.Request) int {
+		if hold.Load() {
+			return http.StatusServiceUnavailable // a backlog builds up behind it
+		}
+		return 0
+	})
+	e.start(endpointsConfig)
+	e.write("b", tenantEvents{"", "order", "order.created", 20, 5}, []*partner{batched, single})
+	waitPartners(t, single)
+	hold.Store(false)
+	waitPartners(t, batched)
+	most := 0
+	for _, r := range batched.recv.RequestLog() {
+		if r.Status == http.StatusOK {
+			most = max(most, len(r.IDs))
+			if len(r.IDs) > 10 {
+				t.Fatalf("a batch of %d events, batch_max_events 10", len(r.IDs))
+			}
+		}
+	}
+	if most < 2 {
+		t.Fatalf("the batching endpoint got one event per request")
+	}
+	for _, r := range single.recv.RequestLog() {
+		if r.Batch || len(r.IDs) != 1 {
+			t.Fatalf("the endpoint without batching got a batch of %d", len(r.IDs))
+		}
+	}
+}
