@@ -52,6 +52,9 @@ type Fanout struct {
 	lanes   map[string]*lane
 	route   router
 	pending []EndpointVersion // versions loaded at start, not applied yet, in LSN order
+	// parked are the endpoints' parked aggregates read at start, for the lanes that start
+	// then; nil afterwards (a lane started later reads its own).
+	parked map[string][]cdc.Aggregate
 
 	fanMu sync.Mutex
 	fan   map[*envelope.Message]*fanCount // events routed to more than one endpoint
@@ -126,6 +129,8 @@ type EndpointStore interface {
 	Record(ctx context.Context, v EndpointVersion) error
 	// Prune forgets the versions no transaction after confirmed needs.
 	Prune(ctx context.Context, confirmed pglogrepl.LSN) error
+	// Parked returns every endpoint's parked aggregates, by endpoint id (read once at start).
+	Parked(ctx context.Context) (map[string][]cdc.Aggregate, error)
 	// SaveStatus stores the status of endpoints; ForgetStatus drops a removed one's.
 	SaveStatus(ctx context.Context, st []EndpointStatus) error
 	ForgetStatus(ctx context.Context, id string) error
@@ -247,8 +252,15 @@ func (f *Fanout) load(ctx context.Context) bool {
 		}
 	}
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].LSN < vs[j].LSN })
+	if !f.durably(ctx, "read the endpoints' parked aggregates", func(ctx context.Context) (err error) {
+		f.parked, err = f.cfg.Endpoints.Parked(ctx)
+		return err
+	}) {
+		return false
+	}
 	f.pending = vs
 	f.applyPending(ctx, marker+1) // the endpoints the log began with; each later change applies at its commit
+	f.parked = nil
 	f.mu.RLock()
 	n := len(f.lanes)
 	f.mu.RUnlock()
@@ -632,4 +644,26 @@ func (f *Fanout) rebuildExpired(ctx context.Context) {
 	for _, l := range due {
 		l.rebuild(ctx)
 	}
+}
+
+// OnlyPaused reports whether every event the endpoints hold is held by a paused endpoint (or one
+// being disabled): nothing is delivered then on purpose, which is not a stall.
+func (f *Fanout) OnlyPaused() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	held := false
+	for _, l := range f.lanes {
+		p := l.cur.Load()
+		if p == nil {
+			continue
+		}
+		if n, _ := p.sched.undelivered(); n == 0 {
+			continue
+		}
+		if paused, _ := p.Paused(); !paused {
+			return false
+		}
+		held = true
+	}
+	return held
 }

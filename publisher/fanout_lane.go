@@ -124,7 +124,15 @@ func (l *lane) start(ctx context.Context) {
 	l.mu.Lock()
 	l.gone = false
 	l.mu.Unlock()
-	p.loadParked(ctx)
+	if aggs, ok := f.parked[l.id]; ok || f.parked != nil {
+		sched.setParked(aggs) // read for every endpoint at start (none parked: absent)
+		if len(aggs) > 0 {
+			p.log.Warn().Int("parked_aggregates", len(aggs)).Msg("aggregates are parked behind dead letters; " +
+				"replay them to the endpoint once it accepts them")
+		}
+	} else {
+		p.loadParked(ctx)
+	}
 	l.pub = p
 	l.cur.Store(p)
 }

@@ -280,6 +280,21 @@ func (s PGEndpointStore) SaveStatus(ctx context.Context, st []EndpointStatus) er
 	return state.SaveEndpointStatus(ctx, s.Pool, s.Schema, rows)
 }
 
+// Parked implements EndpointStore.
+func (s PGEndpointStore) Parked(ctx context.Context) (map[string][]cdc.Aggregate, error) {
+	byID, err := state.ParkedByEndpoint(ctx, s.Pool, s.Schema, s.Pipeline)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]cdc.Aggregate, len(byID))
+	for id, aggs := range byID {
+		for _, a := range aggs {
+			out[id] = append(out[id], cdc.Aggregate{Type: a.Type, ID: a.ID})
+		}
+	}
+	return out, nil
+}
+
 // ForgetStatus implements EndpointStore.
 func (s PGEndpointStore) ForgetStatus(ctx context.Context, id string) error {
 	return state.ForgetEndpointStatus(ctx, s.Pool, s.Schema, s.Pipeline, id)

@@ -309,7 +309,8 @@ func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
 		}
 		return 0
 	})
-	e.start(func(cfg *Config) { endpointsConfig(cfg); cfg.MaxAttempts = 2 })
+	limits := func(cfg *Config) { endpointsConfig(cfg); cfg.MaxAttempts = 2 }
+	r := e.start(limits)
 	live := []*partner{fine, picky}
 	e.write("x", tenantEvents{"", "order", "order.created", 3, 4}, live)
 	waitPartners(t, fine)
@@ -319,6 +320,23 @@ func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
 			WHERE pipeline = 'default/picky' AND aggregate_id = 'x-0'`).Scan(&n)
 		return n == 1
 	})
+	// Parked across a restart: the aggregate's next events wait for the replay too.
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	e.start(limits)
+	ctx := context.Background()
+	for s := 5; s <= 6; s++ {
+		id, err := outbox.Enqueue(ctx, e.pool, outbox.Event{AggregateType: "order", AggregateID: "x-0", EventType: "order.created",
+			Payload: map[string]int{"seq": s}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := relaytest.Committed{ID: id.String(), Aggregate: "order/x-0", Seq: s}
+		fine.want.Committed = append(fine.want.Committed, c)
+		picky.want.Committed = append(picky.want.Committed, c)
+	}
+	waitPartners(t, fine)
 	for _, d := range picky.recv.Deliveries() {
 		if d.Aggregate == "order/x-0" {
 			t.Fatalf("picky got %s of the parked aggregate before any replay", d.ID)

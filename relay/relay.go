@@ -671,6 +671,9 @@ func (r *pipelineRunner) stalled() (bool, string) {
 		// Paused on purpose is not a fault: nothing is delivered, and that is not a stall.
 		return false, ""
 	}
+	if f, ok := r.pub.(*publisher.Fanout); ok && f.OnlyPaused() {
+		return false, "" // only paused endpoints hold events: on purpose too
+	}
 	oldest := r.tracker.OldestCommit()
 	if !oldest.IsZero() && time.Since(oldest) > r.cfg.StallTimeout {
 		since := time.Since(time.Unix(0, r.lastAck.Load()))
