@@ -22,6 +22,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
+// endpointMarkInterval is how long the done-marks of a pipeline with endpoints wait to be
+// written together (unless 1,000 wait).
+const endpointMarkInterval = 500 * time.Millisecond
+
 // deliverer is what a pipeline delivers with: a Publisher (one destination) or a Fanout (the
 // partner endpoints).
 type deliverer interface {

@@ -445,7 +445,14 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
-	marker := publisher.NewMarker(pool, publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema})
+	mc := publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema}
+	if p.Endpoints {
+		// An event is done once every endpoint it routes to has it, so done-marks come at the
+		// pace of the slowest of them: a longer interval keeps each UPDATE a full batch instead
+		// of many small ones (measured: 13 statements per 1k events at a fan-out of 10, 2 at 1).
+		mc.Interval = endpointMarkInterval
+	}
+	marker := publisher.NewMarker(pool, mc)
 	var marks publisher.Marks
 	var resume *publisher.Resume
 	if owner && p.Delivery.Marks != publisher.MarksOff {
