@@ -26,7 +26,7 @@ func TestSuiteSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, builds the relay and runs every row: skipped with -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
 	res, err := runSuite(ctx, config{Events: 2000, Steady: time.Second}, &progress)
