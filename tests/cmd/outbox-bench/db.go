@@ -69,6 +69,14 @@ func newBenchDB(ctx context.Context, c *pgtest.Cluster, prefix string, slots ...
 	return db, nil
 }
 
+// createSlot creates a logical replication slot (pgoutput) in the database.
+func (db *benchDB) createSlot(ctx context.Context, slot string) error {
+	if _, err := db.conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		return fmt.Errorf("create slot %s: %w", slot, err)
+	}
+	return nil
+}
+
 // drop closes the connection and drops the database and its slots. Errors are ignored: the
 // cluster is thrown away at the end anyway.
 func (db *benchDB) drop() {

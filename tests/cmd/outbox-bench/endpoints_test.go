@@ -105,6 +105,18 @@ func TestReceiverCountsPerEndpoint(t *testing.T) {
 	}
 }
 
+// TestActivityNote checks the per-1k figures and the order of the tables (most written first).
+func TestActivityNote(t *testing.T) {
+	b := dbActivity{Commits: 20, Writes: map[string]int64{"outbox_events": 1000, "outbox_endpoint_status": 5, "outbox_endpoints": 0}}
+	a := dbActivity{Commits: 120, Writes: map[string]int64{"outbox_events": 2000, "outbox_endpoint_status": 5, "outbox_endpoints": 3,
+		"outbox_endpoint_versions": 3}}
+	got := a.minus(b).note(1000) // unchanged tables left out; equal counts by name
+	want := "per 1k events, PostgreSQL committed 100.0 transactions and wrote rows of outbox_events 1000.0, outbox_endpoint_versions 3.0, outbox_endpoints 3.0"
+	if got != want {
+		t.Fatalf("note = %q\nwant   %q", got, want)
+	}
+}
+
 // TestCheckPerEndpoint checks that a row fails on any delivery missing, misplaced or extra.
 func TestCheckPerEndpoint(t *testing.T) {
 	want := map[string]int64{"ep0": 2, "ep1": 3}
@@ -158,8 +170,21 @@ func TestEndpointSetup(t *testing.T) {
 			if err := db.createEndpoints(ctx, c, "http://127.0.0.1:1/ep/"); err != nil {
 				t.Fatal(err)
 			}
+			before, err := db.activity(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if _, err := db.writeTenantBacklog(ctx, events, 1000, c.tenants()); err != nil {
 				t.Fatal(err)
+			}
+			after, err := db.activity(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The backlog is 1 statement here (2,500 rows); pgx prepares each new statement
+			// (a transaction of its own too), and the readings' own statements count.
+			if a := after.minus(before); a.Writes["outbox_events"] != events || a.Commits < 1 || a.Commits > 12 {
+				t.Errorf("activity while writing the backlog: %+v, want %d rows of outbox_events in 1 to 12 transactions", a, events)
 			}
 			rows, err := db.conn.Query(ctx, `SELECT e.id, e.url, count(ev.id)
 				FROM outbox_endpoints e LEFT JOIN outbox_events ev ON e.tenant_id IS NULL OR e.tenant_id = ev.tenant_id

@@ -309,7 +309,8 @@ func writeMethod(w io.Writer, r *results) {
 		fmt.Sprintf("Steady rows: %d writers commit single-row autocommit INSERTs on a fixed schedule (event k due at k/rate), "+
 			"each aggregate written by one writer; latency is the receiver's arrival time minus the time the INSERT returned "+
 			"(same clock); a warm-up of rate/5 events is not counted. Sweep rows drain BENCH_EVENTS/5 events each.", steadyWriters),
-		"Endpoint rows: the endpoints are rows of outbox_endpoints inserted by SQL after the slot exists (one x-signature " +
+		"Endpoint rows: the endpoints are rows of outbox_endpoints inserted by SQL before the slot exists, so the relay " +
+			"starts with all of them and the window holds no endpoint change (one x-signature " +
 			"secret each, every event type; endpoint i has tenant t<i>, or none in the fan-out row), the backlog's row n has " +
 			"tenant t<n % endpoints>, and `outbox-relay run --endpoints` drains it. Each endpoint posts to /ep/<id> of the same " +
 			"receiver, which counts distinct (endpoint, event) deliveries and checks order per endpoint and aggregate; the row " +
