@@ -26,7 +26,7 @@ func TestSuiteSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, builds the relay and runs every row: skipped with -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
 	res, err := runSuite(ctx, config{Events: 2000, Steady: time.Second}, &progress)
@@ -49,6 +49,9 @@ func TestSuiteSmall(t *testing.T) {
 	for _, a := range sweepAggregates {
 		names = append(names, sweepRow(a))
 	}
+	for _, c := range endpointCases {
+		names = append(names, c.row)
+	}
 	for _, name := range names {
 		if !strings.Contains(report, "| "+name+" | ") {
 			t.Errorf("report has no row %q", name)
@@ -57,7 +60,8 @@ func TestSuiteSmall(t *testing.T) {
 	if strings.Contains(report, "FAILED") {
 		t.Errorf("report shows a failed row")
 	}
-	for _, target := range []string{"× HTTP ceiling", "p99 < 5ms", "relay CPU-s per 100k", "peak RSS < 100 MB"} {
+	for _, target := range []string{"× HTTP ceiling", "p99 < 5ms", "relay CPU-s per 100k", "peak RSS < 100 MB",
+		"× the 1-endpoint row's", "at 1,000 endpoints"} {
 		if !strings.Contains(report, target) {
 			t.Errorf("report has no target line %q", target)
 		}

@@ -145,6 +145,9 @@ func startReceiver(ctx context.Context, secret string) (*receiverProc, error) {
 
 func (r *receiverProc) hookURL() string { return r.base + "/hook" }
 
+// endpointURL is the URL prefix of the endpoints: endpoint id E posts to endpointURL() + E.
+func (r *receiverProc) endpointURL() string { return r.base + "/ep/" }
+
 func (r *receiverProc) Reset(ctx context.Context) error {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/reset", nil)
 	resp, err := r.client.Do(req)
@@ -158,6 +161,12 @@ func (r *receiverProc) Reset(ctx context.Context) error {
 func (r *receiverProc) Stats(ctx context.Context) (receiverStats, error) {
 	var s receiverStats
 	return s, r.getJSON(ctx, "/stats", &s)
+}
+
+// PerEndpoint returns the distinct deliveries each endpoint received (POST /ep/{id}).
+func (r *receiverProc) PerEndpoint(ctx context.Context) (map[string]int64, error) {
+	m := map[string]int64{}
+	return m, r.getJSON(ctx, "/endpoints", &m)
 }
 
 func (r *receiverProc) Arrivals(ctx context.Context) (map[string]int64, error) {

@@ -15,8 +15,9 @@ type config struct {
 	Steady time.Duration
 	// Durable keeps fsync on; if false, PostgreSQL runs with fsync and full_page_writes off.
 	Durable bool
-	// Only, if not empty, runs just the rows whose names contain one of these (any case); the
-	// ceiling rows need the drain row.
+	// Only, if not empty, runs just the rows whose names contain one of these (any case); one
+	// that ends in a digit matches a whole number, so "endpoints 10" selects "Endpoints 10"
+	// but not "Endpoints 100". The ceiling rows need the drain row.
 	Only []string
 }
 
@@ -25,12 +26,31 @@ func (c config) selected(row string) bool {
 		return true
 	}
 	for _, o := range c.Only {
-		if o = strings.TrimSpace(o); o != "" && strings.Contains(strings.ToLower(row), strings.ToLower(o)) {
+		if o = strings.TrimSpace(o); o != "" && containsPart(strings.ToLower(row), strings.ToLower(o)) {
 			return true
 		}
 	}
 	return false
 }
+
+// containsPart reports whether part occurs in name, not followed by a digit if it ends in one.
+func containsPart(name, part string) bool {
+	endsInDigit := isDigit(part[len(part)-1])
+	for i := 0; i+len(part) <= len(name); i++ {
+		j := strings.Index(name[i:], part)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(part)
+		if !endsInDigit || end == len(name) || !isDigit(name[end]) {
+			return true
+		}
+		i += j
+	}
+	return false
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
 func (c config) steady() time.Duration {
 	if c.Steady > 0 {

@@ -69,6 +69,14 @@ func newBenchDB(ctx context.Context, c *pgtest.Cluster, prefix string, slots ...
 	return db, nil
 }
 
+// createSlot creates a logical replication slot (pgoutput) in the database.
+func (db *benchDB) createSlot(ctx context.Context, slot string) error {
+	if _, err := db.conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		return fmt.Errorf("create slot %s: %w", slot, err)
+	}
+	return nil
+}
+
 // drop closes the connection and drops the database and its slots. Errors are ignored: the
 // cluster is thrown away at the end anyway.
 func (db *benchDB) drop() {
@@ -86,12 +94,30 @@ INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
 SELECT 'order', (g % $3)::text, 'order.created', jsonb_build_object('seq', g, 'pad', repeat('x', $4))
 FROM generate_series($1::int, $2::int) g`
 
+// tenantBacklogSQL is backlogSQL with the event's tenant: 't' || g % $5.
+const tenantBacklogSQL = `
+INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, tenant_id)
+SELECT 'order', (g % $3)::text, 'order.created', jsonb_build_object('seq', g, 'pad', repeat('x', $4)), 't' || (g % $5)
+FROM generate_series($1::int, $2::int) g`
+
 // writeBacklog writes events rows over aggregates, backlogChunk rows per transaction, and
 // returns the WAL position after them.
 func (db *benchDB) writeBacklog(ctx context.Context, events, aggregates int) (string, error) {
+	return db.writeChunks(ctx, events, backlogSQL, aggregates, payloadPad)
+}
+
+// writeTenantBacklog is writeBacklog with the events spread over tenants: row g belongs to
+// tenant 't' || g % tenants.
+func (db *benchDB) writeTenantBacklog(ctx context.Context, events, aggregates, tenants int) (string, error) {
+	return db.writeChunks(ctx, events, tenantBacklogSQL, aggregates, payloadPad, tenants)
+}
+
+// writeChunks runs sql for rows 1..events, backlogChunk rows per transaction ($1 and $2 the
+// first and last row, then args), and returns the WAL position after them.
+func (db *benchDB) writeChunks(ctx context.Context, events int, sql string, args ...any) (string, error) {
 	for lo := 1; lo <= events; lo += backlogChunk {
 		hi := min(lo+backlogChunk-1, events)
-		if _, err := db.conn.Exec(ctx, backlogSQL, lo, hi, aggregates, payloadPad); err != nil {
+		if _, err := db.conn.Exec(ctx, sql, append([]any{lo, hi}, args...)...); err != nil {
 			return "", fmt.Errorf("write backlog rows %d..%d: %w", lo, hi, err)
 		}
 	}

@@ -15,7 +15,9 @@ import (
 )
 
 const (
-	benchSecret = "bench-secret"
+	// benchSecret signs every row's webhooks; an endpoint's secret (x-signature) must be at least
+	// 16 characters (migration 13).
+	benchSecret = "bench-secret-0123456789"
 	// stallLimit fails a row whose receiver count stops moving this long.
 	stallLimit = 60 * time.Second
 	// settle lets the relay's status marker flush its last batch before CPU is read, so the
@@ -101,50 +103,62 @@ func (e *env) drain(ctx context.Context, prefix string, events, aggregates int, 
 		}
 	}
 	e.logf("%s: relay draining", prefix)
-	if err := e.recv.Reset(ctx); err != nil {
+	// One relay per row: a plain one started beside a configured one would hold the slot.
+	start := func() (*relayProc, error) {
+		switch {
+		case o.second:
+			return e.startTwoPipelines(ctx, db)
+		case o.shards > 0:
+			return e.startShards(ctx, db, o.shards)
+		}
+		return e.startRelay(ctx, db, o.args...)
+	}
+	var done func() error
+	if o.second {
+		done = func() error { return db.waitConfirmed(ctx, secondSlot, endLSN, stallLimit) }
+	}
+	if err := e.measure(ctx, &res, events, start, done); err != nil {
 		return res, err
+	}
+	return res, checkStats(res.Stats, true)
+}
+
+// measure starts a relay with start and measures until the receiver has want distinct
+// deliveries and done (if not nil) returns, then stops the relay, which must exit cleanly. It
+// fills res's Rate, Startup, Relay, Load and Stats.
+func (e *env) measure(ctx context.Context, res *drainResult, want int, start func() (*relayProc, error), done func() error) error {
+	if err := e.recv.Reset(ctx); err != nil {
+		return err
 	}
 	before, err := e.cpuSnapshot()
 	if err != nil {
-		return res, err
+		return err
 	}
-	// One relay per row: a plain one started beside a configured one would hold the slot.
-	var r *relayProc
-	switch {
-	case o.second:
-		r, err = e.startTwoPipelines(ctx, db)
-	case o.shards > 0:
-		r, err = e.startShards(ctx, db, o.shards)
-	default:
-		r, err = e.startRelay(ctx, db, o.args...)
-	}
+	r, err := start()
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer r.Stop(relayStopGrace)
-	if res.Stats, err = e.recv.waitUnique(ctx, events, r.child, stallLimit); err != nil {
-		return res, err
+	if res.Stats, err = e.recv.waitUnique(ctx, want, r.child, stallLimit); err != nil {
+		return err
 	}
-	if o.second {
-		if err := db.waitConfirmed(ctx, secondSlot, endLSN, stallLimit); err != nil {
-			return res, err
+	if done != nil {
+		if err := done(); err != nil {
+			return err
 		}
 	}
 	time.Sleep(settle)
 	if res.Relay, err = r.usage(); err != nil {
-		return res, err
+		return err
 	}
 	after, err := e.cpuSnapshot()
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.Load = loadBetween(before, after)
 	res.Rate = receiverRate(res.Stats)
 	res.Startup = time.Unix(0, res.Stats.FirstNanos).Sub(r.started)
-	if err := stopRelay(r); err != nil {
-		return res, err
-	}
-	return res, checkStats(res.Stats, true)
+	return stopRelay(r)
 }
 
 func (e *env) startRelay(ctx context.Context, db *benchDB, args ...string) (*relayProc, error) {

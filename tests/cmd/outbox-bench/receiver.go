@@ -24,13 +24,17 @@ import (
 //
 //	POST /hook       verify X-Signature, record the arrival of X-Event-Id (or of each event of a
 //	                 CloudEvents batch); 200, or 401 if bad
+//	POST /ep/{id}    the same for endpoint id of a pipeline with endpoints (endpoints.go): a
+//	                 delivery is an (endpoint, event) pair, so the same event at two endpoints
+//	                 is two deliveries, not a duplicate, and order is checked per endpoint
 //	GET  /stats      receiverStats as JSON
-//	GET  /arrivals   {"<event id>": <unix nanos of first arrival>, ...}
+//	GET  /endpoints  {"<endpoint id>": <distinct deliveries>, ...}
+//	GET  /arrivals   {"<event id>": <unix nanos of first arrival>, ...} (endpoints: "<id> <event id>")
 //	POST /reset      forget everything (between rows)
 
 // receiverStats is what GET /stats returns.
 type receiverStats struct {
-	Unique          int   `json:"unique"`   // distinct X-Event-Id accepted
+	Unique          int   `json:"unique"`   // distinct X-Event-Id accepted (endpoints: distinct deliveries)
 	Requests        int64 `json:"requests"` // all requests to /hook (a batch is one)
 	Duplicates      int64 `json:"duplicates"`
 	BadSignatures   int64 `json:"bad_signatures"`
@@ -44,10 +48,11 @@ type receiverStats struct {
 type receiver struct {
 	keys [][]byte
 
-	mu       sync.Mutex
-	stats    receiverStats
-	arrivals map[string]int64
-	lastSeq  map[string]int64 // aggregate type/id → seq of its latest first delivery
+	mu          sync.Mutex
+	stats       receiverStats
+	arrivals    map[string]int64
+	lastSeq     map[string]int64 // [endpoint ]aggregate type/id → seq of its latest first delivery
+	perEndpoint map[string]int64 // endpoint id → distinct deliveries
 }
 
 func newReceiver(secret string) *receiver {
@@ -62,6 +67,7 @@ func (r *receiver) reset() {
 	r.stats = receiverStats{}
 	r.arrivals = map[string]int64{}
 	r.lastSeq = map[string]int64{}
+	r.perEndpoint = map[string]int64{}
 }
 
 func (r *receiver) snapshot() receiverStats {
@@ -74,8 +80,14 @@ func (r *receiver) snapshot() receiverStats {
 
 func (r *receiver) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hook", r.hook)
+	mux.HandleFunc("POST /hook", func(w http.ResponseWriter, req *http.Request) { r.hook(w, req, "") })
+	mux.HandleFunc("POST /ep/{id}", func(w http.ResponseWriter, req *http.Request) { r.hook(w, req, req.PathValue("id")) })
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.snapshot()) })
+	mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, _ *http.Request) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		writeJSON(w, r.perEndpoint)
+	})
 	mux.HandleFunc("GET /arrivals", func(w http.ResponseWriter, _ *http.Request) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -90,8 +102,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// hook is the webhook: what a minimal real consumer does before its own work.
-func (r *receiver) hook(w http.ResponseWriter, req *http.Request) {
+// hook is the webhook of endpoint ep ("" for /hook): what a minimal real consumer does before
+// its own work.
+func (r *receiver) hook(w http.ResponseWriter, req *http.Request, ep string) {
 	at := time.Now().UnixNano()
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
@@ -122,14 +135,14 @@ func (r *receiver) hook(w http.ResponseWriter, req *http.Request) {
 		r.stats.Requests++
 		r.mu.Unlock()
 		for _, ev := range evs {
-			r.recordEvent(ev.ID, ev.AggregateType+"/"+ev.AggregateID, payloadSeq(ev.Data), len(ev.Data), at)
+			r.recordEvent(ep, ev.ID, ev.AggregateType+"/"+ev.AggregateID, payloadSeq(ev.Data), len(ev.Data), at)
 		}
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	id := req.Header.Get("X-Event-Id")
 	agg := req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")
-	r.record(id, agg, payloadSeq(body), len(body), at)
+	r.record(ep, id, agg, payloadSeq(body), len(body), at)
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -147,15 +160,19 @@ func (r *receiver) verify(h http.Header, body []byte) bool {
 	return false
 }
 
-func (r *receiver) record(id, agg string, seq int64, size int, at int64) {
+func (r *receiver) record(ep, id, agg string, seq int64, size int, at int64) {
 	r.mu.Lock()
 	r.stats.Requests++
 	r.mu.Unlock()
-	r.recordEvent(id, agg, seq, size, at)
+	r.recordEvent(ep, id, agg, seq, size, at)
 }
 
-// recordEvent records one event's arrival (a request may carry several).
-func (r *receiver) recordEvent(id, agg string, seq int64, size int, at int64) {
+// recordEvent records one event's arrival at endpoint ep ("" for /hook; a request may carry
+// several events).
+func (r *receiver) recordEvent(ep, id, agg string, seq int64, size int, at int64) {
+	if ep != "" {
+		id, agg = ep+" "+id, ep+" "+agg
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := &r.stats
@@ -167,6 +184,9 @@ func (r *receiver) recordEvent(id, agg string, seq int64, size int, at int64) {
 		return
 	}
 	r.arrivals[id] = at
+	if ep != "" {
+		r.perEndpoint[ep]++
+	}
 	s.LastNanos = max(s.LastNanos, at)
 	s.BodyBytes += int64(size)
 	if seq < r.lastSeq[agg] {

@@ -123,6 +123,10 @@ func (r *results) tableRows() [][]string {
 		d := r.shards[k]
 		add(shardRow(k), d != nil, func() []string { return r.shardCells(k, d) })
 	}
+	for _, c := range endpointCases {
+		d := r.endpoints[c.row]
+		add(c.row, d != nil, func() []string { return r.endpointCells(c, d) })
+	}
 	add(sinceRow(sinceScale*r.cfg.Events), r.since != nil, func() []string { return r.sinceCells(r.since) })
 	return out
 }
@@ -237,6 +241,11 @@ func (r *results) noise() (row string, cpus float64) {
 	if s := r.steadyBatch; s != nil {
 		consider(rowSteadyBatch, s.Load.OtherCPUs(s.Relay.CPU))
 	}
+	for name, d := range r.endpoints {
+		if d != nil {
+			consider(name, d.Load.OtherCPUs(d.Relay.CPU))
+		}
+	}
 	return row, cpus
 }
 
@@ -300,6 +309,13 @@ func writeMethod(w io.Writer, r *results) {
 		fmt.Sprintf("Steady rows: %d writers commit single-row autocommit INSERTs on a fixed schedule (event k due at k/rate), "+
 			"each aggregate written by one writer; latency is the receiver's arrival time minus the time the INSERT returned "+
 			"(same clock); a warm-up of rate/5 events is not counted. Sweep rows drain BENCH_EVENTS/5 events each.", steadyWriters),
+		"Endpoint rows: the endpoints are rows of outbox_endpoints inserted by SQL before the slot exists, so the relay " +
+			"starts with all of them and the window holds no endpoint change (one x-signature " +
+			"secret each, every event type; endpoint i has tenant t<i>, or none in the fan-out row), the backlog's row n has " +
+			"tenant t<n % endpoints>, and `outbox-relay run --endpoints` drains it. Each endpoint posts to /ep/<id> of the same " +
+			"receiver, which counts distinct (endpoint, event) deliveries and checks order per endpoint and aggregate; the row " +
+			"fails unless every endpoint received exactly the events routed to it. Relay and receiver CPU are per 100k " +
+			"deliveries, PostgreSQL's per 100k events.",
 		"CPU is utime+stime from /proc/<pid>/stat (10 ms ticks), read when the receiver has every event (plus 300 ms for " +
 			"the relay's status marker to flush); PostgreSQL is the postmaster and all its children, including those reaped " +
 			"meanwhile. Peak RSS is the relay's VmHWM.",
@@ -367,7 +383,7 @@ func (r *results) targets() []string {
 	} else {
 		out = append(out, "MISS peak RSS < 100 MB on 300k: no data")
 	}
-	return out
+	return append(out, r.endpointTargets()...) // endpoints.go
 }
 
 func (r *results) cpuTarget() string {

@@ -55,11 +55,12 @@ type results struct {
 	// variants are the drains with other delivery settings (batching, marks), by row name.
 	variants    map[string]*drainResult
 	steadyBatch *steadyResult
-	brokers     map[string]*drainResult // broker.go, by row name
-	twoPipes    *drainResult            // the drain with a second pipeline that filters out every row
-	shards      map[int]*drainResult    // the drains of the bench pipeline in N shards (shards.go)
-	since       *sinceResult            // replay --since of half a large table (since.go)
-	errs        map[string]error        // row → why it failed
+	brokers     map[string]*drainResult     // broker.go, by row name
+	twoPipes    *drainResult                // the drain with a second pipeline that filters out every row
+	shards      map[int]*drainResult        // the drains of the bench pipeline in N shards (shards.go)
+	since       *sinceResult                // replay --since of half a large table (since.go)
+	endpoints   map[string]*endpointsResult // the drains to outbox_endpoints (endpoints.go), by row name
+	errs        map[string]error            // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
 }
@@ -240,6 +241,7 @@ func (e *env) rows(res *results) []suiteRow {
 			return err
 		}})
 	}
+	rows = append(rows, e.endpointRows(res)...)
 	rows = append(rows, suiteRow{sinceRow(sinceScale * n), func(ctx context.Context) error {
 		s, err := e.since(ctx)
 		res.since = keep(s, err)
