@@ -686,3 +686,32 @@ func TestEndpointBatches(t *testing.T) {
 		}
 	}
 }
+
+// A sharded pipeline with endpoints: each shard fans its own aggregates out to every endpoint
+// from its own slot, so each endpoint gets every event it subscribes to, in order per aggregate,
+// and a shard's dead letters and replays name the shard's lane ("default_s0of2/<endpoint>").
+func TestShardedPipelineWithEndpoints(t *testing.T) {
+	e := newEnv(t)
+	a := newPartner(t, "a", func(string, string, string) bool { return true })
+	b := newPartner(t, "b", func(tenant, _, _ string) bool { return tenant == "t1" })
+	e.addPartner(a, outbox.Endpoint{})
+	e.addPartner(b, outbox.Endpoint{TenantID: "t1"})
+	e.startNoWait(func(cfg *Config) { endpointsConfig(cfg); cfg.Shards = 2 })
+	waitFor(t, 30*time.Second, "both shards' slots", func() bool {
+		var n int
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`,
+			e.slot+"_s%of2").Scan(&n)
+		return n == 2
+	})
+	live := []*partner{a, b}
+	e.write("s1", tenantEvents{"t1", "order", "order.created", 20, 3}, live)
+	e.write("s2", tenantEvents{"t2", "order", "order.created", 20, 3}, live)
+	waitPartners(t, a, b)
+	var shards int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(DISTINCT pipeline) FROM outbox_endpoint_versions`).Scan(&shards); err != nil {
+		t.Fatal(err)
+	}
+	if shards != 2 {
+		t.Fatalf("endpoint versions recorded for %d pipelines, want one per shard", shards)
+	}
+}
