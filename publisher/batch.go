@@ -306,7 +306,7 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if p.lane != nil {
-		p.lane.observe(o)
+		p.lane.observe(p, o)
 		if !o.ok() && p.sched.isRetired() {
 			p.sched.doneBatch(b)
 			for _, it := range b.items {

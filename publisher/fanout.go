@@ -61,6 +61,7 @@ type Fanout struct {
 
 	backfillLeft countdown
 	pause        pauseState
+	session      uint64 // the streaming session of the last transaction queued
 }
 
 // FanoutConfig configures a Fanout. The delivery settings are the pipeline's, applied to every
@@ -280,6 +281,52 @@ func (f *Fanout) applyPending(ctx context.Context, lsn pglogrepl.LSN) {
 	}
 }
 
+// resync makes the endpoints what the versions log says they were just before lsn, the commit
+// of a new streaming session's first transaction. Another process may have led the slot
+// meanwhile (this one stood by, or lost its connection) and recorded changes this one never
+// applied, which the stream does not send again when they are before the slot's position; the
+// changes after lsn wait in pending for their commit, as at start. An endpoint whose version is
+// the one applied already is left as it is (its queued events with it).
+func (f *Fanout) resync(ctx context.Context, lsn pglogrepl.LSN) bool {
+	var vs []EndpointVersion
+	if !f.durably(ctx, "read the endpoint versions", func(ctx context.Context) (err error) {
+		_, _, vs, err = f.cfg.Endpoints.Versions(ctx)
+		return err
+	}) {
+		return false
+	}
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].LSN < vs[j].LSN })
+	latest := map[string]EndpointVersion{}
+	n := 0
+	for ; n < len(vs) && vs[n].LSN < lsn; n++ {
+		latest[vs[n].ID] = vs[n]
+	}
+	f.pending = vs[n:]
+	var gone []EndpointVersion
+	for id, l := range f.lanes { // Run's goroutine writes lanes: no lock to read
+		if _, ok := latest[id]; !ok {
+			gone = append(gone, EndpointVersion{ID: id, LSN: l.applied}) // removed (and pruned) meanwhile
+		}
+	}
+	var changed []EndpointVersion
+	for id, v := range latest {
+		l := f.lanes[id]
+		if l == nil && v.Row == nil || l != nil && l.applied == v.LSN {
+			continue
+		}
+		changed = append(changed, v)
+	}
+	sort.Slice(changed, func(i, j int) bool { return changed[i].LSN < changed[j].LSN })
+	for _, v := range append(gone, changed...) {
+		f.apply(ctx, v)
+	}
+	if len(gone)+len(changed) > 0 {
+		f.log.Info().Int("endpoints_changed", len(gone)+len(changed)).Str("lsn", lsn.String()).
+			Msg("endpoints brought up to date from the versions log (another relay led the slot meanwhile)")
+	}
+	return true
+}
+
 // take queues a transaction, after a restart first dropping the events an earlier process
 // delivered to every endpoint (see Resume).
 func (f *Fanout) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
@@ -302,6 +349,12 @@ func (f *Fanout) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
 // their places among them: endpoint changes apply there, replays go to their endpoint.
 func (f *Fanout) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]bool) {
 	if !tx.Backfill {
+		if tx.Session != f.session {
+			if !f.resync(ctx, tx.CommitLSN) {
+				return // stopping: the transaction stays unconfirmed
+			}
+			f.session = tx.Session
+		}
 		f.applyPending(ctx, tx.CommitLSN)
 	}
 	next := 0
@@ -446,6 +499,7 @@ func (f *Fanout) apply(ctx context.Context, v EndpointVersion) {
 		f.lanes[v.ID] = l
 		f.mu.Unlock()
 	}
+	l.applied = v.LSN
 	l.update(ctx, v)
 	f.route.dirty = true
 }

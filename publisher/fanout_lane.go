@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
@@ -17,13 +19,14 @@ import (
 // lane is one endpoint of a Fanout: its row as of the stream's position, its publisher (nil
 // while the endpoint is disabled) and what its status shows.
 type lane struct {
-	f    *Fanout
-	id   string
-	name string // pipeline/id
-	row  endpoint.Row
-	pub  *Publisher                // nil while disabled; Run's goroutine only
-	cur  atomic.Pointer[Publisher] // pub, for the other goroutines
-	dest swapDest
+	f       *Fanout
+	id      string
+	name    string // pipeline/id
+	row     endpoint.Row
+	applied pglogrepl.LSN             // the LSN of the version row is (Run's goroutine only)
+	pub     *Publisher                // nil while disabled; Run's goroutine only
+	cur     atomic.Pointer[Publisher] // pub, for the other goroutines
+	dest    swapDest
 
 	mu        sync.Mutex // guards what follows, read by the status saver, the metrics and rebuild
 	raw       []byte     // the row's JSON, to build its destination again
@@ -34,7 +37,7 @@ type lane struct {
 	paused    string // the row's paused_reason
 
 	pauseMu sync.Mutex // makes refreshPause's read and its Pause or Resume one step
-	st        laneStats
+	st      laneStats
 }
 
 type laneStats struct {
@@ -118,7 +121,9 @@ func (l *lane) start(ctx context.Context) {
 	cfg.defaults()
 	sched := newScheduler()
 	sched.parkedGauge = f.m.ParkedAggregates
-	p := &Publisher{cfg: cfg, dest: &l.dest, acker: f.acker, sched: sched, log: cfg.Logger, m: f.m, fan: f, lane: l}
+	// marks is only read by a replay since a time, which waits for them to be written (the
+	// fan marks, see deliveredMark).
+	p := &Publisher{cfg: cfg, dest: &l.dest, acker: f.acker, marks: f.marks, sched: sched, log: cfg.Logger, m: f.m, fan: f, lane: l}
 	sched.lane = &laneSched{pool: f.pool, owner: p, maxInFlight: f.cfg.EndpointMaxInFlight, inflight: map[*item]bool{}}
 	p.accept = func(m *envelope.Message) bool { return l.row.Subscribed(m.TenantID, m.EventType, m.AggregateType) }
 	l.mu.Lock()
@@ -217,15 +222,28 @@ func (l *lane) refreshPause() {
 }
 
 // observe records an attempt's outcome for the status.
-func (l *lane) observe(o Result) {
+// After breakerFailures failed attempts in a row it opens the endpoint's circuit breaker (p is
+// the lane's publisher), and the next success closes it; each transition is a log line.
+func (l *lane) observe(p *Publisher, o Result) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if o.ok() {
 		l.st.lastSuccess, l.st.failures = time.Now(), 0
-		return
+	} else {
+		l.st.lastError, l.st.lastErrorAt = o.Reason(), time.Now()
+		l.st.failures++
 	}
-	l.st.lastError, l.st.lastErrorAt = o.Reason(), time.Now()
-	l.st.failures++
+	failures := l.st.failures
+	l.mu.Unlock()
+	switch open := p.sched.breakerOpen(); {
+	case o.ok() && open:
+		p.sched.closeBreaker()
+		p.log.Info().Msg("endpoint recovered: its circuit breaker closed, deliveries resume at full rate")
+	case !o.ok() && !open && failures >= breakerFailures:
+		p.sched.openBreaker()
+		p.log.Warn().Int("failures_in_row", failures).Str("last_error", o.Reason()).
+			Msg("endpoint keeps failing: its circuit breaker opened, it is probed with one attempt at a time, " +
+				"1s apart doubling up to a minute, until one succeeds; its events wait, their attempts not counted")
+	}
 }
 
 // status returns the endpoint's status now, and whether it differs from the one saved last.

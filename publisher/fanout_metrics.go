@@ -16,7 +16,7 @@ import (
 // those named in MetricsEndpoints: 1,000 endpoints do not make 1,000 times the series.
 type endpointMetrics struct {
 	f                                  *Fanout
-	endpoints, failing                 *prometheus.Desc
+	endpoints, failing, open           *prometheus.Desc
 	undelivered, oldest, failuresInRow *prometheus.Desc
 	named                              map[string]bool
 }
@@ -27,6 +27,9 @@ func newEndpointMetrics(f *Fanout, reg prometheus.Registerer) *endpointMetrics {
 		endpoints: prometheus.NewDesc(name("endpoints"), "Endpoints by state (enabled, paused, disabled).", []string{"state"}, nil),
 		failing: prometheus.NewDesc(name("endpoints_failing"),
 			"Endpoints whose last attempt failed.", nil, nil),
+		open: prometheus.NewDesc(name("endpoints_circuit_open"),
+			"Endpoints whose circuit breaker is open (they failed 10 attempts in a row): probed one attempt at a time until one succeeds.",
+			nil, nil),
 		undelivered: prometheus.NewDesc(name("endpoint_undelivered"),
 			"Events held for the endpoint (queued, in flight, waiting for a retry); only for the endpoints in trouble and those asked for.",
 			[]string{"endpoint"}, nil),
@@ -48,7 +51,7 @@ func newEndpointMetrics(f *Fanout, reg prometheus.Registerer) *endpointMetrics {
 
 // Describe implements prometheus.Collector.
 func (em *endpointMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{em.endpoints, em.failing, em.undelivered, em.oldest, em.failuresInRow} {
+	for _, d := range []*prometheus.Desc{em.endpoints, em.failing, em.open, em.undelivered, em.oldest, em.failuresInRow} {
 		ch <- d
 	}
 }
@@ -62,7 +65,7 @@ type endpointSample struct {
 // Collect implements prometheus.Collector.
 func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 	states := map[string]float64{endpoint.Enabled: 0, endpoint.Paused: 0, endpoint.Disabled: 0}
-	failing := 0.0
+	failing, open := 0.0, 0.0
 	var samples []endpointSample
 	now := time.Now()
 	em.f.mu.RLock()
@@ -80,6 +83,9 @@ func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		st := EndpointStatus{ID: id, FailuresInRow: fails, LastErrorAt: lastErr}
 		if p := l.cur.Load(); p != nil {
+			if p.sched.breakerOpen() {
+				open++
+			}
 			n, oldest := p.sched.undelivered()
 			st.Undelivered, st.OldestUndelivered = int64(n), oldest
 		}
@@ -90,6 +96,7 @@ func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(em.endpoints, prometheus.GaugeValue, n, s)
 	}
 	ch <- prometheus.MustNewConstMetric(em.failing, prometheus.GaugeValue, failing)
+	ch <- prometheus.MustNewConstMetric(em.open, prometheus.GaugeValue, open)
 	slices.SortFunc(samples, func(a, b endpointSample) int {
 		if a.st.FailuresInRow != b.st.FailuresInRow {
 			return b.st.FailuresInRow - a.st.FailuresInRow

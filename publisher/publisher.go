@@ -280,7 +280,7 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if p.lane != nil {
-		p.lane.observe(o)
+		p.lane.observe(p, o)
 		if !o.ok() && p.sched.isRetired() {
 			p.sched.done(it)
 			p.abandonRetired(ctx, it, "the endpoint was disabled or removed while the attempt was under way")

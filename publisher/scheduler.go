@@ -68,9 +68,15 @@ type laneSched struct {
 	inflight    map[*item]bool // the events of the attempts under way
 	busy        int            // attempts under way (a batch is one)
 	batch       Batch          // the endpoint's batching
-	limit       *windowLimiter // nil: no rate limit
-	limitTimer  *time.Timer    // set while a rate-limited head waits for the window to open
-	retired     bool           // see retire
+	// The circuit breaker: while open (the endpoint failed breakerFailures attempts in a row),
+	// one attempt at a time is made, a probe, at most one per probe delay, until one succeeds.
+	open       bool
+	probes     int       // probes made since it opened
+	probeAt    time.Time // the next probe's earliest start
+	probeTimer *time.Timer
+	limit      *windowLimiter // nil: no rate limit
+	limitTimer *time.Timer    // set while a rate-limited head waits for the window to open
+	retired    bool           // see retire
 }
 
 func newScheduler() *scheduler {
@@ -284,9 +290,8 @@ func (s *scheduler) close() {
 		t.Stop()
 		delete(s.timers, it)
 	}
-	if s.lane != nil && s.lane.limitTimer != nil {
-		s.lane.limitTimer.Stop()
-		s.lane.limitTimer = nil
+	if s.lane != nil {
+		s.lane.stopTimers()
 	}
 	s.cond.Broadcast()
 }

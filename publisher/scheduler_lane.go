@@ -10,7 +10,80 @@ import "time"
 // startable reports whether take would return a head now; s.mu is held.
 func (s *scheduler) startable() bool {
 	l := s.lane
-	return !s.closed && !s.paused && (s.ready.len() > 0 || len(s.formed) > 0) && l.busy < l.maxInFlight && l.limitTimer == nil
+	return !s.closed && !s.paused && (s.ready.len() > 0 || len(s.formed) > 0) && l.busy < l.maxInFlight && l.limitTimer == nil &&
+		(!l.open || l.busy == 0 && !time.Now().Before(l.probeAt))
+}
+
+// breakerFailures is how many failed attempts in a row open an endpoint's circuit breaker.
+const breakerFailures = 10
+
+// probeDelay is the wait before the n-th probe (from 0) of an open breaker: 1s, doubling up to
+// a minute.
+func probeDelay(n int) time.Duration {
+	return min(time.Second<<min(n, 6), time.Minute)
+}
+
+// openBreaker opens the breaker: attempts stop but for a probe now and then.
+func (s *scheduler) openBreaker() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lane
+	if l.open || l.retired || s.closed {
+		return
+	}
+	l.open, l.probes = true, 0
+	s.nextProbeLocked()
+}
+
+// closeBreaker closes it after a successful attempt: every ready head may start again.
+func (s *scheduler) closeBreaker() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lane
+	if !l.open {
+		return
+	}
+	l.open = false
+	if l.probeTimer != nil {
+		l.probeTimer.Stop()
+		l.probeTimer = nil
+	}
+	s.wakeLocked()
+}
+
+// nextProbeLocked schedules the next probe and the timer that wakes the lane for it; s.mu is
+// held.
+func (s *scheduler) nextProbeLocked() {
+	l := s.lane
+	d := probeDelay(l.probes)
+	l.probeAt = time.Now().Add(d)
+	if l.probeTimer != nil {
+		l.probeTimer.Stop()
+	}
+	l.probeTimer = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.wakeLocked()
+	})
+}
+
+// breakerOpen reports whether the breaker is open.
+func (s *scheduler) breakerOpen() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lane.open
+}
+
+// stopTimers stops the lane's rate-limit and probe timers; s.mu is held.
+func (l *laneSched) stopTimers() {
+	if l.limitTimer != nil {
+		l.limitTimer.Stop()
+		l.limitTimer = nil
+	}
+	if l.probeTimer != nil {
+		l.probeTimer.Stop()
+		l.probeTimer = nil
+	}
 }
 
 // wakeLocked puts the lane in the pool's run queue when it may start a head; s.mu is held.
@@ -111,8 +184,7 @@ func (s *scheduler) releaseBatch(b *batch) {
 	for _, it := range b.items {
 		delete(s.lane.inflight, it)
 	}
-	s.lane.busy--
-	s.wakeLocked()
+	s.releasedLocked()
 }
 
 // release frees the slot of an attempt that returned (delivered, failed or handed back).
@@ -120,7 +192,18 @@ func (s *scheduler) release(it *item) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.lane.inflight, it)
-	s.lane.busy--
+	s.releasedLocked()
+}
+
+// releasedLocked frees an attempt's slot; after a probe that failed (the breaker still open) it
+// schedules the next one. s.mu is held.
+func (s *scheduler) releasedLocked() {
+	l := s.lane
+	l.busy--
+	if l.open && !s.closed {
+		l.probes++
+		s.nextProbeLocked()
+	}
 	s.wakeLocked()
 }
 
@@ -156,10 +239,7 @@ func (s *scheduler) retire() []*item {
 		t.Stop()
 		delete(s.timers, it)
 	}
-	if l.limitTimer != nil {
-		l.limitTimer.Stop()
-		l.limitTimer = nil
-	}
+	l.stopTimers()
 	for s.ready.len() > 0 {
 		s.ready.pop()
 	}

@@ -715,3 +715,40 @@ func TestShardedPipelineWithEndpoints(t *testing.T) {
 		t.Fatalf("endpoint versions recorded for %d pipelines, want one per shard", shards)
 	}
 }
+
+// The circuit breaker: an endpoint that fails every attempt is not hammered. After ten failures
+// in a row it gets one attempt at a time, a probe 1s apart (doubling), while its events wait
+// with their attempts not counted; the endpoint beside it is not slowed; the first probe that
+// succeeds closes the breaker and everything goes, in order.
+func TestEndpointCircuitBreaker(t *testing.T) {
+	e := newEnv(t)
+	down := newPartner(t, "down", func(string, string, string) bool { return true })
+	up := newPartner(t, "up", func(string, string, string) bool { return true })
+	e.addPartner(down, outbox.Endpoint{})
+	e.addPartner(up, outbox.Endpoint{})
+	var failing atomic.Bool
+	failing.Store(true)
+	down.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusBadGateway
+		}
+		return 0
+	})
+	r := e.start(func(cfg *Config) { endpointsConfig(cfg); cfg.MaxAttempts = -1 })
+	e.write("c", tenantEvents{"", "order", "order.created", 50, 2}, []*partner{down, up})
+	waitPartners(t, up)
+	waitFor(t, 30*time.Second, "the breaker open", func() bool {
+		return gaugeValue(r.reg, "outbox_relay_endpoints_circuit_open") == 1
+	})
+	before := down.recv.Requests()
+	time.Sleep(3 * time.Second)
+	// Unbroken, 50 aggregates retrying 10ms to 200ms apart would make hundreds of attempts.
+	if n := down.recv.Requests() - before; n > 3 {
+		t.Fatalf("%d attempts in 3s with the breaker open, want at most 3 probes", n)
+	}
+	failing.Store(false)
+	waitPartners(t, down)
+	waitFor(t, 30*time.Second, "the breaker closed", func() bool {
+		return gaugeValue(r.reg, "outbox_relay_endpoints_circuit_open") == 0
+	})
+}
