@@ -1,0 +1,293 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// The endpoints run's checks, over (event, endpoint) pairs. For each committed transaction and
+// each endpoint, the version of the endpoint in force at the transaction's time (endpoints.go)
+// says what rule 4 of issue 24 allows:
+//
+//   - not routed: no version yet (committed before the endpoint's creation), removed, disabled,
+//     or outside its subscription; also paused and then disabled or removed before any resume
+//     (held, then settled without sending). Any delivery of the pair is a violation.
+//   - routed while enabled: it must be delivered.
+//   - routed while paused: it must be delivered, and not before the resume (the first later
+//     version enabled): a delivery the receiver recorded before the resume's time is one made
+//     while paused. The receiver's clock and the server's are the host's.
+//   - either way, if a later version disables or removes the endpoint, the relay may settle the
+//     pair without sending (abandoned): it is optional, neither lost if missing nor wrong if
+//     delivered.
+//
+// Then: lost = a required pair never delivered; order = per (endpoint, aggregate), first
+// deliveries of routed pairs in commit order (an optional pair may be missing from the
+// sequence, never out of place); duplicates are allowed and counted; confirm = the slot never
+// passed a transaction before every required pair of its events was delivered (confirm.go's
+// argument, per pair: a correct relay settles a transaction only once each endpoint its events
+// route to has answered or abandoned them).
+
+// pairRule is what rule 4 says of one (event, endpoint) pair.
+type pairRule struct {
+	Routed    bool
+	Why       string    // why it is not routed
+	Required  bool      // routed, and no later disable or removal may have abandoned it
+	NotBefore time.Time // routed while paused: the resume's time (far future if none); else zero
+}
+
+// Reasons a pair is not routed.
+const (
+	whyBeforeCreation = "committed before the endpoint's creation"
+	whyRemoved        = "committed after the endpoint's removal"
+	whyDisabled       = "committed while the endpoint was disabled"
+	whyOutside        = "outside the endpoint's subscription at commit"
+	whyPausedDropped  = "committed while paused, and the endpoint was disabled or removed before any resume"
+)
+
+var whys = []string{whyBeforeCreation, whyRemoved, whyDisabled, whyOutside, whyPausedDropped}
+
+// never is the NotBefore of a pair held by a pause that never ended.
+var never = time.Unix(1<<40, 0)
+
+// rule classifies the pair of e, committed by a transaction at time at, and the endpoint of
+// versions vs.
+func rule(vs []epVersion, at time.Time, e event) pairRule {
+	k := sort.Search(len(vs), func(i int) bool { return !vs[i].At.Before(at) }) - 1
+	switch {
+	case k < 0:
+		return pairRule{Why: whyBeforeCreation}
+	case !vs[k].Exists:
+		return pairRule{Why: whyRemoved}
+	case vs[k].State == stDisabled:
+		return pairRule{Why: whyDisabled}
+	case !vs[k].subscribed(e):
+		return pairRule{Why: whyOutside}
+	}
+	p := pairRule{Routed: true, Required: true}
+	later := vs[k+1:]
+	if vs[k].State == stPaused {
+		p.NotBefore = never
+		for _, v := range later {
+			if !v.Exists || v.State == stDisabled {
+				return pairRule{Why: whyPausedDropped}
+			}
+			if v.State == stEnabled {
+				p.NotBefore = v.At
+				break
+			}
+		}
+	}
+	for _, v := range later {
+		if !v.Exists || v.State == stDisabled {
+			p.Required = false
+		}
+	}
+	return p
+}
+
+// epRecord is what an endpoints run collected, for its checks.
+type epRecord struct {
+	Txs        []txRecord
+	RolledBack []string
+	Aborted    []string
+	Deliveries []delivery
+	Samples    []sample
+	Timeline   timeline
+}
+
+// epVerdict is what the endpoints run's checks found. Lists hold descriptions.
+type epVerdict struct {
+	Endpoints int // endpoints that ever existed
+	Committed int // events
+	// Pairs by rule: required, optional (routed, a later disable or removal may abandon them),
+	// and not routed by reason; the paused ones among the routed.
+	Required, Optional, Paused int
+	NotRouted                  map[string]int
+	// Delivered pairs: required, optional, and routed while paused (delivered after the resume).
+	Delivered, OptionalDelivered, PausedDelivered int
+	Lost                                          []string
+	// Phantoms: deliveries of ids that never committed; UnknownEndpoint: deliveries recorded
+	// for an endpoint the manager never created.
+	PhantomsRolledBack, PhantomsAborted, PhantomsUnknown []string
+	UnknownEndpoint                                      []string
+	// Outside: deliveries of pairs rule 4 does not route, with the reason; WhilePaused:
+	// deliveries of pairs routed while paused, recorded before the resume.
+	Outside, WhilePaused []string
+	OrderViolations      []string
+	Duplicates           int // deliveries beyond the first per pair
+	// Confirm: transactions the slot passed before every required pair was delivered, by
+	// After(tx) and by the commit LSN from X-Event-Sequence.
+	ConfirmViolations, ConfirmSeqViolations []string
+	SequenceErrors                          []string
+	Samples, Backward                       int
+	LastCommit                              pglogrepl.LSN
+}
+
+func (v epVerdict) ok() bool {
+	return len(v.Lost)+len(v.PhantomsRolledBack)+len(v.PhantomsAborted)+len(v.PhantomsUnknown)+
+		len(v.UnknownEndpoint)+len(v.Outside)+len(v.WhilePaused)+len(v.OrderViolations)+
+		len(v.ConfirmViolations)+len(v.ConfirmSeqViolations)+len(v.SequenceErrors) == 0
+}
+
+// pairs returns the rule of every (event, endpoint) pair, by pairKey, with the events' transactions.
+func pairs(txs []txRecord, tl timeline) map[string]pairRule {
+	out := map[string]pairRule{}
+	for _, tx := range txs {
+		for _, e := range tx.Events {
+			for id, vs := range tl {
+				out[pairKey(id, e.ID)] = rule(vs, tx.At, e)
+			}
+		}
+	}
+	return out
+}
+
+// requiredPairs lists the pairKeys that must be delivered.
+func requiredPairs(txs []txRecord, tl timeline) []string {
+	var out []string
+	for key, p := range pairs(txs, tl) {
+		if p.Required {
+			out = append(out, key)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkEndpoints evaluates the endpoints run's invariants.
+func checkEndpoints(r epRecord) epVerdict {
+	v := epVerdict{Endpoints: len(r.Timeline), NotRouted: map[string]int{}}
+	rules := pairs(r.Txs, r.Timeline)
+	committed := map[string]event{}
+	for _, tx := range r.Txs {
+		for _, e := range tx.Events {
+			committed[e.ID] = e
+		}
+	}
+	v.Committed = len(committed)
+	for _, p := range rules {
+		switch {
+		case !p.Routed:
+			v.NotRouted[p.Why]++
+		case p.Required:
+			v.Required++
+		default:
+			v.Optional++
+		}
+		if p.Routed && !p.NotBefore.IsZero() {
+			v.Paused++
+		}
+	}
+	first := map[string]int{} // pairKey → index of its first delivery
+	last := map[string]int{}  // endpoint + aggregate → seq of the latest first delivery
+	var phantoms []string
+	for i, d := range r.Deliveries {
+		e, ok := committed[d.ID]
+		if !ok {
+			phantoms = append(phantoms, d.ID)
+			continue
+		}
+		if _, ok := r.Timeline[d.Endpoint]; !ok {
+			v.UnknownEndpoint = append(v.UnknownEndpoint, fmt.Sprintf("%s delivered to %q, an endpoint never created", d.ID, d.Endpoint))
+			continue
+		}
+		key := pairKey(d.Endpoint, d.ID)
+		p := rules[key]
+		if !p.Routed {
+			v.Outside = append(v.Outside, fmt.Sprintf("%s (%s, %s, tenant %q) delivered to %s: %s", d.ID, e.Aggregate,
+				e.EventType, e.Tenant, d.Endpoint, p.Why))
+		} else if d.At.Before(p.NotBefore) {
+			v.WhilePaused = append(v.WhilePaused, fmt.Sprintf("%s delivered to %s at %s, committed while it was paused, "+
+				"before its resume at %s", d.ID, d.Endpoint, d.At.Format("15:04:05.000000"), fmtResume(p.NotBefore)))
+		}
+		if _, ok := first[key]; ok {
+			v.Duplicates++
+			continue
+		}
+		first[key] = i
+		if !p.Routed {
+			continue
+		}
+		switch {
+		case p.Required:
+			v.Delivered++
+		default:
+			v.OptionalDelivered++
+		}
+		if !p.NotBefore.IsZero() {
+			v.PausedDelivered++
+		}
+		agg := d.Endpoint + " " + e.Aggregate
+		if prev, ok := last[agg]; ok && e.Seq < prev {
+			v.OrderViolations = append(v.OrderViolations, fmt.Sprintf("%s at %s: seq %d first delivered after seq %d",
+				e.Aggregate, d.Endpoint, e.Seq, prev))
+		}
+		last[agg] = max(last[agg], e.Seq)
+	}
+	for key, p := range rules {
+		if _, ok := first[key]; p.Required && !ok {
+			v.Lost = append(v.Lost, key)
+		}
+	}
+	sort.Strings(v.Lost)
+	v.PhantomsRolledBack, v.PhantomsAborted, v.PhantomsUnknown = classifyPhantoms(phantoms, r.RolledBack, r.Aborted)
+	v.confirm(r, rules, first, committed)
+	return v
+}
+
+func fmtResume(t time.Time) string {
+	if t.Equal(never) {
+		return "never"
+	}
+	return t.Format("15:04:05.000000")
+}
+
+// confirm runs confirm.go's check with each transaction done once its last required pair was
+// first delivered (never, if one was not; at once, if it has none).
+func (v *epVerdict) confirm(r epRecord, rules map[string]pairRule, first map[string]int, committed map[string]event) {
+	done := make([]int, len(r.Txs))
+	after := make([]pglogrepl.LSN, len(r.Txs))
+	for i, tx := range r.Txs {
+		done[i] = -1
+		after[i] = tx.After
+		for _, e := range tx.Events {
+			for id := range r.Timeline {
+				key := pairKey(id, e.ID)
+				if !rules[key].Required {
+					continue
+				}
+				idx, ok := first[key]
+				if !ok {
+					idx = math.MaxInt
+				}
+				done[i] = max(done[i], idx)
+			}
+		}
+	}
+	commits, seqErrs := commitLSNs(r.Txs, r.Deliveries, committed)
+	v.SequenceErrors = seqErrs
+	for _, c := range commits {
+		v.LastCommit = max(v.LastCommit, c)
+	}
+	v.Samples = len(r.Samples)
+	for i := 1; i < len(r.Samples); i++ {
+		if r.Samples[i].LSN < r.Samples[i-1].LSN {
+			v.Backward++
+		}
+	}
+	describe := func(vs []confirmViolation, bound string) []string {
+		out := make([]string, len(vs))
+		for i, x := range vs {
+			tx, s := r.Txs[x.Tx], r.Samples[x.Sample]
+			out[i] = fmt.Sprintf("writer %d tx of %d events: slot confirmed %s > %s %s at %s before all its required "+
+				"(event, endpoint) pairs were delivered", tx.Writer, len(tx.Events), s.LSN, bound, x.Bound, s.At.Format("15:04:05.000"))
+		}
+		return out
+	}
+	v.ConfirmViolations = describe(confirmViolations(r.Samples, after, after, done, nil), "After(tx)")
+	v.ConfirmSeqViolations = describe(confirmViolations(r.Samples, commits, after, done, nil), "commit LSN")
+}
