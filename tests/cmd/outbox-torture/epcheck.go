@@ -26,10 +26,14 @@ import (
 //
 // Then: lost = a required pair never delivered; order = per (endpoint, aggregate), first
 // deliveries of routed pairs in commit order (an optional pair may be missing from the
-// sequence, never out of place); duplicates are allowed and counted; confirm = the slot never
-// passed a transaction before every required pair of its events was delivered (confirm.go's
-// argument, per pair: a correct relay settles a transaction only once each endpoint its events
-// route to has answered or abandoned them).
+// sequence, never out of place); duplicates are allowed and counted.
+//
+// Confirm: confirm.go's argument, per pair. A correct relay settles a transaction only once
+// each endpoint its events route to has answered for them, or abandoned them because the
+// endpoint was disabled or removed; so a sample of the slot that passed the transaction while
+// one of its pairs was undelivered below the sample's mark is a violation, unless that pair's
+// excuse (the disable or removal that lets it be abandoned) committed before the sample. A
+// pair held by a pause and then dropped holds the slot the same way until its excuse.
 
 // pairRule is what rule 4 says of one (event, endpoint) pair.
 type pairRule struct {
@@ -37,6 +41,15 @@ type pairRule struct {
 	Why       string    // why it is not routed
 	Required  bool      // routed, and no later disable or removal may have abandoned it
 	NotBefore time.Time // routed while paused: the resume's time (far future if none); else zero
+	// Excuse is the time of the first disable or removal after the commit, from which the
+	// relay may abandon the pair; zero if none.
+	Excuse time.Time
+}
+
+// holds reports whether the pair keeps its transaction from being confirmed until delivered,
+// at a sample taken at time at.
+func (p pairRule) holds(at time.Time) bool {
+	return (p.Routed || p.Why == whyPausedDropped) && (p.Excuse.IsZero() || p.Excuse.After(at))
 }
 
 // Reasons a pair is not routed.
@@ -67,13 +80,19 @@ func rule(vs []epVersion, at time.Time, e event) pairRule {
 	case !vs[k].subscribed(e):
 		return pairRule{Why: whyOutside}
 	}
-	p := pairRule{Routed: true, Required: true}
+	p := pairRule{Routed: true}
 	later := vs[k+1:]
+	for _, v := range later {
+		if !v.Exists || v.State == stDisabled {
+			p.Excuse = v.At
+			break
+		}
+	}
 	if vs[k].State == stPaused {
 		p.NotBefore = never
 		for _, v := range later {
 			if !v.Exists || v.State == stDisabled {
-				return pairRule{Why: whyPausedDropped}
+				return pairRule{Why: whyPausedDropped, Excuse: v.At}
 			}
 			if v.State == stEnabled {
 				p.NotBefore = v.At
@@ -81,11 +100,7 @@ func rule(vs []epVersion, at time.Time, e event) pairRule {
 			}
 		}
 	}
-	for _, v := range later {
-		if !v.Exists || v.State == stDisabled {
-			p.Required = false
-		}
-	}
+	p.Required = p.Excuse.IsZero()
 	return p
 }
 
@@ -246,25 +261,24 @@ func fmtResume(t time.Time) string {
 	return t.Format("15:04:05.000000")
 }
 
-// confirm runs confirm.go's check with each transaction done once its last required pair was
-// first delivered (never, if one was not; at once, if it has none).
+// confirm runs the confirm check over pairs, as the header comment says.
 func (v *epVerdict) confirm(r epRecord, rules map[string]pairRule, first map[string]int, committed map[string]event) {
-	done := make([]int, len(r.Txs))
+	holds := make([][]holder, len(r.Txs))
 	after := make([]pglogrepl.LSN, len(r.Txs))
 	for i, tx := range r.Txs {
-		done[i] = -1
 		after[i] = tx.After
 		for _, e := range tx.Events {
 			for id := range r.Timeline {
 				key := pairKey(id, e.ID)
-				if !rules[key].Required {
+				p := rules[key]
+				if !p.holds(time.Time{}) {
 					continue
 				}
 				idx, ok := first[key]
 				if !ok {
 					idx = math.MaxInt
 				}
-				done[i] = max(done[i], idx)
+				holds[i] = append(holds[i], holder{first: idx, rule: p})
 			}
 		}
 	}
@@ -283,11 +297,43 @@ func (v *epVerdict) confirm(r epRecord, rules map[string]pairRule, first map[str
 		out := make([]string, len(vs))
 		for i, x := range vs {
 			tx, s := r.Txs[x.Tx], r.Samples[x.Sample]
-			out[i] = fmt.Sprintf("writer %d tx of %d events: slot confirmed %s > %s %s at %s before all its required "+
-				"(event, endpoint) pairs were delivered", tx.Writer, len(tx.Events), s.LSN, bound, x.Bound, s.At.Format("15:04:05.000"))
+			out[i] = fmt.Sprintf("writer %d tx of %d events: slot confirmed %s > %s %s at %s before all the "+
+				"(event, endpoint) pairs it waits for were delivered", tx.Writer, len(tx.Events), s.LSN, bound, x.Bound,
+				s.At.Format("15:04:05.000"))
 		}
 		return out
 	}
-	v.ConfirmViolations = describe(confirmViolations(r.Samples, after, after, done, nil), "After(tx)")
-	v.ConfirmSeqViolations = describe(confirmViolations(r.Samples, commits, after, done, nil), "commit LSN")
+	v.ConfirmViolations = describe(pairConfirmViolations(r.Samples, after, holds), "After(tx)")
+	v.ConfirmSeqViolations = describe(pairConfirmViolations(r.Samples, commits, holds), "commit LSN")
+}
+
+// holder is a pair that holds its transaction: the log index of its first delivery
+// (math.MaxInt if none) and its rule.
+type holder struct {
+	first int
+	rule  pairRule
+}
+
+// pairConfirmViolations returns, per transaction, the first sample above bound(tx) (0:
+// unknown, skipped) taken while a pair holding tx had no delivery below the sample's mark.
+func pairConfirmViolations(samples []sample, bound []pglogrepl.LSN, holds [][]holder) []confirmViolation {
+	var out []confirmViolation
+	for i := range bound {
+		if bound[i] == 0 {
+			continue
+		}
+	samples:
+		for j, s := range samples {
+			if s.LSN <= bound[i] {
+				continue
+			}
+			for _, h := range holds[i] {
+				if h.first >= s.Mark && h.rule.holds(s.At) {
+					out = append(out, confirmViolation{Tx: i, Sample: j, Bound: bound[i]})
+					break samples
+				}
+			}
+		}
+	}
+	return out
 }
