@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -163,4 +164,90 @@ func TestEndpointChangeOrdersAgainstInserts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The manager against a real server under the writers' load: every kind of change commits,
+// none is refused by the table's checks, and the table ends as the timeline's last versions.
+func TestEndpointManagerUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	dsn := migratedDB(t)
+	cfg := defaultConfig()
+	cfg.Endpoints, cfg.Events, cfg.Duration, cfg.Writers = true, 400, 3*time.Second, 2
+	cfg.EndpointCount, cfg.ChangeMin, cfg.ChangeMax = 10, 5*time.Millisecond, 20*time.Millisecond
+	cfg.Seed = 1
+	recv, err := startEndpointReceiver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	m := newEpManager(cfg, dsn, recv, t.Logf)
+	if err := m.setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	load, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	var l ledger
+	errs := make(chan error, cfg.Writers+1)
+	for i := 0; i < cfg.Writers; i++ {
+		w := newWriter(i, dsn, cfg, &l)
+		go func() { errs <- w.run(load, ctx) }()
+	}
+	go func() { m.run(load, ctx); errs <- nil }()
+	for i := 0; i < cfg.Writers+1; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.finish(ctx)
+	tl, st := m.snapshot()
+	if len(st.Failures) > 0 {
+		t.Fatalf("manager failures: %q", st.Failures)
+	}
+	for _, op := range epOps {
+		if st.Committed[op] == 0 {
+			t.Errorf("no %s committed: %+v", op, st.Committed)
+		}
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT id, state, coalesce(tenant_id, ''), event_types, aggregate_types, url, updated_at
+		FROM outbox_endpoints`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := map[string]epVersion{}
+	for rows.Next() {
+		var id, url string
+		var v epVersion
+		if err := rows.Scan(&id, &v.State, &v.Tenant, &v.EventTypes, &v.AggTypes, &url, &v.At); err != nil {
+			t.Fatal(err)
+		}
+		if url != recv.base+"/ep/"+id {
+			t.Errorf("%s: url %s", id, url)
+		}
+		table[id] = v
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	for id, vs := range tl {
+		last := vs[len(vs)-1]
+		got, ok := table[id]
+		switch {
+		case ok != last.Exists:
+			t.Errorf("%s: in the table %v, last version %+v", id, ok, last)
+		case ok && (got.State != last.State || got.Tenant != last.Tenant || !got.At.Equal(last.At) ||
+			!slices.Equal(got.EventTypes, last.EventTypes) || !slices.Equal(got.AggTypes, last.AggTypes)):
+			t.Errorf("%s: table %+v, last version %+v", id, got, last)
+		case ok && got.State == stPaused:
+			t.Errorf("%s still paused after finish", id)
+		}
+	}
+	if len(table) == 0 || l.events.Load() == 0 {
+		t.Fatalf("%d endpoints, %d events", len(table), l.events.Load())
+	}
+	t.Logf("%d events; %s", l.events.Load(), m.summary())
 }
