@@ -148,46 +148,72 @@ func (v epVerdict) ok() bool {
 		len(v.ConfirmViolations)+len(v.ConfirmSeqViolations)+len(v.SequenceErrors) == 0
 }
 
-// pairs returns the rule of every (event, endpoint) pair, by pairKey, with the events' transactions.
-func pairs(txs []txRecord, tl timeline) map[string]pairRule {
-	out := map[string]pairRule{}
-	for _, tx := range txs {
+// routedPair is a pair that rule 4 routes, or that a pause held before its endpoint was
+// dropped: the pairs that can be lost or hold the slot. The others are only counted, since a
+// long run has millions of them.
+type routedPair struct {
+	key  string // pairKey
+	tx   int
+	rule pairRule
+}
+
+// classifyPairs returns the routed pairs, by transaction and endpoint id, and counts the others
+// by reason.
+func classifyPairs(txs []txRecord, tl timeline) ([]routedPair, map[string]int) {
+	ids := make([]string, 0, len(tl))
+	for id := range tl {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []routedPair
+	notRouted := map[string]int{}
+	for i, tx := range txs {
 		for _, e := range tx.Events {
-			for id, vs := range tl {
-				out[pairKey(id, e.ID)] = rule(vs, tx.At, e)
+			for _, id := range ids {
+				p := rule(tl[id], tx.At, e)
+				if p.Routed || p.Why == whyPausedDropped {
+					out = append(out, routedPair{key: pairKey(id, e.ID), tx: i, rule: p})
+				}
+				if !p.Routed {
+					notRouted[p.Why]++
+				}
 			}
 		}
 	}
-	return out
+	return out, notRouted
 }
 
 // requiredPairs lists the pairKeys that must be delivered.
 func requiredPairs(txs []txRecord, tl timeline) []string {
 	var out []string
-	for key, p := range pairs(txs, tl) {
-		if p.Required {
-			out = append(out, key)
+	routed, _ := classifyPairs(txs, tl)
+	for _, p := range routed {
+		if p.rule.Required {
+			out = append(out, p.key)
 		}
 	}
-	sort.Strings(out)
 	return out
 }
 
 // checkEndpoints evaluates the endpoints run's invariants.
 func checkEndpoints(r epRecord) epVerdict {
-	v := epVerdict{Endpoints: len(r.Timeline), NotRouted: map[string]int{}}
-	rules := pairs(r.Txs, r.Timeline)
+	v := epVerdict{Endpoints: len(r.Timeline)}
+	routed, notRouted := classifyPairs(r.Txs, r.Timeline)
+	v.NotRouted = notRouted
 	committed := map[string]event{}
-	for _, tx := range r.Txs {
+	txOf := map[string]int{}
+	for i, tx := range r.Txs {
 		for _, e := range tx.Events {
-			committed[e.ID] = e
+			committed[e.ID], txOf[e.ID] = e, i
 		}
 	}
 	v.Committed = len(committed)
-	for _, p := range rules {
+	rules := make(map[string]pairRule, len(routed))
+	for _, rp := range routed {
+		rules[rp.key] = rp.rule
+		p := rp.rule
 		switch {
 		case !p.Routed:
-			v.NotRouted[p.Why]++
 		case p.Required:
 			v.Required++
 		default:
@@ -211,7 +237,10 @@ func checkEndpoints(r epRecord) epVerdict {
 			continue
 		}
 		key := pairKey(d.Endpoint, d.ID)
-		p := rules[key]
+		p, ok := rules[key]
+		if !ok {
+			p = rule(r.Timeline[d.Endpoint], r.Txs[txOf[d.ID]].At, e)
+		}
 		if !p.Routed {
 			v.Outside = append(v.Outside, fmt.Sprintf("%s (%s, %s, tenant %q) delivered to %s: %s", d.ID, e.Aggregate,
 				e.EventType, e.Tenant, d.Endpoint, p.Why))
@@ -243,14 +272,13 @@ func checkEndpoints(r epRecord) epVerdict {
 		}
 		last[agg] = max(last[agg], e.Seq)
 	}
-	for key, p := range rules {
-		if _, ok := first[key]; p.Required && !ok {
-			v.Lost = append(v.Lost, key)
+	for _, rp := range routed {
+		if _, ok := first[rp.key]; rp.rule.Required && !ok {
+			v.Lost = append(v.Lost, rp.key)
 		}
 	}
-	sort.Strings(v.Lost)
 	v.PhantomsRolledBack, v.PhantomsAborted, v.PhantomsUnknown = classifyPhantoms(phantoms, r.RolledBack, r.Aborted)
-	v.confirm(r, rules, first, committed)
+	v.confirm(r, routed, first, committed)
 	return v
 }
 
@@ -262,25 +290,18 @@ func fmtResume(t time.Time) string {
 }
 
 // confirm runs the confirm check over pairs, as the header comment says.
-func (v *epVerdict) confirm(r epRecord, rules map[string]pairRule, first map[string]int, committed map[string]event) {
+func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]int, committed map[string]event) {
 	holds := make([][]holder, len(r.Txs))
 	after := make([]pglogrepl.LSN, len(r.Txs))
 	for i, tx := range r.Txs {
 		after[i] = tx.After
-		for _, e := range tx.Events {
-			for id := range r.Timeline {
-				key := pairKey(id, e.ID)
-				p := rules[key]
-				if !p.holds(time.Time{}) {
-					continue
-				}
-				idx, ok := first[key]
-				if !ok {
-					idx = math.MaxInt
-				}
-				holds[i] = append(holds[i], holder{first: idx, rule: p})
-			}
+	}
+	for _, rp := range routed {
+		idx, ok := first[rp.key]
+		if !ok {
+			idx = math.MaxInt
 		}
+		holds[rp.tx] = append(holds[rp.tx], holder{first: idx, rule: rp.rule})
 	}
 	commits, seqErrs := commitLSNs(r.Txs, r.Deliveries, committed)
 	v.SequenceErrors = seqErrs
