@@ -393,8 +393,11 @@ func (m *epManager) attempt(ctx context.Context, ch epChange) (bool, error) {
 	if err != nil {
 		m.drop()
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code != "55P03" && pgErr.Code[:2] != "57" && pgErr.Code[:2] != "08" {
-			return false, err // refused by the table: the manager is wrong (55P03 lock timeout, 57/08 server gone)
+		// 55P03: the lock timeout; 57, 08: the server or the connection went; 40: a deadlock
+		// or serialization failure. Anything else is the table refusing the change: the
+		// manager is wrong.
+		if errors.As(err, &pgErr) && pgErr.Code != "55P03" && !slices.Contains([]string{"57", "08", "40"}, pgErr.Code[:2]) {
+			return false, err
 		}
 		return false, ctx.Err()
 	}

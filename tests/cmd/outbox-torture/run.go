@@ -177,6 +177,7 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 	if cfg.Endpoints {
 		args = endpointArgs(relayDSN, slotName)
 		t.eps = newEpManager(cfg, t.outDSN, t.recv, t.logf)
+		defer t.eps.drop()
 		t.logf("endpoints: creating %d over %d tenants before the first relay starts", cfg.EndpointCount, cfg.Tenants)
 		if err := t.eps.setup(ctx); err != nil {
 			return nil, err
