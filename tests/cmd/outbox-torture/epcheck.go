@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -242,11 +243,12 @@ func checkEndpoints(r epRecord) epVerdict {
 			p = rule(r.Timeline[d.Endpoint], r.Txs[txOf[d.ID]].At, e)
 		}
 		if !p.Routed {
-			v.Outside = append(v.Outside, fmt.Sprintf("%s (%s, %s, tenant %q) delivered to %s: %s", d.ID, e.Aggregate,
-				e.EventType, e.Tenant, d.Endpoint, p.Why))
+			txAt := r.Txs[txOf[d.ID]].At
+			v.Outside = append(v.Outside, fmt.Sprintf("%s (%s, %s, tenant %q, committed at %s) delivered to %s: %s; %s",
+				d.ID, e.Aggregate, e.EventType, e.Tenant, txAt.Format(stamp), d.Endpoint, p.Why, around(r.Timeline[d.Endpoint], txAt)))
 		} else if d.At.Before(p.NotBefore) {
 			v.WhilePaused = append(v.WhilePaused, fmt.Sprintf("%s delivered to %s at %s, committed while it was paused, "+
-				"before its resume at %s", d.ID, d.Endpoint, d.At.Format("15:04:05.000000"), fmtResume(p.NotBefore)))
+				"before its resume at %s", d.ID, d.Endpoint, d.At.Format(stamp), fmtResume(p.NotBefore)))
 		}
 		if _, ok := first[key]; ok {
 			v.Duplicates++
@@ -274,7 +276,9 @@ func checkEndpoints(r epRecord) epVerdict {
 	}
 	for _, rp := range routed {
 		if _, ok := first[rp.key]; rp.rule.Required && !ok {
-			v.Lost = append(v.Lost, rp.key)
+			ep, _, _ := strings.Cut(rp.key, " ")
+			txAt := r.Txs[rp.tx].At
+			v.Lost = append(v.Lost, fmt.Sprintf("%s, committed at %s; %s", rp.key, txAt.Format(stamp), around(r.Timeline[ep], txAt)))
 		}
 	}
 	v.PhantomsRolledBack, v.PhantomsAborted, v.PhantomsUnknown = classifyPhantoms(phantoms, r.RolledBack, r.Aborted)
@@ -282,11 +286,32 @@ func checkEndpoints(r epRecord) epVerdict {
 	return v
 }
 
+// stamp is how the descriptions print times: the server's clock, to the microsecond.
+const stamp = "15:04:05.000000"
+
+// around describes the endpoint's version in force at t and the next one, for a failure's
+// description.
+func around(vs []epVersion, t time.Time) string {
+	k := sort.Search(len(vs), func(i int) bool { return !vs[i].At.Before(t) })
+	describe := func(v epVersion) string {
+		return fmt.Sprintf("%s at %s (%s, tenant %q, event types %v, aggregate types %v)", v.Op, v.At.Format(stamp),
+			v.State, v.Tenant, v.EventTypes, v.AggTypes)
+	}
+	s := "no version before"
+	if k > 0 {
+		s = "in force: " + describe(vs[k-1])
+	}
+	if k < len(vs) {
+		s += "; next: " + describe(vs[k])
+	}
+	return s
+}
+
 func fmtResume(t time.Time) string {
 	if t.Equal(never) {
 		return "never"
 	}
-	return t.Format("15:04:05.000000")
+	return t.Format(stamp)
 }
 
 // confirm runs the confirm check over pairs, as the header comment says.

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,8 +206,45 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 	keep = err != nil && !errors.Is(err, context.Canceled) || res != nil && (!res.OK() || cfg.KeepLogs)
 	if keep {
 		t.logf("relay and server logs kept in %s", logDir)
+		if res != nil && res.Endpoints != nil {
+			t.dumpEndpoints(logDir, res)
+		}
 	}
 	return res, err
+}
+
+// dumpEndpoints writes an endpoints run's every failure and the endpoints' timeline into dir,
+// for analysis beside the relays' logs.
+func (t *harness) dumpEndpoints(dir string, res *result) {
+	tl, _ := t.eps.snapshot()
+	var b strings.Builder
+	v := res.Endpoints
+	for _, l := range []struct {
+		name  string
+		items []string
+	}{{"lost", v.Lost}, {"outside rule 4", v.Outside}, {"while paused", v.WhilePaused}, {"order", v.OrderViolations},
+		{"confirm", v.ConfirmViolations}, {"confirm by commit LSN", v.ConfirmSeqViolations}, {"sequence", v.SequenceErrors},
+		{"unknown endpoint", v.UnknownEndpoint}} {
+		fmt.Fprintf(&b, "## %s (%d)\n", l.name, len(l.items))
+		for _, it := range l.items {
+			fmt.Fprintf(&b, "- %s\n", it)
+		}
+	}
+	ids := make([]string, 0, len(tl))
+	for id := range tl {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	b.WriteString("## timeline\n")
+	for _, id := range ids {
+		for _, ver := range tl[id] {
+			fmt.Fprintf(&b, "%s %s %s state=%s tenant=%q event_types=%v aggregate_types=%v exists=%v\n", id,
+				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "endpoints.txt"), []byte(b.String()), 0o644); err == nil {
+		t.logf("the endpoints run's failures and timeline are in %s", filepath.Join(dir, "endpoints.txt"))
+	}
 }
 
 // producerDB creates and migrates the producer's database, where the outbox and the slot live.
