@@ -125,7 +125,10 @@ type epVerdict struct {
 	NotRouted                  map[string]int
 	// Delivered pairs: required, optional, and routed while paused (delivered after the resume).
 	Delivered, OptionalDelivered, PausedDelivered int
-	Lost                                          []string
+	// LateOptional counts optional pairs first delivered after the disable or removal that let
+	// the relay abandon them (allowed: the relay learns of the change later; reported).
+	LateOptional int
+	Lost         []string
 	// Phantoms: deliveries of ids that never committed; UnknownEndpoint: deliveries recorded
 	// for an endpoint the manager never created.
 	PhantomsRolledBack, PhantomsAborted, PhantomsUnknown []string
@@ -263,6 +266,9 @@ func checkEndpoints(r epRecord) epVerdict {
 			v.Delivered++
 		default:
 			v.OptionalDelivered++
+			if d.At.After(p.Excuse) {
+				v.LateOptional++
+			}
 		}
 		if !p.NotBefore.IsZero() {
 			v.PausedDelivered++

@@ -131,8 +131,9 @@ func endpointRows(row func(string, string, *bool), r *result) {
 	row("(event, endpoint) pairs at commit", fmt.Sprintf("%d required (%d of them routed while paused), %d optional "+
 		"(a later disable or removal may abandon them); not routed: %s", v.Required, v.Paused, v.Optional,
 		strings.Join(why, ", ")), nil)
-	row("lost", fmt.Sprintf("%d of %d required pairs; %d of %d optional delivered; %d routed while paused delivered "+
-		"after the resume", len(v.Lost), v.Required, v.OptionalDelivered, v.Optional, v.PausedDelivered),
+	row("lost", fmt.Sprintf("%d of %d required pairs; %d of %d optional delivered (%d after the disable or removal); "+
+		"%d routed while paused delivered after the resume", len(v.Lost), v.Required, v.OptionalDelivered, v.Optional,
+		v.LateOptional, v.PausedDelivered),
 		is(len(v.Lost) == 0 && r.Drained))
 	phantoms := len(v.PhantomsRolledBack) + len(v.PhantomsAborted) + len(v.PhantomsUnknown)
 	row("phantoms", fmt.Sprintf("%d (rolled back %d, cut off %d, never written %d); %d to an endpoint never created, "+
