@@ -171,11 +171,16 @@ func faultCounts(r *result) string {
 
 func receiverAnswers(r *result) string {
 	names := [modeCount]string{"normal", "500", "hung", "reset", "applied then reset", "slow"}
+	if r.Endpoints != nil {
+		names[modeDropAck] = "read then reset" // no inbox in an endpoints run
+	}
 	parts := []string{fmt.Sprintf("%d requests", r.Requests)}
 	for m := mode500; m < modeCount; m++ {
 		parts = append(parts, fmt.Sprintf("%s %d", names[m], r.Faulted[m]))
 	}
-	parts = append(parts, fmt.Sprintf("inbox refused %d", r.InboxRefusals))
+	if r.Endpoints == nil {
+		parts = append(parts, fmt.Sprintf("inbox refused %d", r.InboxRefusals))
+	}
 	return strings.Join(parts, ", ")
 }
 
