@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -76,6 +77,10 @@ type epVersion struct {
 	Tenant     string   // "" for every tenant
 	EventTypes []string // patterns
 	AggTypes   []string // nil for every aggregate type
+	// Before and After bound the change's commit record, read like a writer's (txRecord):
+	// pg_current_wal_insert_lsn() before COMMIT, pg_current_wal_lsn() once it returned; 0 if
+	// unknown. The checks use them to cross-check the clock method against the WAL.
+	Before, After pglogrepl.LSN
 }
 
 // subscribed reports whether e is in v's subscription (the state aside): the tenant (an
@@ -390,6 +395,10 @@ func (m *epManager) attempt(ctx context.Context, ch epChange) (bool, error) {
 		return false, ctx.Err()
 	}
 	at, err := m.change(actx, tx, ch)
+	var before pglogrepl.LSN
+	if err == nil {
+		before, err = readLSN(actx, tx, "pg_current_wal_insert_lsn()")
+	}
 	if err != nil {
 		m.drop()
 		var pgErr *pgconn.PgError
@@ -408,12 +417,29 @@ func (m *epManager) attempt(ctx context.Context, ch epChange) (bool, error) {
 		}
 		ok, err := m.settle(ctx, ch, at)
 		if ok {
-			m.record(ch, at, true)
+			m.record(ch, at, before, m.walLSN(ctx), true)
 		}
 		return ok, err
 	}
-	m.record(ch, at, false)
+	m.record(ch, at, before, m.walLSN(ctx), false)
 	return true, nil
+}
+
+// walLSN reads pg_current_wal_lsn(), reconnecting while the server is away; 0 if ctx ends.
+func (m *epManager) walLSN(ctx context.Context) pglogrepl.LSN {
+	for {
+		conn, err := m.connection(ctx)
+		if err != nil {
+			return 0
+		}
+		if lsn, err := readLSN(ctx, conn, "pg_current_wal_lsn()"); err == nil {
+			return lsn
+		}
+		m.drop()
+		if !sleep(ctx, 100*time.Millisecond) {
+			return 0
+		}
+	}
 }
 
 // change takes the lock, reads tL and makes the change in tx; it returns tL.
@@ -464,11 +490,11 @@ func (m *epManager) change(ctx context.Context, tx pgx.Tx, ch epChange) (time.Ti
 }
 
 // record enters a committed change into the timeline and the current state.
-func (m *epManager) record(ch epChange, at time.Time, settled bool) {
+func (m *epManager) record(ch epChange, at time.Time, before, after pglogrepl.LSN, settled bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v := ch.V
-	v.At = at
+	v.At, v.Before, v.After = at, before, after
 	m.tl[ch.ID] = append(m.tl[ch.ID], v)
 	if v.Exists {
 		m.cur[ch.ID] = v

@@ -234,6 +234,11 @@ func TestEndpointManagerUnderLoad(t *testing.T) {
 		t.Fatal(rows.Err())
 	}
 	for id, vs := range tl {
+		for _, v := range vs {
+			if v.Before == 0 || v.After <= v.Before {
+				t.Errorf("%s: %s's commit bounds [%s, %s)", id, v.Op, v.Before, v.After)
+			}
+		}
 		last := vs[len(vs)-1]
 		got, ok := table[id]
 		switch {

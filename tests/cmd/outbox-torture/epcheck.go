@@ -142,14 +142,18 @@ type epVerdict struct {
 	// After(tx) and by the commit LSN from X-Event-Sequence.
 	ConfirmViolations, ConfirmSeqViolations []string
 	SequenceErrors                          []string
-	Samples, Backward                       int
-	LastCommit                              pglogrepl.LSN
+	// OrderingErrors cross-check the clock method (endpoints.go) against the WAL: a
+	// transaction placed before a change whose commit LSN is past the change's commit, or
+	// after one whose commit LSN is before it. Any means the checks above cannot be trusted.
+	OrderingErrors    []string
+	Samples, Backward int
+	LastCommit        pglogrepl.LSN
 }
 
 func (v epVerdict) ok() bool {
 	return len(v.Lost)+len(v.PhantomsRolledBack)+len(v.PhantomsAborted)+len(v.PhantomsUnknown)+
 		len(v.UnknownEndpoint)+len(v.Outside)+len(v.WhilePaused)+len(v.OrderViolations)+
-		len(v.ConfirmViolations)+len(v.ConfirmSeqViolations)+len(v.SequenceErrors) == 0
+		len(v.ConfirmViolations)+len(v.ConfirmSeqViolations)+len(v.SequenceErrors)+len(v.OrderingErrors) == 0
 }
 
 // routedPair is a pair that rule 4 routes, or that a pause held before its endpoint was
@@ -336,6 +340,7 @@ func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]in
 	}
 	commits, seqErrs := commitLSNs(r.Txs, r.Deliveries, committed)
 	v.SequenceErrors = seqErrs
+	v.OrderingErrors = orderingErrors(r.Txs, commits, r.Timeline)
 	for _, c := range commits {
 		v.LastCommit = max(v.LastCommit, c)
 	}
@@ -383,6 +388,38 @@ func pairConfirmViolations(samples []sample, bound []pglogrepl.LSN, holds [][]ho
 				if h.first >= s.Mark && h.rule.holds(s.At) {
 					out = append(out, confirmViolation{Tx: i, Sample: j, Bound: bound[i]})
 					break samples
+				}
+			}
+		}
+	}
+	return out
+}
+
+// orderingErrors lists the transactions whose commit LSN (from X-Event-Sequence; 0: none
+// delivered) contradicts the side of an endpoint change their time puts them on. A commit
+// record starts at or after the change's Before if it follows the change, and before the
+// change's After if it precedes it.
+func orderingErrors(txs []txRecord, commits []pglogrepl.LSN, tl timeline) []string {
+	ids := make([]string, 0, len(tl))
+	for id := range tl {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []string
+	for i, tx := range txs {
+		c := commits[i]
+		if c == 0 {
+			continue
+		}
+		for _, id := range ids {
+			for _, ver := range tl[id] {
+				switch {
+				case ver.After != 0 && tx.At.Before(ver.At) && c >= ver.After:
+					out = append(out, fmt.Sprintf("writer %d tx at %s commits at %s, past the %s of %s at %s (committed below %s)",
+						tx.Writer, tx.At.Format(stamp), c, ver.Op, id, ver.At.Format(stamp), ver.After))
+				case ver.Before != 0 && ver.At.Before(tx.At) && c < ver.Before:
+					out = append(out, fmt.Sprintf("writer %d tx at %s commits at %s, before the %s of %s at %s (committed at or above %s)",
+						tx.Writer, tx.At.Format(stamp), c, ver.Op, id, ver.At.Format(stamp), ver.Before))
 				}
 			}
 		}

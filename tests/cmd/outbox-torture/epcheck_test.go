@@ -116,7 +116,7 @@ func epFailing(v epVerdict) []string {
 		"lost": v.Lost, "phantom-rolled-back": v.PhantomsRolledBack, "phantom-aborted": v.PhantomsAborted,
 		"phantom-unknown": v.PhantomsUnknown, "unknown-endpoint": v.UnknownEndpoint, "outside": v.Outside,
 		"while-paused": v.WhilePaused, "order": v.OrderViolations, "confirm": v.ConfirmViolations,
-		"confirm-seq": v.ConfirmSeqViolations, "sequence": v.SequenceErrors,
+		"confirm-seq": v.ConfirmSeqViolations, "sequence": v.SequenceErrors, "ordering": v.OrderingErrors,
 	}
 	var out []string
 	for name, l := range lists {
@@ -225,6 +225,15 @@ func TestCheckEndpointsFindsEachViolation(t *testing.T) {
 		}, []string{"confirm"}, ""},
 		{"an index that is not the event's position", func(r *epRecord) { r.Deliveries[3].Sequence = sequence(0x350, 0) },
 			[]string{"sequence"}, ""},
+		{"changes whose commits agree with the clock", func(r *epRecord) {
+			r.Timeline["ep-a"][1].Before, r.Timeline["ep-a"][1].After = 0x300, 0x400 // pause at 4: after tx1, before tx2
+		}, nil, ""},
+		{"a transaction placed before a change but committed after it", func(r *epRecord) {
+			r.Timeline["ep-a"][1].Before, r.Timeline["ep-a"][1].After = 0x100, 0x200 // tx1 (0/250 at 3.5) before it?
+		}, []string{"ordering"}, ""},
+		{"a transaction placed after a change but committed before it", func(r *epRecord) {
+			r.Timeline["ep-a"][1].Before, r.Timeline["ep-a"][1].After = 0x400, 0x500 // tx2 (0/350 at 4.5) after it?
+		}, []string{"ordering"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

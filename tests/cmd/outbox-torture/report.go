@@ -148,6 +148,8 @@ func endpointRows(row func(string, string, *bool), r *result) {
 		is(len(v.ConfirmViolations)+len(v.ConfirmSeqViolations) == 0))
 	row("X-Event-Sequence and payload consistency", fmt.Sprintf("%d errors", len(v.SequenceErrors)),
 		is(len(v.SequenceErrors) == 0))
+	row("commit order of changes and transactions", fmt.Sprintf("%d contradictions between their clock_timestamp() and "+
+		"their commit LSNs", len(v.OrderingErrors)), is(len(v.OrderingErrors) == 0))
 	delivered := v.Delivered + v.OptionalDelivered
 	dups := fmt.Sprintf("%d (%.2f%%) pairs acknowledged again", v.Duplicates, pct(v.Duplicates, delivered))
 	if len(r.DupSources) > 0 {
@@ -223,7 +225,8 @@ func writeDetails(w io.Writer, r *result) {
 			{"deliveries to an endpoint never created", e.UnknownEndpoint}, {"deliveries not routed at commit", e.Outside},
 			{"deliveries while paused", e.WhilePaused}, {"order violations", e.OrderViolations},
 			{"confirm violations", e.ConfirmViolations}, {"confirm violations by commit LSN", e.ConfirmSeqViolations},
-			{"X-Event-Sequence and payload errors", e.SequenceErrors}, {"endpoint manager failures", r.Changes.Failures}}
+			{"X-Event-Sequence and payload errors", e.SequenceErrors}, {"ordering (clock method against the WAL)", e.OrderingErrors},
+			{"endpoint manager failures", r.Changes.Failures}}
 	}
 	lists := []list{
 		{"lost", v.Lost},

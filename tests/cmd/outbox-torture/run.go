@@ -224,7 +224,7 @@ func (t *harness) dumpEndpoints(dir string, res *result) {
 		items []string
 	}{{"lost", v.Lost}, {"outside rule 4", v.Outside}, {"while paused", v.WhilePaused}, {"order", v.OrderViolations},
 		{"confirm", v.ConfirmViolations}, {"confirm by commit LSN", v.ConfirmSeqViolations}, {"sequence", v.SequenceErrors},
-		{"unknown endpoint", v.UnknownEndpoint}} {
+		{"unknown endpoint", v.UnknownEndpoint}, {"ordering (clock method against the WAL)", v.OrderingErrors}} {
 		fmt.Fprintf(&b, "## %s (%d)\n", l.name, len(l.items))
 		for _, it := range l.items {
 			fmt.Fprintf(&b, "- %s\n", it)
@@ -238,8 +238,8 @@ func (t *harness) dumpEndpoints(dir string, res *result) {
 	b.WriteString("## timeline\n")
 	for _, id := range ids {
 		for _, ver := range tl[id] {
-			fmt.Fprintf(&b, "%s %s %s state=%s tenant=%q event_types=%v aggregate_types=%v exists=%v\n", id,
-				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists)
+			fmt.Fprintf(&b, "%s %s %s state=%s tenant=%q event_types=%v aggregate_types=%v exists=%v commit=[%s,%s)\n", id,
+				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists, ver.Before, ver.After)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "endpoints.txt"), []byte(b.String()), 0o644); err == nil {
