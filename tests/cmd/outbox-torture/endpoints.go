@@ -239,9 +239,33 @@ func (m *epManager) pick() (epChange, bool) {
 	sort.Strings(enabled)
 	sort.Strings(paused)
 	sort.Strings(disabled)
-	live := len(m.cur)
+	op := m.drawOp()
+	var from []string
+	switch op {
+	case opAdd:
+		return m.newEndpoint(m.next), true
+	case opUpdate, opPause:
+		from = enabled
+	case opResume:
+		from = paused
+	case opEnable:
+		from = disabled
+	case opDisable:
+		from = slices.Concat(enabled, paused)
+	case opRemove:
+		from = slices.Concat(enabled, paused, disabled)
+	}
+	if len(from) == 0 {
+		return epChange{}, false
+	}
+	return m.changeOf(op, from[m.rng.IntN(len(from))]), true
+}
+
+// drawOp draws the kind of the next change, adds and removals weighted to keep the count of
+// endpoints near EndpointCount.
+func (m *epManager) drawOp() string {
 	weights := map[string]int{opUpdate: 25, opPause: 15, opResume: 25, opDisable: 8, opEnable: 10, opAdd: 8, opRemove: 8}
-	if live < m.cfg.EndpointCount {
+	if live := len(m.cur); live < m.cfg.EndpointCount {
 		weights[opAdd], weights[opRemove] = 16, 4
 	} else if live > m.cfg.EndpointCount {
 		weights[opAdd], weights[opRemove] = 4, 16
@@ -251,38 +275,16 @@ func (m *epManager) pick() (epChange, bool) {
 		total += weights[op]
 	}
 	r := m.rng.IntN(total)
-	var op string
-	for _, o := range epOps {
-		if r -= weights[o]; r < 0 {
-			op = o
-			break
+	for _, op := range epOps {
+		if r -= weights[op]; r < 0 {
+			return op
 		}
 	}
-	from := func(ids []string) (string, bool) {
-		if len(ids) == 0 {
-			return "", false
-		}
-		return ids[m.rng.IntN(len(ids))], true
-	}
-	var id string
-	var ok bool
-	switch op {
-	case opAdd:
-		return m.newEndpoint(m.next), true
-	case opUpdate, opPause:
-		id, ok = from(enabled)
-	case opResume:
-		id, ok = from(paused)
-	case opEnable:
-		id, ok = from(disabled)
-	case opDisable:
-		id, ok = from(append(enabled, paused...))
-	case opRemove:
-		id, ok = from(append(append(enabled, paused...), disabled...))
-	}
-	if !ok {
-		return epChange{}, false
-	}
+	return opUpdate
+}
+
+// changeOf is change op of endpoint id, from its current version.
+func (m *epManager) changeOf(op, id string) epChange {
 	v := m.cur[id]
 	v.Op = op
 	switch op {
@@ -297,7 +299,7 @@ func (m *epManager) pick() (epChange, bool) {
 	case opRemove:
 		v.Exists = false
 	}
-	return epChange{Op: op, ID: id, V: v}, true
+	return epChange{Op: op, ID: id, V: v}
 }
 
 // finish resumes every paused endpoint, retrying each until it commits, so that what they hold

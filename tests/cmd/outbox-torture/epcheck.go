@@ -208,92 +208,103 @@ func checkEndpoints(r epRecord) epVerdict {
 	v := epVerdict{Endpoints: len(r.Timeline)}
 	routed, notRouted := classifyPairs(r.Txs, r.Timeline)
 	v.NotRouted = notRouted
-	committed := map[string]event{}
-	txOf := map[string]int{}
+	x := epIndex{r: r, committed: map[string]event{}, txOf: map[string]int{}, rules: make(map[string]pairRule, len(routed)),
+		first: map[string]int{}, last: map[string]int{}}
 	for i, tx := range r.Txs {
 		for _, e := range tx.Events {
-			committed[e.ID], txOf[e.ID] = e, i
+			x.committed[e.ID], x.txOf[e.ID] = e, i
 		}
 	}
-	v.Committed = len(committed)
-	rules := make(map[string]pairRule, len(routed))
+	v.Committed = len(x.committed)
 	for _, rp := range routed {
-		rules[rp.key] = rp.rule
-		p := rp.rule
-		switch {
+		x.rules[rp.key] = rp.rule
+		switch p := rp.rule; {
 		case !p.Routed:
 		case p.Required:
 			v.Required++
 		default:
 			v.Optional++
 		}
-		if p.Routed && !p.NotBefore.IsZero() {
+		if rp.rule.Routed && !rp.rule.NotBefore.IsZero() {
 			v.Paused++
 		}
 	}
-	first := map[string]int{} // pairKey → index of its first delivery
-	last := map[string]int{}  // endpoint + aggregate → seq of the latest first delivery
 	var phantoms []string
 	for i, d := range r.Deliveries {
-		e, ok := committed[d.ID]
-		if !ok {
+		if _, ok := x.committed[d.ID]; !ok {
 			phantoms = append(phantoms, d.ID)
 			continue
 		}
-		if _, ok := r.Timeline[d.Endpoint]; !ok {
-			v.UnknownEndpoint = append(v.UnknownEndpoint, fmt.Sprintf("%s delivered to %q, an endpoint never created", d.ID, d.Endpoint))
-			continue
-		}
-		key := pairKey(d.Endpoint, d.ID)
-		p, ok := rules[key]
-		if !ok {
-			p = rule(r.Timeline[d.Endpoint], r.Txs[txOf[d.ID]].At, e)
-		}
-		if !p.Routed {
-			txAt := r.Txs[txOf[d.ID]].At
-			v.Outside = append(v.Outside, fmt.Sprintf("%s (%s, %s, tenant %q, committed at %s) delivered to %s: %s; %s",
-				d.ID, e.Aggregate, e.EventType, e.Tenant, txAt.Format(stamp), d.Endpoint, p.Why, around(r.Timeline[d.Endpoint], txAt)))
-		} else if d.At.Before(p.NotBefore) {
-			v.WhilePaused = append(v.WhilePaused, fmt.Sprintf("%s delivered to %s at %s, committed while it was paused, "+
-				"before its resume at %s", d.ID, d.Endpoint, d.At.Format(stamp), fmtResume(p.NotBefore)))
-		}
-		if _, ok := first[key]; ok {
-			v.Duplicates++
-			continue
-		}
-		first[key] = i
-		if !p.Routed {
-			continue
-		}
-		switch {
-		case p.Required:
-			v.Delivered++
-		default:
-			v.OptionalDelivered++
-			if d.At.After(p.Excuse) {
-				v.LateOptional++
-			}
-		}
-		if !p.NotBefore.IsZero() {
-			v.PausedDelivered++
-		}
-		agg := d.Endpoint + " " + e.Aggregate
-		if prev, ok := last[agg]; ok && e.Seq < prev {
-			v.OrderViolations = append(v.OrderViolations, fmt.Sprintf("%s at %s: seq %d first delivered after seq %d",
-				e.Aggregate, d.Endpoint, e.Seq, prev))
-		}
-		last[agg] = max(last[agg], e.Seq)
+		v.delivery(&x, i, d)
 	}
 	for _, rp := range routed {
-		if _, ok := first[rp.key]; rp.rule.Required && !ok {
+		if _, ok := x.first[rp.key]; rp.rule.Required && !ok {
 			ep, _, _ := strings.Cut(rp.key, " ")
 			txAt := r.Txs[rp.tx].At
 			v.Lost = append(v.Lost, fmt.Sprintf("%s, committed at %s; %s", rp.key, txAt.Format(stamp), around(r.Timeline[ep], txAt)))
 		}
 	}
 	v.PhantomsRolledBack, v.PhantomsAborted, v.PhantomsUnknown = classifyPhantoms(phantoms, r.RolledBack, r.Aborted)
-	v.confirm(r, routed, first, committed)
+	v.confirm(r, routed, x.first, x.committed)
 	return v
+}
+
+// epIndex is what checkEndpoints looks deliveries up in, and what it has seen of them.
+type epIndex struct {
+	r         epRecord
+	committed map[string]event
+	txOf      map[string]int      // event id → its transaction's index
+	rules     map[string]pairRule // routed pairs, by pairKey
+	first     map[string]int      // pairKey → index of its first delivery
+	last      map[string]int      // endpoint + aggregate → seq of its latest first delivery
+}
+
+// delivery checks the i-th delivery, d, of a committed event.
+func (v *epVerdict) delivery(x *epIndex, i int, d delivery) {
+	e, vs := x.committed[d.ID], x.r.Timeline[d.Endpoint]
+	if vs == nil {
+		v.UnknownEndpoint = append(v.UnknownEndpoint, fmt.Sprintf("%s delivered to %q, an endpoint never created", d.ID, d.Endpoint))
+		return
+	}
+	key := pairKey(d.Endpoint, d.ID)
+	txAt := x.r.Txs[x.txOf[d.ID]].At
+	p, ok := x.rules[key]
+	if !ok {
+		p = rule(vs, txAt, e)
+	}
+	if !p.Routed {
+		v.Outside = append(v.Outside, fmt.Sprintf("%s (%s, %s, tenant %q, committed at %s) delivered to %s: %s; %s",
+			d.ID, e.Aggregate, e.EventType, e.Tenant, txAt.Format(stamp), d.Endpoint, p.Why, around(vs, txAt)))
+	} else if d.At.Before(p.NotBefore) {
+		v.WhilePaused = append(v.WhilePaused, fmt.Sprintf("%s delivered to %s at %s, committed while it was paused, "+
+			"before its resume at %s", d.ID, d.Endpoint, d.At.Format(stamp), fmtResume(p.NotBefore)))
+	}
+	if _, ok := x.first[key]; ok {
+		v.Duplicates++
+		return
+	}
+	x.first[key] = i
+	if !p.Routed {
+		return
+	}
+	switch {
+	case p.Required:
+		v.Delivered++
+	default:
+		v.OptionalDelivered++
+		if d.At.After(p.Excuse) {
+			v.LateOptional++
+		}
+	}
+	if !p.NotBefore.IsZero() {
+		v.PausedDelivered++
+	}
+	agg := d.Endpoint + " " + e.Aggregate
+	if prev, ok := x.last[agg]; ok && e.Seq < prev {
+		v.OrderViolations = append(v.OrderViolations, fmt.Sprintf("%s at %s: seq %d first delivered after seq %d",
+			e.Aggregate, d.Endpoint, e.Seq, prev))
+	}
+	x.last[agg] = max(x.last[agg], e.Seq)
 }
 
 // stamp is how the descriptions print times: the server's clock, to the microsecond.
