@@ -170,7 +170,7 @@ func TestTortureEndpointsShort(t *testing.T) {
 			t.Errorf("no pair %s: that rule went unchecked", why)
 		}
 	}
-	if v.PausedDelivered == 0 || v.Delivered < v.Committed/2 {
+	if v.PausedDelivered == 0 || v.Delivered < v.Committed/4 { // about one pair in two events
 		t.Errorf("%d pairs routed while paused delivered, %d required pairs delivered of %d events", v.PausedDelivered,
 			v.Delivered, v.Committed)
 	}
