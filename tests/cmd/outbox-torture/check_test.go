@@ -20,9 +20,9 @@ import (
 //	tx2 writer 0: a3    (order/0 seq 3)     commit 0/350, [0/300, 0/400)
 func cleanRecord() record {
 	txs := []txRecord{
-		{Writer: 0, Before: 0x100, After: 0x200, Events: []event{{"a1", "order/0", 1}, {"a2", "order/0", 2}}},
-		{Writer: 1, Before: 0x200, After: 0x300, Events: []event{{"b1", "order/1", 1}}},
-		{Writer: 0, Before: 0x300, After: 0x400, Events: []event{{"a3", "order/0", 3}}},
+		{Writer: 0, Before: 0x100, After: 0x200, Events: []event{{ID: "a1", Aggregate: "order/0", Seq: 1}, {ID: "a2", Aggregate: "order/0", Seq: 2}}},
+		{Writer: 1, Before: 0x200, After: 0x300, Events: []event{{ID: "b1", Aggregate: "order/1", Seq: 1}}},
+		{Writer: 0, Before: 0x300, After: 0x400, Events: []event{{ID: "a3", Aggregate: "order/0", Seq: 3}}},
 	}
 	commit := []pglogrepl.LSN{0x150, 0x250, 0x350}
 	r := record{Txs: txs, RolledBack: []string{"r1"}, Aborted: []string{"x1"}, Applied: map[string]int{}}

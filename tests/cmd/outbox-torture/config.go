@@ -44,11 +44,22 @@ type config struct {
 	// Batch, if above 1, has the relays send up to that many events per request, as CloudEvents
 	// batches (or that many messages at once to a broker): --batch-max-events; TORTURE_BATCH.
 	Batch int
+	// Endpoints runs the relays with --endpoints (TORTURE_ENDPOINTS=1; endpoints.go): the events
+	// carry tenants and several aggregate and event types, EndpointCount endpoints over Tenants
+	// tenants are rows of outbox_endpoints that an endpoint manager adds, updates, pauses,
+	// resumes, disables, enables and removes during the load, and the checks are per (event,
+	// endpoint) pair.
+	Endpoints     bool
+	EndpointCount int
+	Tenants       int
+	// ChangeMin and ChangeMax bound the pause between two endpoint changes.
+	ChangeMin, ChangeMax time.Duration
 }
 
 func defaultConfig() config {
 	return config{Events: 20_000, Duration: 60 * time.Second, Writers: 4, Aggregates: 200, MaxTxSize: 20,
-		Rollback: 0.05, GapMin: time.Second, GapMax: 4 * time.Second, Drain: 3 * time.Minute}
+		Rollback: 0.05, GapMin: time.Second, GapMax: 4 * time.Second, Drain: 3 * time.Minute,
+		EndpointCount: 50, Tenants: 20, ChangeMin: 100 * time.Millisecond, ChangeMax: 500 * time.Millisecond}
 }
 
 // parseConfig reads the TORTURE_* variables through getenv, rejecting bad values with an
@@ -114,6 +125,17 @@ func parseConfig(getenv func(string) string) (config, error) {
 	}
 	if cfg.Pipelines == 2 && cfg.Batch > 1 {
 		return cfg, errors.New("TORTURE_BATCH with TORTURE_PIPELINES=2: the two-pipeline run takes its settings from its own config file; run them apart")
+	}
+	if v := getenv("TORTURE_ENDPOINTS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("TORTURE_ENDPOINTS=%q: set 1 (a run with --endpoints) or 0", v)
+		}
+		cfg.Endpoints = b
+	}
+	if cfg.Endpoints && (cfg.Sink != "" || cfg.Pipelines == 2 || cfg.Batch > 1) {
+		return cfg, errors.New("TORTURE_ENDPOINTS=1 with TORTURE_SINK, TORTURE_PIPELINES=2 or TORTURE_BATCH: " +
+			"the endpoints run delivers to its own endpoints' webhooks; run them apart")
 	}
 	if v := getenv("TORTURE_KEEP_LOGS"); v != "" {
 		b, err := strconv.ParseBool(v)

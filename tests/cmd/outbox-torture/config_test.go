@@ -39,6 +39,11 @@ func TestParseConfig(t *testing.T) {
 		{"webhook batch", map[string]string{"TORTURE_BATCH": "20"}, func(c config) bool { return c.Batch == 20 && c.Sink == "" }, ""},
 		{"bad batch", map[string]string{"TORTURE_SINK": "kafka", "TORTURE_BATCH": "many"}, nil, "TORTURE_BATCH"},
 		{"broker batch", map[string]string{"TORTURE_SINK": "nats", "TORTURE_BATCH": "100"}, func(c config) bool { return c.Batch == 100 }, ""},
+		{"endpoints", map[string]string{"TORTURE_ENDPOINTS": "1"}, func(c config) bool {
+			return c.Endpoints && c.EndpointCount == 50 && c.Tenants == 20
+		}, ""},
+		{"endpoints not a boolean", map[string]string{"TORTURE_ENDPOINTS": "yes please"}, nil, "TORTURE_ENDPOINTS"},
+		{"endpoints with a broker", map[string]string{"TORTURE_ENDPOINTS": "1", "TORTURE_SINK": "nats"}, nil, "run them apart"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,5 +96,27 @@ func TestPlanIsSeededAndCoversEveryKind(t *testing.T) {
 	}
 	if same {
 		t.Fatal("seeds 99 and 100 give the same schedule")
+	}
+}
+
+// An endpoints run's plan leaves out the kinds it cannot check, and still runs every other
+// kind once before any repeats.
+func TestPlanWithoutKinds(t *testing.T) {
+	p := newPlan(7, time.Second, 2*time.Second).withoutKinds(endpointsSkip...)
+	seen := map[faultKind]bool{}
+	want := int(faultKinds) - len(endpointsSkip)
+	for i := 0; i < 300; i++ {
+		f := p.next()
+		for _, k := range endpointsSkip {
+			if f.Kind == k {
+				t.Fatalf("fault %d is %s, which the plan leaves out", i, k)
+			}
+		}
+		if i < want {
+			if seen[f.Kind] {
+				t.Fatalf("fault %d repeats %s before every kind ran once", i, f.Kind)
+			}
+			seen[f.Kind] = true
+		}
 	}
 }

@@ -81,6 +81,7 @@ type plan struct {
 	rng            *rand.Rand
 	gapMin, gapMax time.Duration
 	first          []faultKind
+	skip           map[faultKind]bool // kinds this run leaves out (withoutKinds)
 }
 
 func newPlan(seed uint64, gapMin, gapMax time.Duration) *plan {
@@ -95,14 +96,34 @@ func newPlan(seed uint64, gapMin, gapMax time.Duration) *plan {
 	return &plan{rng: rng, gapMin: gapMin, gapMax: gapMax, first: first}
 }
 
+// withoutKinds leaves the given kinds out of the plan: they are dropped from the first round,
+// and drawn again when a later draw meets them.
+func (p *plan) withoutKinds(kinds ...faultKind) *plan {
+	p.skip = map[faultKind]bool{}
+	for _, k := range kinds {
+		p.skip[k] = true
+	}
+	var first []faultKind
+	for _, k := range p.first {
+		if !p.skip[k] {
+			first = append(first, k)
+		}
+	}
+	p.first = first
+	return p
+}
+
+// endpointsSkip are the kinds an endpoints run leaves out: a replay since a time re-sends
+// events to the endpoints as they are now, outside the routing at commit that the checks hold
+// the relay to, and a dropped slot's backfill is routed by versions the contract does not pin
+// down (both would need rules of their own in epcheck.go).
+var endpointsSkip = []faultKind{faultSlotDrop, faultReplaySince}
+
 func (p *plan) next() fault {
 	f := fault{Gap: p.between(p.gapMin, p.gapMax)}
-	if len(p.first) > 0 {
-		f.Kind, p.first = p.first[0], p.first[1:]
-	} else if p.rng.IntN(2) == 0 {
-		f.Kind = faultKind(p.rng.IntN(int(faultRecv500))) // a process or network fault
-	} else {
-		f.Kind = faultRecv500 + faultKind(p.rng.IntN(int(faultKinds-faultRecv500)))
+	f.Kind = p.kind()
+	for p.skip[f.Kind] {
+		f.Kind = p.kind()
 	}
 	switch {
 	case f.Kind.receiverMode() != modeNormal:
@@ -119,6 +140,18 @@ func (p *plan) next() fault {
 		f.Hold = p.between(3*time.Second, 10*time.Second) // how far back the replay starts
 	}
 	return f
+}
+
+func (p *plan) kind() faultKind {
+	var k faultKind
+	if len(p.first) > 0 {
+		k, p.first = p.first[0], p.first[1:]
+	} else if p.rng.IntN(2) == 0 {
+		k = faultKind(p.rng.IntN(int(faultRecv500))) // a process or network fault
+	} else {
+		k = faultRecv500 + faultKind(p.rng.IntN(int(faultKinds-faultRecv500)))
+	}
+	return k
 }
 
 func (p *plan) between(lo, hi time.Duration) time.Duration {
@@ -293,8 +326,8 @@ func blame(all []injected, ds []delivery, top int) []string {
 	counts := make([]int, len(log)+1) // index 0: before any process fault
 	seen := map[string]bool{}
 	for _, d := range ds {
-		if !seen[d.ID] {
-			seen[d.ID] = true
+		if key := pairKey(d.Endpoint, d.ID); !seen[key] {
+			seen[key] = true
 			continue
 		}
 		k := sort.Search(len(log), func(i int) bool { return log[i].At.After(d.At) })

@@ -83,6 +83,15 @@ func relayArgs(dsn, url, secret, slot string) []string {
 		"--replication-timeout", relayReplicationTimeout.String(), "--log-format", "json", "--log-level", "info"}
 }
 
+// endpointArgs are relayArgs for an endpoints run: --endpoints instead of one webhook, each
+// endpoint's URL and secret coming from its row.
+func endpointArgs(dsn, slot string) []string {
+	return []string{"run", "--endpoints", "--dsn", dsn,
+		"--slot", slot, "--publication", slot, "--request-timeout", "1s", "--retry-min", "20ms",
+		"--retry-max", "1s", "--max-attempts", "-1", "--status-interval", "1s", "--shutdown-timeout", "5s",
+		"--replication-timeout", relayReplicationTimeout.String(), "--log-format", "json", "--log-level", "info"}
+}
+
 // start launches one more relay. Its stdout and stderr go to relay-<n>.log.
 func (f *fleet) start() (*relayProc, error) {
 	addr, err := freeAddr()

@@ -68,6 +68,8 @@
 //	TORTURE_DRAIN       how long to wait for the last deliveries (default 3m)
 //	TORTURE_RELAY       a relay binary to run instead of building ./cmd/outbox-relay
 //	TORTURE_KEEP_LOGS   1 to keep the relays' and the server's logs of a passing run too
+//	TORTURE_ENDPOINTS   1 to run the relays with --endpoints over 50 endpoints that change during
+//	                    the load, checked per (event, endpoint) pair (endpoints.go, epcheck.go)
 //
 // Progress goes to stderr, the summary to stdout.
 package main

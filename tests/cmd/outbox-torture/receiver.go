@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,15 @@ type delivery struct {
 	Sequence  string // X-Event-Sequence: commit LSN and index in the transaction
 	Attempt   int
 	At        time.Time
+	Endpoint  string // the endpoint whose URL (/ep/<id>) received it, in an endpoints run; else ""
+}
+
+// pairKey names a delivery of event id to an endpoint ("" outside an endpoints run).
+func pairKey(endpoint, id string) string {
+	if endpoint == "" {
+		return id
+	}
+	return endpoint + " " + id
 }
 
 // receiver is the webhook endpoint: it verifies each request, applies faults, passes the rest
@@ -60,6 +70,7 @@ type delivery struct {
 // leaves, so that whatever the relay saw acknowledged is in the log.
 type receiver struct {
 	URL      string
+	base     string // http://host:port
 	srv      *http.Server
 	verifier *inbox.Verifier
 	inbox    *inbox.Handler
@@ -70,7 +81,15 @@ type receiver struct {
 
 	mu   sync.Mutex
 	log  []delivery
-	seen map[string]struct{}
+	seen map[string]struct{} // pairKey of each delivery
+
+	// In an endpoints run (startEndpointReceiver): each endpoint's verifier, by id, and the
+	// requests to a path that names no endpoint the manager created.
+	endpoints       bool
+	epMu            sync.Mutex
+	epSecrets       map[string]string
+	epVerifiers     map[string]*inbox.Verifier
+	unknownEndpoint atomic.Int64
 
 	// catchUp, if set (a broker run, broker.go), makes mark wait until the bridge has posted
 	// everything the broker holds now; false means it could not, and mark returns -1.
@@ -94,15 +113,62 @@ func startReceiver(pool *pgxpool.Pool, secret string) (*receiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	r := &receiver{verifier: v, inbox: h, seen: map[string]struct{}{}}
+	return r, r.listen()
+}
+
+// startEndpointReceiver serves the endpoints of an endpoints run: /ep/<id>, each verified with
+// its own secret (allow), recorded with its endpoint and answered 200 without an inbox (one
+// inbox would take the same event at two endpoints for a duplicate).
+func startEndpointReceiver() (*receiver, error) {
+	r := &receiver{endpoints: true, seen: map[string]struct{}{}, epSecrets: map[string]string{},
+		epVerifiers: map[string]*inbox.Verifier{}}
+	return r, r.listen()
+}
+
+func (r *receiver) listen() error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("receiver: %w", err)
+		return fmt.Errorf("receiver: %w", err)
 	}
-	r := &receiver{URL: "http://" + ln.Addr().String() + "/hook", verifier: v, inbox: h, seen: map[string]struct{}{}}
+	r.base = "http://" + ln.Addr().String()
+	r.URL = r.base + "/hook"
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: log.New(io.Discard, "", 0)} // resets make the server complain
 	go func() { _ = r.srv.Serve(ln) }()
-	return r, nil
+	return nil
+}
+
+// allow makes the receiver accept requests to /ep/<id> signed with secret; an endpoint keeps
+// the first secret it was given.
+func (r *receiver) allow(id, secret string) {
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	if _, ok := r.epSecrets[id]; ok {
+		return
+	}
+	v, err := inbox.NewVerifier([]string{secret}, 0)
+	if err != nil {
+		panic(err) // newSecret's secrets are valid
+	}
+	r.epSecrets[id], r.epVerifiers[id] = secret, v
+}
+
+func (r *receiver) secret(id string) string {
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	return r.epSecrets[id]
+}
+
+// endpointVerifier returns the endpoint a request's path names and its verifier, or nil.
+func (r *receiver) endpointVerifier(path string) (string, *inbox.Verifier) {
+	id, ok := strings.CutPrefix(path, "/ep/")
+	if !ok {
+		return "", nil
+	}
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	return id, r.epVerifiers[id]
 }
 
 // Close stops serving, waiting a little for requests in progress.
@@ -138,7 +204,15 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		return
 	}
-	if err := r.verifier.Verify(req.Header, body, time.Now()); err != nil {
+	verifier, endpoint := r.verifier, ""
+	if r.endpoints {
+		if endpoint, verifier = r.endpointVerifier(req.URL.Path); verifier == nil {
+			r.unknownEndpoint.Add(1)
+			http.Error(w, "torture: no endpoint "+req.URL.Path, http.StatusNotFound)
+			return
+		}
+	}
+	if err := verifier.Verify(req.Header, body, time.Now()); err != nil {
 		r.badSignatures.Add(1)
 		http.Error(w, err.Error(), inbox.StatusCode(err))
 		return
@@ -162,6 +236,15 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	case modeSlow:
 		time.Sleep(time.Duration(50+rand.IntN(151)) * time.Millisecond)
 	}
+	if r.endpoints {
+		if m == modeDropAck {
+			reset(w) // no inbox here: the relay sees a lost answer, as with the inbox
+			return
+		}
+		r.record(req, body, endpoint)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	var resp bufferedResponse
 	r.inbox.ServeHTTP(&resp, req)
@@ -171,7 +254,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if ok {
-		r.record(req, body)
+		r.record(req, body, "")
 	} else {
 		r.inboxRefusals.Add(1)
 	}
@@ -196,7 +279,7 @@ func reset(w http.ResponseWriter) {
 
 // record logs the events of a request the inbox accepted: one, or each event of a CloudEvents
 // batch (TORTURE_BATCH), in the batch's order.
-func (r *receiver) record(req *http.Request, body []byte) {
+func (r *receiver) record(req *http.Request, body []byte, endpoint string) {
 	attempt, _ := strconv.Atoi(req.Header.Get("X-Attempt"))
 	var ds []delivery
 	if cloudevents.IsBatch(req.Header) {
@@ -216,9 +299,9 @@ func (r *receiver) record(req *http.Request, body []byte) {
 	r.mu.Lock()
 	now := time.Now()
 	for _, d := range ds {
-		d.At = now
+		d.At, d.Endpoint = now, endpoint
 		r.log = append(r.log, d)
-		r.seen[d.ID] = struct{}{}
+		r.seen[pairKey(endpoint, d.ID)] = struct{}{}
 	}
 	r.mu.Unlock()
 }
@@ -250,7 +333,7 @@ func (r *receiver) recorded() int {
 	return len(r.log)
 }
 
-// missing counts the ids not delivered yet.
+// missing counts the ids (pairKeys in an endpoints run) not delivered yet.
 func (r *receiver) missing(ids []string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -18,6 +18,12 @@ func writeSummary(w io.Writer, r *result) {
 	fmt.Fprintf(w, "TORTURE_SEED=%d TORTURE_EVENTS=%d TORTURE_DURATION=%s: %d writers over %d aggregates, "+
 		"transactions of 1–%d events, %.0f%% rolled back; a fault every %s–%s.\n\n",
 		r.Seed, c.Events, c.Duration, c.Writers, c.Aggregates, c.MaxTxSize, 100*c.Rollback, c.GapMin, c.GapMax)
+	if c.Endpoints {
+		fmt.Fprintf(w, "TORTURE_ENDPOINTS=1: `run --endpoints` fanning out to %d endpoints over %d tenants, changed every %s–%s "+
+			"(add, update of event_types and aggregate_types, pause, resume, disable, enable, remove); checked per "+
+			"(event, endpoint) pair against the endpoint's state at the event's commit.\n\n",
+			c.EndpointCount, c.Tenants, c.ChangeMin, c.ChangeMax)
+	}
 	fmt.Fprintln(w, "| Check | Value | Verdict |")
 	fmt.Fprintln(w, "| --- | --- | --- |")
 	row := func(name, value string, ok *bool) {
@@ -31,8 +37,11 @@ func writeSummary(w io.Writer, r *result) {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", name, value, verdict)
 	}
 	is := func(b bool) *bool { return &b }
-	phantoms := len(v.PhantomsRolledBack) + len(v.PhantomsAborted) + len(v.PhantomsUnknown)
-	row("events committed", fmt.Sprintf("%d in %d transactions", v.Committed, r.CommittedTxs), nil)
+	committed := v.Committed
+	if r.Endpoints != nil {
+		committed = r.Endpoints.Committed
+	}
+	row("events committed", fmt.Sprintf("%d in %d transactions", committed, r.CommittedTxs), nil)
 	row("rolled back", fmt.Sprintf("%d events in %d transactions", r.RolledBackEvents, r.RolledBackTxs), nil)
 	row("cut off by faults, retried", fmt.Sprintf("%d events in %d transactions; %d COMMIT outcomes settled by look-up",
 		r.AbortedEvents, r.AbortedTxs, r.Settled), nil)
@@ -45,25 +54,11 @@ func writeSummary(w io.Writer, r *result) {
 	}
 	row("faults", faults, nil)
 	row("receiver answers", receiverAnswers(r), nil)
-	row("lost", fmt.Sprint(len(v.Lost)), is(len(v.Lost) == 0 && r.Drained))
-	row("phantoms", fmt.Sprintf("%d (rolled back %d, cut off %d, never written %d)", phantoms,
-		len(v.PhantomsRolledBack), len(v.PhantomsAborted), len(v.PhantomsUnknown)), is(phantoms == 0))
-	row("order violations", fmt.Sprint(len(v.OrderViolations)), is(len(v.OrderViolations) == 0))
-	inbox := len(v.NotApplied) + len(v.ForeignApplied) + len(v.InboxMismatch)
-	row("inbox double-applies", fmt.Sprintf("%d; applied rows %d, inbox_events rows %d, committed %d (mismatches %d)",
-		len(v.DoubleApplied), v.AppliedRows, v.InboxRows, v.Committed, inbox),
-		is(len(v.DoubleApplied)+inbox == 0))
-	row("confirm violations", fmt.Sprintf("%d over %d samples (by commit LSN from X-Event-Sequence: %d); "+
-		"the slot moved back %d times", len(v.ConfirmViolations), v.Samples, len(v.ConfirmSeqViolations), v.Backward),
-		is(len(v.ConfirmViolations)+len(v.ConfirmSeqViolations) == 0))
-	row("X-Event-Sequence and payload consistency", fmt.Sprintf("%d errors", len(v.SequenceErrors)),
-		is(len(v.SequenceErrors) == 0))
-	dups := fmt.Sprintf("%d (%.2f%%) acknowledged twice; %d reached the inbox again (%.2f%%)", v.Duplicates,
-		pct(v.Duplicates, v.Committed), r.InboxDups, pct(int(r.InboxDups), v.Committed))
-	if len(r.DupSources) > 0 {
-		dups += "; most after: " + strings.Join(r.DupSources, ", ")
+	if r.Endpoints != nil {
+		endpointRows(row, r)
+	} else {
+		defaultRows(row, r)
 	}
-	row("duplicates", dups, nil)
 	row("bad signatures", fmt.Sprint(r.BadSignatures), is(r.BadSignatures == 0))
 	row("takeovers", takeovers(r), is(len(r.Faults.Failures) == 0))
 	row("relay crashes, unclean shutdowns", fmt.Sprintf("%d, %d (of %d relays started)", len(r.Crashes),
@@ -92,6 +87,77 @@ func writeSummary(w io.Writer, r *result) {
 	writeDetails(w, r)
 }
 
+// defaultRows are the checks of a run without endpoints.
+func defaultRows(row func(string, string, *bool), r *result) {
+	v := r.Verdict
+	is := func(b bool) *bool { return &b }
+	phantoms := len(v.PhantomsRolledBack) + len(v.PhantomsAborted) + len(v.PhantomsUnknown)
+	row("lost", fmt.Sprint(len(v.Lost)), is(len(v.Lost) == 0 && r.Drained))
+	row("phantoms", fmt.Sprintf("%d (rolled back %d, cut off %d, never written %d)", phantoms,
+		len(v.PhantomsRolledBack), len(v.PhantomsAborted), len(v.PhantomsUnknown)), is(phantoms == 0))
+	row("order violations", fmt.Sprint(len(v.OrderViolations)), is(len(v.OrderViolations) == 0))
+	inbox := len(v.NotApplied) + len(v.ForeignApplied) + len(v.InboxMismatch)
+	row("inbox double-applies", fmt.Sprintf("%d; applied rows %d, inbox_events rows %d, committed %d (mismatches %d)",
+		len(v.DoubleApplied), v.AppliedRows, v.InboxRows, v.Committed, inbox),
+		is(len(v.DoubleApplied)+inbox == 0))
+	row("confirm violations", fmt.Sprintf("%d over %d samples (by commit LSN from X-Event-Sequence: %d); "+
+		"the slot moved back %d times", len(v.ConfirmViolations), v.Samples, len(v.ConfirmSeqViolations), v.Backward),
+		is(len(v.ConfirmViolations)+len(v.ConfirmSeqViolations) == 0))
+	row("X-Event-Sequence and payload consistency", fmt.Sprintf("%d errors", len(v.SequenceErrors)),
+		is(len(v.SequenceErrors) == 0))
+	dups := fmt.Sprintf("%d (%.2f%%) acknowledged twice; %d reached the inbox again (%.2f%%)", v.Duplicates,
+		pct(v.Duplicates, v.Committed), r.InboxDups, pct(int(r.InboxDups), v.Committed))
+	if len(r.DupSources) > 0 {
+		dups += "; most after: " + strings.Join(r.DupSources, ", ")
+	}
+	row("duplicates", dups, nil)
+}
+
+// endpointRows are the checks of an endpoints run, over (event, endpoint) pairs.
+func endpointRows(row func(string, string, *bool), r *result) {
+	v, c := r.Endpoints, r.Changes
+	is := func(b bool) *bool { return &b }
+	changes := make([]string, 0, len(epOps))
+	for _, op := range epOps {
+		changes = append(changes, fmt.Sprintf("%s %d", op, c.Committed[op]))
+	}
+	row("endpoint changes", fmt.Sprintf("%d endpoints over %d tenants at the start, %d created in all; committed: %s; "+
+		"%d not committed (retried or dropped), %d COMMIT outcomes settled by look-up", r.Config.EndpointCount,
+		r.Config.Tenants, v.Endpoints, strings.Join(changes, ", "), c.NotCommitted, c.Settled), is(len(c.Failures) == 0))
+	var why []string
+	for _, w := range whys {
+		why = append(why, fmt.Sprintf("%s %d", w, v.NotRouted[w]))
+	}
+	row("(event, endpoint) pairs at commit", fmt.Sprintf("%d required (%d of them routed while paused), %d optional "+
+		"(a later disable or removal may abandon them); not routed: %s", v.Required, v.Paused, v.Optional,
+		strings.Join(why, ", ")), nil)
+	row("lost", fmt.Sprintf("%d of %d required pairs; %d of %d optional delivered (%d after the disable or removal); "+
+		"%d routed while paused delivered after the resume", len(v.Lost), v.Required, v.OptionalDelivered, v.Optional,
+		v.LateOptional, v.PausedDelivered),
+		is(len(v.Lost) == 0 && r.Drained))
+	phantoms := len(v.PhantomsRolledBack) + len(v.PhantomsAborted) + len(v.PhantomsUnknown)
+	row("phantoms", fmt.Sprintf("%d (rolled back %d, cut off %d, never written %d); %d to an endpoint never created, "+
+		"%d requests to no endpoint's path", phantoms, len(v.PhantomsRolledBack), len(v.PhantomsAborted),
+		len(v.PhantomsUnknown), len(v.UnknownEndpoint), r.UnknownRequests),
+		is(phantoms+len(v.UnknownEndpoint) == 0 && r.UnknownRequests == 0))
+	row("deliveries outside rule 4", fmt.Sprintf("%d not routed at commit, %d routed while paused delivered before "+
+		"the resume", len(v.Outside), len(v.WhilePaused)), is(len(v.Outside)+len(v.WhilePaused) == 0))
+	row("order violations", fmt.Sprintf("%d per (endpoint, aggregate)", len(v.OrderViolations)), is(len(v.OrderViolations) == 0))
+	row("confirm violations", fmt.Sprintf("%d over %d samples (by commit LSN from X-Event-Sequence: %d); "+
+		"the slot moved back %d times", len(v.ConfirmViolations), v.Samples, len(v.ConfirmSeqViolations), v.Backward),
+		is(len(v.ConfirmViolations)+len(v.ConfirmSeqViolations) == 0))
+	row("X-Event-Sequence and payload consistency", fmt.Sprintf("%d errors", len(v.SequenceErrors)),
+		is(len(v.SequenceErrors) == 0))
+	row("commit order of changes and transactions", fmt.Sprintf("%d contradictions between their clock_timestamp() and "+
+		"their commit LSNs", len(v.OrderingErrors)), is(len(v.OrderingErrors) == 0))
+	delivered := v.Delivered + v.OptionalDelivered
+	dups := fmt.Sprintf("%d (%.2f%%) pairs acknowledged again", v.Duplicates, pct(v.Duplicates, delivered))
+	if len(r.DupSources) > 0 {
+		dups += "; most after: " + strings.Join(r.DupSources, ", ")
+	}
+	row("duplicates", dups, nil)
+}
+
 func faultCounts(r *result) string {
 	parts := make([]string, 0, faultKinds)
 	total := 0
@@ -107,11 +173,16 @@ func faultCounts(r *result) string {
 
 func receiverAnswers(r *result) string {
 	names := [modeCount]string{"normal", "500", "hung", "reset", "applied then reset", "slow"}
+	if r.Endpoints != nil {
+		names[modeDropAck] = "read then reset" // no inbox in an endpoints run
+	}
 	parts := []string{fmt.Sprintf("%d requests", r.Requests)}
 	for m := mode500; m < modeCount; m++ {
 		parts = append(parts, fmt.Sprintf("%s %d", names[m], r.Faulted[m]))
 	}
-	parts = append(parts, fmt.Sprintf("inbox refused %d", r.InboxRefusals))
+	if r.Endpoints == nil {
+		parts = append(parts, fmt.Sprintf("inbox refused %d", r.InboxRefusals))
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -143,10 +214,21 @@ func takeovers(r *result) string {
 // writeDetails lists a few examples of each failure.
 func writeDetails(w io.Writer, r *result) {
 	v := r.Verdict
-	lists := []struct {
+	type list struct {
 		name  string
 		items []string
-	}{
+	}
+	var eps []list
+	if e := r.Endpoints; e != nil {
+		eps = []list{{"lost (endpoint event)", e.Lost}, {"phantoms from rolled-back transactions", e.PhantomsRolledBack},
+			{"phantoms from transactions cut off by a fault", e.PhantomsAborted}, {"phantoms never written", e.PhantomsUnknown},
+			{"deliveries to an endpoint never created", e.UnknownEndpoint}, {"deliveries not routed at commit", e.Outside},
+			{"deliveries while paused", e.WhilePaused}, {"order violations", e.OrderViolations},
+			{"confirm violations", e.ConfirmViolations}, {"confirm violations by commit LSN", e.ConfirmSeqViolations},
+			{"X-Event-Sequence and payload errors", e.SequenceErrors}, {"ordering (clock method against the WAL)", e.OrderingErrors},
+			{"endpoint manager failures", r.Changes.Failures}}
+	}
+	lists := []list{
 		{"lost", v.Lost},
 		{"phantoms from rolled-back transactions", v.PhantomsRolledBack},
 		{"phantoms from transactions cut off by a fault", v.PhantomsAborted},
@@ -164,7 +246,7 @@ func writeDetails(w io.Writer, r *result) {
 		{"unclean shutdowns", r.Shutdown},
 		{"writer errors", r.WriterErrors},
 	}
-	for _, l := range lists {
+	for _, l := range append(eps, lists...) {
 		if len(l.items) == 0 {
 			continue
 		}

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,13 +58,18 @@ type result struct {
 	Shutdown     []string // relays that did not exit 0 on SIGTERM
 	WriterErrors []string
 	Second       *secondResult // the second pipeline's check, with TORTURE_PIPELINES=2
+	// An endpoints run's checks and endpoint changes (TORTURE_ENDPOINTS=1); its Verdict stays
+	// empty.
+	Endpoints       *epVerdict
+	Changes         changeStats
+	UnknownRequests int64 // requests to a path that names no endpoint
 }
 
 // OK reports whether every invariant held and every fault healed.
 func (r *result) OK() bool {
 	return r.Verdict.invariantsOK() && r.Drained && r.CaughtUpOK && r.BadSignatures == 0 &&
 		len(r.Faults.Failures)+len(r.Crashes)+len(r.Shutdown)+len(r.WriterErrors) == 0 &&
-		(r.Second == nil || r.Second.ok())
+		(r.Second == nil || r.Second.ok()) && (r.Endpoints == nil || r.Endpoints.ok() && len(r.Changes.Failures) == 0)
 }
 
 // harness is the state of one torture run.
@@ -81,6 +88,7 @@ type harness struct {
 	faults   faultStats
 	epochs   []slotEpoch // slots created again by the slot-drop fault
 	broker   broker      // a broker run's sink (broker.go), else nil
+	eps      *epManager  // an endpoints run's manager of outbox_endpoints, else nil
 
 	drainedAt time.Time
 }
@@ -132,12 +140,17 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 	if err := t.producerDB(ctx); err != nil {
 		return nil, err
 	}
-	inPool, err := t.consumerDB(ctx)
-	if err != nil {
-		return nil, err
+	var inPool *pgxpool.Pool
+	if cfg.Endpoints {
+		t.recv, err = startEndpointReceiver()
+	} else {
+		if inPool, err = t.consumerDB(ctx); err != nil {
+			return nil, err
+		}
+		defer inPool.Close()
+		t.recv, err = startReceiver(inPool, secret)
 	}
-	defer inPool.Close()
-	if t.recv, err = startReceiver(inPool, secret); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	defer t.recv.Close()
@@ -163,6 +176,15 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		t.broker = br
 		args = brokerArgs(args, br.relayArgs())
 	}
+	if cfg.Endpoints {
+		args = endpointArgs(relayDSN, slotName)
+		t.eps = newEpManager(cfg, t.outDSN, t.recv, t.logf)
+		defer t.eps.drop()
+		t.logf("endpoints: creating %d over %d tenants before the first relay starts", cfg.EndpointCount, cfg.Tenants)
+		if err := t.eps.setup(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Batch > 1 {
 		args = append(args, "--batch-max-events", strconv.Itoa(cfg.Batch), "--batch-linger", "2ms")
 	}
@@ -184,8 +206,45 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 	keep = err != nil && !errors.Is(err, context.Canceled) || res != nil && (!res.OK() || cfg.KeepLogs)
 	if keep {
 		t.logf("relay and server logs kept in %s", logDir)
+		if res != nil && res.Endpoints != nil {
+			t.dumpEndpoints(logDir, res)
+		}
 	}
 	return res, err
+}
+
+// dumpEndpoints writes an endpoints run's every failure and the endpoints' timeline into dir,
+// for analysis beside the relays' logs.
+func (t *harness) dumpEndpoints(dir string, res *result) {
+	tl, _ := t.eps.snapshot()
+	var b strings.Builder
+	v := res.Endpoints
+	for _, l := range []struct {
+		name  string
+		items []string
+	}{{"lost", v.Lost}, {"outside rule 4", v.Outside}, {"while paused", v.WhilePaused}, {"order", v.OrderViolations},
+		{"confirm", v.ConfirmViolations}, {"confirm by commit LSN", v.ConfirmSeqViolations}, {"sequence", v.SequenceErrors},
+		{"unknown endpoint", v.UnknownEndpoint}, {"ordering (clock method against the WAL)", v.OrderingErrors}} {
+		fmt.Fprintf(&b, "## %s (%d)\n", l.name, len(l.items))
+		for _, it := range l.items {
+			fmt.Fprintf(&b, "- %s\n", it)
+		}
+	}
+	ids := make([]string, 0, len(tl))
+	for id := range tl {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	b.WriteString("## timeline\n")
+	for _, id := range ids {
+		for _, ver := range tl[id] {
+			fmt.Fprintf(&b, "%s %s %s state=%s tenant=%q event_types=%v aggregate_types=%v exists=%v commit=[%s,%s)\n", id,
+				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists, ver.Before, ver.After)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "endpoints.txt"), []byte(b.String()), 0o644); err == nil {
+		t.logf("the endpoints run's failures and timeline are in %s", filepath.Join(dir, "endpoints.txt"))
+	}
 }
 
 // producerDB creates and migrates the producer's database, where the outbox and the slot live.
@@ -266,12 +325,16 @@ func (t *harness) execute(ctx context.Context, inPool *pgxpool.Pool) (*result, e
 	res.Crashes = t.fleet.crashList()
 	res.RelaysStarted = t.fleet.started()
 
-	rec, err := t.collect(ctx, inPool, samples)
-	if err != nil {
-		return nil, err
+	if t.eps != nil {
+		t.checkEndpoints(res, samples)
+	} else {
+		rec, err := t.collect(ctx, inPool, samples)
+		if err != nil {
+			return nil, err
+		}
+		res.Verdict = check(rec)
+		res.DupSources = blame(t.faults.Log, rec.Deliveries, 3)
 	}
-	res.Verdict = check(rec)
-	res.DupSources = blame(t.faults.Log, rec.Deliveries, 3)
 	t.fill(res)
 	res.Total = time.Since(t.start)
 	return res, nil
@@ -298,10 +361,21 @@ func (t *harness) load(ctx context.Context, res *result) {
 	}
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); t.schedule(loadCtx, ctx) }()
+	changesDone := make(chan struct{})
+	go func() {
+		defer close(changesDone)
+		if t.eps != nil {
+			t.eps.run(loadCtx, ctx)
+		}
+	}()
 	wg.Wait()
 	stopLoad()
 	<-faultsDone
+	<-changesDone
 	t.recv.heal()
+	if t.eps != nil {
+		t.eps.finish(ctx)
+	}
 	res.Load = time.Since(start)
 	t.logf("load done: %d events committed in %s", t.ledger.events.Load(), res.Load.Round(time.Millisecond))
 }
@@ -310,6 +384,9 @@ func (t *harness) load(ctx context.Context, res *result) {
 // ctx.
 func (t *harness) schedule(load, ctx context.Context) {
 	p := newPlan(t.cfg.Seed, t.cfg.GapMin, t.cfg.GapMax)
+	if t.cfg.Endpoints {
+		p.withoutKinds(endpointsSkip...)
+	}
 	for n := 1; ; n++ {
 		f := p.next()
 		if !sleep(load, f.Gap) {
@@ -349,9 +426,14 @@ func (t *harness) drain(ctx context.Context, res *result) bool {
 	defer func() { res.Drain = time.Since(start) }()
 	t.ledger.mu.Lock()
 	var ids []string
-	for _, tx := range t.ledger.txs {
-		for _, e := range tx.Events {
-			ids = append(ids, e.ID)
+	if t.eps != nil {
+		tl, _ := t.eps.snapshot()
+		ids = requiredPairs(t.ledger.txs, tl) // (event, endpoint) pairs
+	} else {
+		for _, tx := range t.ledger.txs {
+			for _, e := range tx.Events {
+				ids = append(ids, e.ID)
+			}
 		}
 	}
 	t.ledger.mu.Unlock()
@@ -360,11 +442,11 @@ func (t *harness) drain(ctx context.Context, res *result) bool {
 		missing := t.recv.missing(ids)
 		if missing == 0 {
 			t.drainedAt = time.Now()
-			t.logf("all %d committed events delivered", len(ids))
+			t.logf("all %d committed events (or required pairs) delivered", len(ids))
 			return true
 		}
 		if time.Now().After(deadline) {
-			t.logf("drain timeout: %d of %d committed events still undelivered after %s", missing, len(ids), t.cfg.Drain)
+			t.logf("drain timeout: %d of %d committed events (or required pairs) still undelivered after %s", missing, len(ids), t.cfg.Drain)
 			return false
 		}
 		if !sleep(ctx, 100*time.Millisecond) {
@@ -442,7 +524,10 @@ func (t *harness) fill(res *result) {
 	res.Faults = t.faults
 	res.Requests, res.BadSignatures, res.InboxRefusals = t.recv.requests.Load(), t.recv.badSignatures.Load(),
 		t.recv.inboxRefusals.Load()
-	res.InboxDups = t.recv.inbox.Stats().Duplicates
+	if t.recv.inbox != nil {
+		res.InboxDups = t.recv.inbox.Stats().Duplicates
+	}
+	res.UnknownRequests = t.recv.unknownEndpoint.Load()
 	for m := range res.Faulted {
 		res.Faulted[m] = t.recv.faulted[m].Load()
 	}
@@ -481,4 +566,16 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return os.WriteFile(to, b, 0o644)
+}
+
+// checkEndpoints runs an endpoints run's checks into res.
+func (t *harness) checkEndpoints(res *result, samples []sample) {
+	tl, stats := t.eps.snapshot()
+	t.ledger.mu.Lock()
+	rec := epRecord{Txs: t.ledger.txs, RolledBack: t.ledger.rolledBack, Aborted: t.ledger.aborted,
+		Deliveries: t.recv.deliveries(), Samples: samples, Timeline: tl}
+	t.ledger.mu.Unlock()
+	v := checkEndpoints(rec)
+	res.Endpoints, res.Changes = &v, stats
+	res.DupSources = blame(t.faults.Log, rec.Deliveries, 3)
 }

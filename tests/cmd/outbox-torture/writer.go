@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,7 +26,15 @@ type event struct {
 	ID        string
 	Aggregate string // "type/id", as the receiver records it
 	Seq       int    // per aggregate, from 1, over committed events
+	// In an endpoints run (TORTURE_ENDPOINTS): the event's tenant ("" for none), event type and
+	// aggregate type, which route it.
+	Tenant, EventType, AggType string
 }
+
+// aggregate is one aggregate a writer writes: its type, id and tenant ("" for none).
+type aggregate struct{ Type, ID, Tenant string }
+
+func (a aggregate) key() string { return a.Type + "/" + a.ID }
 
 // txRecord is one committed transaction.
 type txRecord struct {
@@ -40,6 +49,10 @@ type txRecord struct {
 	After pglogrepl.LSN
 	// Settled means COMMIT failed with the connection and the rows were found afterwards.
 	Settled bool
+	// At, in an endpoints run, is clock_timestamp() of the transaction's first INSERT, which
+	// the server evaluated once the insert held its lock on outbox_events: it places the
+	// transaction's commit before or after each endpoint change (endpoints.go).
+	At time.Time
 }
 
 // ledger is what the writers wrote, shared by them.
@@ -99,7 +112,7 @@ const (
 type writer struct {
 	idx     int
 	dsn     string
-	aggs    []string
+	aggs    []aggregate
 	seq     map[string]int // committed events per aggregate
 	rng     *rand.Rand
 	cfg     config
@@ -115,7 +128,7 @@ func newWriter(idx int, dsn string, cfg config, l *ledger) *writer {
 		rate:    float64(cfg.Events) / cfg.Duration.Seconds() / float64(cfg.Writers),
 		appName: "torture-writer-" + strconv.Itoa(idx)}
 	for a := idx; a < cfg.Aggregates; a += cfg.Writers {
-		w.aggs = append(w.aggs, strconv.Itoa(a))
+		w.aggs = append(w.aggs, aggregateOf(a, cfg))
 	}
 	return w
 }
@@ -145,7 +158,7 @@ func (w *writer) run(load, ctx context.Context) error {
 // transaction writes one transaction of size events, retrying it with new ids until it commits
 // (or rolls back, if asked to), and returns the events committed.
 func (w *writer) transaction(ctx context.Context, size int, rollback bool) (int, error) {
-	aggs := make([]string, size)
+	aggs := make([]aggregate, size)
 	for i := range aggs {
 		aggs[i] = w.aggs[w.rng.IntN(len(w.aggs))]
 	}
@@ -176,7 +189,7 @@ func (w *writer) transaction(ctx context.Context, size int, rollback bool) (int,
 
 // attempt runs the transaction once. A connection lost before COMMIT was sent means it did not
 // commit; a COMMIT that fails any other way is settled by looking the rows up.
-func (w *writer) attempt(ctx context.Context, aggs []string, rollback bool) (txRecord, outcome, error) {
+func (w *writer) attempt(ctx context.Context, aggs []aggregate, rollback bool) (txRecord, outcome, error) {
 	rec := txRecord{Writer: w.idx}
 	conn, err := w.connection(ctx)
 	if err != nil {
@@ -189,16 +202,28 @@ func (w *writer) attempt(ctx context.Context, aggs []string, rollback bool) (txR
 		return rec, w.cutOff(), ctx.Err()
 	}
 	next := map[string]int{}
-	for _, agg := range aggs {
-		key := aggregateType + "/" + agg
+	for i, agg := range aggs {
+		key := agg.key()
 		next[key]++
 		seq := w.seq[key] + next[key]
-		id, err := outbox.Enqueue(actx, tx, outbox.Event{AggregateType: aggregateType, AggregateID: agg,
-			EventType: aggregateType + ".changed", Payload: map[string]int{"seq": seq, "writer": w.idx}})
+		var e event
+		var err error
+		if w.cfg.Endpoints {
+			var at time.Time
+			e, at, err = w.insertRouted(actx, tx, agg, seq)
+			if i == 0 {
+				rec.At = at
+			}
+		} else {
+			var id uuid.UUID
+			id, err = outbox.Enqueue(actx, tx, outbox.Event{AggregateType: agg.Type, AggregateID: agg.ID,
+				EventType: aggregateType + ".changed", Payload: map[string]int{"seq": seq, "writer": w.idx}})
+			e = event{ID: id.String(), Aggregate: key, Seq: seq}
+		}
 		if err != nil {
 			return rec, w.cutOff(), ctx.Err()
 		}
-		rec.Events = append(rec.Events, event{ID: id.String(), Aggregate: key, Seq: seq})
+		rec.Events = append(rec.Events, e)
 	}
 	if rollback {
 		if err := tx.Rollback(actx); err != nil {
