@@ -72,6 +72,7 @@ type laneSched struct {
 	// one attempt at a time is made, a probe, at most one per probe delay, until one succeeds.
 	open       bool
 	probes     int       // probes made since it opened
+	probing    bool      // the attempt under way is a probe (while open, one at a time)
 	probeAt    time.Time // the next probe's earliest start
 	probeTimer *time.Timer
 	limit      *windowLimiter // nil: no rate limit

@@ -106,6 +106,7 @@ func (s *scheduler) take() (*item, *batch) {
 		return nil, nil
 	}
 	l.busy++
+	l.probing = l.open
 	defer s.wakeLocked() // another worker may start what is ready next
 	var b *batch
 	switch {
@@ -200,10 +201,11 @@ func (s *scheduler) release(it *item) {
 func (s *scheduler) releasedLocked() {
 	l := s.lane
 	l.busy--
-	if l.open && !s.closed {
-		l.probes++
+	if l.open && l.probing && !s.closed {
+		l.probes++ // a probe failed (a success closes the breaker before this): the next waits longer
 		s.nextProbeLocked()
 	}
+	l.probing = false
 	s.wakeLocked()
 }
 
