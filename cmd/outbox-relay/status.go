@@ -30,9 +30,18 @@ the oldest parked aggregates with the reason they were parked.
 Exit codes: 0 healthy; 1 unhealthy (the slot is missing, invalidated, belongs to another
 database, or no process streams from it) or the check failed (no connection, tables missing:
 run 'outbox-relay migrate'); 2 bad command line. The report is printed in every case where it
-could be read, so it works as a probe and for scripts (--json).`,
+could be read, so it works as a probe and for scripts (--json).
+
+With --endpoints it reports the endpoints instead (docs/guides/endpoints.md): one line per
+endpoint and pipeline run with endpoints, with the endpoint's state and what the pipeline's
+relay last wrote about it into outbox_endpoint_status (every few seconds; the shards of a
+pipeline summed), its parked aggregates, and how long ago each pipeline reported, with a
+warning when that is over a minute (a stopped relay). Three queries whatever the number of
+endpoints. Exit 0 when the report was read: a failing endpoint is not an unhealthy relay.`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay status
-  outbox-relay status --json --top 50 | jq '.rows.pending'`,
+  outbox-relay status --json --top 50 | jq '.rows.pending'
+  outbox-relay status --endpoints --pipeline partners
+  outbox-relay status --endpoints --json | jq '.endpoints[] | select(.failures_in_row > 0) | .id'`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
@@ -43,10 +52,15 @@ could be read, so it works as a probe and for scripts (--json).`,
 	fs.Duration("timeout", 10*time.Second, "give up after this long")
 	fs.String(configFlag.name, "", "report every pipeline of this YAML file (env OUTBOX_RELAY_CONFIG), as `run --config` runs them")
 	fs.String("pipeline", "", "report only this pipeline")
+	fs.Bool("endpoints", false, "report each endpoint instead: its state, undelivered count and age, last success, last error, "+
+		"failures in a row and parked aggregates, per pipeline run with endpoints")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dsn, err := requireDSN(fs)
 		if err != nil {
 			return err
+		}
+		if endpoints, _ := fs.GetBool("endpoints"); endpoints {
+			return runEndpointStatus(cmd, fs, dsn)
 		}
 		pipes, fileSchema, err := statusPipelines(fs)
 		if err != nil {
