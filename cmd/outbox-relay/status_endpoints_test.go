@@ -147,8 +147,7 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	mustExec(t, pool, `INSERT INTO outbox_parked_aggregates (aggregate_type, aggregate_id, first_event_id, reason, pipeline, own_state)
 		VALUES ('order', '1', $1, 'HTTP 422', 'partners/ep0001', true), ('order', '2', $1, 'HTTP 422', 'partners/ep0001', true)`, first)
 
-	// Count the statements the command sends to the three tables, from pg_stat_statements'
-	// cheaper cousin: the server's own per-table scan counters.
+	// Count the command's reads of the three tables with the server's per-table scan counters.
 	scans := func() (n int64) {
 		err := pool.QueryRow(ctx, `SELECT sum(seq_scan + coalesce(idx_scan, 0)) FROM pg_stat_user_tables
 			WHERE relname IN ('outbox_endpoints', 'outbox_endpoint_status', 'outbox_parked_aggregates')`).Scan(&n)
