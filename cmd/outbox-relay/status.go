@@ -34,10 +34,11 @@ could be read, so it works as a probe and for scripts (--json).
 
 With --endpoints it reports the endpoints instead (docs/guides/endpoints.md): one line per
 endpoint and pipeline run with endpoints, with the endpoint's state and what the pipeline's
-relay last reported about it (rows of outbox_endpoint_status, written every few seconds; the
-shards of a pipeline summed), its parked aggregates, and how long ago each pipeline reported, with a
-warning when that is over a minute (a stopped relay). Three queries whatever the number of
-endpoints. Exit 0 when the report was read: a failing endpoint is not an unhealthy relay.`,
+relay last reported about it (rows of outbox_endpoint_status, written when they change; the
+shards of a pipeline summed) and how old those figures are, its parked aggregates, and how long
+ago each pipeline reported, with a warning when its heartbeat is over a minute old (a stopped
+relay). Three queries whatever the number of endpoints. Exit 0 when the report was read: a
+failing endpoint is not an unhealthy relay.`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay status
   outbox-relay status --json --top 50 | jq '.rows.pending'
   outbox-relay status --endpoints --pipeline partners

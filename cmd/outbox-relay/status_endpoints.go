@@ -19,9 +19,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
-// staleStatus is how old a pipeline's newest status row may be before status --endpoints says
-// its relay stopped reporting: the relay writes them every few seconds.
+// staleStatus is how old a pipeline's heartbeat may be before status --endpoints says its relay
+// stopped reporting: the relay writes it every few seconds.
 const staleStatus = time.Minute
+
+// heartbeatID is the endpoint id of a pipeline's heartbeat row in outbox_endpoint_status,
+// written at every save whatever changed (as the versions log's bootstrap marker, no endpoint
+// has this id). The relay writes an endpoint's row only when its figures change, so without a
+// heartbeat an old updated_at means "quiet" as well as "stopped".
+const heartbeatID = ""
 
 // endpointReport is `status --endpoints`: the pipelines with endpoints, how recently each shard
 // reported, and one line per (pipeline, endpoint).
@@ -41,10 +47,14 @@ type endpointPipeline struct {
 }
 
 type endpointShard struct {
-	Name       string     `json:"name"`
-	ReportedAt *time.Time `json:"reported_at"` // the newest of its status rows; null: none yet
+	Name string `json:"name"`
+	// ReportedAt is its heartbeat's time when it writes one (Heartbeat), else the newest of its
+	// status rows; null: none yet.
+	ReportedAt *time.Time `json:"reported_at"`
 	AgeSeconds *float64   `json:"age_seconds"`
-	Stale      bool       `json:"stale"`
+	Heartbeat  bool       `json:"heartbeat"`
+	// Stale: its heartbeat is over a minute old, so its relay is stopped or cannot write.
+	Stale bool `json:"stale"`
 }
 
 // endpointStatusLine is one endpoint in one pipeline: its state, then what its lanes (one per
@@ -71,8 +81,8 @@ type laneTotal struct {
 	LastError                string     `json:"last_error"`
 	LastErrorAt              *time.Time `json:"last_error_at"`
 	FailuresInRow            int        `json:"failures_in_row"`
-	// ReportedAt is the oldest updated_at of the endpoint's status rows (null: never reported),
-	// so one shard's stopped relay shows.
+	// ReportedAt is the oldest updated_at of the endpoint's status rows, the time its figures
+	// are as of (null: never reported); the oldest, so that one shard's old figures show.
 	ReportedAt        *time.Time `json:"reported_at"`
 	ReportedAgeSecond *float64   `json:"reported_age_seconds"`
 }
@@ -191,7 +201,16 @@ func buildEndpointReport(now time.Time, states []state.EndpointState, lanes []st
 			sh = &endpointShard{Name: l.Pipeline}
 			shards[l.Pipeline] = sh
 		}
-		sh.ReportedAt = latest(sh.ReportedAt, l.UpdatedAt)
+		if l.EndpointID == heartbeatID {
+			if !sh.Heartbeat {
+				sh.ReportedAt = nil
+			}
+			sh.Heartbeat, sh.ReportedAt = true, latest(sh.ReportedAt, l.UpdatedAt)
+			continue
+		}
+		if !sh.Heartbeat {
+			sh.ReportedAt = latest(sh.ReportedAt, l.UpdatedAt)
+		}
 		k := key{familyOf(l.Pipeline), l.EndpointID}
 		if totals[k] == nil {
 			totals[k] = &laneTotal{}
@@ -232,9 +251,9 @@ func (rep *endpointReport) addPipelines(shards map[string]*endpointShard) []stri
 	for _, sh := range shards {
 		if sh.ReportedAt != nil {
 			age := rep.now.Sub(*sh.ReportedAt).Seconds()
-			sh.AgeSeconds, sh.Stale = &age, age > staleStatus.Seconds()
+			sh.AgeSeconds, sh.Stale = &age, sh.Heartbeat && age > staleStatus.Seconds()
 		}
-		if sh.ReportedAt == nil || sh.Stale {
+		if sh.Stale {
 			rep.Warnings = append(rep.Warnings, staleWarning(*sh, rep.now))
 		}
 		f := familyOf(sh.Name)
@@ -253,12 +272,22 @@ func (rep *endpointReport) addPipelines(shards map[string]*endpointShard) []stri
 }
 
 func staleWarning(sh endpointShard, now time.Time) string {
-	if sh.ReportedAt == nil {
-		return fmt.Sprintf("pipeline %s has reported no endpoint status yet: the counts below are empty until its relay "+
-			"runs with endpoints for a few seconds", sh.Name)
-	}
 	return fmt.Sprintf("pipeline %s last reported its endpoints' status %s ago: its relay is stopped or cannot write "+
 		"(outbox-relay status --pipeline %s); the figures below are as of then", sh.Name, age(now.Sub(*sh.ReportedAt).Seconds()), sh.Name)
+}
+
+// shardLine says how fresh a shard's figures are.
+func shardLine(sh endpointShard) string {
+	switch {
+	case sh.ReportedAt == nil:
+		return fmt.Sprintf("pipeline %s: no figures yet (its relay writes an endpoint's figures when they change)", sh.Name)
+	case sh.Heartbeat && !sh.Stale:
+		return fmt.Sprintf("pipeline %s: reported %s ago", sh.Name, age(*sh.AgeSeconds))
+	case sh.Heartbeat:
+		return fmt.Sprintf("pipeline %s: STALE, last reported %s ago", sh.Name, age(*sh.AgeSeconds))
+	}
+	return fmt.Sprintf("pipeline %s: figures last changed %s ago (its relay writes them when they change; "+
+		"outbox-relay status --pipeline %s tells whether it runs)", sh.Name, age(*sh.AgeSeconds), sh.Name)
 }
 
 func line(family string, e state.EndpointState, t *laneTotal) endpointStatusLine {
@@ -327,9 +356,7 @@ func writeEndpointReport(w io.Writer, rep endpointReport) error {
 		t["enabled"], t["paused"], t["disabled"], t["failing"])
 	for _, p := range rep.Pipelines {
 		for _, sh := range p.Shards {
-			if sh.ReportedAt != nil && !sh.Stale {
-				fmt.Fprintf(w, "pipeline %s: reported %s ago\n", sh.Name, age(*sh.AgeSeconds))
-			}
+			fmt.Fprintln(w, shardLine(sh))
 		}
 	}
 	for _, warn := range rep.Warnings {
@@ -341,7 +368,7 @@ func writeEndpointReport(w io.Writer, rep endpointReport) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PIPELINE\tENDPOINT\tSTATE\tUNDELIVERED\tOLDEST\tLAST SUCCESS\tFAILURES\tPARKED\tLAST ERROR\tREPORTED")
+	fmt.Fprintln(tw, "PIPELINE\tENDPOINT\tSTATE\tUNDELIVERED\tOLDEST\tLAST SUCCESS\tFAILURES\tPARKED\tLAST ERROR\tAS OF")
 	for _, l := range rep.Endpoints {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", or(l.Pipeline, "-"), l.ID, stateCell(l), l.Undelivered,
 			ageCell(l.OldestUndeliveredSeconds, "-", ""), agoCell(rep.now, l.LastSuccessAt, "never"), l.FailuresInRow,
