@@ -124,6 +124,7 @@ type endpointStatusDoc struct {
 		Reason           string  `json:"reason"`
 		Undelivered      int64   `json:"undelivered"`
 		OldestSeconds    float64 `json:"oldest_undelivered_seconds"`
+		LastSuccessAt    *string `json:"last_success_at"`
 		LastError        string  `json:"last_error"`
 		FailuresInRow    int     `json:"failures_in_row"`
 		ParkedAggregates int64   `json:"parked_aggregates"`
