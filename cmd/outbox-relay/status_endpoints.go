@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
@@ -117,10 +118,18 @@ func familyOf(name string) string {
 
 // runEndpointStatus is `status --endpoints`.
 func runEndpointStatus(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
-	for _, f := range []string{"slot", "top", configFlag.name} {
+	for _, f := range []string{"slot", "top"} {
 		if fs.Changed(f) {
 			return usageError{fmt.Errorf("--endpoints and --%s do not go together: --endpoints reports every pipeline with endpoints (narrow it with --pipeline NAME)", f)}
 		}
+	}
+	fileSchema := ""
+	if path := stringFrom(fs, configFlag); path != "" { // only for its schema: the report lists what the tables hold
+		file, err := pipeconf.Load(path)
+		if err != nil {
+			return usageError{err}
+		}
+		fileSchema = file.Schema
 	}
 	timeout, _ := fs.GetDuration("timeout")
 	if timeout <= 0 {
@@ -128,12 +137,12 @@ func runEndpointStatus(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error 
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 	defer cancel()
-	conn, s, err := connectSchema(ctx, fs, dsn, "")
+	conn, s, err := connectSchema(ctx, fs, dsn, fileSchema)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := relayTableIn(ctx, conn, schemaName(fs, ""), s, "outbox_endpoint_status", 14); err != nil {
+	if err := relayTableIn(ctx, conn, schemaName(fs, fileSchema), s, "outbox_endpoint_status", 14); err != nil {
 		return err
 	}
 	rep, err := readEndpointReport(ctx, conn, s)

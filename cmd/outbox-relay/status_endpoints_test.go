@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -248,6 +250,16 @@ func TestStatusEndpointsRefusals(t *testing.T) {
 	_, errOut, code := cli(t, "status", "--endpoints", "--dsn", dsn, "--schema", "nowhere")
 	if code == 0 || !strings.Contains(errOut, "nowhere") {
 		t.Errorf("a schema without the tables: exit %d, %q", code, errOut)
+	}
+	// A pipelines file gives its schema, as it does to status.
+	file := filepath.Join(t.TempDir(), "pipelines.yaml")
+	yaml := "schema: elsewhere\npipelines:\n  - name: partners\n    webhook: {url: https://partner.example/hook, secret: a-long-enough-secret}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = cli(t, "status", "--endpoints", "--dsn", dsn, "--config", file)
+	if code == 0 || !strings.Contains(errOut, "elsewhere") {
+		t.Errorf("--config with schema elsewhere: exit %d, %q; want the file's schema looked in", code, errOut)
 	}
 }
 
