@@ -88,7 +88,7 @@ type laneTotal struct {
 	ReportedAgeSecond *float64   `json:"reported_age_seconds"`
 }
 
-func (l *laneTotal) add(s state.LaneStatus) {
+func (l *laneTotal) add(s state.EndpointStatus) {
 	l.Undelivered += s.Undelivered
 	l.OldestUndeliveredAt = earliest(l.OldestUndeliveredAt, s.OldestUndelivered)
 	l.LastSuccessAt = latest(l.LastSuccessAt, s.LastSuccess)
@@ -171,7 +171,7 @@ func readEndpointReport(ctx context.Context, conn *pgx.Conn, s string) (endpoint
 	if err != nil {
 		return rep, err
 	}
-	lanes, err := state.LaneStatuses(ctx, conn, s)
+	lanes, err := state.EndpointStatuses(ctx, conn, s)
 	if err != nil {
 		return rep, err
 	}
@@ -189,7 +189,7 @@ func readEndpointReport(ctx context.Context, conn *pgx.Conn, s string) (endpoint
 // buildEndpointReport merges the rows: one line per endpoint and pipeline (the family of its
 // shards), every endpoint of the table in every pipeline with endpoints, and the endpoints a
 // pipeline reported that are no longer rows as removed.
-func buildEndpointReport(now time.Time, states []state.EndpointState, lanes []state.LaneStatus, pipes []string,
+func buildEndpointReport(now time.Time, states []state.EndpointState, lanes []state.EndpointStatus, pipes []string,
 	parked map[string]int64) endpointReport {
 	rep := endpointReport{now: now, Warnings: []string{}, Pipelines: []endpointPipeline{}, Endpoints: []endpointStatusLine{},
 		Totals: map[string]int{"enabled": 0, "paused": 0, "disabled": 0, "failing": 0}}

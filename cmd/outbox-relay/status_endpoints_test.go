@@ -29,7 +29,7 @@ func TestEndpointReportMergesShardsAndFlagsAStoppedShard(t *testing.T) {
 		{ID: "acme", TenantID: "acme", State: "enabled"},
 		{ID: "globex", State: "disabled", Reason: "410 Gone", Since: ago(time.Hour)},
 	}
-	lanes := []state.LaneStatus{
+	lanes := []state.EndpointStatus{
 		{Pipeline: "partners_s0of2", EndpointID: "acme", Undelivered: 3, OldestUndelivered: ago(40 * time.Second),
 			LastSuccess: ago(10 * time.Second), LastError: "HTTP 503", LastErrorAt: ago(5 * time.Second), FailuresInRow: 2, UpdatedAt: ago(2 * time.Second)},
 		{Pipeline: "partners_s1of2", EndpointID: "acme", Undelivered: 4, OldestUndelivered: ago(90 * time.Second),

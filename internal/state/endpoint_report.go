@@ -11,18 +11,17 @@ import (
 )
 
 // What `outbox-relay status --endpoints` reads: each endpoint's state (outbox_endpoints), what
-// each lane last reported (outbox_endpoint_status) and the lanes' parked aggregates
+// each lane last reported (EndpointStatuses, endpoints.go) and the lanes' parked aggregates
 // (ParkedPerLane, parked.go). One query per table whatever the number of endpoints: the report
-// of 5,000 endpoints is three statements, merged by the caller.
+// of 5,000 endpoints is a handful of statements, merged by the caller.
 
 // EndpointState is an endpoint's state as its row holds it.
 type EndpointState struct {
 	ID       string
-	TenantID string // "": none (the endpoint receives every tenant's events)
-	State    string // enabled, paused or disabled
-	Reason   string // the paused or disabled reason ("" when none was given, or enabled)
-	Since    time.Time
-	// Since is when the endpoint was paused or disabled (zero when enabled).
+	TenantID string    // "": none (the endpoint receives every tenant's events)
+	State    string    // enabled, paused or disabled
+	Reason   string    // the paused or disabled reason ("" when none was given, or enabled)
+	Since    time.Time // when it was paused or disabled (zero when enabled)
 }
 
 // EndpointStates returns every endpoint of schema s with its state, by id.
@@ -46,39 +45,6 @@ func EndpointStates(ctx context.Context, db DB, s string) ([]EndpointState, erro
 	})
 }
 
-// LaneStatus is one row of outbox_endpoint_status: what the lane of endpoint EndpointID in
-// pipeline (or shard) Pipeline last reported, and when (UpdatedAt). A zero time is NULL.
-type LaneStatus struct {
-	Pipeline, EndpointID string
-	Undelivered          int64
-	OldestUndelivered    time.Time
-	LastSuccess          time.Time
-	LastError            string
-	LastErrorAt          time.Time
-	FailuresInRow        int
-	UpdatedAt            time.Time
-}
-
-// LaneStatuses returns every row of outbox_endpoint_status in schema s, by pipeline and
-// endpoint, with the time each was written.
-func LaneStatuses(ctx context.Context, db DB, s string) ([]LaneStatus, error) {
-	rows, err := db.Query(ctx, schema.SQL(s, `
-		SELECT pipeline, endpoint_id, undelivered, oldest_undelivered_at, last_success_at,
-		       coalesce(last_error, ''), last_error_at, failures_in_row, updated_at
-		FROM {outbox_endpoint_status} ORDER BY pipeline, endpoint_id`))
-	if err != nil {
-		return nil, fmt.Errorf("read the endpoints' status: %w", err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LaneStatus, error) {
-		var l LaneStatus
-		var oldest, success, errAt *time.Time
-		err := r.Scan(&l.Pipeline, &l.EndpointID, &l.Undelivered, &oldest, &success, &l.LastError, &errAt,
-			&l.FailuresInRow, &l.UpdatedAt)
-		l.OldestUndelivered, l.LastSuccess, l.LastErrorAt = orZero(oldest), orZero(success), orZero(errAt)
-		return l, err
-	})
-}
-
 // EndpointPipelines returns the pipelines (or shards) of schema s that run with endpoints, by
 // name: those that recorded endpoint versions (a bootstrap marker at least) or lane status.
 func EndpointPipelines(ctx context.Context, db DB, s string) ([]string, error) {
@@ -90,11 +56,4 @@ func EndpointPipelines(ctx context.Context, db DB, s string) ([]string, error) {
 		return nil, fmt.Errorf("find the pipelines with endpoints: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-func orZero(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
 }
