@@ -37,7 +37,7 @@ endpoint and pipeline run with endpoints, with the endpoint's state and what the
 relay last reported about it (rows of outbox_endpoint_status, written when they change; the
 shards of a pipeline summed) and how old those figures are, its parked aggregates, and how long
 ago each pipeline reported, with a warning when its heartbeat is over a minute old (a stopped
-relay). Three queries whatever the number of endpoints. Exit 0 when the report was read: a
+relay). One query per table whatever the number of endpoints. Exit 0 when the report was read: a
 failing endpoint is not an unhealthy relay.`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay status
   outbox-relay status --json --top 50 | jq '.rows.pending'

@@ -161,7 +161,7 @@ func runEndpointStatus(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error 
 	return writeEndpointReport(cmd.OutOrStdout(), rep)
 }
 
-// readEndpointReport reads the three tables, one query each, and merges them.
+// readEndpointReport reads the four tables, one query each, and merges them.
 func readEndpointReport(ctx context.Context, conn *pgx.Conn, s string) (endpointReport, error) {
 	var rep endpointReport
 	if err := conn.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&rep.now); err != nil {

@@ -46,12 +46,10 @@ func EndpointStates(ctx context.Context, db DB, s string) ([]EndpointState, erro
 }
 
 // EndpointPipelines returns the pipelines (or shards) of schema s that run with endpoints, by
-// name: those that recorded endpoint versions (a bootstrap marker at least) or lane status.
+// name: those that recorded endpoint versions, whose bootstrap marker (endpoint id '') every
+// pipeline run with endpoints writes when it starts.
 func EndpointPipelines(ctx context.Context, db DB, s string) ([]string, error) {
-	rows, err := db.Query(ctx, schema.SQL(s, `
-		SELECT pipeline FROM {outbox_endpoint_versions}
-		UNION SELECT pipeline FROM {outbox_endpoint_status}
-		ORDER BY 1`))
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT DISTINCT pipeline FROM {outbox_endpoint_versions} ORDER BY 1`))
 	if err != nil {
 		return nil, fmt.Errorf("find the pipelines with endpoints: %w", err)
 	}
