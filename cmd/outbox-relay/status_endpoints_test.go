@@ -179,10 +179,12 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	}
 	mustExec(t, pool, `SELECT pg_stat_clear_snapshot()`)
 	before := scans()
+	began := time.Now()
 	out, errOut, code := cli(t, "status", "--endpoints", "--json", "--dsn", dsn)
 	if code != 0 {
 		t.Fatalf("status --endpoints --json: exit %d: %s", code, errOut)
 	}
+	t.Logf("status --endpoints --json of %d endpoints in 2 pipelines: %s, %d bytes", n, time.Since(began).Round(time.Millisecond), len(out))
 	var doc endpointStatusDoc
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("not JSON (%v):\n%.2000s", err, out)
