@@ -88,7 +88,11 @@ The endpoint's lane in pipeline P is P/ID, the name its dead letters are recorde
 			plans, err = []control.ReplayPlan{}, nil
 		}
 		if errors.Is(err, control.ErrPipelineNeeded) {
-			return usageError{fmt.Errorf("%w with --pipeline NAME", err)}
+			hint := "with --pipeline NAME"
+			if strings.Contains(err.Error(), "/") { // pipeline names have none: P/ID is endpoint ID's lane in P
+				hint += ", or for an endpoint's (P/ID) with --endpoint ID --pipeline P"
+			}
+			return usageError{fmt.Errorf("%w %s", err, hint)}
 		}
 		if err != nil {
 			return err

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -49,7 +51,7 @@ func endpointLane(ctx context.Context, conn *pgx.Conn, fs *pflag.FlagSet, s stri
 // onlyEndpointPipeline returns the one pipeline (or shard) that runs with endpoints, "default"
 // when none has yet, or a usage error naming them when several do.
 func onlyEndpointPipeline(ctx context.Context, conn *pgx.Conn, name, s string) (string, error) {
-	if err := relayTableIn(ctx, conn, name, s, "outbox_endpoint_versions", 14); err != nil {
+	if err := relayTableIn(ctx, conn, name, s, schema.EndpointVersions, 14); err != nil {
 		return "", err
 	}
 	names, err := state.EndpointPipelines(ctx, conn, s)
@@ -63,6 +65,21 @@ func onlyEndpointPipeline(ctx context.Context, conn *pgx.Conn, name, s string) (
 		return names[0], nil
 	}
 	return "", usageError{fmt.Errorf("several pipelines run with endpoints (%s): choose one with --pipeline NAME", strings.Join(names, ", "))}
+}
+
+// notAnEndpointPipeline refuses a replay --since for pipeline p when p runs with endpoints: its
+// relay re-sends to one endpoint at a time, and would ignore a request naming the pipeline.
+func notAnEndpointPipeline(ctx context.Context, conn *pgx.Conn, s, p string) error {
+	var migrated bool // a schema before migration 14 has no pipeline with endpoints
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, schema.EndpointVersions)).Scan(&migrated); err != nil || !migrated {
+		return err
+	}
+	names, err := state.EndpointPipelines(ctx, conn, s)
+	if err != nil || !slices.Contains(names, p) {
+		return err
+	}
+	return usageError{fmt.Errorf("pipeline %s delivers to endpoints: a replay goes to one of them, "+
+		"--endpoint ID (`outbox-relay endpoint list` lists them)", p)}
 }
 
 // laneEndpoint splits a lane's name into its pipeline and endpoint ("" when name is a

@@ -77,6 +77,8 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 		if req.Pipeline, err = endpointLane(cmd.Context(), conn, fs, s, cmd.ErrOrStderr()); err != nil {
 			return err
 		}
+	} else if err := notAnEndpointPipeline(cmd.Context(), conn, s, req.Pipeline); err != nil {
+		return err
 	}
 	dry, _ := fs.GetBool("dry-run")
 	plan, err := publisher.RequestReplaySince(cmd.Context(), conn, req, dry)

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
@@ -142,7 +143,7 @@ func runEndpointStatus(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error 
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := relayTableIn(ctx, conn, schemaName(fs, fileSchema), s, "outbox_endpoint_status", 14); err != nil {
+	if err := relayTableIn(ctx, conn, schemaName(fs, fileSchema), s, schema.EndpointStatus, 14); err != nil {
 		return err
 	}
 	rep, err := readEndpointReport(ctx, conn, s)

@@ -342,6 +342,16 @@ func TestReplayEndpointParked(t *testing.T) {
 			t.Errorf("replay %s: exit %d, %q; want %q", tc.args, code, errOut, tc.want)
 		}
 	}
+	// A replay --since naming a pipeline with endpoints would be ignored by its relay: refused.
+	_, errOut, code = cli(t, "replay", "--since", "1h", "--pipeline", "partners", "--dsn", dsn)
+	if code != exitUsage || !strings.Contains(errOut, "pipeline partners delivers to endpoints: a replay goes to one of them, --endpoint ID") {
+		t.Errorf("replay --since of a pipeline with endpoints: exit %d, %q", code, errOut)
+	}
+	// Without --endpoint, two lanes with parked aggregates: the hint names --endpoint.
+	_, errOut, code = cli(t, "replay", "--all", "--dry-run", "--dsn", dsn)
+	if code != exitUsage || !strings.Contains(errOut, "partners/ep0000, partners/ep0001") || !strings.Contains(errOut, "--endpoint ID --pipeline P") {
+		t.Errorf("replay --all with two lanes parked: exit %d, %q", code, errOut)
+	}
 	mustExec(t, pool, `INSERT INTO outbox_endpoint_versions (pipeline, endpoint_id, lsn) VALUES ('billing', '', '0/0')`)
 	_, errOut, code = cli(t, "replay", "--endpoint", "ep0001", "--dry-run", "--dsn", dsn)
 	if code != exitUsage || !strings.Contains(errOut, "several pipelines run with endpoints (billing, partners): choose one with --pipeline NAME") {
