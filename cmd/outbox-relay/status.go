@@ -35,10 +35,11 @@ could be read, so it works as a probe and for scripts (--json).
 With --endpoints it reports the endpoints instead (docs/guides/endpoints.md): one line per
 endpoint and pipeline run with endpoints, with the endpoint's state and what the pipeline's
 relay last reported about it (rows of outbox_endpoint_status, written when they change; the
-shards of a pipeline summed) and how old those figures are, its parked aggregates, and how long
-ago each pipeline reported, with a warning when its heartbeat is over a minute old (a stopped
-relay). One query per table whatever the number of endpoints. Exit 0 when the report was read: a
-failing endpoint is not an unhealthy relay.`,
+shards of a pipeline summed) and how old those figures are, its parked aggregates, and for each
+pipeline whether a relay streams its slot (named by --config or --slot, else the relay's default
+name) and how long ago it reported, with a warning when nobody streams the slot or its heartbeat
+is over a minute old (a stopped relay). One query per table whatever the number of endpoints.
+Exit 0 when the report was read: a failing endpoint is not an unhealthy relay.`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay status
   outbox-relay status --json --top 50 | jq '.rows.pending'
   outbox-relay status --endpoints --pipeline partners
@@ -47,7 +48,7 @@ failing endpoint is not an unhealthy relay.`,
 	fs := cmd.Flags()
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
-	fs.String("slot", relay.DefaultSlot, "logical replication slot name")
+	fs.String("slot", relay.DefaultSlot, "logical replication slot name (with --endpoints: the default pipeline's)")
 	fs.Bool("json", false, "print the report as JSON (stable field names; see docs/operations.md)")
 	fs.Int("top", 10, "parked aggregates to list, oldest first")
 	fs.Duration("timeout", 10*time.Second, "give up after this long")

@@ -16,9 +16,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // staleStatus is how old a pipeline's heartbeat may be before status --endpoints says its relay
@@ -57,6 +59,10 @@ type endpointShard struct {
 	Heartbeat  bool       `json:"heartbeat"`
 	// Stale: its heartbeat is over a minute old, so its relay is stopped or cannot write.
 	Stale bool `json:"stale"`
+	// Slot is its slot's name (from --config, --slot, or the relay's default), and Streamed
+	// whether a process streams from it: null when no such slot exists.
+	Slot     string `json:"slot"`
+	Streamed *bool  `json:"streamed"`
 }
 
 // endpointStatusLine is one endpoint in one pipeline: its state, then what its lanes (one per
@@ -119,18 +125,26 @@ func familyOf(name string) string {
 
 // runEndpointStatus is `status --endpoints`.
 func runEndpointStatus(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
-	for _, f := range []string{"slot", "top"} {
+	for _, f := range []string{"top"} {
 		if fs.Changed(f) {
 			return usageError{fmt.Errorf("--endpoints and --%s do not go together: --endpoints reports every pipeline with endpoints (narrow it with --pipeline NAME)", f)}
 		}
 	}
-	fileSchema := ""
-	if path := stringFrom(fs, configFlag); path != "" { // only for its schema: the report lists what the tables hold
+	fileSchema, slots := "", map[string]string{}
+	if path := stringFrom(fs, configFlag); path != "" { // its schema and slots: the report lists what the tables hold
 		file, err := pipeconf.Load(path)
 		if err != nil {
 			return usageError{err}
 		}
 		fileSchema = file.Schema
+		for _, p := range file.Pipelines {
+			for _, sh := range p.ShardPipelines() {
+				slots[sh.Name] = sh.WithDefaults().Slot
+			}
+		}
+	}
+	if fs.Changed("slot") {
+		slots[relay.DefaultPipeline], _ = fs.GetString("slot")
 	}
 	timeout, _ := fs.GetDuration("timeout")
 	if timeout <= 0 {
@@ -148,6 +162,9 @@ func runEndpointStatus(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error 
 	}
 	rep, err := readEndpointReport(ctx, conn, s)
 	if err != nil {
+		return err
+	}
+	if err := rep.readSlots(ctx, conn, slots); err != nil {
 		return err
 	}
 	name, _ := fs.GetString("pipeline")
@@ -286,8 +303,61 @@ func staleWarning(sh endpointShard, now time.Time) string {
 		"(outbox-relay status --pipeline %s); the figures below are as of then", sh.Name, age(now.Sub(*sh.ReportedAt).Seconds()), sh.Name)
 }
 
-// shardLine says how fresh a shard's figures are.
+// readSlots reads whether a relay streams each shard's slot, named by slots or, for a name it
+// lacks, as the relay names it by default, and warns of a slot nobody streams.
+func (rep *endpointReport) readSlots(ctx context.Context, conn *pgx.Conn, slots map[string]string) error {
+	var names []string
+	for i := range rep.Pipelines {
+		for j := range rep.Pipelines[i].Shards {
+			sh := &rep.Pipelines[i].Shards[j]
+			if sh.Slot = slots[sh.Name]; sh.Slot == "" {
+				sh.Slot = defaultSlot(sh.Name)
+			}
+			names = append(names, sh.Slot)
+		}
+	}
+	active, err := inspect.SlotsActive(ctx, conn, names)
+	if err != nil {
+		return err
+	}
+	for i := range rep.Pipelines {
+		for j := range rep.Pipelines[i].Shards {
+			sh := &rep.Pipelines[i].Shards[j]
+			if a, ok := active[sh.Slot]; ok {
+				sh.Streamed = &a
+				if !a {
+					rep.Warnings = append(rep.Warnings, fmt.Sprintf("pipeline %s is not streamed: no relay reads its slot %s, so its "+
+						"endpoints receive nothing and the figures below are as of when it stopped; start `outbox-relay run` for it "+
+						"(outbox-relay status --pipeline %s shows the slot)", sh.Name, sh.Slot, sh.Name))
+				}
+			}
+		}
+	}
+	slices.Sort(rep.Warnings)
+	return nil
+}
+
+// defaultSlot is the slot the relay gives pipeline (or shard) name when none is configured.
+func defaultSlot(name string) string {
+	if name == relay.DefaultPipeline {
+		return relay.DefaultSlot
+	}
+	return "outbox_relay_" + name
+}
+
+// shardLine says how fresh a shard's figures are, and whether its slot is streamed.
 func shardLine(sh endpointShard) string {
+	line := freshness(sh)
+	switch {
+	case sh.Streamed == nil:
+		return line
+	case *sh.Streamed:
+		return line + "; slot " + sh.Slot + " streamed"
+	}
+	return line + "; slot " + sh.Slot + " NOT STREAMED"
+}
+
+func freshness(sh endpointShard) string {
 	switch {
 	case sh.ReportedAt == nil:
 		return fmt.Sprintf("pipeline %s: no figures yet (its relay writes an endpoint's figures when they change)", sh.Name)

@@ -93,9 +93,10 @@ func TestStatusAndReplayOfARelayWithEndpoints(t *testing.T) {
 	if b.Pipeline != "default" || b.FailuresInRow == 0 || !strings.Contains(b.LastError, "422") {
 		t.Errorf("bad in status --endpoints: %+v", b)
 	}
-	out, _, _ := cli(t, "status", "--endpoints", "--dsn", dsn)
-	if !strings.Contains(squash(out), "default bad enabled 0") || !strings.Contains(out, "HTTP 422") {
-		t.Errorf("the table does not show bad's parked aggregates and error:\n%s", out)
+	out, _, _ := cli(t, "status", "--endpoints", "--dsn", dsn, "--slot", slot)
+	if !strings.Contains(squash(out), "default bad enabled 0") || !strings.Contains(out, "HTTP 422") ||
+		!strings.Contains(out, "slot "+slot+" streamed") {
+		t.Errorf("the table does not show bad's parked aggregates and error, or that the slot is streamed:\n%s", out)
 	}
 
 	out, errOut, code := cli(t, "replay", "--endpoint", "bad", "--dry-run", "--dsn", dsn)

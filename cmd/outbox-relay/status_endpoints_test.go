@@ -160,6 +160,9 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	mustExec(t, pool, `INSERT INTO outbox_endpoint_status (pipeline, endpoint_id, undelivered, updated_at)
 		VALUES ('stopped', 'ep0002', 9, now() - interval '10 minutes'), ('stopped', '', 0, now() - interval '10 minutes'),
 		       ('partners', '', 0, now())`)
+	// The stopped pipeline's slot exists (by the relay's default name) and nobody streams it.
+	mustExec(t, pool, `SELECT pg_create_logical_replication_slot('outbox_relay_stopped', 'pgoutput')`)
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot('outbox_relay_stopped')`) })
 	var first string
 	if err := pool.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
 		VALUES ('order', '1', 'order.paid', '{}') RETURNING id::text`).Scan(&first); err != nil {
@@ -200,8 +203,10 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	if ep0 := doc.Endpoints[0]; ep0.State != "disabled" || ep0.Reason != "410 Gone" {
 		t.Errorf("ep0000: %+v", ep0)
 	}
-	if w := strings.Join(doc.Warnings, "\n"); !strings.Contains(w, "pipeline stopped last reported its endpoints' status 10m") {
-		t.Errorf("no warning about the stopped pipeline:\n%s", w)
+	if w := strings.Join(doc.Warnings, "\n"); !strings.Contains(w, "pipeline stopped last reported its endpoints' status 10m") ||
+		!strings.Contains(w, "pipeline stopped is not streamed: no relay reads its slot outbox_relay_stopped") ||
+		strings.Contains(w, "pipeline partners ") {
+		t.Errorf("warnings: want two about the stopped pipeline (stale heartbeat, slot not streamed), none about partners:\n%s", w)
 	}
 	// Wait for the counters of this backend's statements to be flushed (they are at idle).
 	var after int64
@@ -237,7 +242,7 @@ func TestStatusEndpointsRefusals(t *testing.T) {
 	dsn, pool := migratedDB(t)
 	addEndpoints(t, pool, 1)
 	for _, tc := range []struct{ args, want string }{
-		{"--slot x", "--endpoints and --slot do not go together"},
+		{"--top 3", "--endpoints and --top do not go together"},
 		{"--pipeline nope", "no pipeline has run with endpoints yet"},
 	} {
 		_, errOut, code := cli(t, append([]string{"status", "--endpoints", "--dsn", dsn}, strings.Fields(tc.args)...)...)
