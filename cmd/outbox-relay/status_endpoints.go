@@ -350,7 +350,7 @@ func shardLine(sh endpointShard) string {
 	line := freshness(sh)
 	switch {
 	case sh.Streamed == nil:
-		return line
+		return line + "; no slot " + sh.Slot + " (name the pipeline's slot with --config or --slot)"
 	case *sh.Streamed:
 		return line + "; slot " + sh.Slot + " streamed"
 	}
@@ -366,8 +366,7 @@ func freshness(sh endpointShard) string {
 	case sh.Heartbeat:
 		return fmt.Sprintf("pipeline %s: STALE, last reported %s ago", sh.Name, age(*sh.AgeSeconds))
 	}
-	return fmt.Sprintf("pipeline %s: figures last changed %s ago (its relay writes them when they change; "+
-		"outbox-relay status --pipeline %s tells whether it runs)", sh.Name, age(*sh.AgeSeconds), sh.Name)
+	return fmt.Sprintf("pipeline %s: figures last changed %s ago (written when they change)", sh.Name, age(*sh.AgeSeconds))
 }
 
 func line(family string, e state.EndpointState, t *laneTotal) endpointStatusLine {
