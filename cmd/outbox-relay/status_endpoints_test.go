@@ -162,7 +162,9 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 		       ('partners', '', 0, now())`)
 	// The stopped pipeline's slot exists (by the relay's default name) and nobody streams it.
 	mustExec(t, pool, `SELECT pg_create_logical_replication_slot('outbox_relay_stopped', 'pgoutput')`)
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot('outbox_relay_stopped')`) })
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `SELECT pg_drop_replication_slot('outbox_relay_stopped')`)
+	})
 	var first string
 	if err := pool.QueryRow(ctx, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
 		VALUES ('order', '1', 'order.paid', '{}') RETURNING id::text`).Scan(&first); err != nil {
