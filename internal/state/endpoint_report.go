@@ -46,7 +46,7 @@ func EndpointStates(ctx context.Context, db DB, s string) ([]EndpointState, erro
 }
 
 // EndpointPipelines returns the pipelines (or shards) of schema s that run with endpoints, by
-// name: those that recorded endpoint versions, whose bootstrap marker (endpoint id ”) every
+// name: those that recorded endpoint versions, whose bootstrap marker (the empty endpoint id) every
 // pipeline run with endpoints writes when it starts.
 func EndpointPipelines(ctx context.Context, db DB, s string) ([]string, error) {
 	rows, err := db.Query(ctx, schema.SQL(s, `SELECT DISTINCT pipeline FROM {outbox_endpoint_versions} ORDER BY 1`))
