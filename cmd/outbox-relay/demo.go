@@ -16,8 +16,12 @@ func newDemoCmd() *cobra.Command {
 		Long: fmt.Sprintf(`Starts a throwaway PostgreSQL with wal_level=logical (from the local server binaries; run
 from a checkout of the source, a missing server is fetched once into a cache), applies the
 schema, and runs a small warehouse consumer (on package inbox) and the relay in this process,
-with two pipelines: every order to the warehouse, and only big orders (a row filter on the
-publication) to an audit endpoint.
+with three pipelines: every order to the warehouse, only big orders (a row filter on the
+publication) to an audit endpoint, and one run with endpoints that fans its one slot out to
+four partner endpoints (rows of outbox_endpoints, each with its own secret and receiver):
+acme's and globex's orders to them by tenant, every tenant's orders to ledger, and nothing to
+initech (subscribed to invoice.* only). At the end it prints what each partner received
+against what its subscription should give it.
 It then writes orders at a steady rate, each with its outbox event in one transaction, and
 shows a live status: written, delivered, duplicates absorbed by the inbox, reservations, lag,
 p99 latency and retries. Every %s the consumer fails for %s, and 1 in %d of its answers
@@ -25,7 +29,7 @@ is lost after it committed, so retries, catch-up and redelivery are visible.
 
 Ctrl-C (or --duration) stops writing, waits for the last deliveries, prints a summary line and
 removes everything it started. With DB_DSN set it uses that database instead and drops only
-its own slots and publications, %s and %s.
+its own slots and publications, %s, %s and %s, and its endpoints.
 
 With --nats the warehouse pipeline publishes to NATS JetStream instead: the demo starts a real
 nats-server (on PATH, or $%s; Debian: %s; run from a checkout of the
@@ -34,7 +38,7 @@ temporary store, the relay creates the stream %s, and the warehouse reads it thr
 consumer that applies each message once (inbox_events, one transaction) before it acks. The
 outage is then the broker's: nats-server is killed for %s every %s and restarted on the same
 port and store.`, demo.DefaultFailEvery, demo.DefaultFailFor,
-			demo.DefaultLoseEvery, demo.Slot, demo.AuditSlot, demo.NATSServerEnv, demo.NATSInstallHint, demo.NATSStream,
+			demo.DefaultLoseEvery, demo.Slot, demo.AuditSlot, demo.PartnersSlot, demo.NATSServerEnv, demo.NATSInstallHint, demo.NATSStream,
 			demo.DefaultFailFor, demo.DefaultFailEvery),
 		Example: `  outbox-relay demo                    # until Ctrl-C
   outbox-relay demo --duration 1m --rate 200

@@ -254,6 +254,16 @@ var docChecks = map[string]func(*testing.T, *pgxpool.Pool){
 		if err := r.Validate(nil); err != nil || r.State != endpoint.Enabled || !r.Subscribed("acme", "invoice.paid", "invoice") {
 			t.Fatalf("the endpoints guide's endpoint %+v: %v; want a valid enabled endpoint subscribed to acme's invoice.paid", r, err)
 		}
+		if err := pool.QueryRow(ctx, `SELECT to_jsonb(e) FROM outbox_endpoints e WHERE id = 'ledgerly'`).Scan(&doc); err != nil {
+			t.Fatalf("the endpoints guide's second endpoint: %v", err)
+		}
+		r = endpoint.Row{}
+		if err := json.Unmarshal(doc, &r); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Validate(nil); err != nil || !r.Subscribed("acme", "invoice.paid", "invoice") || r.Subscribed("acme", "order.created", "order") {
+			t.Fatalf("the endpoints guide's ledgerly %+v: %v; want a valid endpoint of every tenant's invoices only", r, err)
+		}
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE tenant_id = 'acme'`).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("after the endpoints guide's SQL: %d events of tenant acme (%v), want 1", n, err)

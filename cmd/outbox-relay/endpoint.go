@@ -111,9 +111,15 @@ func endpointStore(cmd *cobra.Command) (*pgx.Conn, outbox.Endpoints, error) {
 // endpointsTableIn returns nil when schema s (resolved from name, the operator's --schema) has
 // outbox_endpoints, else an error that says what to migrate, or which --schema has the table.
 func endpointsTableIn(ctx context.Context, conn *pgx.Conn, name, s string) error {
+	return relayTableIn(ctx, conn, name, s, schema.Endpoints, 13)
+}
+
+// relayTableIn returns nil when schema s (resolved from name) has table, which migration
+// version creates, else an error that says what to migrate, or which --schema has the table.
+func relayTableIn(ctx context.Context, conn *pgx.Conn, name, s, table string, version int) error {
 	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, schema.Endpoints)).Scan(&exists); err != nil {
-		return fmt.Errorf("look up outbox_endpoints: %w", err)
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, table)).Scan(&exists); err != nil {
+		return fmt.Errorf("look up %s: %w", table, err)
 	}
 	if exists {
 		return nil
@@ -122,9 +128,9 @@ func endpointsTableIn(ctx context.Context, conn *pgx.Conn, name, s string) error
 	if name == "" {
 		where += " (the connection's current_schema(), first on its search_path)"
 	}
-	msg := fmt.Sprintf("table outbox_endpoints does not exist in %s: run `%s` (endpoints need migration 13)",
-		where, schema.MigrateCommand(name, s))
-	others, err := schema.Elsewhere(ctx, conn, s, schema.Endpoints)
+	msg := fmt.Sprintf("table %s does not exist in %s: run `%s` (endpoints need migration %d)",
+		table, where, schema.MigrateCommand(name, s), version)
+	others, err := schema.Elsewhere(ctx, conn, s, table)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
@@ -30,7 +31,8 @@ func addEndpointFields(fs *pflag.FlagSet, add bool) {
 	fs.Int("batch-max-bytes", 1<<20, "summed payload bytes per batch")
 	fs.Duration("batch-linger", 5*time.Millisecond, "how long a batch that is not full waits for more events (whole milliseconds)")
 	fs.Int("rate-limit", 0, "most requests to this endpoint in any one second; 0 = no limit")
-	fs.Int("max-in-flight", 0, "most concurrent requests to this endpoint; 0 = the pipeline's --max-in-flight")
+	fs.Int("max-in-flight", 0, fmt.Sprintf("most concurrent requests to this endpoint; 0 = %d (the pipeline's --max-in-flight is the pool all its endpoints share)",
+		settings.EndpointMaxInFlight))
 	fs.String("metadata", "", `your own JSON object about the endpoint, e.g. '{"customer":"Acme"}' (the relay does not read it)`)
 	fs.Bool("allow-private-url", false, "let the URL reach link-local and metadata addresses and the relay's metrics address (refused otherwise)")
 	fs.String("metrics-addr", ":9187", "the relay's --metrics-addr: a URL at it (localhost or this host) is refused unless --allow-private-url")

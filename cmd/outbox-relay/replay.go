@@ -27,9 +27,16 @@ events of the aggregate committed later are delivered after the replay. Needs a 
 With --since, it re-sends every row created in the time range that was delivered, dead-lettered or
 parked (for a consumer that lost data), in the original commit order per aggregate and with the
 original ids and X-Event-Sequence, ahead of everything committed after the request; the relay reads
-them page by page, and resumes after a restart.`,
+them page by page, and resumes after a restart.
+
+With --endpoint ID (a pipeline run with endpoints), it replays that endpoint's own parked
+aggregates (all of them unless --aggregate or --event narrows it), or with --since re-sends the
+range to that endpoint only, within its current subscription; other endpoints receive nothing.
+The endpoint's lane in pipeline P is P/ID, the name its dead letters are recorded under.`,
 		Example: `  outbox-relay replay --aggregate order/42 --dry-run
   outbox-relay replay --all
+  outbox-relay replay --endpoint acme --dry-run
+  outbox-relay replay --since 6h --endpoint acme --pipeline partners
   outbox-relay replay --since 2026-03-03T10:00:00Z --dry-run
   outbox-relay replay --since 2h --aggregate-type order`,
 	}
@@ -41,7 +48,9 @@ them page by page, and resumes after a restart.`,
 	fs.String("event", "", "replay the aggregate of this failed or parked event id")
 	fs.Bool("dry-run", false, "list what would be re-sent, and send nothing")
 	fs.Bool("json", false, "print the plan as JSON")
-	fs.String("pipeline", "", "the pipeline whose parked aggregates are replayed; required when several pipelines have some")
+	fs.String("pipeline", "", "the pipeline whose parked aggregates are replayed; required when several pipelines have some "+
+		"(with --endpoint: when several run with endpoints)")
+	fs.String("endpoint", "", "replay to this endpoint only (its id): its parked aggregates, or with --since the range")
 	addSinceFlags(fs) // since.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dsn, err := requireDSN(fs)
@@ -66,6 +75,11 @@ them page by page, and resumes after a restart.`,
 		}
 		defer conn.Close(cmd.Context())
 		sel.Schema = s
+		if fs.Changed("endpoint") {
+			if sel.Pipeline, err = endpointLane(cmd.Context(), conn, fs, s, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
+		}
 		dry, _ := fs.GetBool("dry-run")
 		plans, err := control.RequestReplay(cmd.Context(), conn, sel, dry)
 		if errors.Is(err, control.ErrNothingToReplay) && (dry || sel.All) {
@@ -74,12 +88,19 @@ them page by page, and resumes after a restart.`,
 			plans, err = []control.ReplayPlan{}, nil
 		}
 		if errors.Is(err, control.ErrPipelineNeeded) {
-			return usageError{fmt.Errorf("%w with --pipeline NAME", err)}
+			hint := "with --pipeline NAME"
+			if strings.Contains(err.Error(), "/") { // pipeline names have none: P/ID is endpoint ID's lane in P
+				hint += ", or for an endpoint's (P/ID) with --endpoint ID --pipeline P"
+			}
+			return usageError{fmt.Errorf("%w %s", err, hint)}
 		}
 		if err != nil {
 			return err
 		}
 		asJSON, _ := fs.GetBool("json")
+		if fs.Changed("endpoint") {
+			return printEndpointReplay(cmd.OutOrStdout(), sel.Pipeline, plans, dry, asJSON)
+		}
 		return printReplay(cmd.OutOrStdout(), plans, dry, asJSON)
 	}
 	return cmd
@@ -98,10 +119,27 @@ func replaySelection(fs *pflag.FlagSet) (control.ReplaySelection, error) {
 		}
 		sel.Aggregates = append(sel.Aggregates, cdc.Aggregate{Type: typ, ID: id})
 	}
+	if !sel.All && sel.EventID == "" && len(sel.Aggregates) == 0 && fs.Changed("endpoint") {
+		sel.All = true // an endpoint's parked aggregates, all of them
+	}
+	if id, _ := fs.GetString("endpoint"); fs.Changed("endpoint") && id == "" {
+		return sel, usageError{errors.New("--endpoint needs the endpoint's id (`outbox-relay endpoint list` lists them)")}
+	}
 	if !sel.All && sel.EventID == "" && len(sel.Aggregates) == 0 {
-		return sel, usageError{errors.New("choose what to replay: --all, --aggregate TYPE/ID, --event ID or --since TIME")}
+		return sel, usageError{errors.New("choose what to replay: --all, --aggregate TYPE/ID, --event ID, --endpoint ID or --since TIME")}
 	}
 	return sel, nil
+}
+
+// printEndpointReplay prints a replay of an endpoint's parked aggregates: which endpoint and
+// pipeline, then the plan as printReplay does.
+func printEndpointReplay(w io.Writer, lane string, plans []control.ReplayPlan, dry, asJSON bool) error {
+	p, id := laneEndpoint(lane)
+	if asJSON {
+		return printJSON(w, map[string]any{"dry_run": dry, "pipeline": p, "endpoint": id, "aggregates": plans})
+	}
+	fmt.Fprintf(w, "endpoint %s of pipeline %s\n", id, p)
+	return printReplay(w, plans, dry, false)
 }
 
 func printReplay(w io.Writer, plans []control.ReplayPlan, dry, asJSON bool) error {

@@ -73,6 +73,13 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 	}
 	defer conn.Close(cmd.Context())
 	req.Schema = s
+	if fs.Changed("endpoint") {
+		if req.Pipeline, err = endpointLane(cmd.Context(), conn, fs, s, cmd.ErrOrStderr()); err != nil {
+			return err
+		}
+	} else if err := notAnEndpointPipeline(cmd.Context(), conn, s, req.Pipeline); err != nil {
+		return err
+	}
 	dry, _ := fs.GetBool("dry-run")
 	plan, err := publisher.RequestReplaySince(cmd.Context(), conn, req, dry)
 	if err != nil {
@@ -82,8 +89,11 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 	if asJSON {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"dry_run": dry, "since": req.Since, "until": req.Until, "plan": plan,
-			"pruned": plan.Pruned(req.Since)})
+		doc := map[string]any{"dry_run": dry, "since": req.Since, "until": req.Until, "plan": plan, "pruned": plan.Pruned(req.Since)}
+		if p, id := laneEndpoint(req.Pipeline); id != "" {
+			doc["pipeline"], doc["endpoint"] = p, id
+		}
+		return enc.Encode(doc)
 	}
 	printSince(cmd.OutOrStdout(), req, plan, dry)
 	return nil
@@ -94,7 +104,12 @@ func printSince(w io.Writer, req publisher.SinceRequest, plan publisher.SincePla
 	if !req.Until.IsZero() {
 		until = clock(req.Until)
 	}
-	fmt.Fprintf(w, "pipeline %s, rows created from %s to %s\n", req.Pipeline, clock(req.Since), until)
+	if p, id := laneEndpoint(req.Pipeline); id != "" {
+		fmt.Fprintf(w, "endpoint %s of pipeline %s, rows created from %s to %s (counted over the whole range: the endpoint "+
+			"receives those within its subscription)\n", id, p, clock(req.Since), until)
+	} else {
+		fmt.Fprintf(w, "pipeline %s, rows created from %s to %s\n", req.Pipeline, clock(req.Since), until)
+	}
 	for _, c := range plan.ByType {
 		fmt.Fprintf(w, "  %-24s %d events\n", c.AggregateType, c.Events)
 	}

@@ -30,23 +30,39 @@ the oldest parked aggregates with the reason they were parked.
 Exit codes: 0 healthy; 1 unhealthy (the slot is missing, invalidated, belongs to another
 database, or no process streams from it) or the check failed (no connection, tables missing:
 run 'outbox-relay migrate'); 2 bad command line. The report is printed in every case where it
-could be read, so it works as a probe and for scripts (--json).`,
+could be read, so it works as a probe and for scripts (--json).
+
+With --endpoints it reports the endpoints instead (docs/guides/endpoints.md): one line per
+endpoint and pipeline run with endpoints, with the endpoint's state and what the pipeline's
+relay last reported about it (rows of outbox_endpoint_status, written when they change; the
+shards of a pipeline summed) and how old those figures are, its parked aggregates, and for each
+pipeline whether a relay streams its slot (named by --config or --slot, else the relay's default
+name) and how long ago it reported, with a warning when nobody streams the slot or its heartbeat
+is over a minute old (a stopped relay). One query per table whatever the number of endpoints.
+Exit 0 when the report was read: a failing endpoint is not an unhealthy relay.`,
 		Example: `  DB_DSN=postgres://relay@db:5432/app outbox-relay status
-  outbox-relay status --json --top 50 | jq '.rows.pending'`,
+  outbox-relay status --json --top 50 | jq '.rows.pending'
+  outbox-relay status --endpoints --pipeline partners
+  outbox-relay status --endpoints --json | jq '.endpoints[] | select(.failures_in_row > 0) | .id'`,
 	}
 	fs := cmd.Flags()
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
-	fs.String("slot", relay.DefaultSlot, "logical replication slot name")
+	fs.String("slot", relay.DefaultSlot, "logical replication slot name (with --endpoints: the default pipeline's)")
 	fs.Bool("json", false, "print the report as JSON (stable field names; see docs/operations.md)")
 	fs.Int("top", 10, "parked aggregates to list, oldest first")
 	fs.Duration("timeout", 10*time.Second, "give up after this long")
 	fs.String(configFlag.name, "", "report every pipeline of this YAML file (env OUTBOX_RELAY_CONFIG), as `run --config` runs them")
 	fs.String("pipeline", "", "report only this pipeline")
+	fs.Bool("endpoints", false, "report each endpoint instead: its state, undelivered count and age, last success, last error, "+
+		"failures in a row and parked aggregates, per pipeline run with endpoints")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dsn, err := requireDSN(fs)
 		if err != nil {
 			return err
+		}
+		if endpoints, _ := fs.GetBool("endpoints"); endpoints {
+			return runEndpointStatus(cmd, fs, dsn)
 		}
 		pipes, fileSchema, err := statusPipelines(fs)
 		if err != nil {

@@ -76,9 +76,10 @@ const ordersTable = `CREATE TABLE IF NOT EXISTS orders (
 	created_at timestamptz NOT NULL DEFAULT now()
 )`
 
-// dropSlots drops the slots and publications of both demo pipelines.
+// dropSlots drops the slots and publications of the demo's pipelines.
 func dropSlots(ctx context.Context, pool *pgxpool.Pool) error {
-	return errors.Join(dropSlot(ctx, pool, Slot, Publication), dropSlot(ctx, pool, AuditSlot, AuditPublication))
+	return errors.Join(dropSlot(ctx, pool, Slot, Publication), dropSlot(ctx, pool, AuditSlot, AuditPublication),
+		dropSlot(ctx, pool, PartnersSlot, PartnersPublication))
 }
 
 // dropSlot drops a demo slot and publication from a database the demo was given. The slot may

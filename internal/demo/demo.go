@@ -12,6 +12,15 @@
 // absorbs the duplicate. At the end delivered and reservations both equal written: delivery at
 // least once, effect exactly once.
 //
+// # Partner endpoints
+//
+// A third pipeline runs with endpoints: one slot fanned out to the partners of newPartners,
+// rows of outbox_endpoints added before the relay starts, each with a secret of its own and a
+// receiver (partners.go) that verifies its signature and counts each event once. Each order's
+// event carries its customer's tenant (tenantOf), so acme and globex receive their own tenant's
+// orders, ledger every order, and initech, subscribed to invoice.* only, nothing. The drain
+// waits for each partner to have what its subscription gives it, and the end prints it.
+//
 // # With NATS JetStream
 //
 // With Config.NATS, the warehouse pipeline publishes to a real nats-server instead: the demo
@@ -28,9 +37,10 @@
 //
 // When it started its own cluster, nothing: Run stops the relay and the consumer, stops the
 // server and removes its directory, on a cancelled context (Ctrl-C) too. In a database it was
-// given, it drops the slots and publications of its two pipelines (outbox_relay_demo, and
-// outbox_relay_demo_big for the filtered audit pipeline that receives big orders) and keeps the
-// tables and the rows it wrote: orders, outbox_events, inbox_events and stock_reservations. The
+// given, it drops the slots and publications of its three pipelines (outbox_relay_demo,
+// outbox_relay_demo_big for the filtered audit pipeline that receives big orders, and
+// outbox_relay_demo_partners for the partners) and removes its endpoints, and keeps the tables
+// and the rows it wrote: orders, outbox_events, inbox_events and stock_reservations. The
 // nats-server of NATS mode is always its own: stopped, and its store removed, at the end.
 package demo
 
@@ -147,6 +157,9 @@ func Run(ctx context.Context, cfg Config) error {
 	switch {
 	case d.final != nil:
 		d.println(d.goodbye())
+		for _, l := range d.partnerLines(d.final.partners) {
+			d.println(l)
+		}
 		d.println(summary(*d.final, d.final.at.Sub(d.started)))
 	case err == nil && d.clusterDir != "":
 		d.println("demo: stopped while starting; removed the cluster in " + d.clusterDir)
@@ -170,6 +183,8 @@ type demo struct {
 	consumerRun  *task
 	audit        *audit
 	auditAddr    string
+	partners     []*partner // the partners pipeline's endpoints and their receivers
+	partnersAddr string
 	relayRun     *task
 	relayLog     *logTail
 	registry     *prometheus.Registry
@@ -246,8 +261,12 @@ func (d *demo) setup(ctx context.Context) error {
 	if d.cfg.DSN != "" {
 		// Registered before the relay starts, so it runs after the relay has stopped.
 		d.cleanup("drop the demo's slot and publication", func(ctx context.Context) error { return dropSlots(ctx, pool) })
+		d.cleanup("remove the demo's endpoints", d.removeEndpoints)
 	}
 	if err := d.startAudit(ctx); err != nil {
+		return err
+	}
+	if err := d.startPartners(ctx); err != nil {
 		return err
 	}
 	return d.startRelay(ctx)

@@ -107,6 +107,15 @@ func TestRunDeliversEveryOrderOnceThroughOutagesAndLostAnswers(t *testing.T) {
 	if f["retries"] == 0 {
 		t.Error("retries=0: the consumer's outages should have made the relay retry")
 	}
+	// Every partner endpoint received exactly what its subscription gives it, from one slot.
+	if f["partner_deliveries"] == 0 || f["partner_deliveries"] != f["partner_subscribed"] {
+		t.Errorf("partner_deliveries=%d partner_subscribed=%d, want equal and positive", f["partner_deliveries"], f["partner_subscribed"])
+	}
+	for _, want := range []string{"demo: partner acme ", "demo: partner initech  (tenant initech, invoice.*) received 0 of the 0"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
 	for _, want := range []string{"consumer failing on purpose", "consumer recovered", "demo: t=", "removed the cluster"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -223,8 +232,8 @@ func TestRunOnAGivenDatabaseDropsOnlyWhatItCreated(t *testing.T) {
 	f := summaryFields(t, out.String())
 	var orders, big, slots, pubs int
 	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM orders WHERE total >= 400),
-		(SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2)),
-		(SELECT count(*) FROM pg_publication WHERE pubname IN ($1, $2))`, Slot, AuditSlot).Scan(&orders, &big, &slots, &pubs); err != nil {
+		(SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2, $3)),
+		(SELECT count(*) FROM pg_publication WHERE pubname IN ($1, $2, $3))`, Slot, AuditSlot, PartnersSlot).Scan(&orders, &big, &slots, &pubs); err != nil {
 		t.Fatal(err)
 	}
 	if orders != f["written"] || orders == 0 {
@@ -235,7 +244,14 @@ func TestRunOnAGivenDatabaseDropsOnlyWhatItCreated(t *testing.T) {
 		t.Errorf("%d orders have total >= 400, the audit pipeline delivered big_orders=%d", big, f["big_orders"])
 	}
 	if slots != 0 || pubs != 0 {
-		t.Errorf("left %d slots and %d publications named %s or %s", slots, pubs, Slot, AuditSlot)
+		t.Errorf("left %d slots and %d publications named %s, %s or %s", slots, pubs, Slot, AuditSlot, PartnersSlot)
+	}
+	var endpoints int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox_endpoints`).Scan(&endpoints); err != nil || endpoints != 0 {
+		t.Errorf("left %d endpoints (%v): the demo removes its own", endpoints, err)
+	}
+	if f["partner_deliveries"] == 0 || f["partner_deliveries"] != f["partner_subscribed"] {
+		t.Errorf("partner_deliveries=%d partner_subscribed=%d, want equal and positive", f["partner_deliveries"], f["partner_subscribed"])
 	}
 	var theirs int
 	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'theirs') +

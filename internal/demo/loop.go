@@ -115,7 +115,7 @@ func (d *demo) drain() error {
 	said := false
 	for {
 		s := d.sample(context.Background())
-		if s.delivered >= s.written && s.reservations >= s.written && s.audited >= s.bigWritten {
+		if s.delivered >= s.written && s.reservations >= s.written && s.audited >= s.bigWritten && s.partners.caughtUp() {
 			if said {
 				d.event("stopped writing; everything written was delivered")
 			}
@@ -161,6 +161,7 @@ func (d *demo) sample(ctx context.Context) sample {
 		s.reservations = int64(n) - d.baseline
 	}
 	// Read last, so that what was delivered and reserved is never ahead of what was written.
+	s.partners = d.countPartners()
 	s.written, s.bigWritten = d.writer.written.Load(), d.writer.big.Load()
 	if d.nats != nil {
 		s.failing = d.nats.Failing()
@@ -174,7 +175,8 @@ func (d *demo) sample(ctx context.Context) sample {
 
 // header says what runs where, once, before the status.
 func (d *demo) header() {
-	where := "(your database: the demo drops its slots and publications " + Slot + " and " + AuditSlot + " at the end)"
+	where := "(your database: the demo drops its slots and publications " + Slot + ", " + AuditSlot + " and " + PartnersSlot +
+		", and removes its endpoints, at the end)"
 	if d.clusterDir != "" {
 		where = "(throwaway cluster in " + d.clusterDir + ", removed at the end)"
 	}
@@ -191,7 +193,7 @@ func (d *demo) header() {
 	if d.nats != nil {
 		d.println("  nats      nats-server at " + d.nats.URL() + " (JetStream store in " + d.nats.dir + ", removed at the end)")
 	}
-	d.println("  relay     metrics at http://" + d.metricsAddr + "/metrics; two pipelines:")
+	d.println("  relay     metrics at http://" + d.metricsAddr + "/metrics; three pipelines:")
 	if d.nats != nil {
 		d.println("            " + pipelineWarehouse + ": every order to stream " + natsStream + " (subjects " + natsSubjects +
 			"), read by the durable consumer " + natsDurable)
@@ -199,6 +201,11 @@ func (d *demo) header() {
 		d.println("            " + pipelineWarehouse + ": every order to " + d.consumerURL())
 	}
 	d.println("            " + pipelineAudit + ": only orders with total >= 400 (row filter " + auditFilter + ") to " + d.auditURL())
+	d.println("            " + pipelinePartners + ": one slot fanned out to the partner endpoints (rows of outbox_endpoints),")
+	d.println("            each with its own secret, at http://" + d.partnersAddr + "/partners/<id>:")
+	for _, p := range d.partners {
+		d.println(fmt.Sprintf("              %-8s %s", p.id, p.subscription()))
+	}
 	if d.nats != nil {
 		d.println(fmt.Sprintf("  writing   %g orders/s %s; nats-server is killed for %s every %s and restarted,", d.cfg.Rate, until,
 			d.cfg.FailFor, d.cfg.FailEvery))
@@ -220,7 +227,7 @@ func (d *demo) goodbye() string {
 	if d.clusterDir != "" {
 		return "demo: stopped the relay and the consumer; removed the cluster in " + d.clusterDir + broker
 	}
-	return "demo: stopped the relay and the consumer; dropped slot and publication " + Slot +
+	return "demo: stopped the relay and the consumer; dropped the demo's slots and publications and removed its endpoints" +
 		"; the tables orders, outbox_events, inbox_events and stock_reservations keep their rows" + broker
 }
 

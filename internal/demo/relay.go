@@ -39,14 +39,20 @@ func (d *demo) startRelay(ctx context.Context) error {
 		warehouse.WebhookURL, warehouse.Secrets, warehouse.RequestTimeout = "", nil, 2*time.Second
 		warehouse.Destination = natsdest.Config{URL: d.nats.URL(), CreateStream: &natsdest.StreamConfig{Name: natsStream}}
 	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	cfg := relay.Config{
 		DSN: d.dsn,
 		Pipelines: []relay.Pipeline{
 			warehouse,
 			{Name: pipelineAudit, Filter: auditFilter, WebhookURL: d.auditURL(), Secrets: []string{d.secret}, Slot: AuditSlot,
 				Publication: AuditPublication, RetryMin: relayRetryMin, RetryMax: relayRetryMax, RequestTimeout: 5 * time.Second},
+			{Name: pipelinePartners, Endpoints: true, Slot: PartnersSlot, Publication: PartnersPublication,
+				RetryMin: relayRetryMin, RetryMax: relayRetryMax, RequestTimeout: 5 * time.Second},
 		},
-		MetricsAddr:     "127.0.0.1:0",
+		MetricsAddr:     metricsAddr,
 		ShutdownTimeout: relayShutdown,
 		Version:         "demo",
 		Logger:          zerolog.New(d.relayLog).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
@@ -64,6 +70,17 @@ func (d *demo) startRelay(ctx context.Context) error {
 	}
 }
 
+// freeAddr returns a local address with a port free a moment ago, for the relay's metrics: the
+// endpoints' URL guard refuses the metrics port, so it must be a number, not ":0".
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a port for the relay's metrics: %w", err)
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}
+
 // relayFailed explains a relay that returned while the demo still needed it.
 func (d *demo) relayFailed() error {
 	err := d.relayRun.err
@@ -76,14 +93,14 @@ func (d *demo) relayFailed() error {
 	return fmt.Errorf("relay: %w", err)
 }
 
-// waitSlots waits until both pipelines' slots exist: rows committed earlier would not be in
+// waitSlots waits until every pipeline's slot exists: rows committed earlier would not be in
 // their streams.
 func (d *demo) waitSlots(ctx context.Context) error {
 	for {
 		var n int
 		err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots
-			WHERE slot_name IN ($1, $2) AND database = current_database()`, Slot, AuditSlot).Scan(&n)
-		if err == nil && n == 2 {
+			WHERE slot_name IN ($1, $2, $3) AND database = current_database()`, Slot, AuditSlot, PartnersSlot).Scan(&n)
+		if err == nil && n == 3 {
 			return nil
 		}
 		select {

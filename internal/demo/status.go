@@ -25,6 +25,7 @@ type sample struct {
 	nats         bool  // NATS mode: delivered is PubAcks, lost is acks, failing is the broker
 	outageLeft   time.Duration
 	nextOutage   time.Duration
+	partners     partnerCounts // what each partner endpoint received, and should have
 }
 
 // Series the status reads from the relay's registry.
@@ -45,6 +46,9 @@ func (s *sample) readRelay(families []*dto.MetricFamily) {
 					s.audited = int64(m.GetCounter().GetValue())
 				}
 				continue
+			}
+			if hasLabel(m, "pipeline", pipelinePartners) {
+				continue // the partners' receivers count what they got
 			}
 			ms = append(ms, m)
 		}
@@ -125,9 +129,9 @@ func (s sample) faulty() string {
 // line is the progress line printed when the output is not a terminal.
 func (w window) line() string {
 	s := w.now
-	return fmt.Sprintf("demo: t=%s written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d lag=%s p99=%s %s=%s",
+	return fmt.Sprintf("demo: t=%s written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d lag=%s p99=%s %s=%s partners: %s",
 		w.elapsed.Round(time.Second), s.written, s.delivered, s.audited, s.duplicates, s.reservations, s.retries,
-		formatBytes(s.lagBytes), w.p99(), s.faulty(), s.consumerState())
+		formatBytes(s.lagBytes), w.p99(), s.faulty(), s.consumerState(), s.partners.line())
 }
 
 // block is the status screen redrawn in place on a terminal; note is the latest event. Its
@@ -152,6 +156,7 @@ func (w window) block(note string) []string {
 		fmt.Sprintf("  written       %-8d orders + outbox events, one transaction each (%.0f/s)", s.written, w.rate()),
 		fmt.Sprintf("  delivered     %-8d %s", s.delivered, delivered),
 		fmt.Sprintf("  big orders    %-8d via the filtered audit pipeline (total >= 400)", s.audited),
+		fmt.Sprintf("  partners      %s", s.partners.short()),
 		fmt.Sprintf("  reservations  %-8d stock reserved, once per order", s.reservations),
 		fmt.Sprintf("  duplicates    %-8d redeliveries absorbed by the inbox (%d %s)", s.duplicates, s.lost, lost),
 		fmt.Sprintf("  retries       %-8d %s, retried with backoff", s.retries, retries),
@@ -165,8 +170,11 @@ func (w window) block(note string) []string {
 
 // summary is the last line Run prints, over the whole run.
 func summary(s sample, elapsed time.Duration) string {
-	return fmt.Sprintf("demo: written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d p99=%s elapsed=%s",
-		s.written, s.delivered, s.audited, s.duplicates, s.reservations, s.retries, formatQuantile(s.e2e, 0.99), elapsed.Round(time.Second))
+	received, expected := s.partners.totals()
+	return fmt.Sprintf("demo: written=%d delivered=%d big_orders=%d duplicates_absorbed=%d reservations=%d retries=%d p99=%s "+
+		"partner_deliveries=%d partner_subscribed=%d elapsed=%s",
+		s.written, s.delivered, s.audited, s.duplicates, s.reservations, s.retries, formatQuantile(s.e2e, 0.99),
+		received, expected, elapsed.Round(time.Second))
 }
 
 func formatBytes(n int64) string {

@@ -70,7 +70,8 @@ func TestReadRelayFromTheRelaysRegistry(t *testing.T) {
 		}
 	}
 
-	// The same series written, one pipeline's apart from the audit pipeline's.
+	// The same series written, one pipeline's apart from the audit pipeline's and the partners'
+	// (whose failed attempts are not the warehouse's retries).
 	vals := prometheus.NewRegistry()
 	own := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": "default"}, vals)
 	audit := prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipelineAudit}, vals)
@@ -82,6 +83,9 @@ func TestReadRelayFromTheRelaysRegistry(t *testing.T) {
 		Buckets: []float64{0.001, 0.002, 0.004, 0.008}})
 	own.MustRegister(delivered, attempts, lag, endToEnd)
 	audit.MustRegister(audited)
+	partnerAttempts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: seriesAttempts, Help: "h"}, []string{"result"})
+	prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipelinePartners}, vals).MustRegister(partnerAttempts)
+	partnerAttempts.WithLabelValues(publisher.Result5xx).Add(50)
 	delivered.Add(7)
 	audited.Add(2)
 	attempts.WithLabelValues(publisher.ResultSuccess).Add(7)
@@ -115,6 +119,9 @@ func TestStatusFitsAndSummarises(t *testing.T) {
 		now:     sample{at: start.Add(10 * time.Second), written: 500, delivered: 480, duplicates: 9, reservations: 480, retries: 120, lagBytes: 3 << 20, failing: true, outageLeft: 3 * time.Second},
 		elapsed: 42 * time.Second,
 	}
+	// Hours of orders: five-digit counts still fit.
+	w.now.partners = partnerCounts{ids: []string{"acme", "globex", "ledger", "initech"},
+		received: []int64{12345, 23456, 98765, 0}, expected: []int64{12345, 23456, 98770, 0}}
 	for _, nats := range []bool{false, true} {
 		nw := w
 		nw.now.nats = nats
@@ -128,15 +135,20 @@ func TestStatusFitsAndSummarises(t *testing.T) {
 		if !strings.Contains(strings.Join(lines, "\n"), want) {
 			t.Errorf("nats=%v: status lacks %q:\n%s", nats, want, strings.Join(lines, "\n"))
 		}
+		if want := "  partners      acme 12345  globex 23456  ledger 98765  initech 0  (5 due)"; !strings.Contains(strings.Join(lines, "\n"), want) {
+			t.Errorf("status lacks %q:\n%s", want, strings.Join(lines, "\n"))
+		}
 	}
 	line := w.line()
-	for _, want := range []string{"written=500", "delivered=480", "duplicates_absorbed=9", "reservations=480", "retries=120", "lag=3.0MiB", "consumer=failing"} {
+	for _, want := range []string{"written=500", "delivered=480", "duplicates_absorbed=9", "reservations=480", "retries=120", "lag=3.0MiB", "consumer=failing",
+		"partners: acme=12345/12345 globex=23456/23456 ledger=98765/98770 initech=0/0"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("progress line lacks %s: %s", want, line)
 		}
 	}
 	got := summary(sample{written: 5, delivered: 5, reservations: 5}, 6*time.Second)
-	if want := "demo: written=5 delivered=5 big_orders=0 duplicates_absorbed=0 reservations=5 retries=0 p99=n/a elapsed=6s"; got != want {
+	if want := "demo: written=5 delivered=5 big_orders=0 duplicates_absorbed=0 reservations=5 retries=0 p99=n/a " +
+		"partner_deliveries=0 partner_subscribed=0 elapsed=6s"; got != want {
 		t.Errorf("summary = %q\nwant      %q", got, want)
 	}
 }

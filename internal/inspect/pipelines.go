@@ -105,3 +105,18 @@ func Unused(ctx context.Context, db DB, slots, publications []string) (unusedSlo
 	}
 	return unusedSlots, unusedPublications, nil
 }
+
+// SlotsActive returns, for each of the named slots that exists in this database, whether a
+// process streams from it: one query for any number of pipelines and shards.
+func SlotsActive(ctx context.Context, db DB, names []string) (map[string]bool, error) {
+	rows, err := db.Query(ctx, `SELECT slot_name::text, active FROM pg_replication_slots
+		WHERE database = current_database() AND slot_name = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read the slots: %w", err)
+	}
+	out := map[string]bool{}
+	var name string
+	var active bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &active}, func() error { out[name] = active; return nil })
+	return out, err
+}

@@ -32,6 +32,11 @@
 //     BootstrapEndpointVersions in a new slot's snapshot, PruneEndpointVersions;
 //     outbox_endpoint_status: SaveEndpointStatus, EndpointStatuses, ForgetEndpointStatus;
 //     ForgetEndpointPipeline when control drops the pipeline);
+//   - endpoint_report.go: what `outbox-relay status --endpoints` and `replay --endpoint` read
+//     beside EndpointStatuses, one query per table whatever the number of endpoints:
+//     EndpointStates (each endpoint's state in outbox_endpoints), EndpointPipelines (the
+//     pipelines that run with endpoints); ParkedPerLane, in parked.go, counts each endpoint
+//     lane's parked aggregates;
 //   - event.go: the rows a replay or a backfill re-sends (Event, Aggregate, with the tenant).
 //
 // The engine keeps its publisher.Store and publisher.SinceStore interfaces, so a program can

@@ -155,3 +155,18 @@ func ParkedEvents(ctx context.Context, db DB, s, pipeline string, agg Aggregate,
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[ParkedEvent])
 }
+
+// ParkedPerLane returns, per endpoint lane (a pipeline named P/E, see the fan-out engine), how
+// many aggregates it has parked in schema s: one grouped scan, whatever the number of lanes.
+func ParkedPerLane(ctx context.Context, db DB, s string) (map[string]int64, error) {
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT pipeline, count(*) FROM {outbox_parked_aggregates}
+		WHERE strpos(pipeline, '/') > 0 GROUP BY pipeline`))
+	if err != nil {
+		return nil, fmt.Errorf("count the endpoints' parked aggregates: %w", err)
+	}
+	out := map[string]int64{}
+	var lane string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&lane, &n}, func() error { out[lane] = n; return nil })
+	return out, err
+}
