@@ -84,8 +84,8 @@ type Endpoint struct {
 	// RateLimit, if positive, is the most requests the endpoint sees in any one second. 0: no
 	// limit.
 	RateLimit int
-	// MaxInFlight, if positive, caps the endpoint's concurrent requests. 0: the pipeline's
-	// setting.
+	// MaxInFlight, if positive, caps the endpoint's concurrent requests. 0: 16 (the endpoints
+	// of a pipeline share its workers, max(--max-in-flight, 256)).
 	MaxInFlight int
 	// AllowPrivateURL lets the URL reach what the URL guard refuses (link-local and metadata
 	// addresses, the relay's metrics address), when it is written and at every connection.

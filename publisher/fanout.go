@@ -429,8 +429,8 @@ func (f *Fanout) control(ctx context.Context, tx *cdc.Tx, c *cdc.Control) {
 		f.mu.RUnlock()
 		switch {
 		case !ok && name == f.cfg.Pipeline:
-			f.log.Warn().Msg("replay request names the pipeline, which delivers to endpoints: name one endpoint " +
-				"(outbox-relay replay --endpoint ID); ignored")
+			f.log.Warn().Msg("replay request names the pipeline, which delivers to endpoints: a replay names one " +
+				"endpoint's lane, <pipeline>/<endpoint id>; ignored")
 		case !ok:
 			// another pipeline's request: every slot carries every message
 		case l == nil || l.pub == nil:
@@ -672,9 +672,9 @@ func (f *Fanout) saveStatus(ctx context.Context) {
 		}
 	}
 	f.mu.RUnlock()
-	if len(out) == 0 {
-		return
-	}
+	// The heartbeat (endpoint id ""): written at every save, so that `status --endpoints` tells
+	// a stopped relay from one whose endpoints have nothing new to report.
+	out = append(out, EndpointStatus{})
 	if err := f.cfg.Endpoints.SaveStatus(ctx, out); err != nil {
 		if ctx.Err() == nil {
 			f.log.Warn().Err(err).Int("endpoints", len(out)).Msg("saving the endpoints' status failed; retried at the next interval")

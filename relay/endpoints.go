@@ -64,7 +64,11 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 	if cfg.SecretsKeys != "" {
 		ring, ringErr = seal.Parse(cfg.SecretsKeys)
 	}
-	guard, guardErr := endpoint.NewGuard(cfg.MetricsAddr)
+	metricsAddr := cfg.MetricsAddr
+	if cfg.metricsBound != "" {
+		metricsAddr = cfg.metricsBound
+	}
+	guard, guardErr := endpoint.NewGuard(metricsAddr)
 	eps := outbox.Endpoints{Schema: outbox.Schema(cfg.Schema)}
 	open := func(id string, raw []byte) (publisher.Destination, func(), time.Time, error) {
 		switch {

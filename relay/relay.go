@@ -150,6 +150,8 @@ type Config struct {
 	// --endpoint-metrics-max). Zero EndpointMetricsMax: 20; negative: none.
 	EndpointMetrics    []string
 	EndpointMetricsMax int
+	metricsBound       string // the address MetricsAddr bound, once it listens
+
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the default-pipeline fields above must
 	// then be left zero (New refuses them). Empty (the default): one pipeline named "default" from those fields, on slot and
@@ -701,6 +703,7 @@ func (r *runner) listen() (*http.Server, net.Listener, error) {
 		return nil, nil, fmt.Errorf("metrics address %q: %w", r.cfg.MetricsAddr, err)
 	}
 	srv := &http.Server{Handler: r.handler(), ReadHeaderTimeout: 5 * time.Second}
+	r.cfg.metricsBound = ln.Addr().String() // the endpoints' URL guard refuses this (":0" picks a port)
 	r.cfg.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
 	if r.cfg.Ready != nil {
 		r.cfg.Ready(ln.Addr().String())
