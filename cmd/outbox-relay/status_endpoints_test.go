@@ -182,8 +182,18 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 		}
 		return n
 	}
-	mustExec(t, pool, `SELECT pg_stat_clear_snapshot()`)
-	before := scans()
+	// The setup's own scans reach the counters when its backends flush their statistics (at most
+	// about a second later on a loaded machine): wait until the counters hold still.
+	var before int64
+	for settle := time.Now().Add(10 * time.Second); time.Now().Before(settle); {
+		mustExec(t, pool, `SELECT pg_stat_clear_snapshot()`)
+		before = scans()
+		time.Sleep(1200 * time.Millisecond)
+		mustExec(t, pool, `SELECT pg_stat_clear_snapshot()`)
+		if scans() == before {
+			break
+		}
+	}
 	began := time.Now()
 	out, errOut, code := cli(t, "status", "--endpoints", "--json", "--dsn", dsn)
 	if code != 0 {
