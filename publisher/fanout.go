@@ -330,19 +330,7 @@ func (f *Fanout) resync(ctx context.Context, lsn pglogrepl.LSN) bool {
 // take queues a transaction, after a restart first dropping the events an earlier process
 // delivered to every endpoint (see Resume).
 func (f *Fanout) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
-	r := f.cfg.Resume
-	if !r.active(tx) {
-		f.queue(ctx, tx, nil)
-		return
-	}
-	check, rest := r.batch(tx, in)
-	seen := r.filter(ctx, check)
-	for _, t := range check {
-		f.queue(ctx, t, seen)
-	}
-	if rest != nil {
-		f.queue(ctx, rest, nil)
-	}
+	f.cfg.Resume.take(ctx, tx, in, f.queue)
 }
 
 // queue routes a transaction's events to the endpoints and carries out its control records at

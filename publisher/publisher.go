@@ -205,19 +205,7 @@ func (p *Publisher) intake(ctx context.Context, in <-chan *cdc.Tx) {
 // take queues a transaction's events, after a restart first dropping those an earlier process
 // already delivered (see Resume).
 func (p *Publisher) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
-	r := p.cfg.Resume
-	if !r.active(tx) {
-		p.queue(ctx, tx, nil)
-		return
-	}
-	check, rest := r.batch(tx, in)
-	seen := r.filter(ctx, check)
-	for _, t := range check {
-		p.queue(ctx, t, seen)
-	}
-	if rest != nil {
-		p.queue(ctx, rest, nil)
-	}
+	p.cfg.Resume.take(ctx, tx, in, p.queue)
 }
 
 // queue hands a transaction's events to the scheduler in order, and carries out its control

@@ -22,6 +22,24 @@ type Resume struct {
 	doneSession uint64 // the session that found nothing more to skip
 }
 
+// take hands tx to queue; after a restart it first checks it, with whatever else waits in in,
+// for events an earlier process delivered, which queue is told (delivered) to skip. r may be nil.
+func (r *Resume) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx,
+	queue func(ctx context.Context, tx *cdc.Tx, delivered map[string]bool)) {
+	if !r.active(tx) {
+		queue(ctx, tx, nil)
+		return
+	}
+	check, rest := r.batch(tx, in)
+	seen := r.filter(ctx, check)
+	for _, t := range check {
+		queue(ctx, t, seen)
+	}
+	if rest != nil {
+		queue(ctx, rest, nil)
+	}
+}
+
 // active reports whether tx may hold events delivered by an earlier process.
 func (r *Resume) active(tx *cdc.Tx) bool {
 	return r != nil && r.Delivered != nil && tx.Resent && tx.Session != r.doneSession
