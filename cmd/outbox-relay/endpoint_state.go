@@ -43,8 +43,10 @@ new ones. A disabled endpoint is refused (exit 1): enable it.`,
 	},
 	"disable": {
 		short: "Disable an endpoint: it receives nothing until enabled",
-		long: `Disables an endpoint, paused or not, from this command's commit on. Disabling a disabled
-endpoint changes nothing.`,
+		long: `Disables an endpoint, paused or not, from this command's commit on: events committed after it
+are not routed to it, and those the relay still holds for it are not sent but recorded as
+abandoned (under <pipeline>/<id> in outbox_pipeline_events; replay --since ... --endpoint ID
+re-sends them once it is enabled). Disabling a disabled endpoint changes nothing.`,
 		example: `  outbox-relay endpoint disable acme --reason "contract ended"`,
 		reason:  true, state: outbox.EndpointDisabled,
 		do: func(e outbox.Endpoints, ctx context.Context, q outbox.Querier, id, r string) (outbox.Endpoint, error) {
@@ -172,8 +174,10 @@ func newEndpointRemoveCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "remove ID",
 		Short: "Remove an endpoint: events committed after it are not sent to it",
-		Long: `Deletes the endpoint's row. Events committed after this command's commit are not routed to it;
-those routed to it before are still delivered (or dead-lettered) by the relay.`,
+		Long: `Deletes the endpoint's row. Events committed after this command's commit are not routed to it,
+and those the relay still holds for it are not sent but recorded as abandoned (under
+<pipeline>/<id> in outbox_pipeline_events); its parked aggregates stay recorded. status
+--endpoints shows how many events it still holds.`,
 		Example: `  outbox-relay endpoint remove acme`,
 		Args:    oneID,
 	}
