@@ -91,8 +91,12 @@ func (l *lane) update(ctx context.Context, v EndpointVersion) {
 	if maxInFlight <= 0 {
 		maxInFlight = l.f.cfg.EndpointMaxInFlight
 	}
+	linger := row.Linger()
+	if linger <= 0 {
+		linger = NoLinger // batch_linger_ms 0: send what is ready at once
+	}
 	l.pub.sched.setLimits(maxInFlight, row.RateLimit, Batch{MaxEvents: row.BatchMaxEvents, MaxBytes: row.BatchMaxBytes,
-		Linger: row.Linger()})
+		Linger: linger})
 	l.refreshPause()
 	if fresh {
 		l.f.log.Info().Str("endpoint", l.id).Str("state", row.State).Str("lsn", v.LSN.String()).Msg("endpoint active")

@@ -68,6 +68,10 @@ type laneSched struct {
 	inflight    map[*item]bool // the events of the attempts under way
 	busy        int            // attempts under way (a batch is one)
 	batch       Batch          // the endpoint's batching
+	// A batch that is not full waits up to batch.Linger from when the ready queue last got its
+	// oldest head (readySince), on lingerTimer.
+	readySince  time.Time
+	lingerTimer *time.Timer
 	// The circuit breaker: while open (the endpoint failed breakerFailures attempts in a row),
 	// one attempt at a time is made, a probe, at most one per probe delay, until one succeeds.
 	open       bool
@@ -270,6 +274,9 @@ func (s *scheduler) parkedChanged() {
 func (s *scheduler) pushReady(it *item) {
 	s.ready.push(it)
 	if s.lane != nil {
+		if s.ready.len() == 1 {
+			s.lane.readySince = time.Now()
+		}
 		s.wakeLocked()
 		return
 	}

@@ -11,7 +11,30 @@ import "time"
 func (s *scheduler) startable() bool {
 	l := s.lane
 	return !s.closed && !s.paused && (s.ready.len() > 0 || len(s.formed) > 0) && l.busy < l.maxInFlight && l.limitTimer == nil &&
-		(!l.open || l.busy == 0 && !time.Now().Before(l.probeAt))
+		(!l.open || l.busy == 0 && !time.Now().Before(l.probeAt)) &&
+		(l.lingerTimer == nil || len(s.formed) > 0 || s.ready.len() >= l.batch.MaxEvents)
+}
+
+// lingers reports whether a new batch should wait for more ready heads, and if so arms the
+// timer that wakes the lane when its linger ends; s.mu is held.
+func (s *scheduler) lingers() bool {
+	l := s.lane
+	if len(s.formed) > 0 || !l.batch.Enabled() || l.batch.Linger <= 0 || s.ready.len() >= l.batch.MaxEvents {
+		return false
+	}
+	wait := l.batch.Linger - time.Since(l.readySince)
+	if wait <= 0 {
+		return false
+	}
+	if l.lingerTimer == nil {
+		l.lingerTimer = time.AfterFunc(wait, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			l.lingerTimer = nil
+			s.wakeLocked()
+		})
+	}
+	return true
 }
 
 // breakerFailures is how many failed attempts in a row open an endpoint's circuit breaker.
@@ -84,6 +107,10 @@ func (l *laneSched) stopTimers() {
 		l.probeTimer.Stop()
 		l.probeTimer = nil
 	}
+	if l.lingerTimer != nil {
+		l.lingerTimer.Stop()
+		l.lingerTimer = nil
+	}
 }
 
 // wakeLocked puts the lane in the pool's run queue when it may start a head; s.mu is held.
@@ -102,7 +129,7 @@ func (s *scheduler) take() (*item, *batch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.lane
-	if !s.startable() || s.limited() {
+	if !s.startable() || s.lingers() || s.limited() {
 		return nil, nil
 	}
 	l.busy++
@@ -116,6 +143,11 @@ func (s *scheduler) take() (*item, *batch) {
 		s.formed = s.formed[1:]
 	case l.batch.Enabled():
 		b = s.gatherReady(l.batch)
+		if l.lingerTimer != nil {
+			l.lingerTimer.Stop() // full before its linger ended
+			l.lingerTimer = nil
+		}
+		l.readySince = time.Now() // the heads left wait a linger of their own
 	default:
 		it := s.ready.pop()
 		l.inflight[it] = true
@@ -148,8 +180,7 @@ func (s *scheduler) limited() bool {
 }
 
 // gatherReady forms a batch of the ready heads, then the events behind each, key by key, while
-// they fit; s.mu is held and a head is ready. It does not linger: a batch takes what is ready,
-// so a backlog goes in full batches and a trickle in small ones.
+// they fit; s.mu is held and a head is ready (take lingered for more already).
 func (s *scheduler) gatherReady(cfg Batch) *batch {
 	b := &batch{}
 	var heads []*item

@@ -752,3 +752,21 @@ func TestEndpointCircuitBreaker(t *testing.T) {
 		return gaugeValue(r.reg, "outbox_relay_endpoints_circuit_open") == 0
 	})
 }
+
+// An endpoint's batch_linger_ms: a batch that is not full waits that long for more events, so a
+// burst committed one transaction at a time goes out together, not one request per event.
+func TestEndpointBatchLinger(t *testing.T) {
+	e := newEnv(t)
+	p := newPartner(t, "lingering", func(string, string, string) bool { return true })
+	e.addPartner(p, outbox.Endpoint{BatchMaxEvents: 50, BatchLinger: 400 * time.Millisecond})
+	e.start(endpointsConfig)
+	for i := 0; i < 6; i++ { // six transactions 30ms apart: without a linger, one request each
+		e.write(fmt.Sprint("l", i), tenantEvents{"", "order", "order.created", 1, 1}, []*partner{p})
+		time.Sleep(30 * time.Millisecond)
+	}
+	waitPartners(t, p)
+	reqs := p.recv.RequestLog()
+	if len(reqs) == 0 || len(reqs[0].IDs) < 2 {
+		t.Fatalf("requests %+v: the first carried one event, the linger did not gather the burst", reqs)
+	}
+}
