@@ -2,6 +2,8 @@ package publisher
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
@@ -55,6 +58,8 @@ type Fanout struct {
 	// parked are the endpoints' parked aggregates read at start, for the lanes that start
 	// then; nil afterwards (a lane started later reads its own).
 	parked map[string][]cdc.Aggregate
+	// doomed are the endpoints that a pending version disables or removes (findDoomed).
+	doomed map[string]bool
 
 	fanMu sync.Mutex
 	fan   map[*envelope.Message]*fanCount // events routed to more than one endpoint
@@ -260,6 +265,7 @@ func (f *Fanout) load(ctx context.Context) bool {
 		return false
 	}
 	f.pending = vs
+	f.findDoomed()
 	f.applyPending(ctx, marker+1) // the endpoints the log began with; each later change applies at its commit
 	f.parked = nil
 	f.mu.RLock()
@@ -278,7 +284,34 @@ func (f *Fanout) applyPending(ctx context.Context, lsn pglogrepl.LSN) {
 	}
 	if n > 0 {
 		f.pending = f.pending[n:]
+		f.findDoomed()
 	}
+}
+
+// findDoomed notes the endpoints that the versions still pending disable or remove. A relay
+// that led the slot before this one applied those versions already, and settled without sending
+// what it held for the endpoint then, while it went on delivering the endpoint's later events.
+// An event resent from before such a disable is therefore not routed to that endpoint again:
+// delivering it now would put it after later events of its aggregate that the endpoint got
+// already (and the event was one its disable may drop in any case).
+func (f *Fanout) findDoomed() {
+	clear(f.doomed)
+	for _, v := range f.pending {
+		if v.Row == nil || rowDisabled(v.Row) {
+			if f.doomed == nil {
+				f.doomed = map[string]bool{}
+			}
+			f.doomed[v.ID] = true
+		}
+	}
+}
+
+// rowDisabled reports whether an endpoint row (to_jsonb) is in state disabled.
+func rowDisabled(row []byte) bool {
+	var r struct {
+		State string `json:"state"`
+	}
+	return json.Unmarshal(row, &r) == nil && r.State == endpoint.Disabled
 }
 
 // resync makes the endpoints what the versions log says they were just before lsn, the commit
@@ -302,6 +335,7 @@ func (f *Fanout) resync(ctx context.Context, lsn pglogrepl.LSN) bool {
 		latest[vs[n].ID] = vs[n]
 	}
 	f.pending = vs[n:]
+	f.findDoomed()
 	var gone []EndpointVersion
 	for id, l := range f.lanes { // Run's goroutine writes lanes: no lock to read
 		if _, ok := latest[id]; !ok {
@@ -400,6 +434,9 @@ func (f *Fanout) routeTo(dst []*lane, m *envelope.Message) []*lane {
 	dst = f.route.match(dst, f.route.any, m)
 	if m.TenantID != "" {
 		dst = f.route.match(dst, f.route.byTenant[m.TenantID], m)
+	}
+	if len(f.doomed) > 0 {
+		dst = slices.DeleteFunc(dst, func(l *lane) bool { return f.doomed[l.id] })
 	}
 	return dst
 }
