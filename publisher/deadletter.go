@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
@@ -115,13 +117,18 @@ func (p *Publisher) replay(ctx context.Context, tx *cdc.Tx, req *cdc.ReplayReque
 // caller then leaves the event unacknowledged, so it stays unconfirmed and the next run handles
 // it again.
 func (p *Publisher) durably(ctx context.Context, what string, f func(context.Context) error) bool {
+	return durably(ctx, p.log, what, f)
+}
+
+// durably is Publisher.durably with the logger that reports each failed try.
+func durably(ctx context.Context, log zerolog.Logger, what string, f func(context.Context) error) bool {
 	done := false // the write that succeeded counts even if ctx ended as it did
 	_ = retry.Do(ctx, retry.Backoff{First: 10 * time.Millisecond, Max: 10 * time.Second}, func(ctx context.Context) error {
 		err := f(ctx)
 		done = err == nil
 		return err
 	}, func(err error, wait time.Duration) {
-		p.log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; retrying", what)
+		log.Warn().Err(err).Dur("retry_in", wait).Msgf("%s failed; retrying", what)
 	})
 	return done
 }

@@ -49,7 +49,6 @@ type Fanout struct {
 	log   zerolog.Logger
 	m     *publisherMetrics
 	pool  *workerPool
-	em    *endpointMetrics
 
 	mu      sync.RWMutex // guards lanes (written by Run's goroutine only) for the readers
 	lanes   map[string]*lane
@@ -187,7 +186,7 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Fanout {
 	cfg.RetryMin, cfg.RetryMax, cfg.MaxAttempts, cfg.ShutdownTimeout = pc.RetryMin, pc.RetryMax, pc.MaxAttempts, pc.ShutdownTimeout
 	f := &Fanout{cfg: cfg, acker: acker, marks: marks, log: cfg.Logger, m: newPublisherMetrics(cfg.Registerer),
 		pool: newWorkerPool(), lanes: map[string]*lane{}, fan: map[*envelope.Message]*fanCount{}}
-	f.em = newEndpointMetrics(f, cfg.Registerer)
+	newEndpointMetrics(f, cfg.Registerer)
 	return f
 }
 
@@ -646,8 +645,6 @@ func (f *Fanout) Paused() (bool, string) {
 	return f.pause.paused, f.pause.reason
 }
 
-func (f *Fanout) pipelinePause() (bool, string) { return f.Paused() }
-
 func (f *Fanout) refreshPauses() {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -658,8 +655,7 @@ func (f *Fanout) refreshPauses() {
 
 // durably runs a store write until it succeeds (see Publisher.durably).
 func (f *Fanout) durably(ctx context.Context, what string, fn func(context.Context) error) bool {
-	p := Publisher{log: f.log}
-	return p.durably(ctx, what, fn)
+	return durably(ctx, f.log, what, fn)
 }
 
 // housekeep saves the endpoints' status, rebuilds the destinations whose secret expired and

@@ -208,7 +208,7 @@ func (l *lane) refreshPause() {
 	l.mu.Lock()
 	gone, state, pausedReason := l.gone, l.state, l.paused
 	l.mu.Unlock()
-	pp, why := l.f.pipelinePause()
+	pp, why := l.f.Paused()
 	switch {
 	case gone:
 		p.Pause("the endpoint answered 410 Gone; it is being disabled")
