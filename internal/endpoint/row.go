@@ -46,6 +46,7 @@ type Row struct {
 	AggregateTypes  []string        `json:"aggregate_types"` // nil: NULL, every aggregate type
 	RateLimit       int             `json:"rate_limit"`      // 0: NULL, no limit
 	MaxInFlight     int             `json:"max_in_flight"`   // 0: NULL, the pipeline's
+	SpillAfterMS    int             `json:"spill_after_ms"`  // 0: NULL, the pipeline's spill_after
 	State           string          `json:"state"`
 	PausedReason    string          `json:"paused_reason"`
 	PausedAt        time.Time       `json:"paused_at"`

@@ -47,6 +47,12 @@ const (
 	EndpointVersions = "outbox_endpoint_versions"
 	// EndpointStatus is what each pipeline's endpoint lanes last reported.
 	EndpointStatus = "outbox_endpoint_status"
+	// EndpointBacklog holds the events each endpoint spilled off the WAL, in stream order.
+	EndpointBacklog = "outbox_endpoint_backlog"
+	// DeliveryAttempts is the delivery log's failed attempts, one row each.
+	DeliveryAttempts = "outbox_delivery_attempts"
+	// Deliveries is the delivery log's successes, one row per flush.
+	Deliveries = "outbox_deliveries"
 	// Inbox is the consumer side's table; the relay itself neither reads nor needs it.
 	Inbox = "inbox_events"
 )
@@ -146,7 +152,7 @@ var Tables = []Table{
 		{"batch_max_bytes", 13}, {"batch_linger_ms", 13}, {"tenant_id", 13}, {"event_types", 13},
 		{"aggregate_types", 13}, {"rate_limit", 13}, {"max_in_flight", 13}, {"state", 13}, {"paused_reason", 13},
 		{"paused_at", 13}, {"disabled_reason", 13}, {"disabled_at", 13}, {"allow_private_url", 13}, {"metadata", 13},
-		{"created_at", 13}, {"updated_at", 13},
+		{"created_at", 13}, {"updated_at", 13}, {"spill_after_ms", 15},
 	}, Indexes: []Index{{"idx_outbox_endpoints_tenant", 13}},
 		// They write each change as a logical decoding message (the function
 		// outbox_endpoints_emit): without them a relay with endpoints never learns of a change.
@@ -157,7 +163,20 @@ var Tables = []Table{
 	{Name: EndpointStatus, Since: 14, Columns: []Column{
 		{"pipeline", 14}, {"endpoint_id", 14}, {"undelivered", 14}, {"oldest_undelivered_at", 14},
 		{"last_success_at", 14}, {"last_error", 14}, {"last_error_at", 14}, {"failures_in_row", 14}, {"updated_at", 14},
+		{"failing_since", 15}, {"backlog", 15},
 	}},
+	{Name: EndpointBacklog, Since: 15, Columns: []Column{
+		{"pipeline", 15}, {"endpoint_id", 15}, {"lsn", 15}, {"idx", 15}, {"event_id", 15}, {"attempts", 15},
+		{"mark", 15}, {"spilled_at", 15},
+	}, Indexes: []Index{{"outbox_endpoint_backlog_event", 15}}},
+	{Name: DeliveryAttempts, Since: 15, Columns: []Column{
+		{"pipeline", 15}, {"endpoint_id", 15}, {"event_id", 15}, {"attempt", 15}, {"at", 15}, {"status_code", 15},
+		{"latency_ms", 15}, {"error", 15},
+	}, Indexes: []Index{{"outbox_delivery_attempts_event", 15}, {"outbox_delivery_attempts_endpoint", 15}}},
+	{Name: Deliveries, Since: 15, Columns: []Column{
+		{"pipeline", 15}, {"endpoint_id", 15}, {"first_at", 15}, {"last_at", 15}, {"event_ids", 15},
+		{"delivered_at", 15}, {"attempts", 15}, {"latency_ms", 15},
+	}, Indexes: []Index{{"outbox_deliveries_event", 15}, {"outbox_deliveries_endpoint", 15}}},
 }
 
 // CoreColumns are the outbox_events columns of the first migration: a table of that name
