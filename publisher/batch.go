@@ -307,6 +307,9 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if p.lane != nil {
 		p.lane.observe(p, o)
+		if !o.ok() && p.lane.spillFailedBatch(p, b) {
+			return // the lane spilled meanwhile: the events are in its backlog now
+		}
 		if !o.ok() && p.sched.isRetired() {
 			p.sched.doneBatch(b)
 			for _, it := range b.items {

@@ -59,6 +59,8 @@ type Fanout struct {
 	parked map[string][]cdc.Aggregate
 	// doomed are the endpoints that a pending version disables or removes (findDoomed).
 	doomed map[string]bool
+	// backlogs are the endpoints' backlogs read at start, for their lanes; nil afterwards.
+	backlogs map[string]BacklogSize
 
 	fanMu sync.Mutex
 	fan   map[*envelope.Message]*fanCount // events routed to more than one endpoint
@@ -120,6 +122,16 @@ type FanoutConfig struct {
 	MetricsMax       int
 	// StatusInterval is how often the endpoints' status is saved. Zero: 5s.
 	StatusInterval time.Duration
+	// Backlog keeps the endpoints' backlogs off the WAL (fanout_spill.go). Nil: an endpoint
+	// never spills, and holds the slot while it holds events.
+	Backlog BacklogStore
+	// SpillAfter is how long an endpoint's oldest undelivered event waits before the endpoint
+	// spills to its backlog, unless its row sets spill_after_ms. Zero: 30s
+	// (settings.EndpointSpillAfter).
+	SpillAfter time.Duration
+	// SpillSize is how many events an endpoint holds, delivering none for a second, before it
+	// spills. Zero: 1000 (settings.EndpointSpillSize).
+	SpillSize int
 }
 
 // EndpointStore keeps what a Fanout records about its endpoints; PGEndpointStore implements
@@ -178,6 +190,12 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Fanout {
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = 5 * time.Second
 	}
+	if cfg.SpillAfter <= 0 {
+		cfg.SpillAfter = settings.EndpointSpillAfter
+	}
+	if cfg.SpillSize <= 0 {
+		cfg.SpillSize = settings.EndpointSpillSize
+	}
 	if cfg.MetricsMax == 0 {
 		cfg.MetricsMax = settings.EndpointMetricsMax
 	}
@@ -223,6 +241,13 @@ func (f *Fanout) Run(ctx context.Context, in <-chan *cdc.Tx) {
 		defer bg.Done()
 		f.housekeep(ctx)
 	}()
+	if f.cfg.Backlog != nil {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			f.backlogLoop(ctx)
+		}()
+	}
 	if err := f.backfill(ctx); err != nil {
 		f.log.Error().Err(err).Msg("backfill stopped; it resumes at the next start")
 	}
@@ -263,10 +288,23 @@ func (f *Fanout) load(ctx context.Context) bool {
 	}) {
 		return false
 	}
+	if f.cfg.Backlog != nil && !f.durably(ctx, "read the endpoints' backlogs", func(ctx context.Context) (err error) {
+		f.backlogs, err = f.cfg.Backlog.Sizes(ctx)
+		return err
+	}) {
+		return false
+	}
 	f.pending = vs
 	f.findDoomed()
 	f.applyPending(ctx, marker+1) // the endpoints the log began with; each later change applies at its commit
 	f.parked = nil
+	for id, b := range f.backlogs { // an endpoint removed with a backlog left (a removal not applied here)
+		if f.lanes[id] == nil {
+			f.log.Warn().Str("endpoint", id).Int64("events", b.Entries).Msg("a backlog of an endpoint that no longer exists; dropped")
+			_ = f.durably(ctx, "drop a removed endpoint's backlog", func(ctx context.Context) error { return f.cfg.Backlog.Drop(ctx, id) })
+		}
+	}
+	f.backlogs = nil
 	f.mu.RLock()
 	n := len(f.lanes)
 	f.mu.RUnlock()
@@ -423,7 +461,7 @@ func (f *Fanout) send(ctx context.Context, tx *cdc.Tx, m *envelope.Message, lane
 		}
 	}
 	for _, l := range lanes {
-		l.pub.add(ctx, tx, m)
+		l.add(ctx, tx, m)
 	}
 }
 
@@ -505,8 +543,9 @@ func (f *Fanout) apply(ctx context.Context, v EndpointVersion) {
 		if l == nil {
 			return
 		}
-		l.retire(ctx, "the endpoint was removed")
+		l.retire(ctx, "the endpoint was removed", false)
 		l.release()
+		l.dropBacklog(ctx)
 		f.mu.Lock()
 		delete(f.lanes, v.ID)
 		f.mu.Unlock()
@@ -576,6 +615,19 @@ func (f *Fanout) backfill(ctx context.Context) error {
 // settled is a lane's settle: it acknowledges the event, counts down a backfill or replay
 // page, and marks an event routed to several endpoints once all of them settled it.
 func (f *Fanout) settled(p *Publisher, it *item) {
+	if it.backlog {
+		f.backlogSettled(it)
+		return
+	}
+	if it.counted && p != nil && p.lane != nil {
+		b := &p.lane.bl
+		b.mu.Lock()
+		if it.counted {
+			it.counted = false
+			b.live--
+		}
+		b.mu.Unlock()
+	}
 	switch {
 	case it.tx.Backfill:
 		f.backfillLeft.Done()
@@ -607,6 +659,12 @@ func (f *Fanout) settled(p *Publisher, it *item) {
 func (f *Fanout) deliveredMark(it *item) {
 	if it.since {
 		return // a replayed row keeps its record (see observeDelivered)
+	}
+	if it.backlog {
+		if it.mark && f.marks != nil {
+			f.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1) // it went to this endpoint alone
+		}
+		return
 	}
 	f.fanMu.Lock()
 	c := f.fan[it.m]

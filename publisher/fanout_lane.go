@@ -38,6 +38,9 @@ type lane struct {
 
 	pauseMu sync.Mutex // makes refreshPause's read and its Pause or Resume one step
 	st      laneStats
+
+	bl      laneBacklog // fanout_spill.go
+	started time.Time   // when its publisher started (Run's goroutine writes it before the backlog loop sees the lane)
 }
 
 type laneStats struct {
@@ -49,7 +52,11 @@ type laneStats struct {
 }
 
 func newLane(f *Fanout, id string) *lane {
-	return &lane{f: f, id: id, name: f.cfg.Pipeline + "/" + id}
+	l := &lane{f: f, id: id, name: f.cfg.Pipeline + "/" + id}
+	if b, ok := f.backlogs[id]; ok && b.Entries > 0 {
+		l.bl.on, l.bl.written, l.bl.entries = true, b.Last, b.Entries // it spilled before this start
+	}
+	return l
 }
 
 // update makes the lane follow row v.
@@ -71,7 +78,7 @@ func (l *lane) update(ctx context.Context, v EndpointVersion) {
 			if row.DisabledReason != "" {
 				reason += ": " + row.DisabledReason
 			}
-			l.retire(ctx, reason)
+			l.retire(ctx, reason, true)
 			l.release()
 			l.f.log.Info().Str("endpoint", l.id).Str("reason", row.DisabledReason).Msg("endpoint disabled")
 		}
@@ -142,17 +149,33 @@ func (l *lane) start(ctx context.Context) {
 	} else {
 		p.loadParked(ctx)
 	}
+	l.mu.Lock()
+	l.started = time.Now()
+	l.mu.Unlock()
 	l.pub = p
 	l.cur.Store(p)
 }
 
-// retire settles everything the lane holds without sending it (see Publisher.retire); the lane
-// takes nothing more until it is started again.
-func (l *lane) retire(ctx context.Context, reason string) {
+// retire stops the lane's publisher; the lane takes nothing more until it is started again.
+// With keep (a disable) and a backlog, what it holds goes to its backlog, to be delivered once
+// it is enabled; else it is settled without being sent (see Publisher.retire).
+func (l *lane) retire(ctx context.Context, reason string, keep bool) {
 	if l.pub == nil {
 		return
 	}
-	l.pub.retire(ctx, reason)
+	if keep && l.f.cfg.Backlog != nil {
+		b := &l.bl
+		b.mu.Lock() // an attempt that fails meanwhile waits, and then finds the lane spilling
+		its, inFlight := l.pub.sched.retireCounting()
+		b.mu.Unlock()
+		l.spillRetired(its, inFlight)
+		if n := len(its); n > 0 || inFlight > 0 {
+			l.pub.log.Info().Int("events", n).Int("in_flight", inFlight).Str("reason", reason).
+				Msg("the endpoint's events are kept in its backlog; `outbox-relay endpoint enable` delivers them in order")
+		}
+	} else {
+		l.pub.retire(ctx, reason)
+	}
 	l.pub = nil
 	l.cur.Store(nil)
 }
@@ -324,7 +347,7 @@ func (b brokenDest) SendBatch(context.Context, []*envelope.Message, int) Result 
 // add queues m, an event of tx routed to this publisher's endpoint, behind the earlier events
 // of its aggregate; an event of a parked aggregate is parked durably instead.
 func (p *Publisher) add(ctx context.Context, tx *cdc.Tx, m *envelope.Message) {
-	it := &item{m: m, tx: tx}
+	it := &item{m: m, tx: tx, at: time.Now()}
 	if !p.sched.add(it) {
 		p.settleParked(ctx, []*item{it})
 	}
@@ -356,4 +379,31 @@ func (p *Publisher) abandonRetired(ctx context.Context, it *item, reason string)
 	}
 	p.m.EventsAbandoned.Inc()
 	p.settle(it)
+}
+
+// spillFailedBatch is spillFailed for a batch whose attempt failed: all or none of it.
+func (l *lane) spillFailedBatch(p *Publisher, b *batch) bool {
+	if l.f.cfg.Backlog == nil {
+		return false
+	}
+	bl := &l.bl
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	if !bl.on || bl.removed {
+		return false
+	}
+	for _, it := range b.items {
+		if it.backlog {
+			return false
+		}
+	}
+	p.sched.doneBatch(b)
+	for _, it := range b.items {
+		if it.counted {
+			it.counted = false
+			bl.live--
+		}
+		bl.buf = append(bl.buf, it)
+	}
+	return true
 }

@@ -28,6 +28,7 @@ type publisherMetrics struct {
 	EventsDeadLettered prometheus.Counter
 	EventsSkipped      prometheus.Counter
 	EventsAbandoned    prometheus.Counter
+	EventsSpilled      prometheus.Counter
 	DeliveryAttempts   *prometheus.CounterVec
 	DeliveryDuration   prometheus.Histogram
 	EndToEnd           prometheus.Histogram
@@ -46,6 +47,8 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 			"Events resent after a restart that an earlier process had already delivered (per the status marks), not sent again."),
 		EventsAbandoned: metrics.Counter(reg, "events_abandoned_total",
 			"Events a shadow pipeline gave up on after its last attempt (recorded, settled, never parked)."),
+		EventsSpilled: metrics.Counter(reg, "events_spilled_total",
+			"Events an endpoint spilled to its backlog off the WAL (it lagged by its spill_after), to be delivered from there."),
 		DeliveryAttempts: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "delivery_attempts_total",
 			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout, network, or rejected (a broker refused the message)."}, []string{"result"})),

@@ -269,6 +269,9 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if p.lane != nil {
 		p.lane.observe(p, o)
+		if !o.ok() && p.lane.spillFailed(p, it) {
+			return // the lane spilled meanwhile: the event is in its backlog now
+		}
 		if !o.ok() && p.sched.isRetired() {
 			p.sched.done(it)
 			p.abandonRetired(ctx, it, "the endpoint was disabled or removed while the attempt was under way")

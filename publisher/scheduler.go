@@ -18,6 +18,16 @@ type item struct {
 	attempt int  // attempts made so far
 	replay  bool // re-sent by a replay request: its aggregate was parked
 	since   bool // re-sent by a replay --since request: it counts down the request's page
+
+	// A Fanout lane's: when it was queued; read from the lane's backlog (backlog, with its page
+	// and whether its delivery marks the row); written to the backlog (spilled); an attempt of
+	// it was under way when the lane spilled or was disabled (counted in laneBacklog.live).
+	at      time.Time
+	backlog bool
+	mark    bool
+	spilled bool
+	counted bool
+	page    *backlogPage
 }
 
 // key is the item's ordering key, its aggregate. As a map key it costs no allocation.

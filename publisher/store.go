@@ -299,3 +299,60 @@ func (s PGEndpointStore) Parked(ctx context.Context) (map[string][]cdc.Aggregate
 func (s PGEndpointStore) ForgetStatus(ctx context.Context, id string) error {
 	return state.ForgetEndpointStatus(ctx, s.Pool, s.Schema, s.Pipeline, id)
 }
+
+// PGBacklogStore is the BacklogStore of a Fanout on the relay's tables, for one pipeline.
+type PGBacklogStore struct {
+	Pool     *pgxpool.Pool
+	Pipeline string
+	// Schema is the PostgreSQL schema of the relay's tables (see PGStore.Schema).
+	Schema string
+}
+
+// Spill implements BacklogStore.
+func (s PGBacklogStore) Spill(ctx context.Context, endpoint string, es []BacklogEntry) error {
+	rows := make([]state.BacklogEntry, len(es))
+	for i, e := range es {
+		rows[i] = state.BacklogEntry{LSN: e.Pos.LSN, Idx: e.Pos.Idx, EventID: e.EventID, Attempts: e.Attempts, Mark: e.Mark}
+	}
+	return state.SpillBacklog(ctx, s.Pool, s.Schema, s.Pipeline, endpoint, rows)
+}
+
+// Page implements BacklogStore.
+func (s PGBacklogStore) Page(ctx context.Context, endpoint string, after BacklogPos, limit int) ([]BacklogEvent, error) {
+	rows, err := state.BacklogPage(ctx, s.Pool, s.Schema, s.Pipeline, endpoint, after.LSN, after.Idx, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BacklogEvent, len(rows))
+	for i, r := range rows {
+		out[i].BacklogEntry = BacklogEntry{Pos: BacklogPos{LSN: r.LSN, Idx: r.Idx}, EventID: r.EventID, Attempts: r.Attempts, Mark: r.Mark}
+		if !r.Missing {
+			out[i].Message = message(r.Event)
+		}
+	}
+	return out, nil
+}
+
+// Trim implements BacklogStore.
+func (s PGBacklogStore) Trim(ctx context.Context, endpoint string, upTo BacklogPos) (int64, error) {
+	return state.TrimBacklog(ctx, s.Pool, s.Schema, s.Pipeline, endpoint, upTo.LSN, upTo.Idx)
+}
+
+// Drop implements BacklogStore.
+func (s PGBacklogStore) Drop(ctx context.Context, endpoint string) error {
+	_, err := state.DropBacklog(ctx, s.Pool, s.Schema, s.Pipeline, endpoint)
+	return err
+}
+
+// Sizes implements BacklogStore.
+func (s PGBacklogStore) Sizes(ctx context.Context) (map[string]BacklogSize, error) {
+	rows, err := state.BacklogSizes(ctx, s.Pool, s.Schema, s.Pipeline)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]BacklogSize, len(rows))
+	for id, r := range rows {
+		out[id] = BacklogSize{Entries: r.Entries, Last: BacklogPos{LSN: r.LSN, Idx: r.Idx}}
+	}
+	return out, nil
+}

@@ -118,5 +118,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 			return publisher.PGStore{Pool: pool, Pipeline: name, OwnState: true, Schema: cfg.Schema}
 		},
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
+		Backlog:    publisher.PGBacklogStore{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
+		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize,
 	}, acker, marks)
 }

@@ -79,6 +79,13 @@ type Pipeline struct {
 	// Secrets, Scheme, Destination and Delivery (but Marks) are then left empty; MaxInFlight is
 	// the deliveries all endpoints share (at least 256). False: one destination.
 	Endpoints bool
+	// SpillAfter is, with Endpoints, how long an endpoint's oldest undelivered event waits
+	// before the endpoint spills to its backlog off the WAL (`spill_after`, `--spill-after`),
+	// unless the endpoint's row sets spill_after_ms; SpillSize is how many events an endpoint
+	// holds, delivering none for a second, before it spills (`spill_size`, `--spill-size`).
+	// Zero: 30s and 1000.
+	SpillAfter time.Duration
+	SpillSize  int
 	// OnGone is what a 410 Gone answer does: the zero value publisher.GonePause pauses the
 	// pipeline (durably, until `outbox-relay resume`) and leaves the event undelivered;
 	// publisher.GoneRetry retries it like any failed attempt.
@@ -185,7 +192,8 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 			Secrets: c.Secrets, Scheme: c.Scheme, RequestTimeout: c.RequestTimeout, RetryMin: c.RetryMin,
 			RetryMax: c.RetryMax, MaxAttempts: c.MaxAttempts, MaxInFlight: c.MaxInFlight,
 			MaxBufferedEvents: c.MaxBufferedEvents, MaxBufferedBytes: c.MaxBufferedBytes, Backfill: !c.NoBackfill,
-			Delivery: c.Delivery, Destination: c.Destination, OnGone: c.Control.OnGone, Endpoints: c.Endpoints}
+			Delivery: c.Delivery, Destination: c.Destination, OnGone: c.Control.OnGone, Endpoints: c.Endpoints,
+			SpillAfter: c.SpillAfter, SpillSize: c.SpillSize}
 		if p.Slot == "" {
 			p.Slot = DefaultSlot
 		}

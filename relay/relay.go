@@ -150,6 +150,9 @@ type Config struct {
 	// --endpoint-metrics-max). Zero EndpointMetricsMax: 20; negative: none.
 	EndpointMetrics    []string
 	EndpointMetricsMax int
+	// SpillAfter and SpillSize are the default pipeline's (see Pipeline.SpillAfter).
+	SpillAfter time.Duration
+	SpillSize  int
 	metricsBound       string // the address MetricsAddr bound, once it listens
 
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its

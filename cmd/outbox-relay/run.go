@@ -90,6 +90,8 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, secretsKeyFileFlag.name)
 	addSetting(fs, "endpoint-metrics")
 	addSetting(fs, "endpoint-metrics-max")
+	addSetting(fs, "spill-after")
+	addSetting(fs, "spill-size")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -462,6 +464,8 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 			}
 		}
 	}
+	cfg.SpillAfter, _ = fs.GetDuration("spill-after")
+	cfg.SpillSize, _ = fs.GetInt("spill-size")
 	cfg.EndpointMetricsMax, _ = fs.GetInt("endpoint-metrics-max")
 	if cfg.EndpointMetricsMax == 0 {
 		cfg.EndpointMetricsMax = -1 // 0 on the command line: none beyond --endpoint-metrics

@@ -99,6 +99,8 @@ type rawPipeline struct {
 	RateLimit         scalar      `yaml:"rate_limit"`
 	Shadow            scalar      `yaml:"shadow"`
 	Endpoints         scalar      `yaml:"endpoints"`
+	SpillAfter        scalar      `yaml:"spill_after"`
+	SpillSize         scalar      `yaml:"spill_size"`
 	Initial           scalar      `yaml:"initial"`
 	Shards            scalar      `yaml:"shards"`
 	Shard             scalar      `yaml:"shard"`
@@ -322,6 +324,8 @@ func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 		MaxBufferedBytes:  p.size(rp.MaxBufferedBytes, "max_buffered_bytes"),
 		RateLimit:         p.integer(rp.RateLimit, "rate_limit", 0),
 		Shadow:            p.boolean(rp.Shadow, "shadow"),
+		SpillAfter:        p.duration(rp.SpillAfter, "spill_after"),
+		SpillSize:         p.integer(rp.SpillSize, "spill_size", 0),
 	}
 	if !rp.Name.set {
 		p.failLine(rp.line(), "a pipeline has no name")

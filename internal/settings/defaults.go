@@ -49,6 +49,11 @@ const (
 	EndpointWorkers     = 256
 	EndpointMaxInFlight = 16
 	EndpointMetricsMax  = 20
+	// EndpointSpillAfter is how long an endpoint's oldest undelivered event waits before the
+	// endpoint spills to its backlog; EndpointSpillSize is how many events it holds, delivering
+	// none, before it spills.
+	EndpointSpillAfter = 30 * time.Second
+	EndpointSpillSize  = 1000
 )
 
 // AttemptsForADay is the number of attempts whose backoff delays, doubling from lo up to hi,

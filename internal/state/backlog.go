@@ -1,0 +1,132 @@
+package state
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
+)
+
+// The endpoint backlog (outbox_endpoint_backlog): the events an endpoint of a pipeline spilled
+// off the WAL, by stream position. The events stay in outbox_events; an entry names one.
+
+// BacklogEntry is one spilled event of an endpoint: its stream position (commit LSN and index in
+// the transaction), its id, the attempts made before it was spilled, and whether its delivery
+// marks the row done.
+type BacklogEntry struct {
+	LSN      pglogrepl.LSN
+	Idx      int
+	EventID  string
+	Attempts int
+	Mark     bool
+}
+
+// BacklogEvent is an entry with its event, as a drain reads it. Missing is set when the row is
+// no longer in outbox_events (deleted by hand: prune keeps the rows a backlog names).
+type BacklogEvent struct {
+	BacklogEntry
+	Event
+	Missing bool
+}
+
+// SpillBacklog records entries in the backlog of endpoint in pipeline; an entry recorded already
+// (the same position, sent again after a restart) is kept as it is.
+func SpillBacklog(ctx context.Context, db DB, s, pipeline, endpoint string, es []BacklogEntry) error {
+	lsns, idxs, ids, attempts, marks := make([]string, len(es)), make([]int32, len(es)), make([]string, len(es)),
+		make([]int32, len(es)), make([]bool, len(es))
+	for i, e := range es {
+		lsns[i], idxs[i], ids[i], attempts[i], marks[i] = e.LSN.String(), int32(e.Idx), e.EventID, int32(e.Attempts), e.Mark
+	}
+	_, err := db.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_endpoint_backlog} (pipeline, endpoint_id, lsn, idx, event_id, attempts, mark)
+		SELECT $1, $2, l::pg_lsn, i, e, a, m FROM unnest($3::text[], $4::int[], $5::uuid[], $6::int[], $7::bool[]) AS u(l, i, e, a, m)
+		ON CONFLICT (pipeline, endpoint_id, lsn, idx) DO NOTHING`), pipeline, endpoint, lsns, idxs, ids, attempts, marks)
+	if err != nil {
+		return fmt.Errorf("record %d events in the backlog of endpoint %s: %w", len(es), endpoint, err)
+	}
+	return nil
+}
+
+// BacklogPage returns up to limit entries of the backlog after position (lsn, idx), in stream
+// order, with their events.
+func BacklogPage(ctx context.Context, db DB, s, pipeline, endpoint string, lsn pglogrepl.LSN, idx, limit int) ([]BacklogEvent, error) {
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT b.lsn::text, b.idx, b.event_id::text, b.attempts, b.mark, o.id IS NULL,
+			coalesce(o.aggregate_type, ''), coalesce(o.aggregate_id, ''), coalesce(o.event_type, ''), coalesce(o.payload::text, ''),
+			coalesce(o.headers::text, ''), coalesce(o.created_at, b.spilled_at), coalesce(o.tenant_id, '')
+		FROM {outbox_endpoint_backlog} b LEFT JOIN {outbox_events} o ON o.id = b.event_id
+		WHERE b.pipeline = $1 AND b.endpoint_id = $2 AND (b.lsn, b.idx) > ($3::pg_lsn, $4)
+		ORDER BY b.lsn, b.idx LIMIT $5`), pipeline, endpoint, lsn.String(), idx, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the backlog of endpoint %s: %w", endpoint, err)
+	}
+	defer rows.Close()
+	var out []BacklogEvent
+	for rows.Next() {
+		var e BacklogEvent
+		var l, payload, headers string
+		if err := rows.Scan(&l, &e.Idx, &e.EventID, &e.Attempts, &e.Mark, &e.Missing, &e.AggregateType, &e.AggregateID,
+			&e.EventType, &payload, &headers, &e.CreatedAt, &e.TenantID); err != nil {
+			return nil, err
+		}
+		if e.LSN, err = pglogrepl.ParseLSN(l); err != nil {
+			return nil, err
+		}
+		e.ID = e.EventID
+		e.setText(payload, headers)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// TrimBacklog forgets the entries of the backlog up to position (lsn, idx), delivered (or
+// dead-lettered, parked) all of them.
+func TrimBacklog(ctx context.Context, db DB, s, pipeline, endpoint string, lsn pglogrepl.LSN, idx int) (int64, error) {
+	tag, err := db.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_endpoint_backlog}
+		WHERE pipeline = $1 AND endpoint_id = $2 AND (lsn, idx) <= ($3::pg_lsn, $4)`), pipeline, endpoint, lsn.String(), idx)
+	if err != nil {
+		return 0, fmt.Errorf("trim the backlog of endpoint %s: %w", endpoint, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DropBacklog forgets the whole backlog of endpoint in pipeline (the endpoint was removed).
+func DropBacklog(ctx context.Context, db DB, s, pipeline, endpoint string) (int64, error) {
+	tag, err := db.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_endpoint_backlog} WHERE pipeline = $1 AND endpoint_id = $2`),
+		pipeline, endpoint)
+	if err != nil {
+		return 0, fmt.Errorf("drop the backlog of endpoint %s: %w", endpoint, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// BacklogSize is an endpoint's backlog: how many entries, and the position of the last one.
+type BacklogSize struct {
+	Entries int64
+	LSN     pglogrepl.LSN
+	Idx     int
+}
+
+// BacklogSizes returns the backlog of every endpoint of pipeline that has one, by endpoint id.
+func BacklogSizes(ctx context.Context, db DB, s, pipeline string) (map[string]BacklogSize, error) {
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT DISTINCT ON (endpoint_id) endpoint_id, lsn::text, idx,
+			count(*) OVER (PARTITION BY endpoint_id)
+		FROM {outbox_endpoint_backlog} WHERE pipeline = $1 ORDER BY endpoint_id, lsn DESC, idx DESC`), pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("read the endpoints' backlogs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]BacklogSize{}
+	for rows.Next() {
+		var id, l string
+		var b BacklogSize
+		if err := rows.Scan(&id, &l, &b.Idx, &b.Entries); err != nil {
+			return nil, err
+		}
+		if b.LSN, err = pglogrepl.ParseLSN(l); err != nil {
+			return nil, err
+		}
+		out[id] = b
+	}
+	return out, rows.Err()
+}

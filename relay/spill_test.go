@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// backlogCount returns how many events the endpoint's backlog holds.
+func (e *env) backlogCount(id string) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_endpoint_backlog WHERE endpoint_id = $1`, id).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// An endpoint that fails spills once its oldest event waited spill_after: its events go to its
+// backlog and the slot confirms past them, while the healthy endpoint goes on. A relay
+// restarted meanwhile still has the backlog; when the endpoint answers again it receives every
+// event in order per aggregate, from the backlog and then live, and the backlog empties.
+func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
+	e := newEnv(t)
+	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
+	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
+	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(bad, outbox.Endpoint{})
+	var failing atomic.Bool
+	failing.Store(true)
+	bad.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusInternalServerError
+		}
+		return 0
+	})
+	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
+	r := e.start(spill)
+	live := []*partner{ok, bad}
+	e.write("a", tenantEvents{"", "order", "order.created", 10, 5}, live)
+	waitPartners(t, ok)
+	owed := e.currentLSN()
+	waitFor(t, 30*time.Second, "the slot confirmed past the failing endpoint's events", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return confirmed >= owed
+	})
+	if n := e.backlogCount(bad.id); n != 50 {
+		t.Fatalf("the failing endpoint's backlog holds %d events, want 50", n)
+	}
+	if n := e.backlogCount(ok.id); n != 0 {
+		t.Fatalf("the healthy endpoint's backlog holds %d events", n)
+	}
+	// Spilling: what comes next goes to the backlog too, and the slot moves on.
+	e.write("b", tenantEvents{"", "order", "order.created", 10, 5}, live)
+	waitPartners(t, ok)
+	owed = e.currentLSN()
+	waitFor(t, 30*time.Second, "the slot confirmed past the events spilled live", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return confirmed >= owed && e.backlogCount(bad.id) == 100
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	r = e.start(spill)
+	defer func() { _ = r.stop(t) }()
+	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, live)
+	waitPartners(t, ok)
+	failing.Store(false)
+	waitPartners(t, ok, bad)
+	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+	// Rejoined: later events go live.
+	e.write("d", tenantEvents{"", "order", "order.created", 10, 5}, live)
+	waitPartners(t, ok, bad)
+	if n := e.backlogCount(bad.id); n != 0 {
+		t.Fatalf("after the rejoin the backlog holds %d events", n)
+	}
+}
