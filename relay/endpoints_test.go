@@ -197,7 +197,7 @@ func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
 		return 0
 	})
 	// No spill within the test: the failing endpoint holds the slot (spill_test.go covers the spill).
-	e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1 << 30 })
+	e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 })
 	live := []*partner{ok, bad, gone}
 	e.write("a", tenantEvents{"", "order", "order.created", 10, 5}, live)
 	waitPartners(t, ok, gone)

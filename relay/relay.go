@@ -151,9 +151,9 @@ type Config struct {
 	EndpointMetrics    []string
 	EndpointMetricsMax int
 	// SpillAfter and SpillSize are the default pipeline's (see Pipeline.SpillAfter).
-	SpillAfter time.Duration
-	SpillSize  int
-	metricsBound       string // the address MetricsAddr bound, once it listens
+	SpillAfter   time.Duration
+	SpillSize    int
+	metricsBound string // the address MetricsAddr bound, once it listens
 
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the default-pipeline fields above must
