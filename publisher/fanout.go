@@ -171,6 +171,9 @@ type EndpointStatus struct {
 	LastError         string
 	LastErrorAt       time.Time
 	FailuresInRow     int
+	// Backlog is how many events the endpoint's backlog off the WAL holds (not saved: `status
+	// --endpoints` counts the table).
+	Backlog int64
 }
 
 // fanCount counts the deliveries of an event routed to several endpoints.

@@ -17,7 +17,9 @@ import (
 type endpointMetrics struct {
 	f                                  *Fanout
 	endpoints, failing, open           *prometheus.Desc
+	spilling, backlogEvents            *prometheus.Desc
 	undelivered, oldest, failuresInRow *prometheus.Desc
+	backlog                            *prometheus.Desc
 	named                              map[string]bool
 }
 
@@ -30,6 +32,14 @@ func newEndpointMetrics(f *Fanout, reg prometheus.Registerer) *endpointMetrics {
 		open: prometheus.NewDesc(name("endpoints_circuit_open"),
 			"Endpoints whose circuit breaker is open (they failed 10 attempts in a row): probed one attempt at a time until one succeeds.",
 			nil, nil),
+		spilling: prometheus.NewDesc(name("endpoints_spilling"),
+			"Endpoints that spill to their backlog off the WAL (they lagged by their spill_after, or are disabled with events kept).",
+			nil, nil),
+		backlogEvents: prometheus.NewDesc(name("endpoint_backlog_events"),
+			"Events in the endpoints' backlogs, all endpoints together.", nil, nil),
+		backlog: prometheus.NewDesc(name("endpoint_backlog"),
+			"Events in the endpoint's backlog off the WAL; only for the endpoints in trouble and those asked for.",
+			[]string{"endpoint"}, nil),
 		undelivered: prometheus.NewDesc(name("endpoint_undelivered"),
 			"Events held for the endpoint (queued, in flight, waiting for a retry); only for the endpoints in trouble and those asked for.",
 			[]string{"endpoint"}, nil),
@@ -51,7 +61,8 @@ func newEndpointMetrics(f *Fanout, reg prometheus.Registerer) *endpointMetrics {
 
 // Describe implements prometheus.Collector.
 func (em *endpointMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{em.endpoints, em.failing, em.open, em.undelivered, em.oldest, em.failuresInRow} {
+	for _, d := range []*prometheus.Desc{em.endpoints, em.failing, em.open, em.spilling, em.backlogEvents, em.undelivered,
+		em.oldest, em.failuresInRow, em.backlog} {
 		ch <- d
 	}
 }
@@ -65,7 +76,7 @@ type endpointSample struct {
 // Collect implements prometheus.Collector.
 func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 	states := map[string]float64{endpoint.Enabled: 0, endpoint.Paused: 0, endpoint.Disabled: 0}
-	failing, open := 0.0, 0.0
+	failing, open, spilling, backlogEvents := 0.0, 0.0, 0.0, 0.0
 	var samples []endpointSample
 	now := time.Now()
 	em.f.mu.RLock()
@@ -77,11 +88,16 @@ func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 		if fails > 0 {
 			failing++
 		}
-		troubled := fails > 0 || state == endpoint.Paused
+		inBacklog, spills := l.backlogState()
+		backlogEvents += float64(inBacklog)
+		if spills {
+			spilling++
+		}
+		troubled := fails > 0 || state == endpoint.Paused || spills
 		if !troubled && !em.named[id] {
 			continue
 		}
-		st := EndpointStatus{ID: id, FailuresInRow: fails, LastErrorAt: lastErr}
+		st := EndpointStatus{ID: id, FailuresInRow: fails, LastErrorAt: lastErr, Backlog: inBacklog}
 		if p := l.cur.Load(); p != nil {
 			if p.sched.breakerOpen() {
 				open++
@@ -97,12 +113,14 @@ func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(em.failing, prometheus.GaugeValue, failing)
 	ch <- prometheus.MustNewConstMetric(em.open, prometheus.GaugeValue, open)
+	ch <- prometheus.MustNewConstMetric(em.spilling, prometheus.GaugeValue, spilling)
+	ch <- prometheus.MustNewConstMetric(em.backlogEvents, prometheus.GaugeValue, backlogEvents)
 	slices.SortFunc(samples, func(a, b endpointSample) int {
 		if a.st.FailuresInRow != b.st.FailuresInRow {
 			return b.st.FailuresInRow - a.st.FailuresInRow
 		}
-		if a.st.Undelivered != b.st.Undelivered {
-			return int(b.st.Undelivered - a.st.Undelivered)
+		if a.st.Undelivered+a.st.Backlog != b.st.Undelivered+b.st.Backlog {
+			return int(b.st.Undelivered + b.st.Backlog - a.st.Undelivered - a.st.Backlog)
 		}
 		if a.id < b.id {
 			return -1
@@ -124,5 +142,6 @@ func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(em.undelivered, prometheus.GaugeValue, float64(s.st.Undelivered), s.id)
 		ch <- prometheus.MustNewConstMetric(em.oldest, prometheus.GaugeValue, age, s.id)
 		ch <- prometheus.MustNewConstMetric(em.failuresInRow, prometheus.GaugeValue, float64(s.st.FailuresInRow), s.id)
+		ch <- prometheus.MustNewConstMetric(em.backlog, prometheus.GaugeValue, float64(s.st.Backlog), s.id)
 	}
 }

@@ -79,3 +79,43 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 		t.Fatalf("after the rejoin the backlog holds %d events", n)
 	}
 }
+
+// A disabled endpoint keeps what it held: the events it had not delivered go to its backlog
+// (the slot confirms past them), it is sent nothing committed while it is disabled, and once it
+// is enabled it receives the kept events in order, then what is committed after.
+func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
+	e := newEnv(t)
+	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
+	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
+	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(bad, outbox.Endpoint{})
+	var failing atomic.Bool
+	failing.Store(true)
+	bad.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	r := e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 }) // no spill but the disable's
+	defer func() { _ = r.stop(t) }()
+	e.write("a", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
+	waitPartners(t, ok)
+	if _, err := outbox.DisableEndpoint(context.Background(), e.pool, bad.id, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	owed := e.currentLSN()
+	waitFor(t, 30*time.Second, "the held events kept in the backlog and the slot past them", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return e.backlogCount(bad.id) == 50 && confirmed >= owed
+	})
+	e.write("b", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok}) // not routed to the disabled one
+	waitPartners(t, ok)
+	failing.Store(false)
+	if _, err := outbox.EnableEndpoint(context.Background(), e.pool, bad.id); err != nil {
+		t.Fatal(err)
+	}
+	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
+	waitPartners(t, ok, bad)
+	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+}
