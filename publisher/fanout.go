@@ -398,7 +398,7 @@ func (f *Fanout) resync(ctx context.Context, lsn pglogrepl.LSN) bool {
 		f.log.Info().Int("endpoints_changed", len(gone)+len(changed)).Str("lsn", lsn.String()).
 			Msg("endpoints brought up to date from the versions log (another relay led the slot meanwhile)")
 	}
-	return true
+	return f.resyncBacklogs(ctx)
 }
 
 // take queues a transaction, after a restart first dropping the events an earlier process

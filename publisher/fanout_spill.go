@@ -524,3 +524,42 @@ func (l *lane) dropBacklog(ctx context.Context) {
 	}
 	_ = l.f.durably(ctx, "drop a removed endpoint's backlog", func(ctx context.Context) error { return l.f.cfg.Backlog.Drop(ctx, l.id) })
 }
+
+// resyncBacklogs makes the lanes follow the backlogs as they are now, at the start of a new
+// streaming session: another relay that led the slot meanwhile may have spilled an endpoint
+// this one delivers live. Such a lane spills what it holds (its backlog comes first in stream
+// order) and reads the backlog. It reports false if ctx ended first.
+func (f *Fanout) resyncBacklogs(ctx context.Context) bool {
+	if f.cfg.Backlog == nil {
+		return true
+	}
+	var sizes map[string]BacklogSize
+	if !f.durably(ctx, "read the endpoints' backlogs", func(ctx context.Context) (err error) {
+		sizes, err = f.cfg.Backlog.Sizes(ctx)
+		return err
+	}) {
+		return false
+	}
+	for id, sz := range sizes {
+		l := f.lanes[id] // Run's goroutine writes lanes: no lock to read
+		if l == nil || sz.Entries == 0 {
+			continue
+		}
+		l.bl.mu.Lock()
+		on := l.bl.on
+		l.bl.mu.Unlock()
+		if !on {
+			l.spill("another relay spilled it while it led the slot")
+		}
+		b := &l.bl
+		b.mu.Lock()
+		if b.written.less(sz.Last) {
+			b.written, b.short = sz.Last, false
+		}
+		if !on && l.pub == nil { // disabled: it reads the backlog from its start once enabled
+			b.on = true
+		}
+		b.mu.Unlock()
+	}
+	return true
+}

@@ -44,15 +44,15 @@ new ones. A disabled endpoint is refused (exit 1): enable it.`,
 	"disable": {
 		short: "Disable an endpoint: it receives nothing until enabled",
 		long: `Disables an endpoint, paused or not, from this command's commit on: events committed after it
-are not routed to it, and those the relay still holds for it are not sent but recorded as
-abandoned (under <pipeline>/<id> in outbox_pipeline_events; replay --since ... --endpoint ID
-re-sends them once it is enabled). Disabling a disabled endpoint changes nothing.`,
+are not routed to it, and those the relay still holds for it go to its backlog
+(outbox_endpoint_backlog), kept until it is enabled, when they are delivered in order before the
+new ones, or removed. Disabling a disabled endpoint changes nothing.`,
 		example: `  outbox-relay endpoint disable acme --reason "contract ended"`,
 		reason:  true, state: outbox.EndpointDisabled,
 		do: func(e outbox.Endpoints, ctx context.Context, q outbox.Querier, id, r string) (outbox.Endpoint, error) {
 			return e.Disable(ctx, q, id, r)
 		},
-		after: "`outbox-relay endpoint enable {id}` enables it",
+		after: "`outbox-relay endpoint enable {id}` enables it and delivers what it kept",
 	},
 	"enable": {
 		short: "Enable a disabled endpoint", long: `Enables a disabled endpoint: it receives the events committed from now on. A paused endpoint is
