@@ -664,8 +664,11 @@ func (f *Fanout) deliveredMark(it *item) {
 		return // a replayed row keeps its record (see observeDelivered)
 	}
 	if it.backlog {
-		if it.mark && f.marks != nil {
-			f.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1) // it went to this endpoint alone
+		// An event that went to this endpoint alone is done now. One that went to others too is
+		// done once the slot confirmed past it (every other endpoint settled it, so no restart
+		// sends it again and skips it for them); before that it keeps its status.
+		if f.marks != nil && (it.mark || f.cfg.Confirmed != nil && f.cfg.Confirmed() > it.tx.CommitLSN) {
+			f.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1)
 		}
 		return
 	}

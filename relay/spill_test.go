@@ -78,6 +78,9 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 	if n := e.backlogCount(bad.id); n != 0 {
 		t.Fatalf("after the rejoin the backlog holds %d events", n)
 	}
+	// Each event went to both endpoints: its row is marked done once both have it, including the
+	// ones the failing endpoint got from its backlog.
+	waitFor(t, 30*time.Second, "every row marked done", func() bool { return e.notDone() == 0 })
 }
 
 // A disabled endpoint keeps what it held: the events it had not delivered go to its backlog
