@@ -87,6 +87,10 @@ type Endpoint struct {
 	// MaxInFlight, if positive, caps the endpoint's concurrent requests. 0: 16 (the endpoints
 	// of a pipeline share its workers, max(--max-in-flight, 256)).
 	MaxInFlight int
+	// SpillAfter, if positive, is how long the endpoint's oldest undelivered event waits before
+	// its events go to its backlog off the WAL (whole milliseconds, 100ms to 7 days). 0: the
+	// pipeline's --spill-after (30s).
+	SpillAfter time.Duration
 	// AllowPrivateURL lets the URL reach what the URL guard refuses (link-local and metadata
 	// addresses, the relay's metrics address), when it is written and at every connection.
 	AllowPrivateURL bool

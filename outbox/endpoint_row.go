@@ -108,6 +108,10 @@ func applyWritable(r *endpoint.Row, ep Endpoint) error {
 	}
 	r.BatchLingerMS = int(ep.BatchLinger / time.Millisecond)
 	r.RateLimit, r.MaxInFlight = ep.RateLimit, ep.MaxInFlight
+	if ep.SpillAfter%time.Millisecond != 0 {
+		return fmt.Errorf("%w: spill after %s: use whole milliseconds", ErrInvalidEndpoint, ep.SpillAfter)
+	}
+	r.SpillAfterMS = int(ep.SpillAfter / time.Millisecond)
 	r.AllowPrivateURL = ep.AllowPrivateURL
 	m, err := endpoint.NormalizeMetadata(ep.Metadata)
 	if err != nil {
@@ -137,6 +141,7 @@ func public(r endpoint.Row) Endpoint {
 		ID: r.ID, URL: r.URL, TenantID: r.TenantID, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes,
 		Scheme: r.SignatureScheme(), Format: r.Format, BatchMaxEvents: r.BatchMaxEvents, BatchMaxBytes: r.BatchMaxBytes,
 		BatchLinger: r.Linger(), RateLimit: r.RateLimit, MaxInFlight: r.MaxInFlight, AllowPrivateURL: r.AllowPrivateURL,
+		SpillAfter: time.Duration(r.SpillAfterMS) * time.Millisecond,
 		Metadata: r.Metadata, State: EndpointState(r.State), PausedReason: r.PausedReason, PausedAt: r.PausedAt,
 		DisabledReason: r.DisabledReason, DisabledAt: r.DisabledAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}

@@ -39,8 +39,10 @@ type lane struct {
 	pauseMu sync.Mutex // makes refreshPause's read and its Pause or Resume one step
 	st      laneStats
 
-	bl      laneBacklog // fanout_spill.go
-	started time.Time   // when its publisher started (Run's goroutine writes it before the backlog loop sees the lane)
+	bl laneBacklog // fanout_spill.go
+	// spillAfterRow is the row's spill_after_ms as a duration (0: the pipeline's), for the backlog loop.
+	spillAfterRow atomic.Int64
+	started       time.Time // when its publisher started (Run's goroutine writes it before the backlog loop sees the lane)
 }
 
 type laneStats struct {
@@ -69,6 +71,7 @@ func (l *lane) update(ctx context.Context, v EndpointVersion) {
 	}
 	before := l.row
 	l.row = row
+	l.spillAfterRow.Store(int64(time.Duration(row.SpillAfterMS) * time.Millisecond))
 	l.mu.Lock()
 	l.state, l.paused = row.State, row.PausedReason
 	l.mu.Unlock()

@@ -169,8 +169,8 @@ func (l *lane) add(ctx context.Context, tx *cdc.Tx, m *envelope.Message) {
 
 // spillAfter is the lane's spill_after: its row's, else the pipeline's.
 func (l *lane) spillAfter() time.Duration {
-	if l.row.SpillAfterMS > 0 {
-		return time.Duration(l.row.SpillAfterMS) * time.Millisecond
+	if d := l.spillAfterRow.Load(); d > 0 {
+		return time.Duration(d)
 	}
 	return l.f.cfg.SpillAfter
 }

@@ -122,3 +122,24 @@ func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 	waitPartners(t, ok, bad)
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
 }
+
+// An endpoint's spill_after_ms wins over the pipeline's spill_after: with the pipeline's an
+// hour, the endpoint whose row says 300ms spills, and the other failing one holds its events.
+func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
+	e := newEnv(t)
+	quick := newPartner(t, "quick", func(string, string, string) bool { return true })
+	slow := newPartner(t, "slow", func(string, string, string) bool { return true })
+	e.addPartner(quick, outbox.Endpoint{SpillAfter: 300 * time.Millisecond})
+	e.addPartner(slow, outbox.Endpoint{})
+	fail := func(*http.Request) int { return http.StatusInternalServerError }
+	quick.recv.SetFail(fail)
+	slow.recv.SetFail(fail)
+	r := e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 })
+	defer func() { _ = r.stop(t) }()
+	e.write("a", tenantEvents{"", "order", "order.created", 4, 5}, nil)
+	waitFor(t, 30*time.Second, "the endpoint with spill_after_ms spilled", func() bool { return e.backlogCount(quick.id) == 20 })
+	time.Sleep(time.Second)
+	if n := e.backlogCount(slow.id); n != 0 {
+		t.Fatalf("the endpoint with the pipeline's spill_after (an hour) spilled %d events", n)
+	}
+}

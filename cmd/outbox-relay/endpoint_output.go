@@ -28,6 +28,7 @@ type endpointJSON struct {
 	BatchLingerMS   int64           `json:"batch_linger_ms"`
 	RateLimit       int             `json:"rate_limit"`
 	MaxInFlight     int             `json:"max_in_flight"`
+	SpillAfterMS    int64           `json:"spill_after_ms"`
 	AllowPrivateURL bool            `json:"allow_private_url"`
 	Metadata        json.RawMessage `json:"metadata"`
 	State           string          `json:"state"`
@@ -54,6 +55,7 @@ func toJSON(e outbox.Endpoint) endpointJSON {
 		ID: e.ID, URL: e.URL, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes, Scheme: e.Scheme.String(),
 		Format: e.Format, BatchMaxEvents: e.BatchMaxEvents, BatchMaxBytes: e.BatchMaxBytes,
 		BatchLingerMS: e.BatchLinger.Milliseconds(), RateLimit: e.RateLimit, MaxInFlight: e.MaxInFlight,
+		SpillAfterMS: e.SpillAfter.Milliseconds(),
 		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, State: string(e.State), PausedReason: e.PausedReason,
 		PausedAt: timePtr(e.PausedAt), DisabledReason: e.DisabledReason, DisabledAt: timePtr(e.DisabledAt),
 		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt, Secret: e.Secret, Secrets: []secretJSON{},
@@ -141,6 +143,11 @@ func printEndpoint(w io.Writer, e outbox.Endpoint) {
 	line("batch", fmt.Sprintf("%d events, %d bytes, linger %s", e.BatchMaxEvents, e.BatchMaxBytes, e.BatchLinger))
 	line("rate limit", limit(e.RateLimit, "/s", "none"))
 	line("max in flight", limit(e.MaxInFlight, "", "the pipeline's"))
+	if e.SpillAfter > 0 {
+		line("spill after", e.SpillAfter.String())
+	} else {
+		line("spill after", "the pipeline's")
+	}
 	if e.AllowPrivateURL {
 		line("url guard", "off for this endpoint (--allow-private-url)")
 	}

@@ -33,6 +33,7 @@ func addEndpointFields(fs *pflag.FlagSet, add bool) {
 	fs.Int("rate-limit", 0, "most requests to this endpoint in any one second; 0 = no limit")
 	fs.Int("max-in-flight", 0, fmt.Sprintf("most concurrent requests to this endpoint; 0 = %d (the pipeline's --max-in-flight is the pool all its endpoints share)",
 		settings.EndpointMaxInFlight))
+	fs.Duration("spill-after", 0, "how long the endpoint's oldest undelivered event waits before its events go to its backlog off the WAL (100ms to 168h); 0 = the pipeline's --spill-after")
 	fs.String("metadata", "", `your own JSON object about the endpoint, e.g. '{"customer":"Acme"}' (the relay does not read it)`)
 	fs.Bool("allow-private-url", false, "let the URL reach link-local and metadata addresses and the relay's metrics address (refused otherwise)")
 	fs.String("metrics-addr", ":9187", "the relay's --metrics-addr: a URL at it (localhost or this host) is refused unless --allow-private-url")
@@ -216,6 +217,9 @@ func deliveryFields(fs *pflag.FlagSet, ep *outbox.Endpoint, set func(string) boo
 	}
 	if set("max-in-flight") {
 		ep.MaxInFlight, _ = fs.GetInt("max-in-flight")
+	}
+	if set("spill-after") {
+		ep.SpillAfter, _ = fs.GetDuration("spill-after")
 	}
 	if set("allow-private-url") {
 		ep.AllowPrivateURL, _ = fs.GetBool("allow-private-url")

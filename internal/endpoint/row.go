@@ -46,7 +46,6 @@ type Row struct {
 	AggregateTypes  []string        `json:"aggregate_types"` // nil: NULL, every aggregate type
 	RateLimit       int             `json:"rate_limit"`      // 0: NULL, no limit
 	MaxInFlight     int             `json:"max_in_flight"`   // 0: NULL, the pipeline's
-	SpillAfterMS    int             `json:"spill_after_ms"`  // 0: NULL, the pipeline's spill_after
 	State           string          `json:"state"`
 	PausedReason    string          `json:"paused_reason"`
 	PausedAt        time.Time       `json:"paused_at"`
@@ -56,6 +55,7 @@ type Row struct {
 	Metadata        json.RawMessage `json:"metadata"`
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
+	SpillAfterMS    int             `json:"spill_after_ms"` // 0: NULL, the pipeline's spill_after
 }
 
 // Secret is one element of the secrets column.

@@ -31,7 +31,10 @@ const (
 	MaxLingerMS    = 60000
 	MaxRateLimit   = 1000000
 	MaxInFlightCap = 10000
-	MaxReasonLen   = 1024
+	// MinSpillAfterMS and MaxSpillAfterMS bound spill_after_ms (outbox_endpoints_spill_after_ms_check).
+	MinSpillAfterMS = 100
+	MaxSpillAfterMS = 7 * 24 * 3600 * 1000
+	MaxReasonLen    = 1024
 )
 
 // NewID returns a generated endpoint id, of the form the table's default gives: "ep_" and 16
@@ -246,6 +249,8 @@ func (r *Row) checkDelivery() error {
 		return fmt.Errorf("%w: rate limit %d: use 1 to %d requests per second, or 0 for no limit", ErrInvalid, r.RateLimit, MaxRateLimit)
 	case r.MaxInFlight < 0 || r.MaxInFlight > MaxInFlightCap:
 		return fmt.Errorf("%w: max in flight %d: use 1 to %d, or 0 for the pipeline's setting", ErrInvalid, r.MaxInFlight, MaxInFlightCap)
+	case r.SpillAfterMS != 0 && (r.SpillAfterMS < MinSpillAfterMS || r.SpillAfterMS > MaxSpillAfterMS):
+		return fmt.Errorf("%w: spill after %dms: use 100ms to 168h, or 0 for the pipeline's --spill-after", ErrInvalid, r.SpillAfterMS)
 	}
 	return nil
 }
