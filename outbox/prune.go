@@ -102,11 +102,22 @@ FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_dat
 	// no slot knows one).
 	pruneConfirmedSQL = `($3::text IS NULL OR age(xmin) > age($3::xid))`
 	// pruneUnheldSQL holds for a row no pipeline holds: failed or parked in another pipeline's
-	// own state (its replay reads the row), or listed in a backfill not finished.
+	// own state, an endpoint lane's (<pipeline>/<endpoint>) included (its replay reads the row),
+	// listed in a backfill not finished, named by an endpoint's backlog (it is delivered from
+	// there), or in the range of a replay --since not done (it reads the row when it gets
+	// there). Each is an anti-join on an index: outbox_pipeline_events_event,
+	// outbox_backfill_event, outbox_endpoint_backlog_event, and for the replays (a handful not
+	// done among many done) outbox_replays_open.
 	pruneUnheldSQL = `
           NOT EXISTS (SELECT 1 FROM {outbox_pipeline_events} pe
                       WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))
-          AND NOT EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.event_id = outbox_events.id)`
+          AND NOT EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.event_id = outbox_events.id)
+          AND NOT EXISTS (SELECT 1 FROM {outbox_endpoint_backlog} eb WHERE eb.event_id = outbox_events.id)
+          AND NOT EXISTS (SELECT 1 FROM {outbox_replays} r
+                          WHERE r.state <> 'done' AND r.since <= outbox_events.created_at
+                            AND (r.until IS NULL OR outbox_events.created_at < r.until)
+                            AND (r.aggregate_type IS NULL OR r.aggregate_type = outbox_events.aggregate_type)
+                            AND (r.event_type IS NULL OR r.event_type = outbox_events.event_type))`
 	pruneCutoffSQL = `SELECT now() - make_interval(secs => $1)`
 	pruneCountSQL  = `
 SELECT count(*) FILTER (WHERE ` + pruneConfirmedSQL + `), count(*) FILTER (WHERE NOT ` + pruneConfirmedSQL + `)
@@ -152,7 +163,8 @@ func (s slots) statuses() []string {
 // opts.OlderThan: done rows by processed_at, pending ones by available_at. It deletes in
 // batches of opts.BatchSize, each in its own transaction, until a batch deletes fewer than a
 // full batch. It never touches failed or parked rows, nor a row a slot has not confirmed, nor
-// one another pipeline dead-lettered or parked (its replay needs it) or still has to backfill.
+// one another pipeline or an endpoint dead-lettered or parked (its replay needs it), one still
+// to backfill, one an endpoint's backlog names, or one in the range of a replay --since not done.
 // Rows locked by another transaction are skipped, so concurrent prunes share the work. It
 // returns what it deleted so far even when it fails.
 //
