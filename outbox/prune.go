@@ -183,6 +183,9 @@ func Prune(ctx context.Context, db PruneDB, opts PruneOptions) (PruneResult, err
 	if err := db.QueryRow(ctx, pruneCutoffSQL, opts.OlderThan.Seconds()).Scan(&res.Cutoff); err != nil {
 		return res, pruneError(opts.Schema, err)
 	}
+	if err := requireBacklog(ctx, db, opts.Schema); err != nil {
+		return res, err
+	}
 	s, err := readSlots(ctx, db)
 	if err != nil {
 		return res, pruneError(opts.Schema, err)
@@ -266,6 +269,23 @@ func (r Retention) Run(ctx context.Context, db PruneDB) error {
 		case <-t.C:
 		}
 	}
+}
+
+// requireBacklog refuses a schema that has outbox_events but not the newest table prune
+// consults (outbox_endpoint_backlog, migration 15) with the fix; a schema without outbox_events
+// is left to the first query, whose error says so (pruneError).
+func requireBacklog(ctx context.Context, db PruneDB, s string) error {
+	var events, backlog bool
+	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		schema.Qualify(s, schema.Events), schema.Qualify(s, schema.EndpointBacklog)).Scan(&events, &backlog)
+	switch {
+	case err != nil:
+		return pruneError(s, err)
+	case events && !backlog:
+		return fmt.Errorf("outbox: prune: table %s does not exist beside outbox_events: the schema is older than this "+
+			"version (migration 15); run `%s`", schema.EndpointBacklog, schema.MigrateCommand(s, s))
+	}
+	return nil
 }
 
 func pruneError(s string, err error) error {

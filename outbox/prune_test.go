@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -415,5 +416,24 @@ func TestPruneKeepsRowsAnEndpointStillNeeds(t *testing.T) {
 	exec(`UPDATE outbox_replays SET state = 'done'`)
 	if res, err := outbox.Prune(ctx, conn, opts); err != nil || res.Deleted != 7 {
 		t.Fatalf("once nothing needs them pruned %d rows (%v), want 7", res.Deleted, err)
+	}
+}
+
+// A schema older than the tables prune consults (migration 15's endpoint backlog) is refused
+// with the fix, not with a missing relation.
+func TestPruneOnAnOlderSchemaSaysToMigrate(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	if err := relaytest.ApplyUpSections(context.Background(), dsn, 14); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	_, err = outbox.Prune(context.Background(), conn, outbox.PruneOptions{OlderThan: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "table outbox_endpoint_backlog does not exist") ||
+		!strings.Contains(err.Error(), "outbox-relay migrate") || strings.Contains(err.Error(), "table outbox_events") {
+		t.Fatalf("err = %v, want one that names the missing table (not outbox_events, which is there) and says to migrate", err)
 	}
 }
