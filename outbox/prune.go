@@ -107,7 +107,10 @@ FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_dat
 	// there), or in the range of a replay --since not done (it reads the row when it gets
 	// there). Each is an anti-join on an index: outbox_pipeline_events_event,
 	// outbox_backfill_event, outbox_endpoint_backlog_event, and for the replays (a handful not
-	// done among many done) outbox_replays_open.
+	// done among many done) outbox_replays_open. Measured on 300k done rows, 30k backlog rows,
+	// 100k lane entries and 2,000 done replays: 12 ms a batch of 1,000, 4.6 s for the 249k rows;
+	// without the last two indexes the planner hashes the whole table per batch, 229 ms a batch
+	// and 71 s in all.
 	pruneUnheldSQL = `
           NOT EXISTS (SELECT 1 FROM {outbox_pipeline_events} pe
                       WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))
