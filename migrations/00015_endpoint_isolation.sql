@@ -21,6 +21,12 @@ CREATE TABLE outbox_endpoint_backlog (
 -- prune and `deliveries --event` find an event's backlog entries by its id.
 CREATE INDEX outbox_endpoint_backlog_event ON outbox_endpoint_backlog (event_id);
 
+-- prune keeps a row while a pipeline or an endpoint lane (<pipeline>/<endpoint>) dead-lettered
+-- or parked it, finding its entries by event id (the primary key leads with the pipeline).
+CREATE INDEX outbox_pipeline_events_event ON outbox_pipeline_events (event_id);
+-- ... and while a replay --since not done covers it: the few such requests among the done ones.
+CREATE INDEX outbox_replays_open ON outbox_replays (since) WHERE state <> 'done';
+
 -- Every failed delivery attempt to an endpoint.
 CREATE TABLE outbox_delivery_attempts (
     pipeline    text        NOT NULL,
@@ -62,6 +68,8 @@ ALTER TABLE outbox_endpoint_status ADD COLUMN failing_since timestamptz;
 ALTER TABLE outbox_endpoint_status ADD COLUMN backlog bigint NOT NULL DEFAULT 0;
 
 -- +goose Down
+DROP INDEX outbox_replays_open;
+DROP INDEX outbox_pipeline_events_event;
 ALTER TABLE outbox_endpoint_status DROP COLUMN backlog;
 ALTER TABLE outbox_endpoint_status DROP COLUMN failing_since;
 ALTER TABLE outbox_endpoints DROP COLUMN spill_after_ms;

@@ -209,7 +209,8 @@ func backToVersion10(t *testing.T, conn *pgx.Conn) {
 		t.Fatalf("backToVersion10 undoes migrations 15 to 11; undo %d..16 first", latest)
 	}
 	for _, q := range []string{`DROP TABLE outbox_deliveries`, `DROP TABLE outbox_delivery_attempts`,
-		`DROP TABLE outbox_endpoint_backlog`, `DELETE FROM outbox_relay_schema WHERE version_id = 15`,
+		`DROP TABLE outbox_endpoint_backlog`, `DROP INDEX outbox_pipeline_events_event`, `DROP INDEX outbox_replays_open`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 15`,
 		`DROP TABLE outbox_endpoint_status`, `DROP TABLE outbox_endpoint_versions`,
 		`DROP TABLE outbox_endpoints`, `DROP FUNCTION outbox_endpoints_emit()`,
 		`DELETE FROM outbox_relay_schema WHERE version_id = 14`,

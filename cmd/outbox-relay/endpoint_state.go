@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/state"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -172,25 +173,56 @@ func verbS(n int) string {
 
 func newEndpointRemoveCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "remove ID",
+		Use:   "remove ID [--force]",
 		Short: "Remove an endpoint: events committed after it are not sent to it",
 		Long: `Deletes the endpoint's row. Events committed after this command's commit are not routed to it,
 and those the relay still holds for it are not sent but recorded as abandoned (under
-<pipeline>/<id> in outbox_pipeline_events); its parked aggregates stay recorded. status
---endpoints shows how many events it still holds.`,
-		Example: `  outbox-relay endpoint remove acme`,
-		Args:    oneID,
+<pipeline>/<id> in outbox_pipeline_events).
+
+If the endpoint still holds events in any pipeline (its backlog, its dead letters, its parked
+aggregates), removing it drops them: it is refused (exit 1) with their counts unless --force.
+To deliver them first, enable or resume the endpoint (its backlog drains) or replay them
+(outbox-relay replay --endpoint ID). With --force the row goes, and so do those events'
+entries, in the same transaction: prune no longer keeps their rows for the endpoint.`,
+		Example: `  outbox-relay endpoint remove acme
+  outbox-relay endpoint remove acme --force`,
+		Args: oneID,
 	}
 	addEndpointCommon(cmd.Flags())
+	cmd.Flags().Bool("force", false, "remove the endpoint even though it holds events (backlog, dead letters, parked aggregates), dropping them")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id := args[0]
+		force, _ := cmd.Flags().GetBool("force")
 		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
-			if err := eps.Remove(ctx, conn, args[0]); err != nil {
-				return endpointError(err, args[0])
+			var held state.EndpointHolds
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if err := eps.Remove(ctx, tx, id); err != nil {
+					return endpointError(err, id)
+				}
+				var err error
+				if held, err = state.CountEndpointHolds(ctx, tx, string(eps.Schema), id); err != nil || held.Empty() {
+					return err
+				}
+				if !force {
+					return fmt.Errorf("endpoint %s has %d events in its backlog, %d dead letters and %d parked aggregates; "+
+						"`outbox-relay endpoint remove %s --force` drops them (replay or enable first to deliver them)",
+						id, held.Backlog, held.DeadLetters, held.Parked, id)
+				}
+				return state.DropEndpointHolds(ctx, tx, string(eps.Schema), id)
+			})
+			if err != nil {
+				return err
 			}
 			if wantJSON(cmd) {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"id": args[0], "removed": true})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"id": id, "removed": true,
+					"dropped": map[string]int64{"backlog": held.Backlog, "dead_letters": held.DeadLetters, "parked": held.Parked}})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed endpoint %s\n", args[0])
+			if held.Empty() {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed endpoint %s\n", id)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed endpoint %s, dropping %d events of its backlog, %d dead letters and %d parked aggregates\n",
+				id, held.Backlog, held.DeadLetters, held.Parked)
 			return nil
 		})
 	}

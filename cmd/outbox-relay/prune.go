@@ -18,8 +18,9 @@ func newPruneCmd() *cobra.Command {
 		Long: `Deletes the outbox_events rows every pipeline is done with that are older than --older-than:
 rows marked 'done' by processed_at, and, where no pipeline marks rows (no status owner, --marks off),
 'pending' rows by available_at. A pipeline is done with a row once its replication slot has confirmed
-the row and it holds nothing of it (failed, parked, or in its backfill); every logical slot of the
-database counts, whether its relay runs or not. Failed and parked rows are never touched. At most
+the row and it holds nothing of it (failed, parked, or in its backfill; for an endpoint, in its
+backlog, failed or parked); every logical slot of the database counts, whether its relay runs or
+not. A row in the range of a replay --since not done yet is kept until it is. Failed and parked rows are never touched. At most
 --batch-size rows go per transaction, until none is left; rows locked by others are skipped. The
 deletes are not sent to the webhook: the relay's publication publishes inserts only. Ctrl-C stops
 between batches.`,

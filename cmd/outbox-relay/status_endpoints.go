@@ -80,7 +80,7 @@ func endpointStatusSlots(fs *pflag.FlagSet) (string, map[string]string, error) {
 	return fileSchema, slots, nil
 }
 
-// readEndpointReport reads the four tables, one query each, and merges them.
+// readEndpointReport reads the five tables, one query each, and merges them.
 func readEndpointReport(ctx context.Context, conn *pgx.Conn, s string) (endpointReport, error) {
 	var rep endpointReport
 	if err := conn.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&rep.now); err != nil {
@@ -102,7 +102,11 @@ func readEndpointReport(ctx context.Context, conn *pgx.Conn, s string) (endpoint
 	if err != nil {
 		return rep, err
 	}
-	return buildEndpointReport(rep.now, states, lanes, pipes, parked), nil
+	backlog, err := state.BacklogPerLane(ctx, conn, s)
+	if err != nil {
+		return rep, err
+	}
+	return buildEndpointReport(rep.now, states, lanes, pipes, parked, backlog), nil
 }
 
 // readSlots reads whether a relay streams each shard's slot, named by slots or, for a name it

@@ -50,10 +50,10 @@ func writeEndpointReport(w io.Writer, rep endpointReport) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PIPELINE\tENDPOINT\tSTATE\tUNDELIVERED\tOLDEST\tLAST SUCCESS\tFAILURES\tPARKED\tLAST ERROR\tAS OF")
+	fmt.Fprintln(tw, "PIPELINE\tENDPOINT\tSTATE\tUNDELIVERED\tOLDEST\tBACKLOG\tLAST SUCCESS\tFAILURES\tPARKED\tLAST ERROR\tAS OF")
 	for _, l := range rep.Endpoints {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", or(l.Pipeline, "-"), l.ID, stateCell(l), l.Undelivered,
-			ageCell(l.OldestUndeliveredSeconds, "-", ""), agoCell(rep.now, l.LastSuccessAt, "never"), l.FailuresInRow,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", or(l.Pipeline, "-"), l.ID, stateCell(l), l.Undelivered,
+			ageCell(l.OldestUndeliveredSeconds, "-", ""), l.Backlog, agoCell(rep.now, l.LastSuccessAt, "never"), l.FailuresInRow,
 			l.ParkedAggregates, errorCell(rep.now, l), ageCell(l.ReportedAgeSecond, "never", " ago"))
 	}
 	return tw.Flush()

@@ -65,6 +65,9 @@ type endpointStatusLine struct {
 	StateSince *time.Time `json:"state_since"`
 	laneTotal
 	ParkedAggregates int64 `json:"parked_aggregates"`
+	// Backlog is the events in the endpoint's backlog (outbox_endpoint_backlog) in the pipeline,
+	// over its shards: those it delivers from there, in order, before it rejoins the stream.
+	Backlog int64 `json:"backlog"`
 }
 
 // laneTotal is what an endpoint's lanes reported, over the shards of a pipeline: counts summed,
@@ -116,10 +119,10 @@ func familyOf(name string) string {
 // shards), every endpoint of the table in every pipeline with endpoints, and the endpoints a
 // pipeline reported that are no longer rows as removed.
 func buildEndpointReport(now time.Time, states []state.EndpointState, lanes []state.EndpointStatus, pipes []string,
-	parked map[string]int64) endpointReport {
+	parked, backlog map[string]int64) endpointReport {
 	rep := endpointReport{now: now, Warnings: []string{}, Pipelines: []endpointPipeline{}, Endpoints: []endpointStatusLine{},
 		Totals: map[string]int{"enabled": 0, "paused": 0, "disabled": 0, "failing": 0}}
-	shards, totals := sumLanes(pipes, parked, lanes)
+	shards, totals := sumLanes(pipes, lanes, parked, backlog)
 	families := rep.addPipelines(shards)
 	known := map[string]bool{}
 	for _, e := range states {
@@ -143,17 +146,17 @@ func buildEndpointReport(now time.Time, states []state.EndpointState, lanes []st
 			rep.Endpoints = append(rep.Endpoints, line(k.family, state.EndpointState{ID: k.id, State: "removed"}, t))
 		}
 	}
-	rep.finish(parked)
+	rep.finish(parked, backlog)
 	return rep
 }
 
 // laneKey is an endpoint in a pipeline (the family of its shards).
 type laneKey struct{ family, id string }
 
-// sumLanes returns every shard that runs with endpoints (those of pipes, of the parked lanes and
-// of the status rows), with its heartbeat or newest row's time, and each endpoint's status rows
-// summed over the shards of a pipeline.
-func sumLanes(pipes []string, parked map[string]int64, lanes []state.EndpointStatus) (map[string]*endpointShard, map[laneKey]*laneTotal) {
+// sumLanes returns every shard that runs with endpoints (those of pipes, of the status rows and
+// of the lanes with parked aggregates or a backlog), with its heartbeat or newest row's time, and
+// each endpoint's status rows summed over the shards of a pipeline.
+func sumLanes(pipes []string, lanes []state.EndpointStatus, held ...map[string]int64) (map[string]*endpointShard, map[laneKey]*laneTotal) {
 	shards := map[string]*endpointShard{}
 	shard := func(name string) *endpointShard {
 		if shards[name] == nil {
@@ -164,9 +167,11 @@ func sumLanes(pipes []string, parked map[string]int64, lanes []state.EndpointSta
 	for _, p := range pipes {
 		shard(p)
 	}
-	for lane := range parked { // a lane's dead letters outlive its status rows
-		p, _, _ := strings.Cut(lane, "/")
-		shard(p)
+	for _, m := range held { // a lane's dead letters and backlog outlive its status rows
+		for lane := range m {
+			p, _, _ := strings.Cut(lane, "/")
+			shard(p)
+		}
 	}
 	totals := map[laneKey]*laneTotal{}
 	for _, l := range lanes {
@@ -236,17 +241,14 @@ func line(family string, e state.EndpointState, t *laneTotal) endpointStatusLine
 	return l
 }
 
-// finish adds the parked aggregates of each line's lanes (P/E for P the pipeline or one of its
-// shards), the ages, the failing total, and sorts the lines by pipeline and id.
-func (rep *endpointReport) finish(parked map[string]int64) {
-	parkedBy := map[[2]string]int64{}
-	for lane, n := range parked {
-		p, id, _ := strings.Cut(lane, "/")
-		parkedBy[[2]string{familyOf(p), id}] += n
-	}
+// finish adds the parked aggregates and the backlog of each line's lanes (P/E for P the pipeline
+// or one of its shards), the ages, the failing total, and sorts the lines by pipeline and id.
+func (rep *endpointReport) finish(parked, backlog map[string]int64) {
+	parkedBy, backlogBy := byFamily(parked), byFamily(backlog)
 	for i := range rep.Endpoints {
 		l := &rep.Endpoints[i]
-		l.ParkedAggregates = parkedBy[[2]string{l.Pipeline, l.ID}]
+		l.ParkedAggregates = parkedBy[laneKey{l.Pipeline, l.ID}]
+		l.Backlog = backlogBy[laneKey{l.Pipeline, l.ID}]
 		l.OldestUndeliveredSeconds = ageOf(rep.now, l.OldestUndeliveredAt)
 		l.ReportedAgeSecond = ageOf(rep.now, l.ReportedAt)
 		if l.FailuresInRow > 0 || l.ParkedAggregates > 0 {
@@ -256,6 +258,16 @@ func (rep *endpointReport) finish(parked map[string]int64) {
 	slices.SortFunc(rep.Endpoints, func(a, b endpointStatusLine) int {
 		return cmp.Or(strings.Compare(a.Pipeline, b.Pipeline), strings.Compare(a.ID, b.ID))
 	})
+}
+
+// byFamily sums counts per lane (P/E) over the shards of each pipeline.
+func byFamily(perLane map[string]int64) map[laneKey]int64 {
+	out := map[laneKey]int64{}
+	for lane, n := range perLane {
+		p, id, _ := strings.Cut(lane, "/")
+		out[laneKey{familyOf(p), id}] += n
+	}
+	return out
 }
 
 // only narrows the report to pipeline name (a pipeline, or one shard of it).

@@ -40,7 +40,7 @@ func TestEndpointReportMergesShardsAndFlagsAStoppedShard(t *testing.T) {
 		{Pipeline: "quiet", EndpointID: "acme", LastSuccess: ago(time.Hour), UpdatedAt: ago(time.Hour)},
 	}
 	parked := map[string]int64{"partners_s0of2/acme": 2, "partners_s1of2/acme": 1, "other/acme": 5}
-	rep := buildEndpointReport(now, states, lanes, []string{"partners_s0of2", "partners_s1of2"}, parked)
+	rep := buildEndpointReport(now, states, lanes, []string{"partners_s0of2", "partners_s1of2"}, parked, nil)
 
 	byKey := map[string]endpointStatusLine{}
 	for _, l := range rep.Endpoints {
@@ -130,6 +130,7 @@ type endpointStatusDoc struct {
 		LastError        string  `json:"last_error"`
 		FailuresInRow    int     `json:"failures_in_row"`
 		ParkedAggregates int64   `json:"parked_aggregates"`
+		Backlog          int64   `json:"backlog"`
 		ReportedAge      float64 `json:"reported_age_seconds"`
 	} `json:"endpoints"`
 }
@@ -144,8 +145,8 @@ func addEndpoints(t *testing.T, pool *pgxpool.Pool, n int) {
 	mustExec(t, pool, `UPDATE outbox_endpoints SET state = 'disabled', disabled_at = now(), disabled_reason = '410 Gone' WHERE id = 'ep0000'`)
 }
 
-// status --endpoints reads the status rows a relay wrote, with 5,000 endpoints, in three
-// queries, and says when a pipeline stopped reporting.
+// status --endpoints reads the status rows a relay wrote, with 5,000 endpoints, one query per
+// table (the backlogs counted in one grouped query), and says when a pipeline stopped reporting.
 func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	dsn, pool := migratedDB(t)
 	ctx := context.Background()
@@ -172,11 +173,15 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	}
 	mustExec(t, pool, `INSERT INTO outbox_parked_aggregates (aggregate_type, aggregate_id, first_event_id, reason, pipeline, own_state)
 		VALUES ('order', '1', $1, 'HTTP 422', 'partners/ep0001', true), ('order', '2', $1, 'HTTP 422', 'partners/ep0001', true)`, first)
+	// ep0001's backlog holds 3 events in partners, ep0002's 1 in stopped.
+	mustExec(t, pool, `INSERT INTO outbox_endpoint_backlog (pipeline, endpoint_id, lsn, idx, event_id)
+		SELECT 'partners', 'ep0001', '0/10'::pg_lsn, g, $1::uuid FROM generate_series(1, 3) g
+		UNION ALL SELECT 'stopped', 'ep0002', '0/10'::pg_lsn, 0, $1::uuid`, first)
 
 	// Count the command's reads of the three tables with the server's per-table scan counters.
 	scans := func() (n int64) {
 		err := pool.QueryRow(ctx, `SELECT sum(seq_scan + coalesce(idx_scan, 0)) FROM pg_stat_user_tables
-			WHERE relname IN ('outbox_endpoints', 'outbox_endpoint_status', 'outbox_parked_aggregates')`).Scan(&n)
+			WHERE relname IN ('outbox_endpoints', 'outbox_endpoint_status', 'outbox_parked_aggregates', 'outbox_endpoint_backlog')`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,11 +214,14 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	}
 	ep1 := doc.Endpoints[1] // sorted by pipeline, id: partners/ep0001
 	if ep1.Pipeline != "partners" || ep1.ID != "ep0001" || ep1.Undelivered != 1 || ep1.FailuresInRow != 4 || ep1.LastError != "HTTP 503" ||
-		ep1.ParkedAggregates != 2 || ep1.OldestSeconds < 59 || ep1.ReportedAge > 30 {
+		ep1.ParkedAggregates != 2 || ep1.Backlog != 3 || ep1.OldestSeconds < 59 || ep1.ReportedAge > 30 {
 		t.Errorf("partners/ep0001: %+v", ep1)
 	}
-	if ep0 := doc.Endpoints[0]; ep0.State != "disabled" || ep0.Reason != "410 Gone" {
+	if ep0 := doc.Endpoints[0]; ep0.State != "disabled" || ep0.Reason != "410 Gone" || ep0.Backlog != 0 {
 		t.Errorf("ep0000: %+v", ep0)
+	}
+	if ep2 := doc.Endpoints[n+2]; ep2.Pipeline != "stopped" || ep2.ID != "ep0002" || ep2.Backlog != 1 {
+		t.Errorf("stopped/ep0002: %+v", ep2)
 	}
 	if w := strings.Join(doc.Warnings, "\n"); !strings.Contains(w, "pipeline stopped last reported its endpoints' status 10m") ||
 		!strings.Contains(w, "pipeline stopped is not streamed: no relay reads its slot outbox_relay_stopped") ||
@@ -223,11 +231,11 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	// Wait for the counters of this backend's statements to be flushed (they are at idle).
 	var after int64
 	deadline := time.Now().Add(10 * time.Second)
-	for after = scans(); after-before < 3 && time.Now().Before(deadline); after = scans() {
+	for after = scans(); after-before < 4 && time.Now().Before(deadline); after = scans() {
 		time.Sleep(100 * time.Millisecond)
 		mustExec(t, pool, `SELECT pg_stat_clear_snapshot()`)
 	}
-	if after-before > 3 { // one read of each table
+	if after-before > 4 { // one read of each table
 		t.Errorf("status --endpoints scanned the tables %d times for %d endpoints: want one query per table", after-before, n)
 	}
 
@@ -237,7 +245,8 @@ func TestStatusEndpointsOfManyEndpoints(t *testing.T) {
 	}
 	text := squash(out)
 	for _, want := range []string{`ENDPOINTS 4999 enabled, 0 paused, 1 disabled;`, `pipeline partners: reported \d+s ago`,
-		`partners ep0000 disabled: 410 Gone 0`, `partners ep0001 enabled 1 1m\d+s \d+s ago 4 2 \d+s ago: HTTP 503 \d+s ago`} {
+		`PIPELINE ENDPOINT STATE UNDELIVERED OLDEST BACKLOG LAST SUCCESS`,
+		`partners ep0000 disabled: 410 Gone 0 1m\d+s 0 \d+s ago`, `partners ep0001 enabled 1 1m\d+s 3 \d+s ago 4 2 \d+s ago: HTTP 503 \d+s ago`} {
 		if !regexp.MustCompile(want).MatchString(text) {
 			t.Errorf("table lacks %q:\n%.1500s", want, text)
 		}

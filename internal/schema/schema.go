@@ -131,7 +131,7 @@ var Tables = []Table{
 	{Name: PipelineEvents, Since: 7, Columns: []Column{
 		{"pipeline", 7}, {"event_id", 7}, {"status", 7}, {"retries", 7}, {"last_error", 7}, {"event_sequence", 7},
 		{"updated_at", 7},
-	}},
+	}, Indexes: []Index{{"outbox_pipeline_events_event", 15}}},
 	{Name: PipelineControl, Since: 8, Columns: []Column{
 		{"pipeline", 8}, {"paused", 8}, {"reason", 8}, {"paused_at", 8}, {"version", 8}, {"updated_at", 8},
 	}},
@@ -139,7 +139,7 @@ var Tables = []Table{
 		{"id", 8}, {"pipeline", 8}, {"since", 8}, {"until", 8}, {"aggregate_type", 8}, {"event_type", 8},
 		{"requested_at", 8}, {"total", 8}, {"sent", 8}, {"after_sequence", 8}, {"after_insert", 8}, {"after_id", 8},
 		{"request_lsn", 8}, {"state", 8}, {"finished_at", 8},
-	}},
+	}, Indexes: []Index{{"outbox_replays_open", 15}}},
 	{Name: Reshard, Since: 9, Columns: []Column{
 		{"pipeline", 9}, {"from_shards", 9}, {"to_shards", 9}, {"old_slots", 9}, {"old_pubs", 9}, {"new_slots", 9},
 		{"fence", 9}, {"started_at", 9}, {"finished_at", 9}, {"fence_reached_at", 12},

@@ -35,8 +35,12 @@
 //   - endpoint_report.go: what `outbox-relay status --endpoints` and `replay --endpoint` read
 //     beside EndpointStatuses, one query per table whatever the number of endpoints:
 //     EndpointStates (each endpoint's state in outbox_endpoints), EndpointPipelines (the
-//     pipelines that run with endpoints); ParkedPerLane, in parked.go, counts each endpoint
-//     lane's parked aggregates;
+//     pipelines that run with endpoints), BacklogPerLane (the events in each endpoint's
+//     outbox_endpoint_backlog); ParkedPerLane, in parked.go, counts each endpoint lane's parked
+//     aggregates;
+//   - endpoint_remove.go: what `outbox-relay endpoint remove` drops with an endpoint, over every
+//     pipeline (CountEndpointHolds, DropEndpointHolds: its backlog, its lanes' dead letters and
+//     parked aggregates);
 //   - event.go: the rows a replay or a backfill re-sends (Event, Aggregate, with the tenant).
 //
 // The engine keeps its publisher.Store and publisher.SinceStore interfaces, so a program can

@@ -11,9 +11,10 @@ import (
 )
 
 // What `outbox-relay status --endpoints` reads: each endpoint's state (outbox_endpoints), what
-// each lane last reported (EndpointStatuses, endpoints.go) and the lanes' parked aggregates
-// (ParkedPerLane, parked.go). One query per table whatever the number of endpoints: the report
-// of 5,000 endpoints is a handful of statements, merged by the caller.
+// each lane last reported (EndpointStatuses, endpoints.go), the lanes' parked aggregates
+// (ParkedPerLane, parked.go) and the events in the endpoints' backlogs (BacklogPerLane). One
+// query per table whatever the number of endpoints: the report of 5,000 endpoints is a handful
+// of statements, merged by the caller.
 
 // EndpointState is an endpoint's state as its row holds it.
 type EndpointState struct {
@@ -54,4 +55,27 @@ func EndpointPipelines(ctx context.Context, db DB, s string) ([]string, error) {
 		return nil, fmt.Errorf("find the pipelines with endpoints: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// BacklogPerLane returns, per endpoint lane (P/E), how many events the endpoint's backlog holds
+// in pipeline P of schema s: one grouped scan, whatever the number of endpoints. A schema before
+// migration 15 has no backlog table, and so no backlog.
+func BacklogPerLane(ctx context.Context, db DB, s string) (map[string]int64, error) {
+	out := map[string]int64{}
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema.Qualify(s, schema.EndpointBacklog)).Scan(&exists); err != nil || !exists {
+		return out, err
+	}
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT pipeline || '/' || endpoint_id, count(*) FROM {outbox_endpoint_backlog}
+		GROUP BY pipeline, endpoint_id`))
+	if err != nil {
+		return nil, fmt.Errorf("count the endpoints' backlogs: %w", err)
+	}
+	var lane string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&lane, &n}, func() error { out[lane] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("count the endpoints' backlogs: %w", err)
+	}
+	return out, nil
 }
