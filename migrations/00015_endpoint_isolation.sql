@@ -62,15 +62,12 @@ CREATE INDEX outbox_deliveries_endpoint ON outbox_deliveries (pipeline, endpoint
 ALTER TABLE outbox_endpoints ADD COLUMN spill_after_ms integer
     CONSTRAINT outbox_endpoints_spill_after_ms_check CHECK (spill_after_ms BETWEEN 100 AND 604800000);
 
--- failing_since: when the failures in a row began (auto-disable counts from it across restarts);
--- backlog: the events in the endpoint's backlog.
+-- failing_since: when the failures in a row began (auto-disable counts from it across restarts).
 ALTER TABLE outbox_endpoint_status ADD COLUMN failing_since timestamptz;
-ALTER TABLE outbox_endpoint_status ADD COLUMN backlog bigint NOT NULL DEFAULT 0;
 
 -- +goose Down
 DROP INDEX outbox_replays_open;
 DROP INDEX outbox_pipeline_events_event;
-ALTER TABLE outbox_endpoint_status DROP COLUMN backlog;
 ALTER TABLE outbox_endpoint_status DROP COLUMN failing_since;
 ALTER TABLE outbox_endpoints DROP COLUMN spill_after_ms;
 DROP TABLE outbox_deliveries;

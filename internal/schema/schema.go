@@ -163,7 +163,7 @@ var Tables = []Table{
 	{Name: EndpointStatus, Since: 14, Columns: []Column{
 		{"pipeline", 14}, {"endpoint_id", 14}, {"undelivered", 14}, {"oldest_undelivered_at", 14},
 		{"last_success_at", 14}, {"last_error", 14}, {"last_error_at", 14}, {"failures_in_row", 14}, {"updated_at", 14},
-		{"failing_since", 15}, {"backlog", 15},
+		{"failing_since", 15},
 	}},
 	{Name: EndpointBacklog, Since: 15, Columns: []Column{
 		{"pipeline", 15}, {"endpoint_id", 15}, {"lsn", 15}, {"idx", 15}, {"event_id", 15}, {"attempts", 15},
