@@ -301,11 +301,13 @@ func ForgetEndpointStatus(ctx context.Context, db DB, s, pipeline, id string) er
 	return nil
 }
 
-// ForgetEndpointPipeline deletes pipeline's endpoint versions and its lanes' status: the
+// ForgetEndpointPipeline deletes pipeline's endpoint versions, its lanes' status and backlogs: the
 // pipeline (or shard) was dropped, and one created again under its name bootstraps anew.
 func ForgetEndpointPipeline(ctx context.Context, db DB, s, pipeline string) error {
 	for _, q := range []string{`DELETE FROM {outbox_endpoint_versions} WHERE pipeline = $1`,
-		`DELETE FROM {outbox_endpoint_status} WHERE pipeline = $1`} {
+		`DELETE FROM {outbox_endpoint_status} WHERE pipeline = $1`,
+		// A new slot of the pipeline starts from its own position: the old backlogs are not its.
+		`DELETE FROM {outbox_endpoint_backlog} WHERE pipeline = $1`} {
 		if _, err := db.Exec(ctx, schema.SQL(s, q), pipeline); err != nil {
 			return fmt.Errorf("forget the endpoints' state of pipeline %q: %w", pipeline, err)
 		}
