@@ -142,7 +142,7 @@ func public(r endpoint.Row) Endpoint {
 		Scheme: r.SignatureScheme(), Format: r.Format, BatchMaxEvents: r.BatchMaxEvents, BatchMaxBytes: r.BatchMaxBytes,
 		BatchLinger: r.Linger(), RateLimit: r.RateLimit, MaxInFlight: r.MaxInFlight, AllowPrivateURL: r.AllowPrivateURL,
 		SpillAfter: time.Duration(r.SpillAfterMS) * time.Millisecond,
-		Metadata: r.Metadata, State: EndpointState(r.State), PausedReason: r.PausedReason, PausedAt: r.PausedAt,
+		Metadata:   r.Metadata, State: EndpointState(r.State), PausedReason: r.PausedReason, PausedAt: r.PausedAt,
 		DisabledReason: r.DisabledReason, DisabledAt: r.DisabledAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 	for _, s := range r.Secrets {

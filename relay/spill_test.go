@@ -2,11 +2,17 @@ package relay
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"os"
+	"os/exec"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -142,4 +148,94 @@ func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
 	if n := e.backlogCount(slow.id); n != 0 {
 		t.Fatalf("the endpoint with the pipeline's spill_after (an hour) spilled %d events", n)
 	}
+}
+
+// The relay process SIGKILLed again and again while an endpoint that fails in stretches spills,
+// drains its backlog and rejoins the stream: nothing is lost for either endpoint, and each gets
+// every aggregate's events in order (first deliveries).
+func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	ok := newPartner(t, "steady", func(string, string, string) bool { return true })
+	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
+	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(flaky, outbox.Endpoint{})
+	var failing atomic.Bool
+	flaky.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusBadGateway
+		}
+		return 0
+	})
+	start := func() *exec.Cmd {
+		cmd := exec.Command(relaytest.RelayBinary(t), "run", "--endpoints", "--slot", e.slot, "--publication", "pub_"+e.slot,
+			"--metrics-addr", "", "--retry-min", "10ms", "--retry-max", "200ms", "--spill-after", "300ms",
+			"--log-format", "json", "--log-level", "warn")
+		cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
+		cmd.Stderr = testWriter{t}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	cmd := start()
+	waitFor(t, 30*time.Second, "slot created", func() bool {
+		var n int
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
+		return n == 1
+	})
+	stop := make(chan struct{})
+	written := make(chan struct{})
+	go func() { // stretches of failure long enough to spill, and of health to drain and rejoin
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(1000+rand.IntN(1500)) * time.Millisecond):
+				failing.Store(!failing.Load())
+			}
+		}
+	}()
+	go func() {
+		defer close(written)
+		for round := 0; round < 40; round++ {
+			e.write(fmt.Sprintf("r%d", round), tenantEvents{"", "order", "order.created", 10, 3}, []*partner{ok, flaky})
+			time.Sleep(300 * time.Millisecond)
+		}
+	}()
+	var spilled atomic.Bool
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				if e.backlogCount(flaky.id) > 0 {
+					spilled.Store(true)
+				}
+			}
+		}
+	}()
+	kills := 0
+	for done := false; !done; {
+		select {
+		case <-written:
+			done = true
+		case <-time.After(time.Duration(1500+rand.IntN(1500)) * time.Millisecond):
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			kills++
+			cmd = start()
+		}
+	}
+	close(stop)
+	failing.Store(false)
+	waitPartners(t, ok, flaky)
+	if !spilled.Load() {
+		t.Fatalf("the flaky endpoint never spilled in %d kills: the test did not exercise the backlog", kills)
+	}
+	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(flaky.id) == 0 })
+	t.Logf("%d SIGKILLs; flaky endpoint: %d deliveries for %d events", kills, len(flaky.recv.Deliveries()), len(flaky.want.Committed))
 }

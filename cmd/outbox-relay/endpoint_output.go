@@ -55,7 +55,7 @@ func toJSON(e outbox.Endpoint) endpointJSON {
 		ID: e.ID, URL: e.URL, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes, Scheme: e.Scheme.String(),
 		Format: e.Format, BatchMaxEvents: e.BatchMaxEvents, BatchMaxBytes: e.BatchMaxBytes,
 		BatchLingerMS: e.BatchLinger.Milliseconds(), RateLimit: e.RateLimit, MaxInFlight: e.MaxInFlight,
-		SpillAfterMS: e.SpillAfter.Milliseconds(),
+		SpillAfterMS:    e.SpillAfter.Milliseconds(),
 		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, State: string(e.State), PausedReason: e.PausedReason,
 		PausedAt: timePtr(e.PausedAt), DisabledReason: e.DisabledReason, DisabledAt: timePtr(e.DisabledAt),
 		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt, Secret: e.Secret, Secrets: []secretJSON{},
