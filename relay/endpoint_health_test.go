@@ -200,3 +200,42 @@ func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
 		t.Fatalf("endpoint %+v, %v: want it disabled, its reason naming %s", ep, err, since.UTC().Format(time.RFC3339))
 	}
 }
+
+// An endpoint that answers 410 Gone is disabled at once, as before, and the relay that got the
+// 410 tells the operator's webhook with endpoint.disabled.
+func TestEndpointGoneIsReportedToTheOperator(t *testing.T) {
+	e := newEnv(t)
+	gone := newPartner(t, "gone", func(string, string, string) bool { return true })
+	e.addPartner(gone, outbox.Endpoint{})
+	gone.recv.SetFail(func(*http.Request) int { return http.StatusGone })
+	op := newOperatorEvents(t)
+	r := e.start(func(cfg *Config) { endpointsConfig(cfg); op.configure(cfg) })
+	e.write("g", tenantEvents{"", "order", "order.created", 1, 1}, nil)
+	waitFor(t, 30*time.Second, "endpoint.disabled at the operator's webhook", func() bool {
+		return len(op.of("endpoint.disabled", "gone")) == 1
+	})
+	ev := op.of("endpoint.disabled", "gone")[0]
+	if !strings.Contains(ev.Data.Reason, "410") || ev.Data.DisabledAt == nil {
+		t.Fatalf("endpoint.disabled %+v: want the 410 in its reason, and disabled_at", ev.Data)
+	}
+	if n := r.metric(t, "outbox_relay_endpoint_transitions_total", "transition", "disabled"); n != 1 {
+		t.Fatalf("disabled transitions = %v, want 1", n)
+	}
+}
+
+// The operator's webhook needs an absolute http(s) URL and a secret; New refuses a half.
+func TestOperatorWebhookSettingsAreChecked(t *testing.T) {
+	for _, c := range []struct{ url, secret, want string }{
+		{"", "s3cret", "without its URL"},
+		{"http://ops.example/hook", "", "needs a signing secret"},
+		{"ops.example/hook", "s3cret", "absolute http(s) URL"},
+	} {
+		cfg := Config{OperatorWebhookURL: c.url, OperatorWebhookSecret: c.secret}
+		if err := cfg.validateOperator(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("url %q secret %q: %v, want an error saying %q", c.url, c.secret, err, c.want)
+		}
+	}
+	if err := (&Config{OperatorWebhookURL: "https://ops.example/hook", OperatorWebhookSecret: "s3cret"}).validateOperator(); err != nil {
+		t.Fatal(err)
+	}
+}
