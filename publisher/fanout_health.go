@@ -158,7 +158,13 @@ func (f *Fanout) checkHealth(ctx context.Context) {
 			h.resetLocked() // disabled, or started again since: the run is over
 			h.pub = cur
 		}
-		due := !h.since.IsZero() && !h.disabling && now.Sub(h.since) >= f.health.after
+		// A paused endpoint (or pipeline) attempts nothing: it is not disabled meanwhile; once
+		// resumed, a failure that goes on is counted from when it began.
+		paused := false
+		if cur != nil {
+			paused, _ = cur.Paused()
+		}
+		due := !paused && !h.since.IsZero() && !h.disabling && now.Sub(h.since) >= f.health.after
 		since, failures := h.since, h.failures
 		if due {
 			h.disabling = true
