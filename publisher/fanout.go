@@ -67,7 +67,8 @@ type Fanout struct {
 
 	backfillLeft countdown
 	pause        pauseState
-	session      uint64 // the streaming session of the last transaction queued
+	session      uint64       // the streaming session of the last transaction queued
+	health       fanoutHealth // fanout_health.go
 }
 
 // FanoutConfig configures a Fanout. The delivery settings are the pipeline's, applied to every
@@ -132,6 +133,13 @@ type FanoutConfig struct {
 	// SpillSize is how many events an endpoint holds, delivering none for a second, before it
 	// spills. Zero: 1000 (settings.EndpointSpillSize).
 	SpillSize int
+	// DisableAfter is how long an endpoint fails without a success before it is disabled
+	// automatically (fanout_health.go). Zero: 120h, five days (settings.EndpointDisableAfter);
+	// negative: never.
+	DisableAfter time.Duration
+	// Notify, if set, receives the endpoints' operational events (disabled, recovered); it must
+	// not block.
+	Notify func(EndpointEvent)
 }
 
 // EndpointStore keeps what a Fanout records about its endpoints; PGEndpointStore implements
@@ -151,6 +159,9 @@ type EndpointStore interface {
 	// SaveStatus stores the status of endpoints; ForgetStatus drops a removed one's.
 	SaveStatus(ctx context.Context, st []EndpointStatus) error
 	ForgetStatus(ctx context.Context, id string) error
+	// FailingSince returns when each failing endpoint's failures began, as its saved status
+	// says (read once at start: auto-disable counts across restarts).
+	FailingSince(ctx context.Context) (map[string]time.Time, error)
 }
 
 // EndpointVersion is an endpoint's row as a change committed at LSN left it; a nil Row is a
@@ -171,6 +182,8 @@ type EndpointStatus struct {
 	LastError         string
 	LastErrorAt       time.Time
 	FailuresInRow     int
+	// FailingSince is when its current run of failed attempts began; zero: not failing.
+	FailingSince time.Time
 	// Backlog is how many events the endpoint's backlog off the WAL holds (not saved: `status
 	// --endpoints` counts the table).
 	Backlog int64
@@ -208,6 +221,7 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Fanout {
 	f := &Fanout{cfg: cfg, acker: acker, marks: marks, log: cfg.Logger, m: newPublisherMetrics(cfg.Registerer),
 		pool: newWorkerPool(), lanes: map[string]*lane{}, fan: map[*envelope.Message]*fanCount{}}
 	newEndpointMetrics(f, cfg.Registerer)
+	f.health.init(&f.cfg)
 	return f
 }
 
@@ -300,6 +314,9 @@ func (f *Fanout) load(ctx context.Context) bool {
 	f.pending = vs
 	f.findDoomed()
 	f.applyPending(ctx, marker+1) // the endpoints the log began with; each later change applies at its commit
+	if !f.loadHealth(ctx) {
+		return false
+	}
 	f.parked = nil
 	for id, b := range f.backlogs { // an endpoint removed with a backlog left (a removal not applied here)
 		if f.lanes[id] == nil {
@@ -734,6 +751,7 @@ func (f *Fanout) housekeep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		f.checkHealth(ctx)
 		f.saveStatus(ctx)
 		f.rebuildExpired(ctx)
 		if f.cfg.Confirmed != nil && time.Since(lastPrune) > time.Minute {

@@ -42,7 +42,8 @@ type lane struct {
 	bl laneBacklog // fanout_spill.go
 	// spillAfterRow is the row's spill_after_ms as a duration (0: the pipeline's), for the backlog loop.
 	spillAfterRow atomic.Int64
-	started       time.Time // when its publisher started (Run's goroutine writes it before the backlog loop sees the lane)
+	started       time.Time  // when its publisher started (Run's goroutine writes it before the backlog loop sees the lane)
+	h             laneHealth // fanout_health.go
 }
 
 type laneStats struct {
@@ -130,7 +131,7 @@ func (l *lane) start(ctx context.Context) {
 		l.mu.Lock()
 		l.gone = true
 		l.mu.Unlock()
-		return f.cfg.Disable(ctx, l.id, reason)
+		return l.goneDisable(ctx, reason)
 	}
 	cfg.defaults()
 	sched := newScheduler()
@@ -264,6 +265,7 @@ func (l *lane) observe(p *Publisher, o Result) {
 	}
 	failures := l.st.failures
 	l.mu.Unlock()
+	l.health(p, o) // fanout_health.go: auto-disable and the transitions
 	switch open := p.sched.breakerOpen(); {
 	case o.ok() && open:
 		p.sched.closeBreaker()
@@ -278,7 +280,7 @@ func (l *lane) observe(p *Publisher, o Result) {
 
 // status returns the endpoint's status now, and whether it differs from the one saved last.
 func (l *lane) status() (EndpointStatus, bool) {
-	st := EndpointStatus{ID: l.id}
+	st := EndpointStatus{ID: l.id, FailingSince: l.h.failingSince()}
 	if p := l.cur.Load(); p != nil {
 		n, oldest := p.sched.undelivered()
 		st.Undelivered, st.OldestUndelivered = int64(n), oldest

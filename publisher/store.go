@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -275,9 +276,14 @@ func (s PGEndpointStore) SaveStatus(ctx context.Context, st []EndpointStatus) er
 	for i, e := range st {
 		rows[i] = state.EndpointStatus{Pipeline: s.Pipeline, EndpointID: e.ID, Undelivered: e.Undelivered,
 			OldestUndelivered: e.OldestUndelivered, LastSuccess: e.LastSuccess, LastError: e.LastError,
-			LastErrorAt: e.LastErrorAt, FailuresInRow: e.FailuresInRow}
+			LastErrorAt: e.LastErrorAt, FailuresInRow: e.FailuresInRow, FailingSince: e.FailingSince}
 	}
 	return state.SaveEndpointStatus(ctx, s.Pool, s.Schema, rows)
+}
+
+// FailingSince implements EndpointStore.
+func (s PGEndpointStore) FailingSince(ctx context.Context) (map[string]time.Time, error) {
+	return state.EndpointsFailingSince(ctx, s.Pool, s.Schema, s.Pipeline)
 }
 
 // Parked implements EndpointStore.

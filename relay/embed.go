@@ -49,6 +49,10 @@ func New(cfg Config) (*Relay, error) {
 	if _, err := pgconn.ParseConfig(cfg.DSN); err != nil {
 		return nil, fmt.Errorf("%w: %w", cdc.ErrBadDSN, err)
 	}
+	if err := cfg.validateOperator(); err != nil {
+		return nil, err
+	}
+	cfg.operator = newOperatorHook(cfg)
 	registerProcess(cfg.Registerer, cfg.Version, cfg.Commit)
 	r := &runner{cfg: cfg}
 	for _, p := range pipes {

@@ -119,6 +119,6 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		},
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    publisher.PGBacklogStore{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
-		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize,
+		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
 	}, acker, marks)
 }

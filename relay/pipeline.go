@@ -86,6 +86,10 @@ type Pipeline struct {
 	// Zero: 30s and 1000.
 	SpillAfter time.Duration
 	SpillSize  int
+	// EndpointDisableAfter is, with Endpoints, how long an endpoint fails without a success
+	// before the relay disables it (`endpoint_disable_after`, `--endpoint-disable-after`), with
+	// a reason naming how long and the last error. Zero: 120h (five days); negative: never.
+	EndpointDisableAfter time.Duration
 	// OnGone is what a 410 Gone answer does: the zero value publisher.GonePause pauses the
 	// pipeline (durably, until `outbox-relay resume`) and leaves the event undelivered;
 	// publisher.GoneRetry retries it like any failed attempt.
@@ -193,7 +197,7 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 			RetryMax: c.RetryMax, MaxAttempts: c.MaxAttempts, MaxInFlight: c.MaxInFlight,
 			MaxBufferedEvents: c.MaxBufferedEvents, MaxBufferedBytes: c.MaxBufferedBytes, Backfill: !c.NoBackfill,
 			Delivery: c.Delivery, Destination: c.Destination, OnGone: c.Control.OnGone, Endpoints: c.Endpoints,
-			SpillAfter: c.SpillAfter, SpillSize: c.SpillSize}
+			SpillAfter: c.SpillAfter, SpillSize: c.SpillSize, EndpointDisableAfter: c.EndpointDisableAfter}
 		if p.Slot == "" {
 			p.Slot = DefaultSlot
 		}

@@ -151,9 +151,18 @@ type Config struct {
 	EndpointMetrics    []string
 	EndpointMetricsMax int
 	// SpillAfter and SpillSize are the default pipeline's (see Pipeline.SpillAfter).
-	SpillAfter   time.Duration
-	SpillSize    int
-	metricsBound string // the address MetricsAddr bound, once it listens
+	SpillAfter time.Duration
+	SpillSize  int
+	// EndpointDisableAfter is the default pipeline's (see Pipeline.EndpointDisableAfter).
+	EndpointDisableAfter time.Duration
+	// OperatorWebhookURL, if set, receives the endpoints' operational events, endpoint.disabled
+	// and endpoint.recovered, as JSON POSTs signed with OperatorWebhookSecret in the X-Signature
+	// scheme (--operator-webhook-url, --operator-webhook-secret; docs/guides/endpoints.md).
+	// Empty: none. The secret is required with the URL; comma-separated for rotation.
+	OperatorWebhookURL    string
+	OperatorWebhookSecret string
+	operator              *operatorHook // built by New from the two above; nil without a URL
+	metricsBound          string        // the address MetricsAddr bound, once it listens
 
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the default-pipeline fields above must
@@ -507,9 +516,16 @@ func (r *runner) run(ctx context.Context) error {
 	defer stopAll()
 	var g errgroup.Group
 	var markers sync.WaitGroup
+	// The operator's webhook outlives the pipelines, to send what their stop leaves queued.
+	opCtx, stopOp := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOp()
+	if op := r.cfg.operator; op != nil {
+		g.Go(func() error { op.run(opCtx); return nil })
+	}
 	markers.Add(1)
 	g.Go(func() error {
 		defer markers.Done()
+		defer stopOp()
 		err := r.runPipelines(stopCtx, &markers)
 		if err != nil {
 			stopAll()

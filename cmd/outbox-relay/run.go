@@ -92,6 +92,9 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "endpoint-metrics-max")
 	addSetting(fs, "spill-after")
 	addSetting(fs, "spill-size")
+	addSetting(fs, "endpoint-disable-after")
+	addSetting(fs, operatorURLFlag.name)
+	addSetting(fs, operatorSecretFlag.name)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -287,6 +290,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	if err := endpointRunConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
+	if cfg.OperatorWebhookURL == "" { // the flags and the environment win over the file
+		cfg.OperatorWebhookURL, cfg.OperatorWebhookSecret = file.OperatorWebhookURL, file.OperatorWebhookSecret
+	}
 	return cfg, nil
 }
 
@@ -444,6 +450,12 @@ func deliveryConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	return nil
 }
 
+// The operator's webhook (relay.Config.OperatorWebhookURL).
+var (
+	operatorURLFlag    = envFlag{name: "operator-webhook-url", env: "OUTBOX_RELAY_OPERATOR_WEBHOOK_URL"}
+	operatorSecretFlag = envFlag{name: "operator-webhook-secret", env: "OUTBOX_RELAY_OPERATOR_WEBHOOK_SECRET"}
+)
+
 // endpointRunConfig reads the settings of the process that a pipeline with endpoints uses: the
 // keys of sealed secrets and the endpoints with series of their own.
 func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
@@ -466,6 +478,8 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	}
 	cfg.SpillAfter, _ = fs.GetDuration("spill-after")
 	cfg.SpillSize, _ = fs.GetInt("spill-size")
+	cfg.EndpointDisableAfter, _ = fs.GetDuration("endpoint-disable-after")
+	cfg.OperatorWebhookURL, cfg.OperatorWebhookSecret = stringFrom(fs, operatorURLFlag), stringFrom(fs, operatorSecretFlag)
 	cfg.EndpointMetricsMax, _ = fs.GetInt("endpoint-metrics-max")
 	if cfg.EndpointMetricsMax == 0 {
 		cfg.EndpointMetricsMax = -1 // 0 on the command line: none beyond --endpoint-metrics

@@ -34,6 +34,9 @@ type File struct {
 	// OUTBOX_RELAY_SCHEMA override it).
 	Schema    string
 	Pipelines []relay.Pipeline
+	// OperatorWebhookURL and OperatorWebhookSecret are the file's operator_webhook (url,
+	// secret): where the endpoints' operational events go (relay.Config.OperatorWebhookURL).
+	OperatorWebhookURL, OperatorWebhookSecret string
 }
 
 // Env looks up an environment variable; os.LookupEnv is one.
@@ -74,6 +77,12 @@ type rawFile struct {
 	DSN       scalar        `yaml:"dsn"`
 	Schema    scalar        `yaml:"schema"`
 	Pipelines []rawPipeline `yaml:"pipelines"`
+	Operator  *rawOperator  `yaml:"operator_webhook"`
+}
+
+type rawOperator struct {
+	URL    scalar `yaml:"url"`
+	Secret scalar `yaml:"secret"`
 }
 
 type rawPipeline struct {
@@ -101,6 +110,7 @@ type rawPipeline struct {
 	Endpoints         scalar      `yaml:"endpoints"`
 	SpillAfter        scalar      `yaml:"spill_after"`
 	SpillSize         scalar      `yaml:"spill_size"`
+	DisableAfter      scalar      `yaml:"endpoint_disable_after"`
 	Initial           scalar      `yaml:"initial"`
 	Shards            scalar      `yaml:"shards"`
 	Shard             scalar      `yaml:"shard"`
@@ -183,6 +193,9 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 	}
 	p := parser{env: env, readFile: readFile}
 	f := File{DSN: p.str(raw.DSN), Schema: p.str(raw.Schema)}
+	if raw.Operator != nil {
+		f.OperatorWebhookURL, f.OperatorWebhookSecret = p.str(raw.Operator.URL), p.str(raw.Operator.Secret)
+	}
 	if len(raw.Pipelines) == 0 && p.err == nil {
 		return f, fmt.Errorf("%w: no pipelines: the file needs `pipelines:` with at least one entry", ErrConfig)
 	}
@@ -251,6 +264,19 @@ func (p *parser) duration(v scalar, key string) time.Duration {
 	return d
 }
 
+// signedDuration is duration where a negative value means never.
+func (p *parser) signedDuration(v scalar, key string) time.Duration {
+	if !v.set {
+		return 0
+	}
+	s := p.str(v)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		p.fail(v, "%s %q: want a duration such as 120h, or a negative one for never", key, s)
+	}
+	return d
+}
+
 func (p *parser) integer(v scalar, key string, minimum int) int {
 	if !v.set {
 		return 0
@@ -312,20 +338,21 @@ func ParseSize(s string) (int, error) {
 
 func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 	pl := relay.Pipeline{
-		Name:              p.str(rp.Name),
-		Filter:            strings.TrimSpace(p.str(rp.Filter)),
-		Slot:              p.str(rp.Slot),
-		Publication:       p.str(rp.Publication),
-		RetryMin:          p.duration(rp.RetryMin, "retry_min"),
-		RetryMax:          p.duration(rp.RetryMax, "retry_max"),
-		MaxAttempts:       p.integer(rp.MaxAttempts, "max_attempts", -1),
-		MaxInFlight:       p.integer(rp.MaxInFlight, "max_in_flight", 0),
-		MaxBufferedEvents: p.integer(rp.MaxBufferedEvents, "max_buffered_events", 0),
-		MaxBufferedBytes:  p.size(rp.MaxBufferedBytes, "max_buffered_bytes"),
-		RateLimit:         p.integer(rp.RateLimit, "rate_limit", 0),
-		Shadow:            p.boolean(rp.Shadow, "shadow"),
-		SpillAfter:        p.duration(rp.SpillAfter, "spill_after"),
-		SpillSize:         p.integer(rp.SpillSize, "spill_size", 0),
+		Name:                 p.str(rp.Name),
+		Filter:               strings.TrimSpace(p.str(rp.Filter)),
+		Slot:                 p.str(rp.Slot),
+		Publication:          p.str(rp.Publication),
+		RetryMin:             p.duration(rp.RetryMin, "retry_min"),
+		RetryMax:             p.duration(rp.RetryMax, "retry_max"),
+		MaxAttempts:          p.integer(rp.MaxAttempts, "max_attempts", -1),
+		MaxInFlight:          p.integer(rp.MaxInFlight, "max_in_flight", 0),
+		MaxBufferedEvents:    p.integer(rp.MaxBufferedEvents, "max_buffered_events", 0),
+		MaxBufferedBytes:     p.size(rp.MaxBufferedBytes, "max_buffered_bytes"),
+		RateLimit:            p.integer(rp.RateLimit, "rate_limit", 0),
+		Shadow:               p.boolean(rp.Shadow, "shadow"),
+		SpillAfter:           p.duration(rp.SpillAfter, "spill_after"),
+		SpillSize:            p.integer(rp.SpillSize, "spill_size", 0),
+		EndpointDisableAfter: p.signedDuration(rp.DisableAfter, "endpoint_disable_after"),
 	}
 	if !rp.Name.set {
 		p.failLine(rp.line(), "a pipeline has no name")

@@ -54,6 +54,9 @@ const (
 	// none, before it spills.
 	EndpointSpillAfter = 30 * time.Second
 	EndpointSpillSize  = 1000
+	// EndpointDisableAfter is how long an endpoint fails without a success before it is
+	// disabled automatically: five days.
+	EndpointDisableAfter = 120 * time.Hour
 )
 
 // AttemptsForADay is the number of attempts whose backoff delays, doubling from lo up to hi,

@@ -195,6 +195,10 @@ type EndpointStatus struct {
 	LastError            string
 	LastErrorAt          time.Time
 	FailuresInRow        int
+	// FailingSince is when the endpoint's current run of failed attempts began (its first
+	// failed attempt after its last success); zero while it is not failing. Auto-disable counts
+	// from it, across restarts.
+	FailingSince time.Time
 	// UpdatedAt is when the row was last saved; SaveEndpointStatus ignores it.
 	UpdatedAt time.Time
 }
@@ -210,22 +214,27 @@ func SaveEndpointStatus(ctx context.Context, db DB, s string, rows []EndpointSta
 	pipelines, ids, errs := make([]string, n), make([]string, n), make([]string, n)
 	undelivered, failures := make([]int64, n), make([]int32, n)
 	oldest, success, errorAt := make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+	failing := make([]*time.Time, n)
 	for i, r := range rows {
+		failing[i] = orNull(r.FailingSince)
 		pipelines[i], ids[i], errs[i] = r.Pipeline, r.EndpointID, r.LastError
 		undelivered[i], failures[i] = r.Undelivered, int32(min(r.FailuresInRow, 1<<31-1))
 		oldest[i], success[i], errorAt[i] = orNull(r.OldestUndelivered), orNull(r.LastSuccess), orNull(r.LastErrorAt)
 	}
 	_, err := db.Exec(ctx, schema.SQL(s, `
 		INSERT INTO {outbox_endpoint_status} AS t (pipeline, endpoint_id, undelivered, oldest_undelivered_at,
-			last_success_at, last_error, last_error_at, failures_in_row, updated_at)
-		SELECT r.pipeline, r.endpoint_id, r.undelivered, r.oldest, r.success, NULLIF(r.err, ''), r.error_at, r.failures, now()
+			last_success_at, last_error, last_error_at, failures_in_row, failing_since, updated_at)
+		SELECT r.pipeline, r.endpoint_id, r.undelivered, r.oldest, r.success, NULLIF(r.err, ''), r.error_at, r.failures,
+			r.failing, now()
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::timestamptz[], $6::text[],
-			$7::timestamptz[], $8::integer[]) AS r(pipeline, endpoint_id, undelivered, oldest, success, err, error_at, failures)
+			$7::timestamptz[], $8::integer[], $9::timestamptz[])
+			AS r(pipeline, endpoint_id, undelivered, oldest, success, err, error_at, failures, failing)
 		ON CONFLICT (pipeline, endpoint_id) DO UPDATE SET undelivered = excluded.undelivered,
 			oldest_undelivered_at = excluded.oldest_undelivered_at, last_success_at = excluded.last_success_at,
 			last_error = excluded.last_error, last_error_at = excluded.last_error_at,
-			failures_in_row = excluded.failures_in_row, updated_at = excluded.updated_at`),
-		pipelines, ids, undelivered, oldest, success, errs, errorAt, failures)
+			failures_in_row = excluded.failures_in_row, failing_since = excluded.failing_since,
+			updated_at = excluded.updated_at`),
+		pipelines, ids, undelivered, oldest, success, errs, errorAt, failures, failing)
 	if err != nil {
 		return fmt.Errorf("save the status of %d endpoint lanes: %w", n, err)
 	}
@@ -260,7 +269,7 @@ func orNull(t time.Time) *time.Time {
 // EndpointStatuses returns every endpoint lane's status in s, by pipeline, then endpoint id.
 func EndpointStatuses(ctx context.Context, db DB, s string) ([]EndpointStatus, error) {
 	rows, err := db.Query(ctx, schema.SQL(s, `SELECT pipeline, endpoint_id, undelivered, oldest_undelivered_at,
-			last_success_at, coalesce(last_error, ''), last_error_at, failures_in_row, updated_at
+			last_success_at, coalesce(last_error, ''), last_error_at, failures_in_row, failing_since, updated_at
 		FROM {outbox_endpoint_status} ORDER BY pipeline COLLATE "C", endpoint_id COLLATE "C"`))
 	if err != nil {
 		return nil, fmt.Errorf("read the endpoints' status: %w", err)
@@ -269,12 +278,13 @@ func EndpointStatuses(ctx context.Context, db DB, s string) ([]EndpointStatus, e
 	var out []EndpointStatus
 	for rows.Next() {
 		var r EndpointStatus
-		var oldest, success, errorAt *time.Time
+		var oldest, success, errorAt, failing *time.Time
 		if err := rows.Scan(&r.Pipeline, &r.EndpointID, &r.Undelivered, &oldest, &success, &r.LastError, &errorAt,
-			&r.FailuresInRow, &r.UpdatedAt); err != nil {
+			&r.FailuresInRow, &failing, &r.UpdatedAt); err != nil {
 			return nil, fmt.Errorf("read the endpoints' status: %w", err)
 		}
 		r.OldestUndelivered, r.LastSuccess, r.LastErrorAt = orZero(oldest), orZero(success), orZero(errorAt)
+		r.FailingSince = orZero(failing)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -288,6 +298,27 @@ func orZero(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return *t
+}
+
+// EndpointsFailingSince returns, by endpoint id, when each of pipeline's endpoints that is
+// failing began to (its status's failing_since), for a relay that starts: a run of failures
+// that began before a restart keeps counting towards the endpoint's auto-disable.
+func EndpointsFailingSince(ctx context.Context, db DB, s, pipeline string) (map[string]time.Time, error) {
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT endpoint_id, failing_since FROM {outbox_endpoint_status}
+		WHERE pipeline = $1 AND endpoint_id <> '' AND failing_since IS NOT NULL`), pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("read when the endpoints of pipeline %q began failing: %w", pipeline, err)
+	}
+	out := map[string]time.Time{}
+	var id string
+	var at time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		out[id] = at
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read when the endpoints of pipeline %q began failing: %w", pipeline, err)
+	}
+	return out, nil
 }
 
 // ForgetEndpointStatus deletes the status of pipeline's lane of endpoint id (a removed
