@@ -91,6 +91,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "endpoint-metrics")
 	addSetting(fs, "endpoint-metrics-max")
 	addSetting(fs, "spill-after")
+	addSetting(fs, "delivery-log-retention")
 	addSetting(fs, "spill-size")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
@@ -287,6 +288,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	if err := endpointRunConfig(fs, &cfg); err != nil {
 		return cfg, err
 	}
+	if !fs.Changed("delivery-log-retention") && file.DeliveryLogRetention != 0 {
+		cfg.DeliveryLogRetention = file.DeliveryLogRetention
+	}
 	return cfg, nil
 }
 
@@ -465,6 +469,9 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 		}
 	}
 	cfg.SpillAfter, _ = fs.GetDuration("spill-after")
+	if cfg.DeliveryLogRetention, _ = fs.GetDuration("delivery-log-retention"); cfg.DeliveryLogRetention <= 0 {
+		cfg.DeliveryLogRetention = -1 // 0 on the command line: record none
+	}
 	cfg.SpillSize, _ = fs.GetInt("spill-size")
 	cfg.EndpointMetricsMax, _ = fs.GetInt("endpoint-metrics-max")
 	if cfg.EndpointMetricsMax == 0 {

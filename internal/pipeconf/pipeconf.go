@@ -32,8 +32,11 @@ type File struct {
 	DSN string
 	// Schema is the file's schema, of the relay's tables; empty if it has none (--schema /
 	// OUTBOX_RELAY_SCHEMA override it).
-	Schema    string
-	Pipelines []relay.Pipeline
+	Schema string
+	// DeliveryLogRetention is the file's delivery_log_retention; zero if it has none
+	// (--delivery-log-retention overrides it), negative for 0 (record none).
+	DeliveryLogRetention time.Duration
+	Pipelines            []relay.Pipeline
 }
 
 // Env looks up an environment variable; os.LookupEnv is one.
@@ -74,6 +77,9 @@ type rawFile struct {
 	DSN       scalar        `yaml:"dsn"`
 	Schema    scalar        `yaml:"schema"`
 	Pipelines []rawPipeline `yaml:"pipelines"`
+	// DeliveryLogRetention is of the process, as the delivery log is written by every pipeline
+	// with endpoints and pruned once.
+	DeliveryLogRetention scalar `yaml:"delivery_log_retention"`
 }
 
 type rawPipeline struct {
@@ -183,6 +189,11 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 	}
 	p := parser{env: env, readFile: readFile}
 	f := File{DSN: p.str(raw.DSN), Schema: p.str(raw.Schema)}
+	if raw.DeliveryLogRetention.set {
+		if f.DeliveryLogRetention = p.duration(raw.DeliveryLogRetention, "delivery_log_retention"); f.DeliveryLogRetention == 0 {
+			f.DeliveryLogRetention = -1
+		}
+	}
 	if len(raw.Pipelines) == 0 && p.err == nil {
 		return f, fmt.Errorf("%w: no pipelines: the file needs `pipelines:` with at least one entry", ErrConfig)
 	}

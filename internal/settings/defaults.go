@@ -54,6 +54,8 @@ const (
 	// none, before it spills.
 	EndpointSpillAfter = 30 * time.Second
 	EndpointSpillSize  = 1000
+	// DeliveryLogRetention is how long the endpoints' delivery log is kept.
+	DeliveryLogRetention = 7 * 24 * time.Hour
 )
 
 // AttemptsForADay is the number of attempts whose backoff delays, doubling from lo up to hi,
