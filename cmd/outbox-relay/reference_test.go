@@ -64,7 +64,7 @@ func checkYAMLKeys(t *testing.T) {
 		t.Fatalf("an unknown key parses without an unknown-key error (%v): this check would prove nothing", err)
 	}
 	for _, s := range settings.Run {
-		if s.YAML == "" || s.YAML == "dsn" || s.YAML == "schema" {
+		if s.YAML == "" || s.YAML == "dsn" || s.YAML == "schema" || s.YAML == "delivery_log_retention" { // keys at the file's top
 			continue
 		}
 		parts := strings.Split(s.YAML, ".")

@@ -65,7 +65,7 @@ var Run = []Setting{
 		Meaning: "with endpoints: an endpoint that holds this many events and delivered none for a second spills to its backlog at once (before `spill_after`)"},
 	{Flag: "delivery-log-retention", YAML: "delivery_log_retention", Default: DeliveryLogRetention,
 		Help:    "with endpoints: keep the delivery log (failed attempts, delivery times: outbox-relay deliveries) this long, pruned in the background; 0 = record none",
-		Meaning: "with endpoints: how long the delivery log is kept (every failed attempt, and when each event was delivered, per endpoint: `outbox-relay deliveries`); older entries are pruned every minute; `0` records none. A top-level key of `--config`; see [Endpoints](../guides/endpoints.md#delivery-log)"},
+		Meaning: "with endpoints: how long the delivery log is kept (every failed attempt, and when each event was delivered, per endpoint: `outbox-relay deliveries`); older entries are pruned every minute; `0` records none. A top-level key of `--config`; see [Endpoints](../guides/endpoints.md#delivery-log-outbox-relay-deliveries)"},
 	{Flag: "signature-scheme", YAML: "webhook.signature_scheme", Default: SignatureScheme,
 		Help:    "x-signature or standard-webhooks (secrets then look like whsec_<base64>)",
 		Meaning: "`x-signature` or `standard-webhooks` (secrets `whsec_<base64>`)"},
