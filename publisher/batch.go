@@ -307,6 +307,7 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if p.lane != nil {
 		p.lane.observe(p, o)
+		p.lane.logAttempt(o, start, elapsed, b.items...)
 		if !o.ok() && p.lane.spillFailedBatch(p, b) {
 			return // the lane spilled meanwhile: the events are in its backlog now
 		}

@@ -39,6 +39,9 @@ type Result struct {
 	// Gone is true when the destination said it is gone for good (HTTP 410 Gone): with
 	// Config.OnGone GonePause the publisher pauses its pipeline instead of retrying.
 	Gone bool
+	// Answer is the start of a failed answer's body (up to 1024 bytes), for the delivery log.
+	// Nil: none, or a destination that does not keep it.
+	Answer []byte
 }
 
 func (r Result) ok() bool { return r.Delivered }

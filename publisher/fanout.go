@@ -100,6 +100,9 @@ type FanoutConfig struct {
 	BackfillSlot string
 	// Resume, if set, skips events an earlier process delivered to every endpoint.
 	Resume *Resume
+	// DeliveryLog, if set, records every attempt of every endpoint (DeliveryLogWriter keeps it
+	// in PostgreSQL). Nil: nothing is recorded.
+	DeliveryLog DeliveryLog
 	// Endpoints keeps the versions log and the endpoints' status. Required.
 	Endpoints EndpointStore
 	// LaneStore returns the Store of the lane named name (its dead letters, parked aggregates

@@ -269,6 +269,7 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
 	if p.lane != nil {
 		p.lane.observe(p, o)
+		p.lane.logAttempt(o, start, elapsed, it)
 		if !o.ok() && p.lane.spillFailed(p, it) {
 			return // the lane spilled meanwhile: the event is in its backlog now
 		}

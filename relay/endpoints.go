@@ -57,7 +57,7 @@ func (p *Pipeline) validateEndpoints() error {
 // the guard (which refuses the relay's own metrics address and link-local/metadata addresses
 // unless the row allows private URLs).
 func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, pool *pgxpool.Pool, acker publisher.Acker,
-	marks publisher.Marks, resume *publisher.Resume, confirmed func() pglogrepl.LSN) *publisher.Fanout {
+	marks publisher.Marks, resume *publisher.Resume, confirmed func() pglogrepl.LSN, dlog *publisher.DeliveryLogWriter) *publisher.Fanout {
 	log := cfg.pipelineLogger(p)
 	var ring *seal.Keyring
 	var ringErr error
@@ -120,5 +120,6 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    publisher.PGBacklogStore{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
+		DeliveryLog: deliveryLogOf(dlog),
 	}, acker, marks)
 }

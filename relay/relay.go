@@ -150,6 +150,10 @@ type Config struct {
 	// --endpoint-metrics-max). Zero EndpointMetricsMax: 20; negative: none.
 	EndpointMetrics    []string
 	EndpointMetricsMax int
+	// DeliveryLogRetention is how long the delivery log of endpoints (failed attempts, and
+	// when each event was delivered: `outbox-relay deliveries`) is kept; older entries are
+	// pruned in the background. Zero: 7 days; negative: nothing is recorded.
+	DeliveryLogRetention time.Duration
 	// SpillAfter and SpillSize are the default pipeline's (see Pipeline.SpillAfter).
 	SpillAfter time.Duration
 	SpillSize  int
@@ -431,7 +435,8 @@ type pipelineRunner struct {
 	tracker *cdc.Tracker
 	stream  *cdc.Stream
 	pub     deliverer
-	marker  *publisher.Marker // nil unless the pipeline owns the rows' status
+	marker  *publisher.Marker            // nil unless the pipeline owns the rows' status
+	dlog    *publisher.DeliveryLogWriter // nil unless the pipeline has endpoints and the log is on
 	poller  *inspect.Poller
 	pool    *pgxpool.Pool // the control row, a pause on 410 Gone
 	pubOID  uint32        // the publication's oid when the run started (0: unknown)
@@ -476,7 +481,8 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	}
 	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
 	if p.Endpoints {
-		r.pub = newFanout(cfg, p, owner, reg, pool, r, marks, resume, r.tracker.Confirmable)
+		r.dlog = newDeliveryLog(cfg, log, reg, pool)
+		r.pub = newFanout(cfg, p, owner, reg, pool, r, marks, resume, r.tracker.Confirmable, r.dlog)
 		r.pub.Pause("starting: reading the pipeline's control row")
 		return r
 	}
@@ -580,6 +586,9 @@ func (r *runner) runPipelines(ctx context.Context, markers *sync.WaitGroup) erro
 			return err
 		})
 	}
+	if r.hasEndpoints() && cfg.DeliveryLogRetention >= 0 {
+		g.Go(func() error { pruneDeliveryLog(stopCtx, cfg, r.pool); return nil })
+	}
 	for _, s := range r.starts {
 		markers.Add(1)
 		g.Go(func() error {
@@ -627,6 +636,9 @@ func (r *pipelineRunner) run(ctx context.Context) error {
 	})
 	if r.marker != nil {
 		g.Go(func() error { return r.marker.Run(markerCtx) })
+	}
+	if r.dlog != nil {
+		g.Go(func() error { return r.dlog.Run(markerCtx) }) // like the marker: it writes what the drain delivered
 	}
 	g.Go(func() error {
 		path.Wait()

@@ -91,6 +91,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "endpoint-metrics")
 	addSetting(fs, "endpoint-metrics-max")
 	addSetting(fs, "spill-after")
+	addSetting(fs, "delivery-log-retention")
 	addSetting(fs, "spill-size")
 	addSetting(fs, "endpoint-disable-after")
 	addSetting(fs, operatorURLFlag.name)
@@ -293,6 +294,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	if cfg.OperatorWebhookURL == "" { // the flags and the environment win over the file
 		cfg.OperatorWebhookURL, cfg.OperatorWebhookSecret = file.OperatorWebhookURL, file.OperatorWebhookSecret
 	}
+	if !fs.Changed("delivery-log-retention") && file.DeliveryLogRetention != 0 {
+		cfg.DeliveryLogRetention = file.DeliveryLogRetention
+	}
 	return cfg, nil
 }
 
@@ -477,6 +481,9 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 		}
 	}
 	cfg.SpillAfter, _ = fs.GetDuration("spill-after")
+	if cfg.DeliveryLogRetention, _ = fs.GetDuration("delivery-log-retention"); cfg.DeliveryLogRetention <= 0 {
+		cfg.DeliveryLogRetention = -1 // 0 on the command line: record none
+	}
 	cfg.SpillSize, _ = fs.GetInt("spill-size")
 	cfg.EndpointDisableAfter, _ = fs.GetDuration("endpoint-disable-after")
 	cfg.OperatorWebhookURL, cfg.OperatorWebhookSecret = stringFrom(fs, operatorURLFlag), stringFrom(fs, operatorSecretFlag)

@@ -37,6 +37,9 @@ type File struct {
 	// OperatorWebhookURL and OperatorWebhookSecret are the file's operator_webhook (url,
 	// secret): where the endpoints' operational events go (relay.Config.OperatorWebhookURL).
 	OperatorWebhookURL, OperatorWebhookSecret string
+	// DeliveryLogRetention is the file's delivery_log_retention; zero if it has none
+	// (--delivery-log-retention overrides it), negative for 0 (record none).
+	DeliveryLogRetention time.Duration
 }
 
 // Env looks up an environment variable; os.LookupEnv is one.
@@ -78,6 +81,9 @@ type rawFile struct {
 	Schema    scalar        `yaml:"schema"`
 	Pipelines []rawPipeline `yaml:"pipelines"`
 	Operator  *rawOperator  `yaml:"operator_webhook"`
+	// DeliveryLogRetention is of the process, as the delivery log is written by every pipeline
+	// with endpoints and pruned once.
+	DeliveryLogRetention scalar `yaml:"delivery_log_retention"`
 }
 
 type rawOperator struct {
@@ -195,6 +201,11 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 	f := File{DSN: p.str(raw.DSN), Schema: p.str(raw.Schema)}
 	if raw.Operator != nil {
 		f.OperatorWebhookURL, f.OperatorWebhookSecret = p.str(raw.Operator.URL), p.str(raw.Operator.Secret)
+	}
+	if raw.DeliveryLogRetention.set {
+		if f.DeliveryLogRetention = p.duration(raw.DeliveryLogRetention, "delivery_log_retention"); f.DeliveryLogRetention == 0 {
+			f.DeliveryLogRetention = -1
+		}
 	}
 	if len(raw.Pipelines) == 0 && p.err == nil {
 		return f, fmt.Errorf("%w: no pipelines: the file needs `pipelines:` with at least one entry", ErrConfig)

@@ -57,6 +57,8 @@ const (
 	// EndpointDisableAfter is how long an endpoint fails without a success before it is
 	// disabled automatically: five days.
 	EndpointDisableAfter = 120 * time.Hour
+	// DeliveryLogRetention is how long the endpoints' delivery log is kept.
+	DeliveryLogRetention = 7 * 24 * time.Hour
 )
 
 // AttemptsForADay is the number of attempts whose backoff delays, doubling from lo up to hi,

@@ -18,6 +18,30 @@ type response struct {
 	retryAfter string
 	location   string // of a redirect, which is not followed but reported
 	keepAlive  bool
+	answer     []byte // the start of a non-2xx answer's body, for the delivery log
+}
+
+// maxAnswer is how much of a failed answer's body is kept (publisher.Result.Answer).
+const maxAnswer = 1024
+
+// answerSink keeps the first maxAnswer bytes written to it and discards the rest.
+type answerSink struct{ b []byte }
+
+func (a *answerSink) Write(p []byte) (int, error) {
+	if room := maxAnswer - len(a.b); room > 0 {
+		a.b = append(a.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// bodySink is where an answer's body goes: nowhere for a 2xx (nothing is kept of a success),
+// else the start of it into r.answer when done.
+func bodySink(status int) (io.Writer, *answerSink) {
+	if status >= 200 && status < 300 {
+		return io.Discard, nil
+	}
+	a := &answerSink{}
+	return a, a
 }
 
 // maxLocation caps the Location kept from a redirect, for the log line and last_error.
@@ -106,11 +130,15 @@ func header(r *response, f *bodyFraming, name, value []byte) {
 // drain reads the body as framed; anything it cannot read whole within maxDrain ends
 // keep-alive.
 func (f bodyFraming) drain(br *bufio.Reader, status int, r *response) error {
+	sink, answer := bodySink(status)
+	if answer != nil {
+		defer func() { r.answer = answer.b }()
+	}
 	switch {
 	case status == 204 || status == 304:
 		return nil
 	case f.chunked:
-		n, err := io.Copy(io.Discard, io.LimitReader(httputil.NewChunkedReader(br), maxDrain+1))
+		n, err := io.Copy(sink, io.LimitReader(httputil.NewChunkedReader(br), maxDrain+1))
 		if n > maxDrain {
 			r.keepAlive = false
 		}
@@ -129,12 +157,16 @@ func (f bodyFraming) drain(br *bufio.Reader, status int, r *response) error {
 			r.keepAlive = false
 			return nil
 		}
+		if answer != nil {
+			_, err := io.CopyN(sink, br, f.length)
+			return err
+		}
 		_, err := br.Discard(int(f.length))
 		return err
 	}
 	// Delimited by the end of the connection.
 	r.keepAlive = false
-	_, err := io.Copy(io.Discard, io.LimitReader(br, maxDrain))
+	_, err := io.Copy(sink, io.LimitReader(br, maxDrain))
 	return err
 }
 

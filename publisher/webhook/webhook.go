@@ -266,11 +266,15 @@ func (w *Destination) sendStd(ctx context.Context, heads func(headerSink), body 
 	if err != nil {
 		return result(ctx, response{}, err)
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	sink, answer := bodySink(resp.StatusCode)
+	_, _ = io.Copy(sink, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
 	loc := resp.Header.Get("Location")
-	return result(ctx, response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"),
-		location: loc[:min(len(loc), maxLocation)]}, nil)
+	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), location: loc[:min(len(loc), maxLocation)]}
+	if answer != nil {
+		r.answer = answer.b
+	}
+	return result(ctx, r, nil)
 }
 
 func result(ctx context.Context, resp response, err error) publisher.Result {
@@ -278,7 +282,7 @@ func result(ctx context.Context, resp response, err error) publisher.Result {
 		return publisher.Result{Err: err, Label: errorResult(ctx, err)}
 	}
 	r := publisher.Result{Delivered: resp.status >= 200 && resp.status < 300, Status: resp.status,
-		Label: statusResult(resp.status), Gone: resp.status == http.StatusGone}
+		Label: statusResult(resp.status), Gone: resp.status == http.StatusGone, Answer: resp.answer}
 	if d, ok := retryAfter(resp.retryAfter, time.Now()); ok {
 		r.RetryAfter = d
 	}
