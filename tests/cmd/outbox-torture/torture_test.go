@@ -177,6 +177,10 @@ func TestTortureEndpointsShort(t *testing.T) {
 	if v.Samples < 50 {
 		t.Errorf("only %d samples of the slot: the confirm check saw too little", v.Samples)
 	}
+	t.Logf("%d blackouts; the relays logged %d spills to a backlog and %d catch-ups", res.Blackouts, res.Spills, res.Rejoins)
+	if res.Spills == 0 || res.Rejoins == 0 {
+		t.Errorf("%d spills and %d catch-ups: the backlog went unchecked", res.Spills, res.Rejoins)
+	}
 	for _, want := range []string{"| lost | 0 of ", "| deliveries outside rule 4 | 0 not routed", "| order violations | 0 per",
 		"| result | **PASS** |"} {
 		if !strings.Contains(summary.String(), want) {
