@@ -171,6 +171,7 @@ type confirmViolation struct {
 	Tx     int           // index in the ledger
 	Sample int           // the first sample that passed it
 	Bound  pglogrepl.LSN // After(tx), or the commit LSN for the cross-check
+	Pair   string        // an endpoints run's pair that held tx (pairKey), for the description
 }
 
 // confirmViolations returns, per transaction, the first sample whose position is above

@@ -377,8 +377,8 @@ func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]in
 		for i, x := range vs {
 			tx, s := r.Txs[x.Tx], r.Samples[x.Sample]
 			out[i] = fmt.Sprintf("writer %d tx of %d events: slot confirmed %s > %s %s at %s before all the "+
-				"(event, endpoint) pairs it waits for were delivered", tx.Writer, len(tx.Events), s.LSN, bound, x.Bound,
-				s.At.Format("15:04:05.000"))
+				"(event, endpoint) pairs it waits for were delivered (%s was not, nor in a backlog at the next read)",
+				tx.Writer, len(tx.Events), s.LSN, bound, x.Bound, s.At.Format("15:04:05.000"), x.Pair)
 		}
 		return out
 	}
@@ -416,7 +416,7 @@ func pairConfirmViolations(samples []sample, bound []pglogrepl.LSN, holds [][]ho
 					mark = s.BacklogMark
 				}
 				if h.first >= mark && h.rule.holds(s.At) && (bl == nil || !bl.has(s, h.key)) {
-					out = append(out, confirmViolation{Tx: i, Sample: j, Bound: bound[i]})
+					out = append(out, confirmViolation{Tx: i, Sample: j, Bound: bound[i], Pair: h.key})
 					break samples
 				}
 			}

@@ -249,6 +249,12 @@ func (t *harness) dumpEndpoints(dir string, res *result) {
 				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists, ver.Before, ver.After)
 		}
 	}
+	// Every delivery, in the receiver's order, to follow an order or confirm failure's pair
+	// through the relays' logs.
+	b.WriteString("## deliveries (receiver time, endpoint, event, aggregate, seq, X-Event-Sequence, attempt)\n")
+	for _, d := range t.recv.deliveries() {
+		fmt.Fprintf(&b, "%s %s %s %s %d %s %d\n", d.At.Format(stamp), d.Endpoint, d.ID, d.Aggregate, d.Seq, d.Sequence, d.Attempt)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "endpoints.txt"), []byte(b.String()), 0o644); err == nil {
 		t.logf("the endpoints run's failures and timeline are in %s", filepath.Join(dir, "endpoints.txt"))
 	}
