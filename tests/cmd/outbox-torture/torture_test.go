@@ -118,6 +118,7 @@ func TestTortureEndpointsShort(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Endpoints = true
 	cfg.Events, cfg.Duration, cfg.Drain = 1200, 25*time.Second, time.Minute
+	cfg.Relay = os.Getenv("TORTURE_RELAY") // a relay binary to check instead of this tree's
 	cfg.GapMin, cfg.GapMax = 300*time.Millisecond, 700*time.Millisecond
 	cfg.Seed = randomSeed()
 	if v := os.Getenv("TORTURE_SEED"); v != "" {
