@@ -54,12 +54,17 @@ type config struct {
 	Tenants       int
 	// ChangeMin and ChangeMax bound the pause between two endpoint changes.
 	ChangeMin, ChangeMax time.Duration
+	// SpillAfter is the relays' --spill-after in an endpoints run (TORTURE_SPILL_AFTER; 1s):
+	// short, so that the endpoint blackouts (receiver.go) make endpoints spill to their
+	// backlog, drain it and rejoin the live stream many times per run.
+	SpillAfter time.Duration
 }
 
 func defaultConfig() config {
 	return config{Events: 20_000, Duration: 60 * time.Second, Writers: 4, Aggregates: 200, MaxTxSize: 20,
 		Rollback: 0.05, GapMin: time.Second, GapMax: 4 * time.Second, Drain: 3 * time.Minute,
-		EndpointCount: 50, Tenants: 20, ChangeMin: 100 * time.Millisecond, ChangeMax: 500 * time.Millisecond}
+		EndpointCount: 50, Tenants: 20, ChangeMin: 100 * time.Millisecond, ChangeMax: 500 * time.Millisecond,
+		SpillAfter: time.Second}
 }
 
 // parseConfig reads the TORTURE_* variables through getenv, rejecting bad values with an
@@ -136,6 +141,13 @@ func parseConfig(getenv func(string) string) (config, error) {
 	if cfg.Endpoints && (cfg.Sink != "" || cfg.Pipelines == 2 || cfg.Batch > 1) {
 		return cfg, errors.New("TORTURE_ENDPOINTS=1 with TORTURE_SINK, TORTURE_PIPELINES=2 or TORTURE_BATCH: " +
 			"the endpoints run delivers to its own endpoints' webhooks; run them apart")
+	}
+	if v := getenv("TORTURE_SPILL_AFTER"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond {
+			return cfg, fmt.Errorf("TORTURE_SPILL_AFTER=%q: set the endpoints run's --spill-after, at least 100ms, e.g. 1s", v)
+		}
+		cfg.SpillAfter = d
 	}
 	if v := getenv("TORTURE_KEEP_LOGS"); v != "" {
 		b, err := strconv.ParseBool(v)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -43,11 +44,68 @@ type sample struct {
 	LSN  pglogrepl.LSN // confirmed_flush_lsn
 	Mark int           // receiver log length right after the reading returned
 	At   time.Time
+	// An endpoints run's sample also reads the endpoints' backlogs, in a statement after the
+	// slot's: Backlog holds the (endpoint, event) pairs found there (ids of backlogIndex,
+	// sorted), and BacklogMark is the receiver's mark taken after that statement returned.
+	// A pair the slot had passed at the reading was either delivered before it or in the
+	// backlog then (a relay writes an entry before it settles the pair, and deletes it only
+	// after the delivery); so by BacklogMark it is delivered below the mark or still in the
+	// backlog. epcheck.go holds the relay to that.
+	Backlog     []int32
+	BacklogMark int
+}
+
+// backlogIndex numbers the (endpoint, event) pairs seen in backlogs, so that the samples keep
+// small ids instead of a set of strings each.
+type backlogIndex struct {
+	ids map[string]int32
+}
+
+func (b *backlogIndex) id(key string) int32 {
+	n, ok := b.ids[key]
+	if !ok {
+		n = int32(len(b.ids))
+		b.ids[key] = n
+	}
+	return n
+}
+
+// has reports whether sample s found the pair key in a backlog.
+func (b *backlogIndex) has(s sample, key string) bool {
+	n, ok := b.ids[key]
+	if !ok {
+		return false
+	}
+	_, found := slices.BinarySearch(s.Backlog, n)
+	return found
+}
+
+// readBacklog reads every backlog's (endpoint, event) pairs into ids, sorted.
+func readBacklog(ctx context.Context, conn *pgx.Conn, b *backlogIndex) ([]int32, error) {
+	rows, err := conn.Query(ctx, `SELECT endpoint_id, event_id::text FROM outbox_endpoint_backlog`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int32
+	for rows.Next() {
+		var ep, id string
+		if err := rows.Scan(&ep, &id); err != nil {
+			return nil, err
+		}
+		out = append(out, b.id(pairKey(ep, id)))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // sampleSlot reads the slot's confirmed position every interval until ctx ends, reconnecting
-// while the server is away, and returns the readings.
-func sampleSlot(ctx context.Context, dsn, slot string, recv *receiver, every time.Duration) []sample {
+// while the server is away, and returns the readings. With bl (an endpoints run) each reading
+// is followed by one of the backlogs; a reading whose backlog read fails is dropped.
+func sampleSlot(ctx context.Context, dsn, slot string, recv *receiver, every time.Duration, bl *backlogIndex) []sample {
 	var out []sample
 	var conn *pgx.Conn
 	defer func() {
@@ -88,9 +146,23 @@ func sampleSlot(ctx context.Context, dsn, slot string, recv *receiver, every tim
 		if mark < 0 {
 			continue // a broker run whose bridge could not catch up: no sound mark
 		}
-		if pos, err := pglogrepl.ParseLSN(*lsn); err == nil {
-			out = append(out, sample{LSN: pos, Mark: mark, At: time.Now()})
+		pos, err := pglogrepl.ParseLSN(*lsn)
+		if err != nil {
+			continue
 		}
+		s := sample{LSN: pos, Mark: mark, At: time.Now(), BacklogMark: mark}
+		if bl != nil {
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			s.Backlog, err = readBacklog(qctx, conn, bl)
+			cancel()
+			s.BacklogMark = recv.mark()
+			if err != nil {
+				_ = conn.Close(context.Background())
+				conn = nil
+				continue
+			}
+		}
+		out = append(out, s)
 	}
 }
 
@@ -99,6 +171,7 @@ type confirmViolation struct {
 	Tx     int           // index in the ledger
 	Sample int           // the first sample that passed it
 	Bound  pglogrepl.LSN // After(tx), or the commit LSN for the cross-check
+	Pair   string        // an endpoints run's pair that held tx (pairKey), for the description
 }
 
 // confirmViolations returns, per transaction, the first sample whose position is above

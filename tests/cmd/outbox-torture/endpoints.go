@@ -221,6 +221,33 @@ func (m *epManager) run(load, ctx context.Context) {
 	}
 }
 
+// blackouts black out one endpoint at a time, drawn from those that exist, for 2–5s every
+// 0.5–2s until load ends, each long past the relays' --spill-after: the endpoint spills its
+// events to its backlog, drains it once the blackout ends and rejoins the live stream, while the
+// other faults (relay kills above all) land in the middle of that. It has a seeded stream of its
+// own, apart from the changes'. It returns how many it started.
+func (m *epManager) blackouts(load context.Context) int {
+	rng := mrand.New(mrand.NewPCG(m.cfg.Seed, 0xb1))
+	n := 0
+	for {
+		if !sleep(load, 500*time.Millisecond+time.Duration(rng.Int64N(int64(1500*time.Millisecond)))) {
+			return n
+		}
+		m.mu.Lock()
+		ids := make([]string, 0, len(m.cur))
+		for id := range m.cur {
+			ids = append(ids, id)
+		}
+		m.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		sort.Strings(ids)
+		m.recv.blackout(ids[rng.IntN(len(ids))], 2*time.Second+time.Duration(rng.Int64N(int64(3*time.Second))))
+		n++
+	}
+}
+
 // pick draws the next change from the endpoints as they are: mostly subscription updates,
 // pauses and resumes, some disables and enables, and adds and removals that keep the count
 // near EndpointCount. A paused endpoint is only resumed, disabled or removed, never updated.

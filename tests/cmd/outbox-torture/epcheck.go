@@ -23,7 +23,11 @@ import (
 //     while paused. The receiver's clock and the server's are the host's.
 //   - either way, if a later version disables or removes the endpoint, the relay may settle the
 //     pair without sending (abandoned): it is optional, neither lost if missing nor wrong if
-//     delivered.
+//     delivered. A disable keeps what the endpoint held in its backlog and delivers it after a
+//     later enable (a removal drops it), so such a delivery is no failure either; it stays
+//     optional, since a resend from before the disable is not routed to it again. A pair
+//     routed while paused and disabled before any resume is delivered, if at all, after the
+//     first later resume or enable.
 //
 // Then: lost = a required pair never delivered; order = per (endpoint, aggregate), first
 // deliveries of routed pairs in commit order (an optional pair may be missing from the
@@ -59,7 +63,7 @@ const (
 	whyRemoved        = "committed after the endpoint's removal"
 	whyDisabled       = "committed while the endpoint was disabled"
 	whyOutside        = "outside the endpoint's subscription at commit"
-	whyPausedDropped  = "committed while paused, and the endpoint was disabled or removed before any resume"
+	whyPausedDropped  = "committed while paused, and the endpoint was removed, or disabled for good, before any resume"
 )
 
 var whys = []string{whyBeforeCreation, whyRemoved, whyDisabled, whyOutside, whyPausedDropped}
@@ -90,15 +94,21 @@ func rule(vs []epVersion, at time.Time, e event) pairRule {
 		}
 	}
 	if vs[k].State == stPaused {
+		// Held by the pause. A disable keeps what the endpoint held (in its backlog) for a
+		// later enable, so the pair may be delivered once the endpoint is enabled again, by
+		// a resume or an enable; a removal before that drops it.
 		p.NotBefore = never
 		for _, v := range later {
-			if !v.Exists || v.State == stDisabled {
-				return pairRule{Why: whyPausedDropped, Excuse: v.At}
+			if !v.Exists {
+				return pairRule{Why: whyPausedDropped, Excuse: p.Excuse}
 			}
 			if v.State == stEnabled {
 				p.NotBefore = v.At
 				break
 			}
+		}
+		if !p.Excuse.IsZero() && p.NotBefore.Equal(never) {
+			return pairRule{Why: whyPausedDropped, Excuse: p.Excuse} // disabled, never enabled again
 		}
 	}
 	p.Required = p.Excuse.IsZero()
@@ -113,6 +123,7 @@ type epRecord struct {
 	Deliveries []delivery
 	Samples    []sample
 	Timeline   timeline
+	Backlog    *backlogIndex // the pairs the samples found in backlogs; nil: none read
 }
 
 // epVerdict is what the endpoints run's checks found. Lists hold descriptions.
@@ -347,7 +358,7 @@ func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]in
 		if !ok {
 			idx = math.MaxInt
 		}
-		holds[rp.tx] = append(holds[rp.tx], holder{first: idx, rule: rp.rule})
+		holds[rp.tx] = append(holds[rp.tx], holder{first: idx, rule: rp.rule, key: rp.key})
 	}
 	commits, seqErrs := commitLSNs(r.Txs, r.Deliveries, committed)
 	v.SequenceErrors = seqErrs
@@ -366,13 +377,13 @@ func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]in
 		for i, x := range vs {
 			tx, s := r.Txs[x.Tx], r.Samples[x.Sample]
 			out[i] = fmt.Sprintf("writer %d tx of %d events: slot confirmed %s > %s %s at %s before all the "+
-				"(event, endpoint) pairs it waits for were delivered", tx.Writer, len(tx.Events), s.LSN, bound, x.Bound,
-				s.At.Format("15:04:05.000"))
+				"(event, endpoint) pairs it waits for were delivered (%s was not, nor in a backlog at the next read)",
+				tx.Writer, len(tx.Events), s.LSN, bound, x.Bound, s.At.Format("15:04:05.000"), x.Pair)
 		}
 		return out
 	}
-	v.ConfirmViolations = describe(pairConfirmViolations(r.Samples, after, holds), "After(tx)")
-	v.ConfirmSeqViolations = describe(pairConfirmViolations(r.Samples, commits, holds), "commit LSN")
+	v.ConfirmViolations = describe(pairConfirmViolations(r.Samples, after, holds, r.Backlog), "After(tx)")
+	v.ConfirmSeqViolations = describe(pairConfirmViolations(r.Samples, commits, holds, r.Backlog), "commit LSN")
 }
 
 // holder is a pair that holds its transaction: the log index of its first delivery
@@ -380,11 +391,15 @@ func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]in
 type holder struct {
 	first int
 	rule  pairRule
+	key   string // pairKey
 }
 
 // pairConfirmViolations returns, per transaction, the first sample above bound(tx) (0:
 // unknown, skipped) taken while a pair holding tx had no delivery below the sample's mark.
-func pairConfirmViolations(samples []sample, bound []pglogrepl.LSN, holds [][]holder) []confirmViolation {
+// With bl, a pair counts as settled at a sample if it was delivered below the mark taken after
+// the sample's backlog read, or was in the backlog then (confirm.go's sample says why that
+// is sound).
+func pairConfirmViolations(samples []sample, bound []pglogrepl.LSN, holds [][]holder, bl *backlogIndex) []confirmViolation {
 	var out []confirmViolation
 	for i := range bound {
 		if bound[i] == 0 {
@@ -396,8 +411,12 @@ func pairConfirmViolations(samples []sample, bound []pglogrepl.LSN, holds [][]ho
 				continue
 			}
 			for _, h := range holds[i] {
-				if h.first >= s.Mark && h.rule.holds(s.At) {
-					out = append(out, confirmViolation{Tx: i, Sample: j, Bound: bound[i]})
+				mark := s.Mark
+				if bl != nil {
+					mark = s.BacklogMark
+				}
+				if h.first >= mark && h.rule.holds(s.At) && (bl == nil || !bl.has(s, h.key)) {
+					out = append(out, confirmViolation{Tx: i, Sample: j, Bound: bound[i], Pair: h.key})
 					break samples
 				}
 			}

@@ -84,9 +84,10 @@ func relayArgs(dsn, url, secret, slot string) []string {
 }
 
 // endpointArgs are relayArgs for an endpoints run: --endpoints instead of one webhook, each
-// endpoint's URL and secret coming from its row.
-func endpointArgs(dsn, slot string) []string {
-	return []string{"run", "--endpoints", "--dsn", dsn,
+// endpoint's URL and secret coming from its row, and a short --spill-after (the torture's
+// spillAfter) so that a blacked-out endpoint spills to its backlog within the run.
+func endpointArgs(dsn, slot string, spillAfter time.Duration) []string {
+	return []string{"run", "--endpoints", "--dsn", dsn, "--spill-after", spillAfter.String(),
 		"--slot", slot, "--publication", slot, "--request-timeout", "1s", "--retry-min", "20ms",
 		"--retry-max", "1s", "--max-attempts", "-1", "--status-interval", "1s", "--shutdown-timeout", "5s",
 		"--replication-timeout", relayReplicationTimeout.String(), "--log-format", "json", "--log-level", "info"}

@@ -70,6 +70,8 @@
 //	TORTURE_KEEP_LOGS   1 to keep the relays' and the server's logs of a passing run too
 //	TORTURE_ENDPOINTS   1 to run the relays with --endpoints over 50 endpoints that change during
 //	                    the load, checked per (event, endpoint) pair (endpoints.go, epcheck.go)
+//	TORTURE_SPILL_AFTER the endpoints run's --spill-after (default 1s): endpoints blacked out for
+//	                    2–5s at a time spill to their backlog, drain it and rejoin the stream
 //
 // Progress goes to stderr, the summary to stdout.
 package main

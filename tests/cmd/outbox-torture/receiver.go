@@ -90,6 +90,10 @@ type receiver struct {
 	epSecrets       map[string]string
 	epVerifiers     map[string]*inbox.Verifier
 	unknownEndpoint atomic.Int64
+	// blackouts: endpoints answered 503 on every request until the time given (blackout), so
+	// that they lag long enough to spill to their backlog; blackedOut counts those answers.
+	blackouts  map[string]time.Time
+	blackedOut atomic.Int64
 
 	// catchUp, if set (a broker run, broker.go), makes mark wait until the bridge has posted
 	// everything the broker holds now; false means it could not, and mark returns -1.
@@ -185,8 +189,31 @@ func (r *receiver) fault(m mode, share float64, d time.Duration) {
 	r.episode.Store(&episode{mode: m, share: share, until: time.Now().Add(d)})
 }
 
-// heal ends any episode.
-func (r *receiver) heal() { r.episode.Store(nil) }
+// heal ends any episode and blackout.
+func (r *receiver) heal() {
+	r.episode.Store(nil)
+	r.epMu.Lock()
+	r.blackouts = nil
+	r.epMu.Unlock()
+}
+
+// blackout answers 503 to every request to endpoint id for d.
+func (r *receiver) blackout(id string, d time.Duration) {
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	if r.blackouts == nil {
+		r.blackouts = map[string]time.Time{}
+	}
+	r.blackouts[id] = time.Now().Add(d)
+}
+
+// blackedOutNow reports whether endpoint id is blacked out.
+func (r *receiver) blackedOutNow(id string) bool {
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	until, ok := r.blackouts[id]
+	return ok && time.Now().Before(until)
+}
 
 // modeFor picks the treatment of one request. The per-request draw is not seeded: which
 // request meets the fault depends on timing anyway.
@@ -209,6 +236,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		if endpoint, verifier = r.endpointVerifier(req.URL.Path); verifier == nil {
 			r.unknownEndpoint.Add(1)
 			http.Error(w, "torture: no endpoint "+req.URL.Path, http.StatusNotFound)
+			return
+		}
+		if r.blackedOutNow(endpoint) {
+			r.blackedOut.Add(1)
+			http.Error(w, "torture: endpoint blacked out", http.StatusServiceUnavailable)
 			return
 		}
 	}

@@ -124,6 +124,8 @@ func endpointRows(row func(string, string, *bool), r *result) {
 	row("endpoint changes", fmt.Sprintf("%d endpoints over %d tenants at the start, %d created in all; committed: %s; "+
 		"%d not committed (retried or dropped), %d COMMIT outcomes settled by look-up", r.Config.EndpointCount,
 		r.Config.Tenants, v.Endpoints, strings.Join(changes, ", "), c.NotCommitted, c.Settled), is(len(c.Failures) == 0))
+	row("backlog", fmt.Sprintf("%d endpoint blackouts (%d requests answered 503); the relays logged %d spills to a "+
+		"backlog and %d catch-ups (spill after %s)", r.Blackouts, r.BlackedOut, r.Spills, r.Rejoins, r.Config.SpillAfter), nil)
 	var why []string
 	for _, w := range whys {
 		why = append(why, fmt.Sprintf("%s %d", w, v.NotRouted[w]))

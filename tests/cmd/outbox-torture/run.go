@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,11 @@ type result struct {
 	Endpoints       *epVerdict
 	Changes         changeStats
 	UnknownRequests int64 // requests to a path that names no endpoint
+	// Blackouts started (endpoints.go), requests answered 503 by them, and how often the
+	// relays' logs say an endpoint spilled to its backlog and caught up with it again.
+	Blackouts       int
+	BlackedOut      int64
+	Spills, Rejoins int
 }
 
 // OK reports whether every invariant held and every fault healed.
@@ -86,9 +92,10 @@ type harness struct {
 	fleet    *fleet
 	ledger   ledger
 	faults   faultStats
-	epochs   []slotEpoch // slots created again by the slot-drop fault
-	broker   broker      // a broker run's sink (broker.go), else nil
-	eps      *epManager  // an endpoints run's manager of outbox_endpoints, else nil
+	epochs   []slotEpoch   // slots created again by the slot-drop fault
+	broker   broker        // a broker run's sink (broker.go), else nil
+	eps      *epManager    // an endpoints run's manager of outbox_endpoints, else nil
+	backlog  *backlogIndex // an endpoints run's pairs seen in backlogs by the samples, else nil
 
 	drainedAt time.Time
 }
@@ -177,7 +184,7 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		args = brokerArgs(args, br.relayArgs())
 	}
 	if cfg.Endpoints {
-		args = endpointArgs(relayDSN, slotName)
+		args = endpointArgs(relayDSN, slotName, cfg.SpillAfter)
 		t.eps = newEpManager(cfg, t.outDSN, t.recv, t.logf)
 		defer t.eps.drop()
 		t.logf("endpoints: creating %d over %d tenants before the first relay starts", cfg.EndpointCount, cfg.Tenants)
@@ -242,6 +249,12 @@ func (t *harness) dumpEndpoints(dir string, res *result) {
 				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists, ver.Before, ver.After)
 		}
 	}
+	// Every delivery, in the receiver's order, to follow an order or confirm failure's pair
+	// through the relays' logs.
+	b.WriteString("## deliveries (receiver time, endpoint, event, aggregate, seq, X-Event-Sequence, attempt)\n")
+	for _, d := range t.recv.deliveries() {
+		fmt.Fprintf(&b, "%s %s %s %s %d %s %d\n", d.At.Format(stamp), d.Endpoint, d.ID, d.Aggregate, d.Seq, d.Sequence, d.Attempt)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "endpoints.txt"), []byte(b.String()), 0o644); err == nil {
 		t.logf("the endpoints run's failures and timeline are in %s", filepath.Join(dir, "endpoints.txt"))
 	}
@@ -300,7 +313,10 @@ func (t *harness) execute(ctx context.Context, inPool *pgxpool.Pool) (*result, e
 	var samples []sample
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); samples = sampleSlot(bg, t.outDSN, slotName, t.recv, sampleTick) }()
+	if t.eps != nil {
+		t.backlog = &backlogIndex{ids: map[string]int32{}}
+	}
+	go func() { defer wg.Done(); samples = sampleSlot(bg, t.outDSN, slotName, t.recv, sampleTick, t.backlog) }()
 	go func() { defer wg.Done(); t.supervise(bg) }()
 	go func() { defer wg.Done(); t.status(bg) }()
 	defer func() { stopBG(); wg.Wait() }()
@@ -361,17 +377,24 @@ func (t *harness) load(ctx context.Context, res *result) {
 	}
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); t.schedule(loadCtx, ctx) }()
-	changesDone := make(chan struct{})
+	changesDone, blackoutsDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(changesDone)
 		if t.eps != nil {
 			t.eps.run(loadCtx, ctx)
 		}
 	}()
+	go func() {
+		defer close(blackoutsDone)
+		if t.eps != nil {
+			res.Blackouts = t.eps.blackouts(loadCtx)
+		}
+	}()
 	wg.Wait()
 	stopLoad()
 	<-faultsDone
 	<-changesDone
+	<-blackoutsDone
 	t.recv.heal()
 	if t.eps != nil {
 		t.eps.finish(ctx)
@@ -528,6 +551,10 @@ func (t *harness) fill(res *result) {
 		res.InboxDups = t.recv.inbox.Stats().Duplicates
 	}
 	res.UnknownRequests = t.recv.unknownEndpoint.Load()
+	res.BlackedOut = t.recv.blackedOut.Load()
+	if t.eps != nil {
+		res.Spills, res.Rejoins = countSpills(t.fleet.dir)
+	}
 	for m := range res.Faulted {
 		res.Faulted[m] = t.recv.faulted[m].Load()
 	}
@@ -573,9 +600,24 @@ func (t *harness) checkEndpoints(res *result, samples []sample) {
 	tl, stats := t.eps.snapshot()
 	t.ledger.mu.Lock()
 	rec := epRecord{Txs: t.ledger.txs, RolledBack: t.ledger.rolledBack, Aborted: t.ledger.aborted,
-		Deliveries: t.recv.deliveries(), Samples: samples, Timeline: tl}
+		Deliveries: t.recv.deliveries(), Samples: samples, Timeline: tl, Backlog: t.backlog}
 	t.ledger.mu.Unlock()
 	v := checkEndpoints(rec)
 	res.Endpoints, res.Changes = &v, stats
 	res.DupSources = blame(t.faults.Log, rec.Deliveries, 3)
+}
+
+// countSpills counts, over every relay log in dir, the lines that say an endpoint spilled to
+// its backlog and that one caught up with it.
+func countSpills(dir string) (spills, rejoins int) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "relay-*.log"))
+	for _, p := range logs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		spills += bytes.Count(b, []byte("endpoint spills to its backlog"))
+		rejoins += bytes.Count(b, []byte("endpoint caught up with its backlog"))
+	}
+	return spills, rejoins
 }

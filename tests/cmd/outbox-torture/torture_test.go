@@ -118,6 +118,7 @@ func TestTortureEndpointsShort(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Endpoints = true
 	cfg.Events, cfg.Duration, cfg.Drain = 1200, 25*time.Second, time.Minute
+	cfg.Relay = os.Getenv("TORTURE_RELAY") // a relay binary to check instead of this tree's
 	cfg.GapMin, cfg.GapMax = 300*time.Millisecond, 700*time.Millisecond
 	cfg.Seed = randomSeed()
 	if v := os.Getenv("TORTURE_SEED"); v != "" {
@@ -176,6 +177,10 @@ func TestTortureEndpointsShort(t *testing.T) {
 	}
 	if v.Samples < 50 {
 		t.Errorf("only %d samples of the slot: the confirm check saw too little", v.Samples)
+	}
+	t.Logf("%d blackouts; the relays logged %d spills to a backlog and %d catch-ups", res.Blackouts, res.Spills, res.Rejoins)
+	if res.Spills == 0 || res.Rejoins == 0 {
+		t.Errorf("%d spills and %d catch-ups: the backlog went unchecked", res.Spills, res.Rejoins)
 	}
 	for _, want := range []string{"| lost | 0 of ", "| deliveries outside rule 4 | 0 not routed", "| order violations | 0 per",
 		"| result | **PASS** |"} {
