@@ -19,6 +19,24 @@ type config struct {
 	// that ends in a digit matches a whole number, so "endpoints 10" selects "Endpoints 10"
 	// but not "Endpoints 100". The ceiling rows need the drain row.
 	Only []string
+	// IsolationRate and IsolationDuration are the isolation row's load (BENCH_ISOLATION_RATE,
+	// BENCH_ISOLATION_DURATION). Zero: 1,000 events/s for 10m, each of its two runs.
+	IsolationRate     int
+	IsolationDuration time.Duration
+}
+
+func (c config) isolationRate() int {
+	if c.IsolationRate > 0 {
+		return c.IsolationRate
+	}
+	return 1000
+}
+
+func (c config) isolationDuration() time.Duration {
+	if c.IsolationDuration > 0 {
+		return c.IsolationDuration
+	}
+	return 10 * time.Minute
 }
 
 func (c config) selected(row string) bool {

@@ -29,6 +29,13 @@
 //     100k events against the 1-endpoint row's (issue 24: within 15%; the relay under 200 MB
 //     at 1,000 endpoints). The receiver counts each endpoint's deliveries, and the row fails
 //     unless each got exactly the events routed to it.
+//   - Endpoint isolation (isolation.go): 100 endpoints at BENCH_ISOLATION_RATE events/s for
+//     BENCH_ISOLATION_DURATION, each its tenant's share, run twice in one session: a baseline,
+//     then with one endpoint blacked out (its connections frozen by a proxy) from 10% to 90%
+//     of the run, then thawed. The slot's retained WAL over the blackout (max, at its end,
+//     slope over its second half), the other 99 endpoints' p99 commit-to-delivery in both runs
+//     and its ratio (issue 25: at most 2), and whether the blacked-out endpoint got everything
+//     in order after the thaw and how long its catch-up took.
 //   - Replay --since (since.go): `outbox-relay replay --since` of the newer half of a table of
 //     10 × BENCH_EVENTS delivered rows; the request, the time to the first and to the last
 //     re-sent event, the relay's peak RSS, and the table reads (sequential and index) per event.
@@ -45,6 +52,10 @@
 //	BENCH_EVENTS   main backlog size (default 100000)
 //	BENCH_STEADY   duration of each steady row (default 10s × BENCH_EVENTS/100000, at least 1s)
 //	BENCH_DURABLE  1 to keep fsync on (default off)
+//	BENCH_ISOLATION_RATE      the isolation row's events/s (default 1000)
+//	BENCH_ISOLATION_DURATION  each of its two runs (default 10m; shorter is quicker and weaker:
+//	                          a blackout shorter than spill_after, 30s, never spills, and the
+//	                          retained WAL's slope needs a second half of several samples)
 //	BENCH_RELAY    a relay binary to measure instead of building ./cmd/outbox-relay
 //	BENCH_ONLY     comma-separated parts of row names to run just those, e.g. "steady,sweep";
 //	               a number matches whole ("endpoints 10" is not "Endpoints 100")
@@ -157,6 +168,20 @@ func configFromEnv() (config, error) {
 	}
 	if v := os.Getenv("BENCH_ONLY"); v != "" {
 		cfg.Only = strings.Split(v, ",")
+	}
+	if v := os.Getenv("BENCH_ISOLATION_RATE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			return cfg, fmt.Errorf("BENCH_ISOLATION_RATE=%q: set a whole number of events per second, at least 100 (default 1000)", v)
+		}
+		cfg.IsolationRate = n
+	}
+	if v := os.Getenv("BENCH_ISOLATION_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 20*time.Second {
+			return cfg, fmt.Errorf("BENCH_ISOLATION_DURATION=%q: set a duration of at least 20s, e.g. 2m (default 10m)", v)
+		}
+		cfg.IsolationDuration = d
 	}
 	if v := os.Getenv("BENCH_DURABLE"); v != "" {
 		b, err := strconv.ParseBool(v)

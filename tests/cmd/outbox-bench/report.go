@@ -127,6 +127,7 @@ func (r *results) tableRows() [][]string {
 		d := r.endpoints[c.row]
 		add(c.row, d != nil, func() []string { return r.endpointCells(c, d) })
 	}
+	add(rowIsolation, r.isolation != nil, func() []string { return r.isolationCells(r.isolation) })
 	add(sinceRow(sinceScale*r.cfg.Events), r.since != nil, func() []string { return r.sinceCells(r.since) })
 	return out
 }
@@ -320,6 +321,10 @@ func writeMethod(w io.Writer, r *results) {
 			"the relay's status marker to flush); PostgreSQL is the postmaster and all its children, including those reaped " +
 			"meanwhile. Peak RSS is the relay's VmHWM.",
 	}
+	if x := r.isolation; x != nil { // isolation.go
+		notes = append(notes, "Endpoint isolation: the slot's retained WAL (pg_current_wal_lsn() - restart_lsn) in the blackout run, "+
+			"every "+isolationSample.String()+" from the start of the measured writes: "+x.isolationSamples()+".")
+	}
 	for _, n := range notes {
 		fmt.Fprintln(w, "- "+n)
 	}
@@ -383,7 +388,8 @@ func (r *results) targets() []string {
 	} else {
 		out = append(out, "MISS peak RSS < 100 MB on 300k: no data")
 	}
-	return append(out, r.endpointTargets()...) // endpoints.go
+	out = append(out, r.endpointTargets()...)   // endpoints.go
+	return append(out, r.isolationTargets()...) // isolation.go
 }
 
 func (r *results) cpuTarget() string {

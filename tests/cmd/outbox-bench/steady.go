@@ -27,10 +27,12 @@ INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
 VALUES ('order', $1, 'order.created', jsonb_build_object('seq', $2::bigint, 'pad', repeat('x', $3)))
 RETURNING id::text`
 
-// commit is an event whose INSERT returned at unix nanos At.
+// commit is an event whose INSERT returned at unix nanos At; Seq is its seq (its aggregate is
+// Seq % steadyAggregates).
 type commit struct {
-	ID string
-	At int64
+	ID  string
+	At  int64
+	Seq int
 }
 
 // produceSteady commits n events at rate per second, event k due at start + k/rate, spread
@@ -38,6 +40,12 @@ type commit struct {
 // seq seq0+k. A writer that falls behind catches up without sleeping. It returns the commits
 // and the achieved rate.
 func produceSteady(ctx context.Context, pool *pgxpool.Pool, n, rate, seq0 int) ([]commit, float64, error) {
+	return produceSteadySQL(ctx, pool, steadySQL, n, rate, seq0)
+}
+
+// produceSteadySQL is produceSteady with another INSERT of the same parameters (aggregate id,
+// seq, pad), e.g. one that sets a tenant.
+func produceSteadySQL(ctx context.Context, pool *pgxpool.Pool, sql string, n, rate, seq0 int) ([]commit, float64, error) {
 	interval := time.Second / time.Duration(rate)
 	start := time.Now().Add(5 * time.Millisecond)
 	per := make([][]commit, steadyWriters)
@@ -53,11 +61,11 @@ func produceSteady(ctx context.Context, pool *pgxpool.Pool, n, rate, seq0 int) (
 				}
 				seq := seq0 + k
 				var id string
-				if err := pool.QueryRow(ctx, steadySQL, fmt.Sprint(seq%steadyAggregates), seq, payloadPad).Scan(&id); err != nil {
+				if err := pool.QueryRow(ctx, sql, fmt.Sprint(seq%steadyAggregates), seq, payloadPad).Scan(&id); err != nil {
 					errs[w] = fmt.Errorf("steady insert: %w", err)
 					return
 				}
-				per[w] = append(per[w], commit{ID: id, At: time.Now().UnixNano()})
+				per[w] = append(per[w], commit{ID: id, At: time.Now().UnixNano(), Seq: seq})
 			}
 		}(w)
 	}
