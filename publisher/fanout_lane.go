@@ -408,7 +408,7 @@ func (l *lane) spillFailedBatch(p *Publisher, b *batch) bool {
 			it.counted = false
 			bl.live--
 		}
-		bl.buf = append(bl.buf, it)
+		bl.buf = append(bl.buf, it.respilled())
 	}
 	return true
 }

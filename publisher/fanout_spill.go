@@ -238,8 +238,16 @@ func (l *lane) spillFailed(p *Publisher, it *item) bool {
 		it.counted = false
 		b.live--
 	}
-	b.buf = append(b.buf, it)
+	b.buf = append(b.buf, it.respilled())
 	return true
+}
+
+// respilled is a copy of an item whose attempt failed, for the backlog: the worker that made the
+// attempt still holds it as in flight until it releases it, so the lane must not queue the same
+// item again meanwhile (a rejoin would: it would then be in flight twice, and a spill could take
+// it out of its key's queue while its second attempt is under way).
+func (it *item) respilled() *item {
+	return &item{m: it.m, tx: it.tx, attempt: it.attempt, at: it.at}
 }
 
 // spillRetired keeps in the backlog what a lane being disabled holds: the events of the stream

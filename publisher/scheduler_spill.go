@@ -53,8 +53,18 @@ func (s *scheduler) spillQueued() (out []*item, inFlight int) {
 			delete(s.timers, it)
 		}
 	}
+	// The ready heads that stay (read from the backlog, or handed back by an attempt not yet
+	// released) stay ready; the others are taken out below.
+	inReady := map[*item]bool{}
+	var stay []*item
 	for s.ready.len() > 0 {
-		s.ready.pop()
+		if it := s.ready.pop(); it.backlog || l.inflight[it] {
+			stay = append(stay, it)
+			inReady[it] = true
+		}
+	}
+	for _, it := range stay {
+		s.ready.push(it)
 	}
 	s.formed = nil // their events are in their keys' queues
 	if l.lingerTimer != nil {
@@ -83,7 +93,7 @@ func (s *scheduler) spillQueued() (out []*item, inFlight int) {
 			continue
 		}
 		s.keys[k] = kept
-		if h := kept.peek(); !l.inflight[h] && s.timers[h] == nil {
+		if h := kept.peek(); !l.inflight[h] && s.timers[h] == nil && !inReady[h] {
 			s.pushReady(h)
 		}
 	}
