@@ -23,6 +23,9 @@ type config struct {
 	// BENCH_ISOLATION_DURATION). Zero: 1,000 events/s for 10m, each of its two runs.
 	IsolationRate     int
 	IsolationDuration time.Duration
+	// IsolationArgs are extra relay flags for the isolation row (BENCH_ISOLATION_ARGS, split on
+	// spaces), e.g. "--spill-after 1h --spill-size 1000000000" for the relay without the spill.
+	IsolationArgs []string
 }
 
 func (c config) isolationRate() int {

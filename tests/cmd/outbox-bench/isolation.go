@@ -131,7 +131,8 @@ func (e *env) isolationRun(ctx context.Context, rate int, d time.Duration, black
 		return run, err
 	}
 	defer pool.Close()
-	r, err := e.startEndpointsRelay(ctx, db)
+	r, err := startRelay(ctx, e.relayBin, relayTarget{DSN: db.dsn, Slot: relaySlot, Publication: benchPublication,
+		DestArgs: []string{"--endpoints"}, Args: e.cfg.IsolationArgs})
 	if err != nil {
 		return run, err
 	}
@@ -358,6 +359,7 @@ func (r *results) isolationCells(x *isolationResult) []string {
 	notes := []string{
 		fmt.Sprintf("%d endpoints, each its tenant's share (%s events/s each); %s blacked out (its connections frozen) from %s to %s of %s, then thawed",
 			isolationEndpoints, thousands(float64(x.Rate)/isolationEndpoints), isolationVictim, b.From, b.To, x.Duration),
+		"relay flags: --endpoints " + strings.Join(r.cfg.IsolationArgs, " "),
 		fmt.Sprintf("latency is the other %d endpoints' commit-to-delivery; baseline p99 %s ms, blackout p99 %s ms: %.2f ×",
 			isolationEndpoints-1, msec(x.Base.Others.P99), msec(b.Others.P99), x.p99Ratio()),
 		fmt.Sprintf("slot's retained WAL over the blackout: max %s, at its end %s, slope over its second half %s/min while WAL was written at %s/min (baseline: max %s); unconfirmed max %s",

@@ -56,6 +56,8 @@
 //	BENCH_ISOLATION_DURATION  each of its two runs (default 10m; shorter is quicker and weaker:
 //	                          a blackout shorter than spill_after, 30s, never spills, and the
 //	                          retained WAL's slope needs a second half of several samples)
+//	BENCH_ISOLATION_ARGS      extra relay flags for that row, e.g. "--spill-after 1h
+//	                          --spill-size 1000000000" to see the endpoint hold the slot
 //	BENCH_RELAY    a relay binary to measure instead of building ./cmd/outbox-relay
 //	BENCH_ONLY     comma-separated parts of row names to run just those, e.g. "steady,sweep";
 //	               a number matches whole ("endpoints 10" is not "Endpoints 100")
@@ -183,6 +185,7 @@ func configFromEnv() (config, error) {
 		}
 		cfg.IsolationDuration = d
 	}
+	cfg.IsolationArgs = strings.Fields(os.Getenv("BENCH_ISOLATION_ARGS"))
 	if v := os.Getenv("BENCH_DURABLE"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
