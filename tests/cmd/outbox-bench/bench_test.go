@@ -26,10 +26,11 @@ func TestSuiteSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, builds the relay and runs every row: skipped with -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	res, err := runSuite(ctx, config{Events: 2000, Steady: time.Second}, &progress)
+	// The isolation row at its shortest (two runs of 20s) and a light load.
+	res, err := runSuite(ctx, config{Events: 2000, Steady: time.Second, IsolationRate: 200, IsolationDuration: 20 * time.Second}, &progress)
 	if err != nil {
 		t.Fatalf("suite: %v\nprogress:\n%s", err, progress.String())
 	}
