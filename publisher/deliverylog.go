@@ -95,8 +95,7 @@ type DeliveryLogWriter struct {
 
 	pending prometheus.Gauge
 	dropped prometheus.Counter
-	backoff time.Duration // Run's goroutine only
-	logged  time.Time     // when a failed flush was last logged (Run's goroutine only)
+	logged  time.Time // when a failed flush was last logged (Run's goroutine only)
 }
 
 // NewDeliveryLogWriter returns a DeliveryLogWriter writing through pool. Nothing is written
@@ -161,32 +160,10 @@ func (w *DeliveryLogWriter) Flushed() bool {
 // Run writes until ctx is done, then once more with a short deadline. After a failed write it
 // waits (500ms doubling up to 30s) before the next: the entries wait, up to Max.
 func (w *DeliveryLogWriter) Run(ctx context.Context) error {
-	t := time.NewTicker(w.cfg.Interval)
-	defer t.Stop()
-	var hold time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			w.flush(final)
-			cancel()
-			return nil
-		case <-t.C:
-		case <-w.kick:
-		}
-		if time.Now().Before(hold) {
-			continue
-		}
-		if w.flush(ctx) {
-			if w.backoff > 0 {
-				w.cfg.Logger.Info().Msg("writing the delivery log works again")
-			}
-			w.backoff = 0
-		} else {
-			w.backoff = min(max(2*w.backoff, 500*time.Millisecond), 30*time.Second)
-			hold = time.Now().Add(w.backoff)
-		}
-	}
+	flushLoop(ctx, w.cfg.Interval, 30*time.Second, w.kick, w.flush, func() {
+		w.cfg.Logger.Info().Msg("writing the delivery log works again")
+	})
+	return nil
 }
 
 // flush writes what waits, and reports whether it could; what it could not write waits again.

@@ -56,10 +56,8 @@ type Marker struct {
 	kick     chan struct{}
 	m        *markerMetrics
 
-	// Owned by Run's goroutine: the backoff after failed flushes, and when each distinct
-	// error was last logged.
-	backoff time.Duration
-	logged  map[string]errLog
+	// Owned by Run's goroutine: when each distinct error was last logged.
+	logged map[string]errLog
 }
 
 // errLog is when an error was last logged, and how many times it recurred since.
@@ -129,39 +127,11 @@ func (m *Marker) Flushed() bool {
 // flush it waits (500ms, doubling up to RetryMax) before the next one: a database that refuses
 // the marks is not asked again every Interval.
 func (m *Marker) Run(ctx context.Context) error {
-	t := time.NewTicker(m.cfg.Interval)
-	defer t.Stop()
-	var hold time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			m.flush(final)
-			cancel()
-			return nil
-		case <-t.C:
-		case <-m.kick:
-		}
-		if time.Now().Before(hold) {
-			continue
-		}
-		if m.flush(ctx) {
-			m.recovered()
-		} else {
-			m.backoff = min(max(2*m.backoff, 500*time.Millisecond), m.cfg.RetryMax)
-			hold = time.Now().Add(m.backoff)
-		}
-	}
-}
-
-// recovered notes a flush that succeeded after failures.
-func (m *Marker) recovered() {
-	if m.backoff == 0 {
-		return
-	}
-	m.backoff = 0
-	clear(m.logged)
-	m.cfg.Logger.Info().Msg("marking delivered rows done works again")
+	flushLoop(ctx, m.cfg.Interval, m.cfg.RetryMax, m.kick, m.flush, func() {
+		clear(m.logged)
+		m.cfg.Logger.Info().Msg("marking delivered rows done works again")
+	})
+	return nil
 }
 
 // flush marks what waits, batches that found rows not yet visible included, and reports whether
