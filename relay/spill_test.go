@@ -26,24 +26,31 @@ func (e *env) backlogCount(id string) int {
 	return n
 }
 
+// healthyAndFailing adds two endpoints subscribed to everything: one healthy, and one that
+// answers status while failing is set (it starts set).
+func (e *env) healthyAndFailing(status int) (ok, bad *partner, failing *atomic.Bool) {
+	ok = newPartner(e.t, "healthy", func(string, string, string) bool { return true })
+	bad = newPartner(e.t, "failing", func(string, string, string) bool { return true })
+	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(bad, outbox.Endpoint{})
+	failing = new(atomic.Bool)
+	failing.Store(true)
+	bad.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return status
+		}
+		return 0
+	})
+	return ok, bad, failing
+}
+
 // An endpoint that fails spills once its oldest event waited spill_after: its events go to its
 // backlog and the slot confirms past them, while the healthy endpoint goes on. A relay
 // restarted meanwhile still has the backlog; when the endpoint answers again it receives every
 // event in order per aggregate, from the backlog and then live, and the backlog empties.
 func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 	e := newEnv(t)
-	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
-	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(bad, outbox.Endpoint{})
-	var failing atomic.Bool
-	failing.Store(true)
-	bad.recv.SetFail(func(*http.Request) int {
-		if failing.Load() {
-			return http.StatusInternalServerError
-		}
-		return 0
-	})
+	ok, bad, failing := e.healthyAndFailing(http.StatusInternalServerError)
 	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
 	r := e.start(spill)
 	live := []*partner{ok, bad}
@@ -94,18 +101,7 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 // is enabled it receives the kept events in order, then what is committed after.
 func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 	e := newEnv(t)
-	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
-	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(bad, outbox.Endpoint{})
-	var failing atomic.Bool
-	failing.Store(true)
-	bad.recv.SetFail(func(*http.Request) int {
-		if failing.Load() {
-			return http.StatusServiceUnavailable
-		}
-		return 0
-	})
+	ok, bad, failing := e.healthyAndFailing(http.StatusServiceUnavailable)
 	r := e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 }) // no spill but the disable's
 	defer func() { _ = r.stop(t) }()
 	e.write("a", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
