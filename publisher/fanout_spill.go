@@ -388,7 +388,6 @@ func (l *lane) writeSpilled(ctx context.Context, its []*item) bool {
 		_ = f.durably(ctx, "drop a removed endpoint's backlog", func(ctx context.Context) error { return f.cfg.Backlog.Drop(ctx, l.id) })
 	}
 	for _, it := range its {
-		it.spilled = true
 		f.settled(nil, it)
 	}
 	f.m.EventsSpilled.Add(float64(len(its)))

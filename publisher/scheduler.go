@@ -20,12 +20,11 @@ type item struct {
 	since   bool // re-sent by a replay --since request: it counts down the request's page
 
 	// A Fanout lane's: when it was queued; read from the lane's backlog (backlog, with its page
-	// and whether its delivery marks the row); written to the backlog (spilled); an attempt of
-	// it was under way when the lane spilled or was disabled (counted in laneBacklog.live).
+	// and whether its delivery marks the row); an attempt of it was under way when the lane
+	// spilled or was disabled (counted in laneBacklog.live).
 	at      time.Time
 	backlog bool
 	mark    bool
-	spilled bool
 	counted bool
 	page    *backlogPage
 }
