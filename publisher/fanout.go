@@ -59,7 +59,8 @@ type Fanout struct {
 	parked map[string][]cdc.Aggregate
 	// doomed are the endpoints that a pending version disables or removes (findDoomed).
 	doomed map[string]bool
-	// backlogs are the endpoints' backlogs read at start, for their lanes; nil afterwards.
+	// backlogs are the endpoints' backlogs read at start, for their lanes: each lane takes its
+	// own when it is created (at start, or later by a version still pending then).
 	backlogs map[string]BacklogSize
 
 	fanMu sync.Mutex
@@ -317,17 +318,24 @@ func (f *Fanout) load(ctx context.Context) bool {
 	f.pending = vs
 	f.findDoomed()
 	f.applyPending(ctx, marker+1) // the endpoints the log began with; each later change applies at its commit
+	f.boundBacklogs()             // the lanes exist now
 	if !f.loadHealth(ctx) {
 		return false
 	}
 	f.parked = nil
-	for id, b := range f.backlogs { // an endpoint removed with a backlog left (a removal not applied here)
-		if f.lanes[id] == nil {
-			f.log.Warn().Str("endpoint", id).Int64("events", b.Entries).Msg("a backlog of an endpoint that no longer exists; dropped")
-			_ = f.durably(ctx, "drop a removed endpoint's backlog", func(ctx context.Context) error { return f.cfg.Backlog.Drop(ctx, id) })
+	later := map[string]bool{} // endpoints a pending version creates: their lanes take their backlogs then
+	for _, v := range f.pending {
+		if v.Row != nil {
+			later[v.ID] = true
 		}
 	}
-	f.backlogs = nil
+	for id, b := range f.backlogs { // an endpoint removed with a backlog left (a removal not applied here)
+		if f.lanes[id] == nil && !later[id] {
+			f.log.Warn().Str("endpoint", id).Int64("events", b.Entries).Msg("a backlog of an endpoint that no longer exists; dropped")
+			_ = f.durably(ctx, "drop a removed endpoint's backlog", func(ctx context.Context) error { return f.cfg.Backlog.Drop(ctx, id) })
+			delete(f.backlogs, id)
+		}
+	}
 	f.mu.RLock()
 	n := len(f.lanes)
 	f.mu.RUnlock()
@@ -353,7 +361,8 @@ func (f *Fanout) applyPending(ctx context.Context, lsn pglogrepl.LSN) {
 // what it held for the endpoint then, while it went on delivering the endpoint's later events.
 // An event resent from before such a disable is therefore not routed to that endpoint again:
 // delivering it now would put it after later events of its aggregate that the endpoint got
-// already (and the event was one its disable may drop in any case).
+// already (and the event was one its disable may drop in any case). It also bounds what each
+// lane reads of its backlog by its versions still pending (boundBacklogs).
 func (f *Fanout) findDoomed() {
 	clear(f.doomed)
 	for _, v := range f.pending {
@@ -364,6 +373,7 @@ func (f *Fanout) findDoomed() {
 			f.doomed[v.ID] = true
 		}
 	}
+	f.boundBacklogs()
 }
 
 // rowDisabled reports whether an endpoint row (to_jsonb) is in state disabled.
@@ -418,6 +428,7 @@ func (f *Fanout) resync(ctx context.Context, lsn pglogrepl.LSN) bool {
 		f.log.Info().Int("endpoints_changed", len(gone)+len(changed)).Str("lsn", lsn.String()).
 			Msg("endpoints brought up to date from the versions log (another relay led the slot meanwhile)")
 	}
+	f.boundBacklogs() // and the lanes it created
 	return f.resyncBacklogs(ctx)
 }
 
@@ -564,6 +575,10 @@ func (f *Fanout) apply(ctx context.Context, v EndpointVersion) {
 	f.mu.RUnlock()
 	if v.Row == nil {
 		if l == nil {
+			if _, ok := f.backlogs[v.ID]; ok { // created and removed while another relay led the slot
+				delete(f.backlogs, v.ID)
+				_ = f.durably(ctx, "drop a removed endpoint's backlog", func(ctx context.Context) error { return f.cfg.Backlog.Drop(ctx, v.ID) })
+			}
 			return
 		}
 		l.retire(ctx, "the endpoint was removed", false)

@@ -56,8 +56,11 @@ type laneStats struct {
 
 func newLane(f *Fanout, id string) *lane {
 	l := &lane{f: f, id: id, name: f.cfg.Pipeline + "/" + id}
-	if b, ok := f.backlogs[id]; ok && b.Entries > 0 {
-		l.bl.on, l.bl.written, l.bl.entries = true, b.Last, b.Entries // it spilled before this start
+	if b, ok := f.backlogs[id]; ok {
+		delete(f.backlogs, id)
+		if b.Entries > 0 {
+			l.bl.on, l.bl.written, l.bl.entries = true, b.Last, b.Entries // it spilled before this start
+		}
 	}
 	return l
 }

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,7 +31,11 @@ import (
 // rejoins only once everything written was read. A relay that stops at any point loses
 // nothing: what was not written is not confirmed, so the stream sends it again, and an entry
 // written twice (the same position) is kept once. Entries delivered but not deleted yet are
-// sent again (at least once, in order).
+// sent again (at least once, in order). A relay that starts again, or streams again after
+// another led the slot, knows each endpoint as it was where the stream starts, which can be
+// before entries of its backlog: it reads no entry at or past the endpoint's next version not
+// applied yet (a pause must hold what was committed after it), nor past what it knows was
+// written (through).
 //
 // One goroutine per Fanout (backlogLoop) writes, reads, deletes and decides for every endpoint;
 // nothing grows with the number of endpoints but the endpoints that spilled.
@@ -41,9 +46,9 @@ type BacklogStore interface {
 	// Spill records entries of endpoint's backlog; an entry of a position recorded already is
 	// kept as it is.
 	Spill(ctx context.Context, endpoint string, es []BacklogEntry) error
-	// Page returns up to limit entries of endpoint's backlog after position after, in order,
-	// with their events.
-	Page(ctx context.Context, endpoint string, after BacklogPos, limit int) ([]BacklogEvent, error)
+	// Page returns up to limit entries of endpoint's backlog after position after and up to
+	// position through, in order, with their events.
+	Page(ctx context.Context, endpoint string, after, through BacklogPos, limit int) ([]BacklogEvent, error)
 	// Trim forgets endpoint's entries up to position upTo, and returns how many it forgot.
 	Trim(ctx context.Context, endpoint string, upTo BacklogPos) (int64, error)
 	// Drop forgets endpoint's whole backlog (it was removed).
@@ -106,9 +111,13 @@ type laneBacklog struct {
 	buf     []*item
 	writing bool
 	// written is the position of the last entry written (or found at start), read that of the
-	// last entry read; short is set when the last page read was not full.
-	written, read BacklogPos
-	short         bool
+	// last entry read; short is set when the last page read was not full, readTo is how far
+	// that read could go (see through).
+	written, read, readTo BacklogPos
+	short                 bool
+	// before is the commit LSN of the endpoint's first version not applied yet (0: none): its
+	// entries from there on are not read before it is (see through).
+	before pglogrepl.LSN
 	// live counts the attempts of streamed events that were under way when the lane spilled
 	// (or was disabled), not settled yet: nothing is read before they are.
 	live int
@@ -350,13 +359,29 @@ func (l *lane) backlogStep(ctx context.Context) {
 	}
 	b.mu.Lock()
 	p := l.cur.Load()
-	need := b.on && p != nil && b.inMem < backlogLow && !(b.short && !b.read.less(b.written))
+	through := b.through()
+	// a short page read everything there was up to its bound: read again once the bound moved
+	need := b.on && p != nil && b.inMem < backlogLow && !(b.short && b.readTo == through)
 	after := b.read
 	b.mu.Unlock()
 	if need {
-		l.readPage(ctx, p, after)
+		l.readPage(ctx, p, after, through)
 	}
 	l.rejoin(ctx)
+}
+
+// through is how far the lane may read its backlog now; b.mu is held. Not past what this
+// process knows was written (another relay that led the slot meanwhile may have written more,
+// read once resyncBacklogs has brought the endpoint's versions up to there), and not at or
+// past its first version not applied yet: after a restart the stream starts again before
+// entries written then, and the endpoint is what it was at the stream's position; an entry
+// committed while it was paused must wait for the pause to apply, not be delivered at once.
+func (b *laneBacklog) through() BacklogPos {
+	t := b.written
+	if b.before > 0 && b.before <= t.LSN {
+		t = BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
+	}
+	return t
 }
 
 // writeSpilled writes spilled events into the backlog and then settles them; it reports false
@@ -395,11 +420,11 @@ func (l *lane) writeSpilled(ctx context.Context, its []*item) bool {
 }
 
 // readPage reads the next page of the backlog into the lane's queues.
-func (l *lane) readPage(ctx context.Context, p *Publisher, after BacklogPos) {
+func (l *lane) readPage(ctx context.Context, p *Publisher, after, through BacklogPos) {
 	f := l.f
 	var evs []BacklogEvent
 	if !f.durably(ctx, "read an endpoint's backlog", func(ctx context.Context) (err error) {
-		evs, err = f.cfg.Backlog.Page(ctx, l.id, after, backlogPageSize)
+		evs, err = f.cfg.Backlog.Page(ctx, l.id, after, through, backlogPageSize)
 		return err
 	}) {
 		return
@@ -410,7 +435,7 @@ func (l *lane) readPage(ctx context.Context, p *Publisher, after BacklogPos) {
 		b.mu.Unlock()
 		return
 	}
-	b.short = len(evs) < backlogPageSize
+	b.short, b.readTo = len(evs) < backlogPageSize, through
 	if len(evs) == 0 {
 		b.mu.Unlock()
 		return
@@ -530,6 +555,25 @@ func (l *lane) dropBacklog(ctx context.Context) {
 		l.f.settled(nil, it)
 	}
 	_ = l.f.durably(ctx, "drop a removed endpoint's backlog", func(ctx context.Context) error { return l.f.cfg.Backlog.Drop(ctx, l.id) })
+}
+
+// boundBacklogs gives each lane the commit LSN of its first version still pending (see
+// through); called from Run's goroutine whenever pending changes.
+func (f *Fanout) boundBacklogs() {
+	if f.cfg.Backlog == nil {
+		return
+	}
+	first := map[string]pglogrepl.LSN{}
+	for _, v := range f.pending { // in LSN order
+		if _, ok := first[v.ID]; !ok {
+			first[v.ID] = v.LSN
+		}
+	}
+	for id, l := range f.lanes { // Run's goroutine writes lanes: no lock to read
+		l.bl.mu.Lock()
+		l.bl.before = first[id]
+		l.bl.mu.Unlock()
+	}
 }
 
 // resyncBacklogs makes the lanes follow the backlogs as they are now, at the start of a new

@@ -324,8 +324,8 @@ func (s PGBacklogStore) Spill(ctx context.Context, endpoint string, es []Backlog
 }
 
 // Page implements BacklogStore.
-func (s PGBacklogStore) Page(ctx context.Context, endpoint string, after BacklogPos, limit int) ([]BacklogEvent, error) {
-	rows, err := state.BacklogPage(ctx, s.Pool, s.Schema, s.Pipeline, endpoint, after.LSN, after.Idx, limit)
+func (s PGBacklogStore) Page(ctx context.Context, endpoint string, after, through BacklogPos, limit int) ([]BacklogEvent, error) {
+	rows, err := state.BacklogPage(ctx, s.Pool, s.Schema, s.Pipeline, endpoint, after.LSN, after.Idx, through.LSN, through.Idx, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -234,4 +235,114 @@ func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(flaky.id) == 0 })
 	t.Logf("%d SIGKILLs; flaky endpoint: %d deliveries for %d events", kills, len(flaky.recv.Deliveries()), len(flaky.want.Committed))
+}
+
+// A relay that starts again reads the backlog its predecessor wrote with the endpoint as it was
+// where the stream starts again, which can be before a pause the backlog's entries were
+// committed after: those entries wait for the pause to apply, and then for the resume. Here a
+// failing endpoint that never spills holds the slot, and so the stream, before the pause (the
+// restarted relay buffers one event: reading stops at it), while the paused endpoint spilled
+// an event from before its pause and those after it.
+func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
+	e := newEnv(t)
+	holder := newPartner(t, "holder", func(_, aggType, _ string) bool { return aggType == "hold" })
+	paused := newPartner(t, "paused", func(_, aggType, _ string) bool { return aggType != "hold" })
+	e.addPartner(holder, outbox.Endpoint{AggregateTypes: []string{"hold"}, SpillAfter: time.Hour})
+	e.addPartner(paused, outbox.Endpoint{AggregateTypes: []string{"pre", "order"}})
+	var holding, failing atomic.Bool
+	holding.Store(true)
+	failing.Store(true)
+	holder.recv.SetFail(func(*http.Request) int {
+		if holding.Load() {
+			return http.StatusInternalServerError
+		}
+		return 0
+	})
+	paused.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = 300*time.Millisecond, 1<<30 }
+	r := e.start(spill)
+	both := []*partner{holder, paused}
+	e.write("a", tenantEvents{"", "hold", "hold.created", 1, 1}, both)
+	e.write("b", tenantEvents{"", "pre", "pre.created", 1, 1}, both)
+	waitFor(t, 30*time.Second, "the failing endpoint spilled its first event", func() bool { return e.backlogCount(paused.id) == 1 })
+	ctx := context.Background()
+	if _, err := outbox.PauseEndpoint(ctx, e.pool, paused.id, "partner maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("c", tenantEvents{"", "order", "order.created", 5, 2}, both)
+	waitFor(t, 30*time.Second, "the paused endpoint spilled what was committed after its pause", func() bool {
+		return e.backlogCount(paused.id) == 11
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(false)
+	r = e.start(func(c *Config) { spill(c); c.MaxBufferedEvents = 1 })
+	defer func() { _ = r.stop(t) }()
+	waitFor(t, 30*time.Second, "the event committed before the pause delivered from the backlog", func() bool {
+		return len(paused.recv.Deliveries()) > 0
+	})
+	time.Sleep(time.Second)
+	for _, d := range paused.recv.Deliveries() {
+		if !strings.HasPrefix(d.Aggregate, "pre/") {
+			t.Fatalf("the paused endpoint was sent %s (%s), committed while it was paused, before its pause applied", d.ID, d.Aggregate)
+		}
+	}
+	holding.Store(false) // the stream goes on: the pause applies, then the resume
+	waitPartners(t, holder)
+	time.Sleep(500 * time.Millisecond)
+	for _, d := range paused.recv.Deliveries() {
+		if !strings.HasPrefix(d.Aggregate, "pre/") {
+			t.Fatalf("the paused endpoint was sent %s (%s) before its resume", d.ID, d.Aggregate)
+		}
+	}
+	if _, err := outbox.ResumeEndpoint(ctx, e.pool, paused.id); err != nil {
+		t.Fatal(err)
+	}
+	waitPartners(t, paused)
+	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(paused.id) == 0 })
+}
+
+// An endpoint added while the relay runs has no version at the versions log's start, only a
+// later one; a relay that starts again with the slot past that version must still find the
+// backlog it spilled and deliver it.
+func TestBacklogOfAnEndpointAddedWhileRunningSurvivesARestart(t *testing.T) {
+	e := newEnv(t)
+	ok := newPartner(t, "first", func(string, string, string) bool { return true })
+	e.addPartner(ok, outbox.Endpoint{})
+	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
+	r := e.start(spill)
+	e.write("a", tenantEvents{"", "order", "order.created", 2, 2}, []*partner{ok})
+	waitPartners(t, ok)
+	late := newPartner(t, "late", func(string, string, string) bool { return true })
+	e.addPartner(late, outbox.Endpoint{})
+	var failing atomic.Bool
+	failing.Store(true)
+	late.recv.SetFail(func(*http.Request) int {
+		if failing.Load() {
+			return http.StatusBadGateway
+		}
+		return 0
+	})
+	e.write("b", tenantEvents{"", "order", "order.created", 5, 2}, []*partner{ok, late})
+	waitPartners(t, ok)
+	owed := e.currentLSN()
+	waitFor(t, 30*time.Second, "the late endpoint spilled and the slot confirmed past its events", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return e.backlogCount(late.id) == 10 && confirmed >= owed
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(false)
+	r = e.start(spill)
+	defer func() { _ = r.stop(t) }()
+	e.write("c", tenantEvents{"", "order", "order.created", 5, 1}, []*partner{ok, late})
+	waitPartners(t, ok, late)
+	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(late.id) == 0 })
 }

@@ -48,15 +48,16 @@ func SpillBacklog(ctx context.Context, db DB, s, pipeline, endpoint string, es [
 	return nil
 }
 
-// BacklogPage returns up to limit entries of the backlog after position (lsn, idx), in stream
-// order, with their events.
-func BacklogPage(ctx context.Context, db DB, s, pipeline, endpoint string, lsn pglogrepl.LSN, idx, limit int) ([]BacklogEvent, error) {
+// BacklogPage returns up to limit entries of the backlog after position (lsn, idx) and up to
+// position (toLSN, toIdx), in stream order, with their events.
+func BacklogPage(ctx context.Context, db DB, s, pipeline, endpoint string, lsn pglogrepl.LSN, idx int, toLSN pglogrepl.LSN, toIdx, limit int) ([]BacklogEvent, error) {
 	rows, err := db.Query(ctx, schema.SQL(s, `SELECT b.lsn::text, b.idx, b.event_id::text, b.attempts, b.mark, o.id IS NULL,
 			coalesce(o.aggregate_type, ''), coalesce(o.aggregate_id, ''), coalesce(o.event_type, ''), coalesce(o.payload::text, ''),
 			coalesce(o.headers::text, ''), coalesce(o.created_at, b.spilled_at), coalesce(o.tenant_id, '')
 		FROM {outbox_endpoint_backlog} b LEFT JOIN {outbox_events} o ON o.id = b.event_id
 		WHERE b.pipeline = $1 AND b.endpoint_id = $2 AND (b.lsn, b.idx) > ($3::pg_lsn, $4)
-		ORDER BY b.lsn, b.idx LIMIT $5`), pipeline, endpoint, lsn.String(), idx, limit)
+			AND (b.lsn, b.idx) <= ($5::pg_lsn, $6)
+		ORDER BY b.lsn, b.idx LIMIT $7`), pipeline, endpoint, lsn.String(), idx, toLSN.String(), toIdx, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read the backlog of endpoint %s: %w", endpoint, err)
 	}
