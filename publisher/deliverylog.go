@@ -183,8 +183,8 @@ func (w *DeliveryLogWriter) flush(ctx context.Context) bool {
 	for _, b := range []struct {
 		e     *state.DeliveryEntries
 		into  *state.DeliveryEntries
-		write func(context.Context, state.DB, string, *state.DeliveryEntries) error
-	}{{&failed, &w.failed, state.InsertDeliveryAttempts}, {&delivered, &w.delivered, state.InsertDeliveries}} {
+		write func(context.Context, state.Batcher, string, *state.DeliveryEntries) error
+	}{{&failed, &w.failed, insertAttempts}, {&delivered, &w.delivered, state.InsertDeliveries}} {
 		if b.e.Len() == 0 {
 			continue
 		}
@@ -223,6 +223,10 @@ func (w *DeliveryLogWriter) requeue(into, e *state.DeliveryEntries) {
 	for i := range later.Len() {
 		appendEntry(into, &later, i)
 	}
+}
+
+func insertAttempts(ctx context.Context, db state.Batcher, s string, e *state.DeliveryEntries) error {
+	return state.InsertDeliveryAttempts(ctx, db, s, e)
 }
 
 func appendEntry(into, from *state.DeliveryEntries, i int) {

@@ -2,9 +2,12 @@ package state
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/schema"
@@ -52,21 +55,55 @@ func InsertDeliveryAttempts(ctx context.Context, db DB, s string, e *DeliveryEnt
 	return err
 }
 
-// insertDeliveriesSQL groups the entries by (pipeline, endpoint) into one row each, the arrays
-// in the entries' order: one statement however many endpoints the flush names.
-const insertDeliveriesSQL = `INSERT INTO {outbox_deliveries}
+// insertDeliverySQL writes one row of deliveries to one endpoint: the arrays go in as they are
+// sent, so PostgreSQL only stores them. (An earlier statement sent every entry's pipeline and
+// endpoint and grouped them with unnest and array_agg: measured at 10 endpoints × 5,000
+// deliveries a flush, 7–8 µs of the backend's CPU per delivery with the GIN index and VACUUM,
+// against 3.6–4 µs for this one; the GIN index is most of what is left, 0.6 µs without it.)
+const insertDeliverySQL = `INSERT INTO {outbox_deliveries}
 	(pipeline, endpoint_id, first_at, last_at, event_ids, delivered_at, attempts, latency_ms)
-	SELECT p, e, min(at), max(at), array_agg(id ORDER BY n), array_agg(at ORDER BY n), array_agg(a ORDER BY n),
-		array_agg(l ORDER BY n)
-	FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::timestamptz[], $6::int[])
-		WITH ORDINALITY AS u(p, e, id, a, at, l, n)
-	GROUP BY p, e`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// InsertDeliveries writes successes, one row per (pipeline, endpoint) of e.
-func InsertDeliveries(ctx context.Context, db DB, s string, e *DeliveryEntries) error {
-	_, err := db.Exec(ctx, schema.SQL(s, insertDeliveriesSQL), e.Pipelines, e.Endpoints, e.EventIDs, e.Attempts, e.At,
-		e.LatencyMS)
-	return err
+// Batcher is a DB that also sends batches (a pgxpool.Pool does).
+type Batcher interface {
+	DB
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// deliveryRow is one row of outbox_deliveries being built.
+type deliveryRow struct {
+	pipeline, endpoint string
+	ids                [][16]byte
+	at                 []time.Time
+	attempts, latency  []int32
+}
+
+// InsertDeliveries writes successes, one row per (pipeline, endpoint) of e, in one batch.
+func InsertDeliveries(ctx context.Context, db Batcher, s string, e *DeliveryEntries) error {
+	var rows []*deliveryRow
+	byKey := map[[2]string]*deliveryRow{}
+	for i, id := range e.EventIDs {
+		k := [2]string{e.Pipelines[i], e.Endpoints[i]}
+		r := byKey[k]
+		if r == nil {
+			r = &deliveryRow{pipeline: k[0], endpoint: k[1]}
+			byKey[k] = r
+			rows = append(rows, r)
+		}
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return fmt.Errorf("a delivery of event %q to endpoint %s: the id is not a UUID: %w", id, k[1], err)
+		}
+		r.ids, r.at = append(r.ids, u), append(r.at, e.At[i])
+		r.attempts, r.latency = append(r.attempts, e.Attempts[i]), append(r.latency, e.LatencyMS[i])
+	}
+	q := schema.SQL(s, insertDeliverySQL)
+	b := &pgx.Batch{}
+	for _, r := range rows {
+		first, last := slices.MinFunc(r.at, time.Time.Compare), slices.MaxFunc(r.at, time.Time.Compare)
+		b.Queue(q, r.pipeline, r.endpoint, first, last, r.ids, r.at, r.attempts, r.latency)
+	}
+	return db.SendBatch(ctx, b).Close()
 }
 
 // pruneSQL deletes up to $2 rows of {table} older than $1, found per (pipeline, endpoint_id)
