@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -30,6 +31,8 @@ const (
 	// catchUpLimit is how long the slot may take, once everything is delivered, to confirm the
 	// last delivered transaction.
 	catchUpLimit = 30 * time.Second
+	// readRetryLimit is how long the final reads wait for a server that a fault restarted.
+	readRetryLimit = 30 * time.Second
 )
 
 // result is one run's outcome.
@@ -502,39 +505,70 @@ func (t *harness) catchUp(ctx context.Context) (time.Duration, bool) {
 }
 
 // collect gathers what the checks need: the ledger, the receiver's log and the consumer's
-// tables.
+// tables. The schedule's last fault may have restarted the server moments before, leaving the
+// pool's idle connections dead; the reads are retried while the server comes back.
 func (t *harness) collect(ctx context.Context, inPool *pgxpool.Pool, samples []sample) (record, error) {
 	t.ledger.mu.Lock()
 	rec := record{Txs: t.ledger.txs, RolledBack: t.ledger.rolledBack, Aborted: t.ledger.aborted,
-		Deliveries: t.recv.deliveries(), Samples: samples, Epochs: t.epochs, Applied: map[string]int{}}
+		Deliveries: t.recv.deliveries(), Samples: samples, Epochs: t.epochs}
 	t.ledger.mu.Unlock()
-	rows, err := inPool.Query(ctx, `SELECT event_id::text, n FROM applied`)
+	err := readRetrying(ctx, func() error {
+		rec.Applied = map[string]int{}
+		rows, err := inPool.Query(ctx, `SELECT event_id::text, n FROM applied`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			var n int
+			if err := rows.Scan(&id, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			rec.Applied[id] = n
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return rec, fmt.Errorf("read applied: %w", err)
 	}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return rec, err
+	err = readRetrying(ctx, func() error {
+		rec.InboxIDs = nil
+		rows, err := inPool.Query(ctx, `SELECT id::text FROM inbox_events`)
+		if err != nil {
+			return err
 		}
-		rec.Applied[id] = n
-	}
-	if err := rows.Err(); err != nil {
-		return rec, fmt.Errorf("read applied: %w", err)
-	}
-	rows, err = inPool.Query(ctx, `SELECT id::text FROM inbox_events`)
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			rec.InboxIDs = append(rec.InboxIDs, id)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return rec, fmt.Errorf("read inbox_events: %w", err)
 	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return rec, err
+	return rec, nil
+}
+
+// readRetrying runs read until it succeeds, fails with an error from the server that is not
+// about the connection (a wrong query stays wrong), or readRetryLimit passes.
+func readRetrying(ctx context.Context, read func() error) error {
+	deadline := time.Now().Add(readRetryLimit)
+	for {
+		err := read()
+		var pgErr *pgconn.PgError
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) ||
+			(errors.As(err, &pgErr) && pgErr.Code[:2] != "57" && pgErr.Code[:2] != "08") {
+			return err
 		}
-		rec.InboxIDs = append(rec.InboxIDs, id)
+		if !sleep(ctx, 200*time.Millisecond) {
+			return err
+		}
 	}
-	return rec, rows.Err()
 }
 
 // fill copies the counters of the writers, the faults and the receiver into res.
