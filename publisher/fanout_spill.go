@@ -316,6 +316,7 @@ func (f *Fanout) backlogLoop(ctx context.Context) {
 			lanes = append(lanes, l)
 		}
 		f.mu.RUnlock()
+		streamed := f.streamed() // before any lane's buf is taken (see backlogStep)
 		check := time.Since(lastCheck) >= spillCheck
 		if check {
 			lastCheck = time.Now()
@@ -332,14 +333,16 @@ func (f *Fanout) backlogLoop(ctx context.Context) {
 					l.spill(why)
 				}
 			}
-			l.backlogStep(ctx)
+			l.backlogStep(ctx, streamed)
 		}
 	}
 }
 
 // backlogStep writes what the lane spilled, deletes the pages it delivered, reads the next page
-// when it needs one, and rejoins the stream when it caught up.
-func (l *lane) backlogStep(ctx context.Context) {
+// when it needs one (no further than streamed, read before the lane's buf is taken, so that
+// every event of the stream up to it is in that buf or written), and rejoins the stream when
+// it caught up.
+func (l *lane) backlogStep(ctx context.Context, streamed BacklogPos) {
 	b := &l.bl
 	b.mu.Lock()
 	if !b.on && len(b.pages) == 0 {
@@ -359,7 +362,7 @@ func (l *lane) backlogStep(ctx context.Context) {
 	}
 	b.mu.Lock()
 	p := l.cur.Load()
-	through := b.through()
+	through := b.through(streamed)
 	// a short page read everything there was up to its bound: read again once the bound moved
 	need := b.on && p != nil && b.inMem < backlogLow && !(b.short && b.readTo == through)
 	after := b.read
@@ -370,14 +373,18 @@ func (l *lane) backlogStep(ctx context.Context) {
 	l.rejoin(ctx)
 }
 
-// through is how far the lane may read its backlog now; b.mu is held. Not past what this
-// process knows was written (another relay that led the slot meanwhile may have written more,
-// read once resyncBacklogs has brought the endpoint's versions up to there), and not at or
+// through is how far the lane may read its backlog now; b.mu is held. Not past what the stream
+// has routed (streamed, see Fanout.streamed); not past what this process knows was written
+// (another relay that led the slot meanwhile may have written more, read once resyncBacklogs
+// has brought the endpoint's versions up to there); and not at or
 // past its first version not applied yet: after a restart the stream starts again before
 // entries written then, and the endpoint is what it was at the stream's position; an entry
 // committed while it was paused must wait for the pause to apply, not be delivered at once.
-func (b *laneBacklog) through() BacklogPos {
+func (b *laneBacklog) through(streamed BacklogPos) BacklogPos {
 	t := b.written
+	if streamed.less(t) {
+		t = streamed
+	}
 	if b.before > 0 && b.before <= t.LSN {
 		t = BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
 	}
