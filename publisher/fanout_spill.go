@@ -35,7 +35,8 @@ import (
 // another led the slot, knows each endpoint as it was where the stream starts, which can be
 // before entries of its backlog: it reads no entry at or past the endpoint's next version not
 // applied yet (a pause must hold what was committed after it), nor past what it knows was
-// written (through).
+// written, nor past what its own stream has routed (through): another relay may have written
+// entries after an event whose attempt it never settled, which this stream sends again.
 //
 // One goroutine per Fanout (backlogLoop) writes, reads, deletes and decides for every endpoint;
 // nothing grows with the number of endpoints but the endpoints that spilled.
