@@ -3,12 +3,10 @@ package publisher
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -72,9 +70,6 @@ type Fanout struct {
 	pause        pauseState
 	session      uint64       // the streaming session of the last transaction queued
 	health       fanoutHealth // fanout_health.go
-	// routed is the commit LSN up to which this streaming session has routed every transaction
-	// to the lanes (see streamed).
-	routed atomic.Uint64
 }
 
 // FanoutConfig configures a Fanout. The delivery settings are the pipeline's, applied to every
@@ -448,9 +443,6 @@ func (f *Fanout) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
 func (f *Fanout) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]bool) {
 	if !tx.Backfill {
 		if tx.Session != f.session {
-			// The session starts at tx: what it routed so far ends just before it (set before
-			// resync reads the backlogs another relay may have written meanwhile).
-			f.routed.Store(uint64(tx.CommitLSN) - 1)
 			if !f.resync(ctx, tx.CommitLSN) {
 				return // stopping: the transaction stays unconfirmed
 			}
@@ -475,27 +467,6 @@ func (f *Fanout) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]boo
 	for ; next < len(tx.Controls); next++ {
 		f.control(ctx, tx, &tx.Controls[next])
 	}
-	if !tx.Backfill {
-		f.routed.Store(uint64(tx.CommitLSN))
-	}
-}
-
-// streamed is the stream position up to which every event has been routed to the lanes: an
-// event of a spilling lane at or before it is spilled (in its buf) or written. It is the
-// later of what this session routed and what the slot may confirm (every transaction ending
-// there settled: delivered or written), which also covers a stream with nothing to send. A
-// lane reads its backlog no further (through): after a restart or another relay's lead, the
-// backlog can hold entries past events the stream has not sent again yet, such as an attempt
-// that was under way when the other relay spilled the endpoint and died; those events must be
-// written, and read, before the entries after them.
-func (f *Fanout) streamed() BacklogPos {
-	lsn := pglogrepl.LSN(f.routed.Load())
-	if f.cfg.Confirmed != nil {
-		if c := f.cfg.Confirmed(); c > 0 && c-1 > lsn {
-			lsn = c - 1 // commits before c
-		}
-	}
-	return BacklogPos{LSN: lsn, Idx: math.MaxInt32}
 }
 
 // send hands m to each of lanes, which it routes to.

@@ -19,9 +19,10 @@ import (
 // it holds go to its backlog (BacklogStore) in stream order, and so does every event routed to
 // it from then on; an event settles for the slot once its entry is written, so the slot
 // confirms past an endpoint that is down. Attempts under way when it spilled finish; one that
-// fails goes to the backlog too. Once they are all settled, the endpoint reads its backlog in
-// pages into its queues (bounded memory) and delivers them as any other event (retries, circuit
-// breaker, dead letters), and deletes each page delivered. When it has read everything written
+// fails goes to the backlog too, and nothing is written before they have all settled (no entry
+// may skip an event that is neither delivered nor in the backlog). Once they are all settled,
+// the endpoint reads its backlog in pages into its queues (bounded memory), delivers them as
+// any other event (retries, circuit breaker, dead letters), and deletes each page delivered. When it has read everything written
 // and its last attempt succeeded, it rejoins the live stream: the events routed to it that were
 // not written yet are queued behind what it read, and the next ones are queued as they come.
 //
@@ -35,8 +36,7 @@ import (
 // another led the slot, knows each endpoint as it was where the stream starts, which can be
 // before entries of its backlog: it reads no entry at or past the endpoint's next version not
 // applied yet (a pause must hold what was committed after it), nor past what it knows was
-// written, nor past what its own stream has routed (through): another relay may have written
-// entries after an event whose attempt it never settled, which this stream sends again.
+// written (through).
 //
 // One goroutine per Fanout (backlogLoop) writes, reads, deletes and decides for every endpoint;
 // nothing grows with the number of endpoints but the endpoints that spilled.
@@ -317,7 +317,6 @@ func (f *Fanout) backlogLoop(ctx context.Context) {
 			lanes = append(lanes, l)
 		}
 		f.mu.RUnlock()
-		streamed := f.streamed() // before any lane's buf is taken (see backlogStep)
 		check := time.Since(lastCheck) >= spillCheck
 		if check {
 			lastCheck = time.Now()
@@ -334,16 +333,14 @@ func (f *Fanout) backlogLoop(ctx context.Context) {
 					l.spill(why)
 				}
 			}
-			l.backlogStep(ctx, streamed)
+			l.backlogStep(ctx)
 		}
 	}
 }
 
 // backlogStep writes what the lane spilled, deletes the pages it delivered, reads the next page
-// when it needs one (no further than streamed, read before the lane's buf is taken, so that
-// every event of the stream up to it is in that buf or written), and rejoins the stream when
-// it caught up.
-func (l *lane) backlogStep(ctx context.Context, streamed BacklogPos) {
+// when it needs one, and rejoins the stream when it caught up.
+func (l *lane) backlogStep(ctx context.Context) {
 	b := &l.bl
 	b.mu.Lock()
 	if !b.on && len(b.pages) == 0 {
@@ -351,8 +348,11 @@ func (l *lane) backlogStep(ctx context.Context, streamed BacklogPos) {
 		return
 	}
 	live := b.live
-	its := b.buf
-	b.buf, b.writing = nil, len(its) > 0
+	var its []*item
+	if live == 0 { // nothing is written past an attempt still under way (see writeSpilled)
+		its = b.buf
+		b.buf, b.writing = nil, len(its) > 0
+	}
 	b.mu.Unlock()
 	if len(its) > 0 && !l.writeSpilled(ctx, its) {
 		return
@@ -363,7 +363,7 @@ func (l *lane) backlogStep(ctx context.Context, streamed BacklogPos) {
 	}
 	b.mu.Lock()
 	p := l.cur.Load()
-	through := b.through(streamed)
+	through := b.through()
 	// a short page read everything there was up to its bound: read again once the bound moved
 	need := b.on && p != nil && b.inMem < backlogLow && !(b.short && b.readTo == through)
 	after := b.read
@@ -374,18 +374,14 @@ func (l *lane) backlogStep(ctx context.Context, streamed BacklogPos) {
 	l.rejoin(ctx)
 }
 
-// through is how far the lane may read its backlog now; b.mu is held. Not past what the stream
-// has routed (streamed, see Fanout.streamed); not past what this process knows was written
-// (another relay that led the slot meanwhile may have written more, read once resyncBacklogs
-// has brought the endpoint's versions up to there); and not at or
+// through is how far the lane may read its backlog now; b.mu is held. Not past what this
+// process knows was written (another relay that led the slot meanwhile may have written more,
+// read once resyncBacklogs has brought the endpoint's versions up to there), and not at or
 // past its first version not applied yet: after a restart the stream starts again before
 // entries written then, and the endpoint is what it was at the stream's position; an entry
 // committed while it was paused must wait for the pause to apply, not be delivered at once.
-func (b *laneBacklog) through(streamed BacklogPos) BacklogPos {
+func (b *laneBacklog) through() BacklogPos {
 	t := b.written
-	if streamed.less(t) {
-		t = streamed
-	}
 	if b.before > 0 && b.before <= t.LSN {
 		t = BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
 	}
@@ -394,6 +390,15 @@ func (b *laneBacklog) through(streamed BacklogPos) BacklogPos {
 
 // writeSpilled writes spilled events into the backlog and then settles them; it reports false
 // if ctx ended first (they stay unconfirmed, and the stream sends them again).
+//
+// backlogStep calls it only once no attempt that was under way when the lane spilled (live) is
+// left. Such an attempt's event comes before the events spilled after it, and a relay that
+// dies before the attempt settles must not leave a backlog whose entries skip that event: the
+// next leader reads the backlog at once, while its stream sends the event again only later, so
+// it would deliver the later events first and then write the earlier one behind what it read
+// (an endpoints torture run found this after a failover). Holding them costs the slot nothing,
+// as it cannot confirm past the unsettled attempt anyway; the lane keeps at most a request
+// timeout's worth of events in memory meanwhile.
 func (l *lane) writeSpilled(ctx context.Context, its []*item) bool {
 	f := l.f
 	sortByPosition(its)
