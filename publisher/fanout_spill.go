@@ -22,9 +22,10 @@ import (
 // fails goes to the backlog too, and nothing is written before they have all settled (no entry
 // may skip an event that is neither delivered nor in the backlog). Once they are all settled,
 // the endpoint reads its backlog in pages into its queues (bounded memory), delivers them as
-// any other event (retries, circuit breaker, dead letters), and deletes each page delivered. When it has read everything written
-// and its last attempt succeeded, it rejoins the live stream: the events routed to it that were
-// not written yet are queued behind what it read, and the next ones are queued as they come.
+// any other event (retries, circuit breaker, dead letters), and deletes each page delivered.
+// When it has read everything written and its last attempt succeeded, it rejoins the live
+// stream: the events routed to it that were not written yet are queued behind what it read,
+// and the next ones are queued as they come.
 //
 // Order per aggregate holds because the backlog is read in stream order into the same per-key
 // queues, nothing is read before every earlier event of the endpoint is in the backlog (the
