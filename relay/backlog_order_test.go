@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,19 +45,8 @@ func TestSpillWritesNothingPastAnAttemptUnderWay(t *testing.T) {
 	})
 
 	var logs relaytest.SyncBuffer
-	cmd := exec.Command(relaytest.RelayBinary(t), "run", "--endpoints", "--slot", e.slot, "--publication", "pub_"+e.slot,
-		"--metrics-addr", "", "--request-timeout", "1m", "--spill-after", "300ms", "--log-format", "json", "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
-	cmd.Stderr = io.MultiWriter(testWriter{t}, &logs)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(t, 30*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
+	cmd := e.startEndpointsProcess(io.MultiWriter(testWriter{t}, &logs), "--request-timeout", "1m", "--spill-after", "300ms")
+	e.waitSlot()
 	e.write("a", tenantEvents{"", "order", "order.created", 1, 1}, []*partner{hung}) // e1: its attempt hangs
 	waitFor(t, 30*time.Second, "the endpoint spilled with e1's attempt under way", func() bool {
 		for _, line := range strings.Split(logs.String(), "\n") {

@@ -73,14 +73,19 @@ type running struct {
 func (e *env) start(mutate func(*Config)) *running {
 	e.t.Helper()
 	r := e.startNoWait(mutate)
-	// Rows committed before the slot exists are not in the stream (that is backfill's job), so
-	// tests write only once it does.
+	e.waitSlot()
+	return r
+}
+
+// waitSlot waits until the relay has created the test's slot. Rows committed before the slot
+// exists are not in the stream (that is backfill's job), so tests write only once it does.
+func (e *env) waitSlot() {
+	e.t.Helper()
 	waitFor(e.t, 30*time.Second, "slot created", func() bool {
 		var n int
 		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
 		return n == 1
 	})
-	return r
 }
 
 // stop cancels the relay and waits for it to return; it is safe to call twice.

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -43,6 +44,23 @@ func (e *env) healthyAndFailing(status int) (ok, bad *partner, failing *atomic.B
 		return 0
 	})
 	return ok, bad, failing
+}
+
+// startEndpointsProcess runs `outbox-relay run --endpoints` on the test's slot as a process of
+// its own (to be SIGKILLed), with flags added, its log (JSON, warn) to stderr; it is killed at
+// the test's end if it still runs.
+func (e *env) startEndpointsProcess(stderr io.Writer, flags ...string) *exec.Cmd {
+	e.t.Helper()
+	args := append([]string{"run", "--endpoints", "--slot", e.slot, "--publication", "pub_" + e.slot,
+		"--metrics-addr", "", "--log-format", "json", "--log-level", "warn"}, flags...)
+	cmd := exec.Command(relaytest.RelayBinary(e.t), args...)
+	cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
 }
 
 // An endpoint that fails spills once its oldest event waited spill_after: its events go to its
@@ -164,23 +182,10 @@ func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
 		return 0
 	})
 	start := func() *exec.Cmd {
-		cmd := exec.Command(relaytest.RelayBinary(t), "run", "--endpoints", "--slot", e.slot, "--publication", "pub_"+e.slot,
-			"--metrics-addr", "", "--retry-min", "10ms", "--retry-max", "200ms", "--spill-after", "300ms",
-			"--log-format", "json", "--log-level", "warn")
-		cmd.Env = append(os.Environ(), "DB_DSN="+e.dsn)
-		cmd.Stderr = testWriter{t}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
+		return e.startEndpointsProcess(testWriter{t}, "--retry-min", "10ms", "--retry-max", "200ms", "--spill-after", "300ms")
 	}
 	cmd := start()
-	waitFor(t, 30*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
+	e.waitSlot()
 	stop := make(chan struct{})
 	written := make(chan struct{})
 	go func() { // stretches of failure long enough to spill, and of health to drain and rejoin
