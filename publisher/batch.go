@@ -56,29 +56,6 @@ const NoLinger time.Duration = -1
 // is split in halves.
 const narrowAfter = 2
 
-// BatchDestination is a Destination that can also carry several events in one request.
-type BatchDestination interface {
-	Destination
-	// SendBatch makes one attempt to deliver ms (in this order) together: delivered means
-	// every one of them was accepted. attempt is the number of attempts, this one included, of
-	// the event in the batch tried most often.
-	SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) Result
-}
-
-// PartialBatchDestination is a BatchDestination whose batch is not one unit: it sends each
-// event of a batch as a message of its own and each is acknowledged on its own (a broker's
-// per-message acknowledgements), so a batch that failed may have stored any subset of its
-// events. The publisher then puts at most one event per aggregate in a batch: an aggregate
-// never has two events in flight, so a partial failure can neither store an aggregate's later
-// event before its earlier one nor store one behind an event that ends up dead-lettered. A
-// retried batch sends its events again; the destination must make a re-send of an event it
-// already stored harmless (the event id as the broker's de-duplication id).
-type PartialBatchDestination interface {
-	BatchDestination
-	// PartialBatches marks the interface; it does nothing.
-	PartialBatches()
-}
-
 // batch is one request's events, grouped by key: each group is a prefix of its key's FIFO.
 type batch struct {
 	items []*item
@@ -308,10 +285,10 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 	if p.lane != nil {
 		p.lane.observe(p, o)
 		p.lane.logAttempt(o, start, elapsed, b.items...)
-		if !o.ok() && p.lane.spillFailedBatch(p, b) {
+		if !o.Delivered && p.lane.spillFailedBatch(p, b) {
 			return // the lane spilled meanwhile: the events are in its backlog now
 		}
-		if !o.ok() && p.sched.isRetired() {
+		if !o.Delivered && p.sched.isRetired() {
 			p.sched.doneBatch(b)
 			for _, it := range b.items {
 				p.abandonRetired(ctx, it, "the endpoint was disabled or removed while the batch was under way")
@@ -319,7 +296,7 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 			return
 		}
 	}
-	if o.ok() {
+	if o.Delivered {
 		p.deliveredBatch(ctx, b)
 		return
 	}

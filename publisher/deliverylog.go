@@ -40,7 +40,7 @@ func (l *lane) logAttempt(o Result, start time.Time, elapsed time.Duration, its 
 		return
 	}
 	a := DeliveryAttempt{Pipeline: l.f.cfg.Pipeline, Endpoint: l.id, At: start, Status: o.Status, Latency: elapsed}
-	if !o.ok() {
+	if !o.Delivered {
 		a.Error = o.Reason()
 		if len(o.Answer) > 0 {
 			a.Error += ": " + string(o.Answer)
@@ -51,7 +51,7 @@ func (l *lane) logAttempt(o Result, start time.Time, elapsed time.Duration, its 
 			continue // a replay request resent with its transaction: no event
 		}
 		a.EventID, a.Attempt = it.m.ID, it.attempt
-		if o.ok() {
+		if o.Delivered {
 			dl.Delivered(a)
 		} else {
 			dl.Failed(a)

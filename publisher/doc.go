@@ -1,7 +1,7 @@
 // Package publisher is the delivery engine: it orders, batches, retries and parks outbox
 // events on their way to a Destination, and carries out pauses and replays. What goes over
-// the wire is a destination's business: publisher/webhook (signed HTTP POSTs),
-// publisher/natsdest (NATS JetStream) and publisher/kafkadest (Kafka) implement Destination,
+// the wire is a destination's business: destination/webhook (signed HTTP POSTs),
+// destination/natsdest (NATS JetStream) and destination/kafkadest (Kafka) implement Destination,
 // and so can a program's own. A destination receives an envelope.Message and nothing else.
 //
 // # Ordering

@@ -110,7 +110,7 @@ func (l *lane) health(p *Publisher, o Result) {
 		}
 		h.pub = p
 	}
-	if !o.ok() {
+	if !o.Delivered {
 		if h.since.IsZero() {
 			h.since = now
 		}

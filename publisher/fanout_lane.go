@@ -260,7 +260,7 @@ func (l *lane) refreshPause() {
 // the lane's publisher), and the next success closes it; each transition is a log line.
 func (l *lane) observe(p *Publisher, o Result) {
 	l.mu.Lock()
-	if o.ok() {
+	if o.Delivered {
 		l.st.lastSuccess, l.st.failures = time.Now(), 0
 	} else {
 		l.st.lastError, l.st.lastErrorAt = o.Reason(), time.Now()
@@ -270,10 +270,10 @@ func (l *lane) observe(p *Publisher, o Result) {
 	l.mu.Unlock()
 	l.health(p, o) // fanout_health.go: auto-disable and the transitions
 	switch open := p.sched.breakerOpen(); {
-	case o.ok() && open:
+	case o.Delivered && open:
 		p.sched.closeBreaker()
 		p.log.Info().Msg("endpoint recovered: its circuit breaker closed, deliveries resume at full rate")
-	case !o.ok() && !open && failures >= breakerFailures:
+	case !o.Delivered && !open && failures >= breakerFailures:
 		p.sched.openBreaker()
 		p.log.Warn().Int("failures_in_row", failures).Str("last_error", o.Reason()).
 			Msg("endpoint keeps failing: its circuit breaker opened, it is probed with one attempt at a time, " +

@@ -6,20 +6,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
-// Attempt results, the values of the result label of outbox_relay_delivery_attempts_total and
-// of Result.Label.
-const (
-	ResultSuccess = "success"
-	Result3xx     = "http_3xx"
-	Result4xx     = "http_4xx"
-	Result5xx     = "http_5xx"
-	ResultTimeout = "timeout"
-	ResultNetwork = "network"
-	// ResultRejected is a broker destination's answer that refused the message (a JetStream
-	// API error such as a full stream, a Kafka error code); it is retried like a 5xx.
-	ResultRejected = "rejected"
-)
-
 // publisherMetrics are the series a Publisher writes; it is their only writer (the parked
 // gauge is written by its scheduler). They carry no process-level labels, so a Registerer
 // wrapped with a pipeline label gives one set per publisher.

@@ -270,16 +270,16 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	if p.lane != nil {
 		p.lane.observe(p, o)
 		p.lane.logAttempt(o, start, elapsed, it)
-		if !o.ok() && p.lane.spillFailed(p, it) {
+		if !o.Delivered && p.lane.spillFailed(p, it) {
 			return // the lane spilled meanwhile: the event is in its backlog now
 		}
-		if !o.ok() && p.sched.isRetired() {
+		if !o.Delivered && p.sched.isRetired() {
 			p.sched.done(it)
 			p.abandonRetired(ctx, it, "the endpoint was disabled or removed while the attempt was under way")
 			return
 		}
 	}
-	if o.ok() {
+	if o.Delivered {
 		p.delivered(ctx, it)
 		return
 	}

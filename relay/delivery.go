@@ -3,8 +3,8 @@ package relay
 import (
 	"fmt"
 
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 )
 
 // Delivery is a pipeline's delivery settings: the request format, batching, compression and

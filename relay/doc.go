@@ -3,9 +3,9 @@
 // mux, destination and lifetime) instead of the binary.
 //
 // A relay wires the packages of the data path: cdc.Stream reads committed outbox rows from the
-// slot, the publisher delivers them to a destination (the webhook of publisher/webhook, or any
-// publisher.Opener: publisher/natsdest, publisher/kafkadest or a program's own through
-// publisher.Opened), and their acknowledgements flow back to the stream's Tracker, which
+// slot, the publisher delivers them to a destination (the webhook of destination/webhook, or any
+// destination.Opener: destination/natsdest, destination/kafkadest or a program's own through
+// destination.Opened), and their acknowledgements flow back to the stream's Tracker, which
 // decides what the slot may confirm. Run owns every goroutine it starts and waits for all of
 // them before it returns.
 //

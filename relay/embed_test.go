@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -37,7 +38,7 @@ func TestNewRefusesTheTwoFormsMixed(t *testing.T) {
 		{"max attempts", func(c *Config) { c.MaxAttempts = 3 }, "MaxAttempts"},
 		{"batch linger", func(c *Config) { c.Delivery.Batch.Linger = time.Second }, "Delivery"},
 		{"shards", func(c *Config) { c.Shards = 4 }, "Shards"},
-		{"destination", func(c *Config) { c.Destination = publisher.Opened(nil) }, "Destination"},
+		{"destination", func(c *Config) { c.Destination = destination.Opened(nil) }, "Destination"},
 		{"on gone", func(c *Config) { c.Control.OnGone = publisher.GoneRetry }, "Control.OnGone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,18 +82,18 @@ type recorder struct {
 	seen map[string]bool
 }
 
-func (r *recorder) Send(_ context.Context, m *envelope.Message, attempt int) publisher.Result {
+func (r *recorder) Send(_ context.Context, m *envelope.Message, attempt int) destination.Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.seen[m.ID] {
 		r.seen[m.ID] = true
-		return publisher.Result{Err: errors.New("first attempt refused"), Label: publisher.ResultNetwork}
+		return destination.Result{Err: errors.New("first attempt refused"), Label: destination.ResultNetwork}
 	}
 	var p struct{ Seq int }
 	_ = json.Unmarshal(m.Payload, &p)
 	r.got = append(r.got, relaytest.Delivery{ID: m.ID, Aggregate: m.AggregateType + "/" + m.AggregateID, Seq: p.Seq,
 		Attempt: attempt, Sequence: m.Sequence})
-	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+	return destination.Result{Delivered: true, Label: destination.ResultSuccess}
 }
 
 func (r *recorder) deliveries() []relaytest.Delivery {
@@ -112,7 +113,7 @@ func TestEmbeddedRelayWithItsOwnDestinationAndMux(t *testing.T) {
 	dest := &recorder{seen: map[string]bool{}}
 	cfg := e.config()
 	cfg.WebhookURL, cfg.Secrets = "", nil
-	cfg.Destination = publisher.Opened(dest)
+	cfg.Destination = destination.Opened(dest)
 	cfg.Registerer = reg
 	rl, err := New(cfg)
 	if err != nil {

@@ -11,11 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/seal"
@@ -70,7 +71,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 	}
 	guard, guardErr := endpoint.NewGuard(metricsAddr)
 	eps := outbox.Endpoints{Schema: outbox.Schema(cfg.Schema)}
-	open := func(id string, raw []byte) (publisher.Destination, func(), time.Time, error) {
+	open := func(id string, raw []byte) (destination.Destination, func(), time.Time, error) {
 		switch {
 		case ringErr != nil:
 			return nil, nil, time.Time{}, fmt.Errorf("the secrets keys (OUTBOX_RELAY_SECRETS_KEY or --secrets-key-file): %w", ringErr)

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -23,11 +23,11 @@ type search struct {
 	index func(ctx context.Context, id string, doc []byte) error
 }
 
-func (s search) Send(ctx context.Context, m *envelope.Message, _ int) publisher.Result {
+func (s search) Send(ctx context.Context, m *envelope.Message, _ int) destination.Result {
 	if err := s.index(ctx, m.AggregateType+"/"+m.AggregateID, m.Payload); err != nil {
-		return publisher.Result{Err: err, Label: publisher.ResultNetwork}
+		return destination.Result{Err: err, Label: destination.ResultNetwork}
 	}
-	return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+	return destination.Result{Delivered: true, Label: destination.ResultSuccess}
 }
 
 // A program embeds the relay: its own destination on one pipeline (marks, control, backfill,
@@ -45,7 +45,7 @@ func Example_embed() {
 		Pipelines: []relay.Pipeline{{
 			Name:        "search",
 			Filter:      "aggregate_type = 'product'",
-			Destination: publisher.Opened(dest),
+			Destination: destination.Opened(dest),
 		}},
 	})
 	if err != nil {

@@ -14,11 +14,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -56,7 +57,7 @@ func TestPublicPackagesConfigureAStreamAndAPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hook.Close()
-	var dest publisher.Destination = hook
+	var dest destination.Destination = hook
 	pub := publisher.New(publisher.Config{Registerer: reg}, dest, tracker, nil)
 
 	runCtx, stop := context.WithCancel(ctx)

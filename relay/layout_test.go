@@ -8,7 +8,7 @@ import (
 )
 
 // A program that embeds the relay links no broker client unless it uses one: relay takes its
-// destination as a publisher.Opener, and only the CLI (which builds natsdest and kafkadest from
+// destination as a destination.Opener, and only the CLI (which builds natsdest and kafkadest from
 // flags and YAML) links nats.go and franz-go. The CLI's links are the control: the check sees
 // them where they are.
 func TestRelayLinksNoBrokerClient(t *testing.T) {

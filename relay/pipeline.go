@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
 
@@ -68,10 +69,10 @@ type Pipeline struct {
 	// raw, one event per request, uncompressed, rows marked done.
 	Delivery Delivery
 	// Destination, if set, replaces the webhook: a broker (a natsdest.Config or a
-	// kafkadest.Config), or a program's own (publisher.Opened). WebhookURL, Secrets, Scheme,
+	// kafkadest.Config), or a program's own (destination.Opened). WebhookURL, Secrets, Scheme,
 	// Delivery.Format and Delivery.Compression are then left empty. Nil: the webhook of
 	// WebhookURL.
-	Destination publisher.Opener
+	Destination destination.Opener
 	// Endpoints, if true, replaces the webhook with the partner endpoints of outbox_endpoints
 	// (`endpoints: true`, `run --endpoints`; docs/guides/endpoints.md): each event goes to every
 	// endpoint subscribed to it, each endpoint with its own URL, secrets, scheme, format, rate

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -19,13 +20,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 
 	"github.com/outbox-relay/outbox-relay/internal/settings"
@@ -137,7 +139,7 @@ type Config struct {
 	Delivery Delivery
 	// Destination replaces the webhook for the default pipeline (see Pipeline.Destination;
 	// docs/guides/brokers.md). Nil: the webhook of WebhookURL, Secrets and Scheme.
-	Destination publisher.Opener
+	Destination destination.Opener
 	// Endpoints is --endpoints: the default pipeline delivers to the partner endpoints of
 	// outbox_endpoints instead of one webhook (see Pipeline.Endpoints). False: one destination.
 	Endpoints bool
@@ -189,7 +191,7 @@ type Config struct {
 // newDestination opens the pipeline's destination (p.Destination, or the webhook of WebhookURL
 // when that is nil); release releases it. A broker's start-up check (its stream exists) happens
 // here, and an unreachable broker is waited for until ctx ends.
-func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher.Destination, release func(), err error) {
+func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest destination.Destination, release func(), err error) {
 	if err := checkDestination(p); err != nil {
 		return nil, nil, err
 	}
@@ -197,8 +199,8 @@ func newDestination(ctx context.Context, cfg Config, p Pipeline) (dest publisher
 		return nil, func() {}, nil // each endpoint's destination is opened by the fan-out
 	}
 	if p.Destination != nil {
-		return publisher.Open(ctx, p.Destination, publisher.OpenOptions{Pipeline: p.Name,
-			RequestTimeout: p.RequestTimeout, Logger: cfg.pipelineLogger(p)})
+		return destination.Open(ctx, p.Destination, destination.OpenOptions{Pipeline: p.Name,
+			RequestTimeout: p.RequestTimeout, Logger: slog.New(zerolog.NewSlogHandler(cfg.pipelineLogger(p)))})
 	}
 	hook, err := webhook.New(webhook.Config{URL: p.WebhookURL, Secrets: p.Secrets,
 		Scheme: p.Scheme, Timeout: p.RequestTimeout, MaxConns: p.MaxInFlight, UserAgent: "outbox-relay/" + cfg.Version,
@@ -448,7 +450,7 @@ type pipelineRunner struct {
 // newPipelineRunner builds the components of one pipeline, each registering its series on reg
 // labelled pipeline=<name>. It connects nowhere: dest and pool are used once run starts. owner
 // says whether it writes the rows' status columns (see StatusOwner).
-func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, dest publisher.Destination,
+func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, dest destination.Destination,
 	pool *pgxpool.Pool) *pipelineRunner {
 	reg = prometheus.WrapRegistererWith(p.labels(), reg)
 	log := cfg.pipelineLogger(p)

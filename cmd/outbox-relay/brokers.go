@@ -6,10 +6,10 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/destination/kafkadest"
+	"github.com/outbox-relay/outbox-relay/destination/natsdest"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
-	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 )
 
 var (
@@ -50,7 +50,7 @@ func addBrokerFlags(fs *pflag.FlagSet) {
 
 // brokerConfig reads the broker flags: ok is false when none selects a broker (the webhook
 // then). Their errors name the fix.
-func brokerConfig(fs *pflag.FlagSet) (d publisher.Opener, ok bool, err error) {
+func brokerConfig(fs *pflag.FlagSet) (d destination.Opener, ok bool, err error) {
 	natsURL, brokers := stringFrom(fs, natsURLFlag), stringFrom(fs, kafkaBrokersFlag)
 	if natsURL == "" {
 		for _, name := range natsFlags {

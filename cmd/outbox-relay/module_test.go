@@ -206,7 +206,7 @@ func TestOutboxAndInboxLinkNoBrokerClient(t *testing.T) {
 	}
 	for _, p := range deps {
 		if strings.HasPrefix(p, "github.com/nats-io/") || strings.HasPrefix(p, "github.com/twmb/franz-go") {
-			t.Errorf("outbox or inbox links %s: keep broker clients in publisher/natsdest and publisher/kafkadest", p)
+			t.Errorf("outbox or inbox links %s: keep broker clients in destination/natsdest and destination/kafkadest", p)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/destination/natsdest"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -85,12 +85,12 @@ func TestReadRelayFromTheRelaysRegistry(t *testing.T) {
 	audit.MustRegister(audited)
 	partnerAttempts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: seriesAttempts, Help: "h"}, []string{"result"})
 	prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipelinePartners}, vals).MustRegister(partnerAttempts)
-	partnerAttempts.WithLabelValues(publisher.Result5xx).Add(50)
+	partnerAttempts.WithLabelValues(destination.Result5xx).Add(50)
 	delivered.Add(7)
 	audited.Add(2)
-	attempts.WithLabelValues(publisher.ResultSuccess).Add(7)
-	attempts.WithLabelValues(publisher.Result5xx).Add(3)
-	attempts.WithLabelValues(publisher.ResultTimeout).Add(1)
+	attempts.WithLabelValues(destination.ResultSuccess).Add(7)
+	attempts.WithLabelValues(destination.Result5xx).Add(3)
+	attempts.WithLabelValues(destination.ResultTimeout).Add(1)
 	lag.Set(2048)
 	for i := 0; i < 100; i++ {
 		endToEnd.Observe(0.003)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -29,12 +30,12 @@ const (
 // quarter of them are acknowledged and outage(1) once half are, and returns the acknowledged
 // ids once all are. It fails t unless some attempt failed (the outages then tested no retry),
 // and, batched, unless some batch carried several events.
-func AcrossOutages(t *testing.T, ctx context.Context, dest publisher.Destination, batch publisher.Batch,
+func AcrossOutages(t *testing.T, ctx context.Context, dest destination.Destination, batch publisher.Batch,
 	event func(agg string, n int) *envelope.Message, outage func(i int)) (acked []string) {
 	t.Helper()
 	c := &counter{}
-	var wrapped publisher.Destination = countedDest{dest, c}
-	if pd, ok := dest.(publisher.PartialBatchDestination); ok {
+	var wrapped destination.Destination = countedDest{dest, c}
+	if pd, ok := dest.(destination.PartialBatchDestination); ok {
 		wrapped = countedPartial{countedDest{dest, c}, pd}
 	}
 	a := &acks{}
@@ -119,11 +120,11 @@ func CheckOrder(t *testing.T, stored []Stored, acked []string) int {
 type counter struct{ failed, batches atomic.Int64 }
 
 type countedDest struct {
-	publisher.Destination
+	destination.Destination
 	c *counter
 }
 
-func (d countedDest) Send(ctx context.Context, m *envelope.Message, attempt int) publisher.Result {
+func (d countedDest) Send(ctx context.Context, m *envelope.Message, attempt int) destination.Result {
 	r := d.Destination.Send(ctx, m, attempt)
 	if !r.Delivered {
 		d.c.failed.Add(1)
@@ -134,10 +135,10 @@ func (d countedDest) Send(ctx context.Context, m *envelope.Message, attempt int)
 // countedPartial keeps a PartialBatchDestination one, counting its batches too.
 type countedPartial struct {
 	countedDest
-	pd publisher.PartialBatchDestination
+	pd destination.PartialBatchDestination
 }
 
-func (d countedPartial) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) publisher.Result {
+func (d countedPartial) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) destination.Result {
 	if len(ms) > 1 {
 		d.c.batches.Add(1)
 	}

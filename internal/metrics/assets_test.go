@@ -18,7 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -340,8 +340,8 @@ func TestEveryDeliveryResultIsExportedFromTheStart(t *testing.T) {
 	}
 	slices.Sort(results)
 	results = slices.Compact(results) // relay.RegisterMetrics registers two pipelines: one destination, and endpoints
-	want := []string{publisher.Result3xx, publisher.Result4xx, publisher.Result5xx, publisher.ResultNetwork,
-		publisher.ResultSuccess, publisher.ResultTimeout, publisher.ResultRejected}
+	want := []string{destination.Result3xx, destination.Result4xx, destination.Result5xx, destination.ResultNetwork,
+		destination.ResultSuccess, destination.ResultTimeout, destination.ResultRejected}
 	slices.Sort(want)
 	if !slices.Equal(results, want) {
 		t.Errorf("result label values %v, want %v", results, want)

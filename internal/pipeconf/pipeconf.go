@@ -17,11 +17,11 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/outbox-relay/outbox-relay/destination/kafkadest"
+	"github.com/outbox-relay/outbox-relay/destination/natsdest"
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/destination/kafkadest"
+	"github.com/outbox-relay/outbox-relay/destination/natsdest"
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
 )

@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 
-	"github.com/rs/zerolog"
-
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
+	"github.com/outbox-relay/outbox-relay/destination/natsdest"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -39,7 +38,7 @@ func ExampleConfig_Validate() {
 // New connects and checks that a stream captures the subjects; a program with its own
 // publisher wiring uses the Destination directly.
 func ExampleNew() {
-	dest, err := natsdest.New(context.Background(), natsdest.Config{URL: "nats://127.0.0.1:4222"}, zerolog.Nop())
+	dest, err := natsdest.New(context.Background(), natsdest.Config{URL: "nats://127.0.0.1:4222"}, slog.Default())
 	if err != nil {
 		log.Fatal(err) // e.g. no stream captures outbox.event.* (names the flag that creates one)
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 func testEvent() *envelope.Message {
@@ -88,7 +88,7 @@ func TestRawClientTimeoutAndTLS(t *testing.T) {
 	defer slow.Close()
 	defer close(release)
 	w, _ := New(Config{URL: slow.URL, Secrets: []string{"s"}, Timeout: 200 * time.Millisecond})
-	if o := w.Send(context.Background(), testEvent(), 1); o.Label != publisher.ResultTimeout {
+	if o := w.Send(context.Background(), testEvent(), 1); o.Label != destination.ResultTimeout {
 		t.Fatalf("hung receiver: %+v, want a timeout", o)
 	}
 
@@ -104,7 +104,7 @@ func TestRawClientTimeoutAndTLS(t *testing.T) {
 		t.Fatalf("https with the server's CA: %+v", o)
 	}
 	w, _ = New(Config{URL: tlsSrv.URL, Secrets: []string{"s"}})
-	if o := w.Send(context.Background(), testEvent(), 1); o.Delivered || o.Label != publisher.ResultNetwork {
+	if o := w.Send(context.Background(), testEvent(), 1); o.Delivered || o.Label != destination.ResultNetwork {
 		t.Fatalf("https with an unknown CA: %+v, want a network error", o)
 	}
 }

@@ -1,10 +1,9 @@
-package publisher
+package destination
 
 import (
 	"context"
+	"log/slog"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // Opener is a pipeline's destination before it runs: relay.Pipeline.Destination holds one, and
@@ -28,8 +27,16 @@ type OpenOptions struct {
 	// RequestTimeout is the pipeline's request timeout, for a destination whose own is unset.
 	// Zero: the destination's default.
 	RequestTimeout time.Duration
-	// Logger carries the pipeline's name (and shard) on every line.
-	Logger zerolog.Logger
+	// Logger carries the pipeline's name (and shard) on every line. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Log returns o.Logger, or slog.Default() when it is nil.
+func (o OpenOptions) Log() *slog.Logger {
+	if o.Logger == nil {
+		return slog.Default()
+	}
+	return o.Logger
 }
 
 // Opened returns an Opener whose Open returns d as it is: for a destination a program built

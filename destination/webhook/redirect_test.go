@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // A 3xx is a failed attempt counted as http_3xx (not http_5xx), and what is logged and stored
@@ -31,7 +31,7 @@ func TestRedirectIsAFailedAttemptThatNamesItsLocation(t *testing.T) {
 	defer srv.Close()
 	ev := &envelope.Message{ID: "id", AggregateType: "order", AggregateID: "1", EventType: "t", Payload: []byte("{}"),
 		Sequence: envelope.Sequence(0, 0)}
-	send := func(t *testing.T, path string, std bool) publisher.Result {
+	send := func(t *testing.T, path string, std bool) destination.Result {
 		t.Helper()
 		w, err := New(Config{URL: srv.URL + path, Secrets: []string{"s"}})
 		if err != nil {
@@ -46,12 +46,12 @@ func TestRedirectIsAFailedAttemptThatNamesItsLocation(t *testing.T) {
 	for _, std := range []bool{false, true} {
 		name := map[bool]string{false: "lean client", true: "net/http client"}[std]
 		t.Run(name, func(t *testing.T) {
-			if o := send(t, "/ok", std); !o.Delivered || o.Label != publisher.ResultSuccess {
+			if o := send(t, "/ok", std); !o.Delivered || o.Label != destination.ResultSuccess {
 				t.Fatalf("positive control: 200 gave %+v", o)
 			}
 			o := send(t, "/moved", std)
-			if o.Delivered || o.Label != publisher.Result3xx || o.Status != http.StatusPermanentRedirect {
-				t.Fatalf("308: ok %v, result %q, status %d; want a failure counted as %s", o.Delivered, o.Label, o.Status, publisher.Result3xx)
+			if o.Delivered || o.Label != destination.Result3xx || o.Status != http.StatusPermanentRedirect {
+				t.Fatalf("308: ok %v, result %q, status %d; want a failure counted as %s", o.Delivered, o.Label, o.Status, destination.Result3xx)
 			}
 			var re *RedirectError
 			if !errors.As(o.Err, &re) {
@@ -66,7 +66,7 @@ func TestRedirectIsAFailedAttemptThatNamesItsLocation(t *testing.T) {
 			if strings.Contains(reason, "hunter2") {
 				t.Errorf("last_error shows the Location's password: %q", reason)
 			}
-			if o := send(t, "/bare", std); o.Label != publisher.Result3xx || o.Err == nil ||
+			if o := send(t, "/bare", std); o.Label != destination.Result3xx || o.Err == nil ||
 				!strings.Contains(o.Err.Error(), "redirects are not followed") {
 				t.Errorf("302 without Location: %+v", o)
 			}

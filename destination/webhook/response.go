@@ -21,7 +21,7 @@ type response struct {
 	answer     []byte // the start of a non-2xx answer's body, for the delivery log
 }
 
-// maxAnswer is how much of a failed answer's body is kept (publisher.Result.Answer).
+// maxAnswer is how much of a failed answer's body is kept (destination.Result.Answer).
 const maxAnswer = 1024
 
 // answerSink keeps the first maxAnswer bytes written to it and discards the rest.

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/rs/zerolog"
+	"log/slog"
 
+	"github.com/outbox-relay/outbox-relay/destination/natsdest"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/tests/internal/natstest"
 )
 
@@ -18,7 +18,7 @@ import (
 func BenchmarkSendBatch(b *testing.B) {
 	ctx := context.Background()
 	srv := natstest.Start(b)
-	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
+	"log/slog"
 
+	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/destination/kafkadest"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/desttest"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
 	"github.com/outbox-relay/outbox-relay/tests/internal/kafkatest"
 )
 
@@ -33,13 +34,13 @@ func event(agg string, n int) *envelope.Message {
 func TestSendRecord(t *testing.T) {
 	ctx := testCtx(t)
 	kc := kafkatest.Start(t, 1, 3, "outbox.event.order")
-	d, err := kafkadest.New(ctx, kafkadest.Config{Brokers: kc.Brokers()}, zerolog.Nop())
+	d, err := kafkadest.New(ctx, kafkadest.Config{Brokers: kc.Brokers()}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	ev := event("o-1", 1)
-	if r := d.Send(ctx, ev, 1); !r.Delivered || r.Label != publisher.ResultSuccess {
+	if r := d.Send(ctx, ev, 1); !r.Delivered || r.Label != destination.ResultSuccess {
 		t.Fatalf("send: %+v", r)
 	}
 	recs := kafkatest.ReadTopic(ctx, t, kc.Brokers(), "outbox.event.order")
@@ -77,7 +78,7 @@ func TestOrderAcrossRetriesAndClusterRestart(t *testing.T) {
 func testOrderAcrossRestarts(t *testing.T, batch publisher.Batch) {
 	ctx := testCtx(t)
 	kc := kafkatest.Start(t, 3, 4, "outbox.event.order")
-	d, err := kafkadest.New(ctx, kafkadest.Config{Brokers: kc.Brokers(), RequestTimeout: time.Second}, zerolog.Nop())
+	d, err := kafkadest.New(ctx, kafkadest.Config{Brokers: kc.Brokers(), RequestTimeout: time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"log"
 	"os"
 
-	"github.com/outbox-relay/outbox-relay/publisher/kafkadest"
+	"github.com/outbox-relay/outbox-relay/destination/kafkadest"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 

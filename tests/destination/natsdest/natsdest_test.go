@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
+	"log/slog"
 
+	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/destination/natsdest"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/desttest"
 	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/natsdest"
 	"github.com/outbox-relay/outbox-relay/tests/internal/natstest"
 )
 
@@ -28,23 +29,23 @@ func testCtx(t *testing.T) context.Context {
 func TestStreamCheckAndCreate(t *testing.T) {
 	ctx := testCtx(t)
 	srv := natstest.Start(t)
-	_, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL()}, zerolog.Nop())
+	_, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL()}, slog.New(slog.DiscardHandler))
 	if !errors.Is(err, natsdest.ErrNoStream) || !strings.Contains(err.Error(), "create_stream") ||
 		!strings.Contains(err.Error(), "outbox.*.*") {
 		t.Fatalf("New without a stream: %v, want natsdest.ErrNoStream naming the subjects and create_stream", err)
 	}
-	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New with create_stream: %v", err)
 	}
 	d.Close()
-	d, err = natsdest.New(ctx, natsdest.Config{URL: srv.URL()}, zerolog.Nop())
+	d, err = natsdest.New(ctx, natsdest.Config{URL: srv.URL()}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New after the stream exists: %v", err)
 	}
 	d.Close()
 	// A stream that captures only some of the subjects does not count.
-	_, err = natsdest.New(ctx, natsdest.Config{URL: srv.URL(), Subject: "other.{aggregate_type}"}, zerolog.Nop())
+	_, err = natsdest.New(ctx, natsdest.Config{URL: srv.URL(), Subject: "other.{aggregate_type}"}, slog.New(slog.DiscardHandler))
 	if !errors.Is(err, natsdest.ErrNoStream) {
 		t.Fatalf("New for subjects no stream covers: %v, want natsdest.ErrNoStream", err)
 	}
@@ -62,14 +63,14 @@ func event(agg string, n int) *envelope.Message {
 func TestSendMessageAndDuplicate(t *testing.T) {
 	ctx := testCtx(t)
 	srv := natstest.Start(t)
-	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	ev := event("o-1", 1)
 	for attempt := 1; attempt <= 2; attempt++ {
-		if r := d.Send(ctx, ev, attempt); !r.Delivered || r.Label != publisher.ResultSuccess {
+		if r := d.Send(ctx, ev, attempt); !r.Delivered || r.Label != destination.ResultSuccess {
 			t.Fatalf("attempt %d: %+v", attempt, r)
 		}
 	}
@@ -106,7 +107,7 @@ func testOrderAcrossRestarts(t *testing.T, batch publisher.Batch) {
 	ctx := testCtx(t)
 	srv := natstest.Start(t)
 	d, err := natsdest.New(ctx, natsdest.Config{URL: srv.URL(), RequestTimeout: 500 * time.Millisecond,
-		CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, zerolog.Nop())
+		CreateStream: &natsdest.StreamConfig{Name: "OUTBOX"}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

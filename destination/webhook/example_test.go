@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
