@@ -39,7 +39,7 @@ func (p *Publisher) backfill(ctx context.Context) error {
 	var after int64
 	total := 0
 	for ctx.Err() == nil {
-		evs, last, err := p.cfg.Store.BackfillPage(ctx, p.cfg.BackfillSlot, after, backfillPage, tx)
+		evs, last, err := p.cfg.Store.BackfillPage(ctx, p.cfg.BackfillSlot, after, backfillPage, tx.CommitLSN)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // loadParked restores the parked aggregates, so parking survives restarts. If ctx ends before
@@ -19,7 +20,10 @@ func (p *Publisher) loadParked(ctx context.Context) {
 	}
 	var aggs []cdc.Aggregate
 	loaded := p.durably(ctx, "load parked aggregates", func(ctx context.Context) (err error) {
-		aggs, err = p.cfg.Store.Parked(ctx)
+		parked, err := p.cfg.Store.Parked(ctx)
+		for _, a := range parked {
+			aggs = append(aggs, cdc.Aggregate(a))
+		}
 		return err
 	})
 	if !loaded {
@@ -95,7 +99,7 @@ func (p *Publisher) replay(ctx context.Context, tx *cdc.Tx, req *cdc.ReplayReque
 		}
 		var ms []*envelope.Message
 		if !p.durably(ctx, "load replay", func(ctx context.Context) (err error) {
-			ms, err = p.cfg.Store.Replayable(ctx, agg, tx)
+			ms, err = p.cfg.Store.Replayable(ctx, store.Aggregate(agg), tx.CommitLSN)
 			return err
 		}) {
 			return // stopping: the request stays unconfirmed
@@ -103,7 +107,7 @@ func (p *Publisher) replay(ctx context.Context, tx *cdc.Tx, req *cdc.ReplayReque
 		p.acker.Grow(tx, ms)
 		p.sched.unpark(agg, tx, ms)
 		if len(ms) == 0 && !p.durably(ctx, "unpark aggregate", func(ctx context.Context) error {
-			return p.cfg.Store.Unpark(ctx, agg)
+			return p.cfg.Store.Unpark(ctx, store.Aggregate(agg))
 		}) {
 			return // stopping: the request stays unconfirmed, and the aggregate is still parked in the table
 		}

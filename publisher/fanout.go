@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // Fanout delivers a pipeline's events to the partner endpoints of outbox_endpoints instead of
@@ -53,7 +54,7 @@ type Fanout struct {
 	mu      sync.RWMutex // guards lanes (written by Run's goroutine only) for the readers
 	lanes   map[string]*lane
 	route   router
-	pending []EndpointVersion // versions loaded at start, not applied yet, in LSN order
+	pending []store.EndpointVersion // versions loaded at start, not applied yet, in LSN order
 	// parked are the endpoints' parked aggregates read at start, for the lanes that start
 	// then; nil afterwards (a lane started later reads its own).
 	parked map[string][]cdc.Aggregate
@@ -61,7 +62,7 @@ type Fanout struct {
 	doomed map[string]bool
 	// backlogs are the endpoints' backlogs read at start, for their lanes: each lane takes its
 	// own when it is created (at start, or later by a version still pending then).
-	backlogs map[string]BacklogSize
+	backlogs map[string]store.BacklogSize
 
 	fanMu sync.Mutex
 	fan   map[*envelope.Message]*fanCount // events routed to more than one endpoint
@@ -97,18 +98,18 @@ type FanoutConfig struct {
 	// and the endpoint series (docs/reference/metrics.md). Nil: registered nowhere.
 	Registerer prometheus.Registerer
 	// Store is the pipeline's store, for its backfill (BackfillSlot).
-	Store        Store
+	Store        store.Pipeline
 	BackfillSlot string
 	// Resume, if set, skips events an earlier process delivered to every endpoint.
 	Resume *Resume
 	// DeliveryLog, if set, records every attempt of every endpoint (DeliveryLogWriter keeps it
 	// in PostgreSQL). Nil: nothing is recorded.
-	DeliveryLog DeliveryLog
+	DeliveryLog store.DeliveryLog
 	// Endpoints keeps the versions log and the endpoints' status. Required.
-	Endpoints EndpointStore
+	Endpoints store.Endpoints
 	// LaneStore returns the Store of the lane named name (its dead letters, parked aggregates
 	// and replays). Required.
-	LaneStore func(name string) Store
+	LaneStore func(name string) store.Pipeline
 	// Open builds an endpoint's destination from its row (the JSON of to_jsonb), and returns
 	// what releases it and when it must be built again (a secret expires; zero: never). An
 	// error makes every attempt of the endpoint fail with it, so that it shows in its status and
@@ -129,7 +130,7 @@ type FanoutConfig struct {
 	StatusInterval time.Duration
 	// Backlog keeps the endpoints' backlogs off the WAL (fanout_spill.go). Nil: an endpoint
 	// never spills, and holds the slot while it holds events.
-	Backlog BacklogStore
+	Backlog store.Backlog
 	// SpillAfter is how long an endpoint's oldest undelivered event waits before the endpoint
 	// spills to its backlog, unless its row sets spill_after_ms. Zero: 30s
 	// (settings.EndpointSpillAfter).
@@ -151,24 +152,24 @@ type FanoutConfig struct {
 type EndpointStore interface {
 	// Versions returns the versions log in LSN order, whether it was bootstrapped and the LSN
 	// of that bootstrap (the versions there are the endpoints the log begins with).
-	Versions(ctx context.Context) (marker pglogrepl.LSN, bootstrapped bool, vs []EndpointVersion, err error)
+	Versions(ctx context.Context) (marker pglogrepl.LSN, bootstrapped bool, vs []store.EndpointVersion, err error)
 	// Bootstrap records every endpoint as it is now, at LSN 0, unless the log was bootstrapped.
 	Bootstrap(ctx context.Context) error
 	// Record adds a version (nil row: removed); a version recorded already is kept as it is.
-	Record(ctx context.Context, v EndpointVersion) error
+	Record(ctx context.Context, v store.EndpointVersion) error
 	// Prune forgets the versions no transaction after confirmed needs.
 	Prune(ctx context.Context, confirmed pglogrepl.LSN) error
 	// Parked returns every endpoint's parked aggregates, by endpoint id (read once at start).
 	Parked(ctx context.Context) (map[string][]cdc.Aggregate, error)
 	// SaveStatus stores the status of endpoints; ForgetStatus drops a removed one's.
-	SaveStatus(ctx context.Context, st []EndpointStatus) error
+	SaveStatus(ctx context.Context, st []store.EndpointStatus) error
 	ForgetStatus(ctx context.Context, id string) error
 	// FailingSince returns when each failing endpoint's failures began, as its saved status
 	// says (read once at start: auto-disable counts across restarts).
 	FailingSince(ctx context.Context) (map[string]time.Time, error)
 }
 
-// EndpointVersion is an endpoint's row as a change committed at LSN left it; a nil Row is a
+// store.EndpointVersion is an endpoint's row as a change committed at LSN left it; a nil Row is a
 // removal.
 type EndpointVersion struct {
 	ID  string
@@ -176,7 +177,7 @@ type EndpointVersion struct {
 	Row []byte
 }
 
-// EndpointStatus is what `outbox-relay status --endpoints` shows of an endpoint in a pipeline.
+// store.EndpointStatus is what `outbox-relay status --endpoints` shows of an endpoint in a pipeline.
 // A zero time is unknown.
 type EndpointStatus struct {
 	ID                string
@@ -287,7 +288,7 @@ func (f *Fanout) Run(ctx context.Context, in <-chan *cdc.Tx) {
 func (f *Fanout) load(ctx context.Context) bool {
 	var boot bool
 	var marker pglogrepl.LSN
-	var vs []EndpointVersion
+	var vs []store.EndpointVersion
 	read := func() bool {
 		return f.durably(ctx, "read the endpoint versions", func(ctx context.Context) (err error) {
 			marker, boot, vs, err = f.cfg.Endpoints.Versions(ctx)
@@ -304,7 +305,13 @@ func (f *Fanout) load(ctx context.Context) bool {
 	}
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].LSN < vs[j].LSN })
 	if !f.durably(ctx, "read the endpoints' parked aggregates", func(ctx context.Context) (err error) {
-		f.parked, err = f.cfg.Endpoints.Parked(ctx)
+		parked, err := f.cfg.Endpoints.Parked(ctx)
+		f.parked = map[string][]cdc.Aggregate{}
+		for id, aggs := range parked {
+			for _, a := range aggs {
+				f.parked[id] = append(f.parked[id], cdc.Aggregate(a))
+			}
+		}
 		return err
 	}) {
 		return false
@@ -391,7 +398,7 @@ func rowDisabled(row []byte) bool {
 // changes after lsn wait in pending for their commit, as at start. An endpoint whose version is
 // the one applied already is left as it is (its queued events with it).
 func (f *Fanout) resync(ctx context.Context, lsn pglogrepl.LSN) bool {
-	var vs []EndpointVersion
+	var vs []store.EndpointVersion
 	if !f.durably(ctx, "read the endpoint versions", func(ctx context.Context) (err error) {
 		_, _, vs, err = f.cfg.Endpoints.Versions(ctx)
 		return err
@@ -399,20 +406,20 @@ func (f *Fanout) resync(ctx context.Context, lsn pglogrepl.LSN) bool {
 		return false
 	}
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].LSN < vs[j].LSN })
-	latest := map[string]EndpointVersion{}
+	latest := map[string]store.EndpointVersion{}
 	n := 0
 	for ; n < len(vs) && vs[n].LSN < lsn; n++ {
 		latest[vs[n].ID] = vs[n]
 	}
 	f.pending = vs[n:]
 	f.findDoomed()
-	var gone []EndpointVersion
+	var gone []store.EndpointVersion
 	for id, l := range f.lanes { // Run's goroutine writes lanes: no lock to read
 		if _, ok := latest[id]; !ok {
-			gone = append(gone, EndpointVersion{ID: id, LSN: l.applied}) // removed (and pruned) meanwhile
+			gone = append(gone, store.EndpointVersion{ID: id, LSN: l.applied}) // removed (and pruned) meanwhile
 		}
 	}
-	var changed []EndpointVersion
+	var changed []store.EndpointVersion
 	for id, v := range latest {
 		l := f.lanes[id]
 		if l == nil && v.Row == nil || l != nil && l.applied == v.LSN {
@@ -545,16 +552,16 @@ func (f *Fanout) control(ctx context.Context, tx *cdc.Tx, c *cdc.Control) {
 // change applies an endpoint change met in the stream at tx's commit, once it is recorded in
 // the versions log; if the relay stops before it is, the change stays unconfirmed.
 func (f *Fanout) change(ctx context.Context, tx *cdc.Tx, ch *cdc.EndpointChange) {
-	var vs []EndpointVersion
+	var vs []store.EndpointVersion
 	switch ch.Op {
 	case cdc.EndpointUpsert:
-		vs = []EndpointVersion{{ID: ch.ID, LSN: tx.CommitLSN, Row: ch.Row}}
+		vs = []store.EndpointVersion{{ID: ch.ID, LSN: tx.CommitLSN, Row: ch.Row}}
 	case cdc.EndpointDelete:
-		vs = []EndpointVersion{{ID: ch.ID, LSN: tx.CommitLSN}}
+		vs = []store.EndpointVersion{{ID: ch.ID, LSN: tx.CommitLSN}}
 	case cdc.EndpointTruncate:
 		f.mu.RLock()
 		for id := range f.lanes {
-			vs = append(vs, EndpointVersion{ID: id, LSN: tx.CommitLSN})
+			vs = append(vs, store.EndpointVersion{ID: id, LSN: tx.CommitLSN})
 		}
 		f.mu.RUnlock()
 		sort.Slice(vs, func(i, j int) bool { return vs[i].ID < vs[j].ID })
@@ -569,7 +576,7 @@ func (f *Fanout) change(ctx context.Context, tx *cdc.Tx, ch *cdc.EndpointChange)
 }
 
 // apply makes v the endpoint's state from now on in the stream.
-func (f *Fanout) apply(ctx context.Context, v EndpointVersion) {
+func (f *Fanout) apply(ctx context.Context, v store.EndpointVersion) {
 	f.mu.RLock()
 	l := f.lanes[v.ID]
 	f.mu.RUnlock()
@@ -616,7 +623,7 @@ func (f *Fanout) backfill(ctx context.Context) error {
 	total := 0
 	var lanes []*lane
 	for ctx.Err() == nil {
-		evs, last, err := f.cfg.Store.BackfillPage(ctx, f.cfg.BackfillSlot, after, backfillPage, tx)
+		evs, last, err := f.cfg.Store.BackfillPage(ctx, f.cfg.BackfillSlot, after, backfillPage, tx.CommitLSN)
 		if err != nil {
 			return err
 		}
@@ -784,7 +791,7 @@ func (f *Fanout) housekeep(ctx context.Context) {
 // saveStatus stores the status of the endpoints whose status changed since the last save.
 func (f *Fanout) saveStatus(ctx context.Context) {
 	f.mu.RLock()
-	var out []EndpointStatus
+	var out []store.EndpointStatus
 	var saved []*lane
 	for _, l := range f.lanes {
 		if st, changed := l.status(); changed {
@@ -795,7 +802,7 @@ func (f *Fanout) saveStatus(ctx context.Context) {
 	f.mu.RUnlock()
 	// The heartbeat (endpoint id ""): written at every save, so that `status --endpoints` tells
 	// a stopped relay from one whose endpoints have nothing new to report.
-	out = append(out, EndpointStatus{})
+	out = append(out, store.EndpointStatus{})
 	if err := f.cfg.Endpoints.SaveStatus(ctx, out); err != nil {
 		if ctx.Err() == nil {
 			f.log.Warn().Err(err).Int("endpoints", len(out)).Msg("saving the endpoints' status failed; retried at the next interval")

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // lane is one endpoint of a Fanout: its row as of the stream's position, its publisher (nil
@@ -50,8 +51,8 @@ type laneStats struct {
 	lastSuccess, lastErrorAt time.Time
 	lastError                string
 	failures                 int
-	saved                    EndpointStatus // what was saved last
-	unsaved                  bool           // the last save failed
+	saved                    store.EndpointStatus // what was saved last
+	unsaved                  bool                 // the last save failed
 }
 
 func newLane(f *Fanout, id string) *lane {
@@ -66,7 +67,7 @@ func newLane(f *Fanout, id string) *lane {
 }
 
 // update makes the lane follow row v.
-func (l *lane) update(ctx context.Context, v EndpointVersion) {
+func (l *lane) update(ctx context.Context, v store.EndpointVersion) {
 	var row endpoint.Row
 	if err := json.Unmarshal(v.Row, &row); err != nil {
 		l.f.log.Error().Err(err).Str("endpoint", l.id).Str("lsn", v.LSN.String()).
@@ -282,8 +283,8 @@ func (l *lane) observe(p *Publisher, o Result) {
 }
 
 // status returns the endpoint's status now, and whether it differs from the one saved last.
-func (l *lane) status() (EndpointStatus, bool) {
-	st := EndpointStatus{ID: l.id, FailingSince: l.h.failingSince()}
+func (l *lane) status() (store.EndpointStatus, bool) {
+	st := store.EndpointStatus{ID: l.id, FailingSince: l.h.failingSince()}
 	if p := l.cur.Load(); p != nil {
 		n, oldest := p.sched.undelivered()
 		st.Undelivered, st.OldestUndelivered = int64(n), oldest
@@ -414,4 +415,30 @@ func (l *lane) spillFailedBatch(p *Publisher, b *batch) bool {
 		bl.buf = append(bl.buf, it.respilled())
 	}
 	return true
+}
+
+// logAttempt records an attempt of its in the fan-out's delivery log, if any.
+func (l *lane) logAttempt(o Result, start time.Time, elapsed time.Duration, its ...*item) {
+	dl := l.f.cfg.DeliveryLog
+	if dl == nil {
+		return
+	}
+	a := store.DeliveryAttempt{Pipeline: l.f.cfg.Pipeline, Endpoint: l.id, At: start, Status: o.Status, Latency: elapsed}
+	if !o.Delivered {
+		a.Error = o.Reason()
+		if len(o.Answer) > 0 {
+			a.Error += ": " + string(o.Answer)
+		}
+	}
+	for _, it := range its {
+		if it.m.ID == "" {
+			continue // a replay request resent with its transaction: no event
+		}
+		a.EventID, a.Attempt = it.m.ID, it.attempt
+		if o.Delivered {
+			dl.Delivered(a)
+		} else {
+			dl.Failed(a)
+		}
+	}
 }

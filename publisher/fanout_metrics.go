@@ -8,6 +8,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // endpointMetrics is the collector of a Fanout's endpoint series. Whatever the number of
@@ -69,7 +70,7 @@ func (em *endpointMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 type endpointSample struct {
 	id       string
-	st       EndpointStatus
+	st       store.EndpointStatus
 	troubled bool
 }
 
@@ -97,7 +98,7 @@ func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 		if !troubled && !em.named[id] {
 			continue
 		}
-		st := EndpointStatus{ID: id, FailuresInRow: fails, LastErrorAt: lastErr, Backlog: inBacklog}
+		st := store.EndpointStatus{ID: id, FailuresInRow: fails, LastErrorAt: lastErr, Backlog: inBacklog}
 		if p := l.cur.Load(); p != nil {
 			if p.sched.breakerOpen() {
 				open++

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // The backlog off the WAL. An endpoint whose oldest undelivered event has waited its
@@ -42,54 +43,6 @@ import (
 // One goroutine per Fanout (backlogLoop) writes, reads, deletes and decides for every endpoint;
 // nothing grows with the number of endpoints but the endpoints that spilled.
 
-// BacklogStore keeps the endpoints' backlogs; PGBacklogStore implements it on the relay's
-// tables for one pipeline.
-type BacklogStore interface {
-	// Spill records entries of endpoint's backlog; an entry of a position recorded already is
-	// kept as it is.
-	Spill(ctx context.Context, endpoint string, es []BacklogEntry) error
-	// Page returns up to limit entries of endpoint's backlog after position after and up to
-	// position through, in order, with their events.
-	Page(ctx context.Context, endpoint string, after, through BacklogPos, limit int) ([]BacklogEvent, error)
-	// Trim forgets endpoint's entries up to position upTo, and returns how many it forgot.
-	Trim(ctx context.Context, endpoint string, upTo BacklogPos) (int64, error)
-	// Drop forgets endpoint's whole backlog (it was removed).
-	Drop(ctx context.Context, endpoint string) error
-	// Sizes returns the backlog of each endpoint that has one (read once at start).
-	Sizes(ctx context.Context) (map[string]BacklogSize, error)
-}
-
-// BacklogPos is an event's stream position: its commit LSN and its index in the transaction.
-type BacklogPos struct {
-	LSN pglogrepl.LSN
-	Idx int
-}
-
-func (a BacklogPos) less(b BacklogPos) bool { return a.LSN < b.LSN || a.LSN == b.LSN && a.Idx < b.Idx }
-
-// BacklogEntry is an event in an endpoint's backlog: its position, its id, the attempts made
-// before it was spilled, and whether its delivery marks its row done (it was routed to this
-// endpoint alone).
-type BacklogEntry struct {
-	Pos      BacklogPos
-	EventID  string
-	Attempts int
-	Mark     bool
-}
-
-// BacklogEvent is an entry with its event; Message is nil when the row is gone from
-// outbox_events.
-type BacklogEvent struct {
-	BacklogEntry
-	Message *envelope.Message
-}
-
-// BacklogSize is how many entries an endpoint's backlog holds and the position of its last.
-type BacklogSize struct {
-	Entries int64
-	Last    BacklogPos
-}
-
 const (
 	// backlogPage is how many entries an endpoint reads from its backlog at once; it reads the
 	// next page once fewer than backlogLow of those it read are undelivered.
@@ -115,7 +68,7 @@ type laneBacklog struct {
 	// written is the position of the last entry written (or found at start), read that of the
 	// last entry read; short is set when the last page read was not full, readTo is how far
 	// that read could go (see through).
-	written, read, readTo BacklogPos
+	written, read, readTo store.BacklogPos
 	short                 bool
 	// before is the commit LSN of the endpoint's first version not applied yet (0: none): its
 	// entries from there on are not read before it is (see through).
@@ -136,30 +89,30 @@ type laneBacklog struct {
 // settled yet.
 type backlogPage struct {
 	l    *lane
-	high BacklogPos
+	high store.BacklogPos
 	left int
 }
 
 // position returns m's stream position (from its sequence; tx's commit LSN if it has none).
-func position(m *envelope.Message, tx *cdc.Tx) BacklogPos {
+func position(m *envelope.Message, tx *cdc.Tx) store.BacklogPos {
 	s := m.Sequence
 	if len(s) == envelope.SequenceLen && s[16] == '-' {
 		lsn, err1 := strconv.ParseUint(s[:16], 16, 64)
 		idx, err2 := strconv.ParseUint(s[17:], 16, 32)
 		if err1 == nil && err2 == nil {
-			return BacklogPos{LSN: pglogrepl.LSN(lsn), Idx: int(idx)}
+			return store.BacklogPos{LSN: pglogrepl.LSN(lsn), Idx: int(idx)}
 		}
 	}
-	return BacklogPos{LSN: tx.CommitLSN}
+	return store.BacklogPos{LSN: tx.CommitLSN}
 }
 
 func sortByPosition(its []*item) {
 	slices.SortStableFunc(its, func(a, b *item) int {
 		pa, pb := position(a.m, a.tx), position(b.m, b.tx)
 		switch {
-		case pa.less(pb):
+		case pa.Less(pb):
 			return -1
-		case pb.less(pa):
+		case pb.Less(pa):
 			return 1
 		}
 		return 0
@@ -284,7 +237,7 @@ func (l *lane) spillRetired(its []*item, inFlight int) bool {
 	b.on, b.short = true, false
 	b.buf = append(spilled, b.buf...)
 	b.live += inFlight
-	b.read, b.pages, b.inMem = BacklogPos{}, nil, 0
+	b.read, b.pages, b.inMem = store.BacklogPos{}, nil, 0
 	return true
 }
 
@@ -381,10 +334,10 @@ func (l *lane) backlogStep(ctx context.Context) {
 // past its first version not applied yet: after a restart the stream starts again before
 // entries written then, and the endpoint is what it was at the stream's position; an entry
 // committed while it was paused must wait for the pause to apply, not be delivered at once.
-func (b *laneBacklog) through() BacklogPos {
+func (b *laneBacklog) through() store.BacklogPos {
 	t := b.written
 	if b.before > 0 && b.before <= t.LSN {
-		t = BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
+		t = store.BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
 	}
 	return t
 }
@@ -403,10 +356,10 @@ func (b *laneBacklog) through() BacklogPos {
 func (l *lane) writeSpilled(ctx context.Context, its []*item) bool {
 	f := l.f
 	sortByPosition(its)
-	es := make([]BacklogEntry, len(its))
+	es := make([]store.BacklogEntry, len(its))
 	f.fanMu.Lock()
 	for i, it := range its {
-		es[i] = BacklogEntry{Pos: position(it.m, it.tx), EventID: it.m.ID, Attempts: it.attempt, Mark: f.fan[it.m] == nil}
+		es[i] = store.BacklogEntry{Pos: position(it.m, it.tx), EventID: it.m.ID, Attempts: it.attempt, Mark: f.fan[it.m] == nil}
 	}
 	f.fanMu.Unlock()
 	if !f.durably(ctx, "record events in an endpoint's backlog", func(ctx context.Context) error {
@@ -417,7 +370,7 @@ func (l *lane) writeSpilled(ctx context.Context, its []*item) bool {
 	b := &l.bl
 	b.mu.Lock()
 	b.writing = false
-	if last := es[len(es)-1].Pos; b.written.less(last) {
+	if last := es[len(es)-1].Pos; b.written.Less(last) {
 		b.written = last
 	}
 	b.entries += int64(len(es))
@@ -434,9 +387,9 @@ func (l *lane) writeSpilled(ctx context.Context, its []*item) bool {
 }
 
 // readPage reads the next page of the backlog into the lane's queues.
-func (l *lane) readPage(ctx context.Context, p *Publisher, after, through BacklogPos) {
+func (l *lane) readPage(ctx context.Context, p *Publisher, after, through store.BacklogPos) {
 	f := l.f
-	var evs []BacklogEvent
+	var evs []store.BacklogEvent
 	if !f.durably(ctx, "read an endpoint's backlog", func(ctx context.Context) (err error) {
 		evs, err = f.cfg.Backlog.Page(ctx, l.id, after, through, backlogPageSize)
 		return err
@@ -489,7 +442,7 @@ func (l *lane) trim(ctx context.Context) {
 	b := &l.bl
 	b.mu.Lock()
 	n := 0
-	var upTo BacklogPos
+	var upTo store.BacklogPos
 	for n < len(b.pages) && b.pages[n].left <= 0 {
 		upTo = b.pages[n].high
 		n++
@@ -520,7 +473,7 @@ func (l *lane) rejoin(ctx context.Context) {
 	b := &l.bl
 	b.mu.Lock()
 	p := l.cur.Load()
-	if !b.on || p == nil || b.writing || b.live > 0 || !b.short || b.read.less(b.written) {
+	if !b.on || p == nil || b.writing || b.live > 0 || !b.short || b.read.Less(b.written) {
 		b.mu.Unlock()
 		return
 	}
@@ -598,7 +551,7 @@ func (f *Fanout) resyncBacklogs(ctx context.Context) bool {
 	if f.cfg.Backlog == nil {
 		return true
 	}
-	var sizes map[string]BacklogSize
+	var sizes map[string]store.BacklogSize
 	if !f.durably(ctx, "read the endpoints' backlogs", func(ctx context.Context) (err error) {
 		sizes, err = f.cfg.Backlog.Sizes(ctx)
 		return err
@@ -618,7 +571,7 @@ func (f *Fanout) resyncBacklogs(ctx context.Context) bool {
 		}
 		b := &l.bl
 		b.mu.Lock()
-		if b.written.less(sz.Last) {
+		if b.written.Less(sz.Last) {
 			b.written, b.short = sz.Last, false
 		}
 		if !on && l.pub == nil { // disabled: it reads the backlog from its start once enabled

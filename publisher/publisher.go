@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // Config configures a Publisher.
@@ -30,7 +31,7 @@ type Config struct {
 	// (not allowed for a Shadow: it is then 5).
 	MaxAttempts int
 	// Store keeps dead letters and parked aggregates; needed for MaxAttempts and replays.
-	Store Store
+	Store store.Pipeline
 	// Resume, if set, skips events that an earlier process delivered (see Resume).
 	Resume *Resume
 	// Backfill, if set, is the slot whose recorded backfill is delivered before the stream.
@@ -319,7 +320,7 @@ func (p *Publisher) observeDelivered(it *item) {
 // aggregate loads as parked at the next start and a replay (which finds nothing left to send)
 // unparks it.
 func (p *Publisher) unparkDelivered(ctx context.Context, agg cdc.Aggregate) {
-	_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, agg) })
+	_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, store.Aggregate(agg)) })
 	p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
 }
 

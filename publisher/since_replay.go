@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // sincePage is how many rows a replay --since holds at once.
@@ -19,7 +20,7 @@ type sinceRun struct {
 }
 
 // replaySince handles a replay --since request of tx at its place in the stream. It reads the rows
-// page by page in replay order (SinceCursor) and queues each page behind what is queued for its
+// page by page in replay order (store.SinceCursor) and queues each page behind what is queued for its
 // aggregates, which is everything committed before the request; it waits for a page to settle
 // before reading the next, and takes nothing from the stream meanwhile, so the replay goes out
 // ahead of every event committed after the request, with bounded memory. The events belong to
@@ -28,16 +29,16 @@ type sinceRun struct {
 // again and resumes after the last recorded page. If ctx ends first, the request is not
 // acknowledged.
 func (p *Publisher) replaySince(ctx context.Context, tx *cdc.Tx, req *cdc.ReplayRequest) {
-	store, ok := p.cfg.Store.(SinceStore)
-	if !ok || !p.mine(req.Pipeline) {
+	ss := p.cfg.Store
+	if ss == nil || !p.mine(req.Pipeline) {
 		p.log.Info().Int64("replay", req.SinceRequest).Str("pipeline", req.Pipeline).
 			Msg("replay request for another pipeline; ignored")
 		p.acker.AckControl(tx)
 		return
 	}
-	var st SinceState
+	var st store.SinceState
 	if !p.durably(ctx, "read replay request", func(ctx context.Context) (err error) {
-		st, err = store.SinceState(ctx, req.SinceRequest)
+		st, err = ss.SinceState(ctx, req.SinceRequest)
 		return err
 	}) {
 		return
@@ -54,7 +55,7 @@ func (p *Publisher) replaySince(ctx context.Context, tx *cdc.Tx, req *cdc.Replay
 		Msg("replay since started")
 	defer p.m.ReplayPending.Set(0)
 	for {
-		n, ok := p.sincePage(ctx, store, &st, tx)
+		n, ok := p.sincePage(ctx, ss, &st, tx)
 		if !ok {
 			return // stopping: the request stays unconfirmed and resumes at the next start
 		}
@@ -63,7 +64,7 @@ func (p *Publisher) replaySince(ctx context.Context, tx *cdc.Tx, req *cdc.Replay
 		}
 	}
 	st.Done = true
-	if !p.durably(ctx, "record replay progress", func(ctx context.Context) error { return store.SinceProgress(ctx, st) }) {
+	if !p.durably(ctx, "record replay progress", func(ctx context.Context) error { return ss.SinceProgress(ctx, st) }) {
 		return
 	}
 	p.log.Info().Int64("replay", st.ID).Int64("events", st.Sent).Msg("replay since complete")
@@ -103,11 +104,11 @@ func (p *Publisher) drainAhead(ctx context.Context) bool {
 
 // sincePage replays the next page and records the progress; it returns the page's size, and
 // false if ctx ended first.
-func (p *Publisher) sincePage(ctx context.Context, store SinceStore, st *SinceState, tx *cdc.Tx) (int, bool) {
+func (p *Publisher) sincePage(ctx context.Context, ss store.Replays, st *store.SinceState, tx *cdc.Tx) (int, bool) {
 	var ms []*envelope.Message
-	var next SinceCursor
+	var next store.SinceCursor
 	if !p.durably(ctx, "read rows to replay", func(ctx context.Context) (err error) {
-		ms, next, err = store.SincePage(ctx, *st, sincePage, tx)
+		ms, next, err = ss.SincePage(ctx, *st, sincePage, tx.CommitLSN)
 		return err
 	}) {
 		return 0, false
@@ -136,7 +137,7 @@ func (p *Publisher) sincePage(ctx context.Context, store SinceStore, st *SinceSt
 	st.Sent += int64(read)
 	st.After = next
 	p.m.ReplayPending.Set(float64(max(st.Total-st.Sent, 0)))
-	if !p.durably(ctx, "record replay progress", func(ctx context.Context) error { return store.SinceProgress(ctx, *st) }) {
+	if !p.durably(ctx, "record replay progress", func(ctx context.Context) error { return ss.SinceProgress(ctx, *st) }) {
 		return 0, false
 	}
 	p.log.Info().Int64("replay", st.ID).Int64("sent", st.Sent).Int64("events", st.Total).Msg("replay since progress")

@@ -9,7 +9,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/state"
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/store"
+	"github.com/outbox-relay/outbox-relay/store/pgstore"
 )
 
 // defaultDeliveryLogRetention is Config.DeliveryLogRetention's zero value.
@@ -26,16 +27,16 @@ const (
 
 // newDeliveryLog returns the delivery-log writer of a pipeline with endpoints, nil when the
 // log is off (a negative DeliveryLogRetention).
-func newDeliveryLog(cfg Config, log zerolog.Logger, reg prometheus.Registerer, pool *pgxpool.Pool) *publisher.DeliveryLogWriter {
+func newDeliveryLog(cfg Config, log zerolog.Logger, reg prometheus.Registerer, pool *pgxpool.Pool) *pgstore.DeliveryLog {
 	if cfg.DeliveryLogRetention < 0 {
 		return nil
 	}
-	return publisher.NewDeliveryLogWriter(pool, publisher.DeliveryLogConfig{Logger: log, Registerer: reg, Schema: cfg.Schema})
+	return pgstore.NewDeliveryLog(pool, pgstore.DeliveryLogConfig{Logger: log, Registerer: reg, Schema: cfg.Schema})
 }
 
-// deliveryLogOf is w as a publisher.DeliveryLog: nil (nothing recorded) when w is nil, not an
+// deliveryLogOf is w as a store.DeliveryLog: nil (nothing recorded) when w is nil, not an
 // interface holding a nil pointer.
-func deliveryLogOf(w *publisher.DeliveryLogWriter) publisher.DeliveryLog {
+func deliveryLogOf(w *pgstore.DeliveryLog) store.DeliveryLog {
 	if w == nil {
 		return nil
 	}

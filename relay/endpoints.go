@@ -12,6 +12,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/store"
+	"github.com/outbox-relay/outbox-relay/store/pgstore"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/destination/webhook"
@@ -58,7 +60,7 @@ func (p *Pipeline) validateEndpoints() error {
 // the guard (which refuses the relay's own metrics address and link-local/metadata addresses
 // unless the row allows private URLs).
 func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, pool *pgxpool.Pool, acker publisher.Acker,
-	marks publisher.Marks, resume *publisher.Resume, confirmed func() pglogrepl.LSN, dlog *publisher.DeliveryLogWriter) *publisher.Fanout {
+	marks store.Marks, resume *publisher.Resume, confirmed func() pglogrepl.LSN, dlog *pgstore.DeliveryLog) *publisher.Fanout {
 	log := cfg.pipelineLogger(p)
 	var ring *seal.Keyring
 	var ringErr error
@@ -112,14 +114,14 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 	return publisher.NewFanout(publisher.FanoutConfig{Pipeline: p.Name, Workers: workers, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, MaxAttempts: p.MaxAttempts, ShutdownTimeout: cfg.ShutdownTimeout, LogPayloads: cfg.LogPayloads,
 		Logger: log, Registerer: reg,
-		Store:        publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
+		Store:        pgstore.Pipeline{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		BackfillSlot: p.Slot, Resume: resume,
-		Endpoints: publisher.PGEndpointStore{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
-		LaneStore: func(name string) publisher.Store {
-			return publisher.PGStore{Pool: pool, Pipeline: name, OwnState: true, Schema: cfg.Schema}
+		Endpoints: pgstore.Endpoints{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
+		LaneStore: func(name string) store.Pipeline {
+			return pgstore.Pipeline{Pool: pool, Pipeline: name, OwnState: true, Schema: cfg.Schema}
 		},
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
-		Backlog:    publisher.PGBacklogStore{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
+		Backlog:    pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
 		DeliveryLog: deliveryLogOf(dlog),
 	}, acker, marks)

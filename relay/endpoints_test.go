@@ -20,7 +20,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -495,8 +494,8 @@ func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
 			late.want.Committed = append(late.want.Committed, c)
 		}
 	}
-	if _, err := publisher.RequestReplaySince(context.Background(), conn,
-		publisher.SinceRequest{Pipeline: "default/" + late.id, Since: since}, false); err != nil {
+	if _, err := control.RequestReplaySince(context.Background(), conn,
+		control.SinceRequest{Pipeline: "default/" + late.id, Since: since}, false); err != nil {
 		t.Fatal(err)
 	}
 	waitPartners(t, late)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/store/pgstore"
 )
 
 // enqueue commits one pending row through q and returns its id.
@@ -35,7 +35,7 @@ func (e *env) status(id string) string {
 }
 
 // runMarker runs m until the test ends (or stop is called), and waits for it.
-func runMarker(t *testing.T, m *publisher.Marker) (stop func()) {
+func runMarker(t *testing.T, m *pgstore.Marker) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
@@ -53,7 +53,7 @@ func TestMarkerKeepsAtMostMaxMarksWaiting(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		ids = append(ids, enqueue(t, e.pool, "max"))
 	}
-	m := publisher.NewMarker(e.pool, publisher.MarkerConfig{Max: 3, Interval: time.Hour})
+	m := pgstore.NewMarker(e.pool, pgstore.MarkerConfig{Max: 3, Interval: time.Hour})
 	for _, id := range ids {
 		m.Done(id, "", 0)
 	}
@@ -68,7 +68,7 @@ func TestMarkerKeepsAtMostMaxMarksWaiting(t *testing.T) {
 		}
 	}
 	// Positive control: the same rows, under the default limit.
-	all := publisher.NewMarker(e.pool, publisher.MarkerConfig{Interval: time.Hour})
+	all := pgstore.NewMarker(e.pool, pgstore.MarkerConfig{Interval: time.Hour})
 	for _, id := range ids[3:] {
 		all.Done(id, "", 0)
 	}
@@ -138,7 +138,7 @@ func TestMarkerMarksAgainARowThatWasNotYetVisible(t *testing.T) {
 
 	// Two marks fill the batch and flush at once; the next flush is the periodic one, after the
 	// commit below.
-	m := publisher.NewMarker(pool, publisher.MarkerConfig{Batch: 2, Interval: 3 * time.Second})
+	m := pgstore.NewMarker(pool, pgstore.MarkerConfig{Batch: 2, Interval: 3 * time.Second})
 	m.Done(visible, "", 0)
 	m.Done(invisible, "", 0)
 	runMarker(t, m)
@@ -181,7 +181,7 @@ func TestMarkerWritesABacklogInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	m := publisher.NewMarker(pool, publisher.MarkerConfig{Batch: 1000, Interval: time.Hour})
+	m := pgstore.NewMarker(pool, pgstore.MarkerConfig{Batch: 1000, Interval: time.Hour})
 	for _, id := range ids {
 		m.Done(id, "", 0) // nothing runs the marker yet: they wait, as behind a slow database
 	}

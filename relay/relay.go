@@ -29,6 +29,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
+	"github.com/outbox-relay/outbox-relay/store"
+	"github.com/outbox-relay/outbox-relay/store/pgstore"
 
 	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
@@ -437,8 +439,8 @@ type pipelineRunner struct {
 	tracker *cdc.Tracker
 	stream  *cdc.Stream
 	pub     deliverer
-	marker  *publisher.Marker            // nil unless the pipeline owns the rows' status
-	dlog    *publisher.DeliveryLogWriter // nil unless the pipeline has endpoints and the log is on
+	marker  *pgstore.Marker      // nil unless the pipeline owns the rows' status
+	dlog    *pgstore.DeliveryLog // nil unless the pipeline has endpoints and the log is on
 	poller  *inspect.Poller
 	pool    *pgxpool.Pool // the control row, a pause on 410 Gone
 	pubOID  uint32        // the publication's oid when the run started (0: unknown)
@@ -466,15 +468,15 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
-	mc := publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema}
+	mc := pgstore.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema}
 	if p.Endpoints {
 		// An event is done once every endpoint it routes to has it, so done-marks come at the
 		// pace of the slowest of them: a longer interval keeps each UPDATE a full batch instead
 		// of many small ones (measured: 13 statements per 1k events at a fan-out of 10, 2 at 1).
 		mc.Interval = endpointMarkInterval
 	}
-	marker := publisher.NewMarker(pool, mc)
-	var marks publisher.Marks
+	marker := pgstore.NewMarker(pool, mc)
+	var marks store.Marks
 	var resume *publisher.Resume
 	if owner && p.Delivery.Marks != publisher.MarksOff {
 		// With marks off nothing is marked, so nothing reads as delivered after a restart: no
@@ -491,7 +493,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,
-		Store:    publisher.PGStore{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
+		Store:    pgstore.Pipeline{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
 		OnGone: p.OnGone, RecordPause: r.recordPause}, dest, r, marks)

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // rangeEvents are what writeAcrossRange wrote: every event, and those of tenant t1 created in
@@ -66,7 +66,7 @@ func (e *env) replayRange(lane string, w rangeEvents, want int64) {
 		e.t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	plan, err := publisher.RequestReplaySince(ctx, conn, publisher.SinceRequest{Pipeline: lane, Since: w.since, Until: w.until}, false)
+	plan, err := control.RequestReplaySince(ctx, conn, control.SinceRequest{Pipeline: lane, Since: w.since, Until: w.until}, false)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -12,8 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/publisher"
+	"github.com/outbox-relay/outbox-relay/store/pgstore"
 )
 
 // peakRSS returns a process's peak resident set (VmHWM) in bytes.
@@ -36,14 +37,14 @@ func peakRSS(t *testing.T, pid int) int64 {
 	return 0
 }
 
-func (e *env) requestSince(req publisher.SinceRequest, dry bool) publisher.SincePlan {
+func (e *env) requestSince(req control.SinceRequest, dry bool) control.SincePlan {
 	e.t.Helper()
 	conn, err := pgx.Connect(context.Background(), e.dsn)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	plan, err := publisher.RequestReplaySince(context.Background(), conn, req, dry)
+	plan, err := control.RequestReplaySince(context.Background(), conn, req, dry)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -172,11 +173,11 @@ func TestReplaySinceResendsHistoryInOrder(t *testing.T) {
 	if err := e.pool.QueryRow(ctx, `SELECT max(processed_at) FROM outbox_events`).Scan(&marked); err != nil {
 		t.Fatal(err)
 	}
-	dry := e.requestSince(publisher.SinceRequest{Pipeline: "default", Since: since}, true)
+	dry := e.requestSince(control.SinceRequest{Pipeline: "default", Since: since}, true)
 	if dry.Events != 20000 || dry.ID != 0 || len(dry.ByType) != 1 || dry.ByType[0].Events != 20000 {
 		t.Fatalf("dry run: %+v, want 20000 events of one type and no request", dry)
 	}
-	plan := e.requestSince(publisher.SinceRequest{Pipeline: "default", Since: since}, false)
+	plan := e.requestSince(control.SinceRequest{Pipeline: "default", Since: since}, false)
 	if plan.Events != 20000 {
 		t.Fatalf("plan %+v, want 20000 events", plan)
 	}
@@ -256,7 +257,7 @@ func TestDeliveredCheckIgnoresReplayRequests(t *testing.T) {
 		VALUES ('order', '1', 'order.paid', '{}', 'done') RETURNING id::text`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	m := publisher.NewMarker(e.pool, publisher.MarkerConfig{})
+	m := pgstore.NewMarker(e.pool, pgstore.MarkerConfig{})
 	seen, err := m.Delivered(ctx, []string{id, ""})
 	if err != nil || !seen[id] || len(seen) != 1 {
 		t.Fatalf("Delivered = %v, %v; want only %s", seen, err, id)
@@ -275,7 +276,7 @@ func TestReplaySinceIncludesWhatWasQueuedAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := e.produce(relaytest.Workload{Events: 2000, Aggregates: 20, MaxTxSize: 10})
-	plan := e.requestSince(publisher.SinceRequest{Pipeline: "default", Since: since}, false)
+	plan := e.requestSince(control.SinceRequest{Pipeline: "default", Since: since}, false)
 	if plan.Pending != int64(len(res.Committed)) {
 		t.Fatalf("%d of %d events pending at the request, want all", plan.Pending, len(res.Committed))
 	}

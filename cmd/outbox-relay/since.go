@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -32,8 +33,8 @@ func parseWhen(flag, v string, now time.Time) (time.Time, error) {
 	return time.Time{}, usageError{fmt.Errorf("--%s %q: use an RFC 3339 time such as 2026-03-03T10:00:00Z, or a duration before now such as 2h", flag, v)}
 }
 
-func sinceRequest(fs *pflag.FlagSet, now time.Time) (publisher.SinceRequest, error) {
-	var req publisher.SinceRequest
+func sinceRequest(fs *pflag.FlagSet, now time.Time) (control.SinceRequest, error) {
+	var req control.SinceRequest
 	var err error
 	// replay's --pipeline defaults to empty (for parked replays it means "the only one with
 	// parked aggregates"); a replay since a time goes to the default pipeline unless named.
@@ -81,7 +82,7 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 		return err
 	}
 	dry, _ := fs.GetBool("dry-run")
-	plan, err := publisher.RequestReplaySince(cmd.Context(), conn, req, dry)
+	plan, err := control.RequestReplaySince(cmd.Context(), conn, req, dry)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 	return nil
 }
 
-func printSince(w io.Writer, req publisher.SinceRequest, plan publisher.SincePlan, dry bool) {
+func printSince(w io.Writer, req control.SinceRequest, plan control.SincePlan, dry bool) {
 	until := "now"
 	if !req.Until.IsZero() {
 		until = clock(req.Until)

@@ -50,7 +50,7 @@
 // here: the replay's parked aggregates and their events (state.SelectParked, ParkedEvents), the
 // backfill a fence waits on (state.BackfillOutstanding), a dropped slot's records
 // (state.ForgetSlot). `replay --since` writes its outbox_replays row through internal/state
-// (publisher.RequestReplaySince, public API, calls state.CountReplay and RecordReplay; the
+// (RequestReplaySince, since.go, calls state.CountReplay and RecordReplay; the
 // engine pages it through the same file). The command line (flags, printing) stays in
 // cmd/outbox-relay; what the engine does once a request arrives stays in publisher (pausing,
 // replaying), and when the relay polls stays in relay. internal/schema's source check refuses a

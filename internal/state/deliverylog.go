@@ -15,7 +15,7 @@ import (
 
 // The delivery log: every failed attempt to an endpoint is a row of outbox_delivery_attempts;
 // successes are rows of outbox_deliveries holding one flush's deliveries to one endpoint, index
-// for index in arrays, so that a delivery costs a fraction of a row. publisher.DeliveryLogWriter
+// for index in arrays, so that a delivery costs a fraction of a row. pgstore.DeliveryLog
 // batches the entries and calls these.
 
 // DeliveryEntries are delivery-log entries, index for index (column-wise, as unnest takes them).

@@ -18,7 +18,7 @@
 //     reshard's fence waits on (BackfillOutstanding, which internal/control puts in its
 //     statements);
 //   - marks.go: the status marks, the relay's columns of outbox_events (MarkDone, MarkedDone for
-//     publisher.Marker; MarkFailed, MarkParked for the pipeline that owns the rows' status);
+//     pgstore.Marker; MarkFailed, MarkParked for the pipeline that owns the rows' status);
 //   - parked.go: parked aggregates (outbox_parked_aggregates: ParkedAggregates, Park, Unpark,
 //     Replayable for the engine; ParkedPipelines, SelectParked, ParkedReason, ParkedEvents for
 //     internal/control's replay request);
@@ -43,8 +43,8 @@
 //     parked aggregates);
 //   - event.go: the rows a replay or a backfill re-sends (Event, Aggregate, with the tenant).
 //
-// The engine keeps its publisher.Store and publisher.SinceStore interfaces, so a program can
-// plug its own store; publisher.PGStore, the public one on these tables, only turns these rows
+// The engine depends on package store's interfaces, so a program can plug its own store;
+// store/pgstore, the implementation on these tables, only turns these rows
 // into envelopes. internal/schema's source check refuses a query of these tables, or an UPDATE
 // of outbox_events (the marks), outside this package.
 //

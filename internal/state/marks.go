@@ -11,7 +11,7 @@ import (
 
 // The status marks: columns of outbox_events (status, processed_at, retries, event_sequence)
 // that the relay writes about a row it delivered. The producer's columns (outbox) are not
-// touched here. publisher.Marker batches the marks and calls these.
+// touched here. pgstore.Marker batches the marks and calls these.
 
 // DB is a pool, a connection or a transaction.
 type DB interface {

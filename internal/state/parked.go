@@ -10,7 +10,7 @@ import (
 )
 
 // A pipeline's parked aggregates, in outbox_parked_aggregates: an aggregate whose event was
-// dead-lettered, held until a replay delivers it (publisher.PGStore calls these).
+// dead-lettered, held until a replay delivers it (pgstore.Pipeline calls these).
 
 // ParkedAggregates returns pipeline's parked aggregates in schema s.
 func ParkedAggregates(ctx context.Context, db DB, s, pipeline string) ([]Aggregate, error) {

@@ -7,7 +7,7 @@ import (
 )
 
 // A pipeline's own state of the events it could not deliver, in outbox_pipeline_events: for a
-// pipeline that does not own the rows' status columns (publisher.PGStore's OwnState).
+// pipeline that does not own the rows' status columns (pgstore.Pipeline's OwnState).
 
 // pipelineEventSQL records one event's per-pipeline state; it inserts nothing for a row not yet
 // visible.

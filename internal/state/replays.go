@@ -13,7 +13,7 @@ import (
 
 // The replay --since requests, in outbox_replays, and the rows of outbox_events they re-send:
 // publisher.RequestReplaySince records one, the relay leading its pipeline pages through it
-// (publisher.PGStore's SinceStore) and records its progress per page.
+// (pgstore.Pipeline, a store.Replays) and records its progress per page.
 
 // ReplayRange selects what a replay --since re-sends: the delivered, dead-lettered and parked
 // rows created in [Since, Until) (Until zero: no end), of one aggregate type and event type

@@ -118,8 +118,8 @@ func (t *harness) replaySince(ctx context.Context, back time.Duration) {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("replay-since: %v", err))
 		return
 	}
-	plan, err := publisher.RequestReplaySince(ctx, conn,
-		publisher.SinceRequest{Pipeline: publisher.DefaultPipeline, Since: now.Add(-back)}, false)
+	plan, err := control.RequestReplaySince(ctx, conn,
+		control.SinceRequest{Pipeline: publisher.DefaultPipeline, Since: now.Add(-back)}, false)
 	if err != nil {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf("replay-since: %v", err))
 		return

@@ -1,4 +1,4 @@
-package publisher
+package pgstore
 
 import (
 	"context"
@@ -10,56 +10,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/state"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
-// DeliveryLog records a Fanout's delivery attempts, per endpoint. Its methods are called on
-// the delivery path, so they must never block: they queue the entry and record it later.
-type DeliveryLog interface {
-	// Failed records a failed attempt.
-	Failed(a DeliveryAttempt)
-	// Delivered records a successful one.
-	Delivered(a DeliveryAttempt)
-}
-
-// DeliveryAttempt is one attempt to deliver one event to one endpoint. A batch attempt is one
-// DeliveryAttempt per event.
-type DeliveryAttempt struct {
-	Pipeline, Endpoint, EventID string
-	Attempt                     int // 1 for the first
-	At                          time.Time
-	Status                      int // the HTTP status; 0: none (a network error)
-	Latency                     time.Duration
-	// Error is why a failed attempt failed: Result.Reason and the first KB of the answer.
-	Error string
-}
-
-// logAttempt records an attempt of its in the fan-out's delivery log, if any.
-func (l *lane) logAttempt(o Result, start time.Time, elapsed time.Duration, its ...*item) {
-	dl := l.f.cfg.DeliveryLog
-	if dl == nil {
-		return
-	}
-	a := DeliveryAttempt{Pipeline: l.f.cfg.Pipeline, Endpoint: l.id, At: start, Status: o.Status, Latency: elapsed}
-	if !o.Delivered {
-		a.Error = o.Reason()
-		if len(o.Answer) > 0 {
-			a.Error += ": " + string(o.Answer)
-		}
-	}
-	for _, it := range its {
-		if it.m.ID == "" {
-			continue // a replay request resent with its transaction: no event
-		}
-		a.EventID, a.Attempt = it.m.ID, it.attempt
-		if o.Delivered {
-			dl.Delivered(a)
-		} else {
-			dl.Failed(a)
-		}
-	}
-}
-
-// DeliveryLogConfig configures a DeliveryLogWriter.
+// DeliveryLogConfig configures a DeliveryLog.
 type DeliveryLogConfig struct {
 	// Interval is the longest an entry waits to be written. Zero: 1s.
 	Interval time.Duration
@@ -80,11 +34,11 @@ type DeliveryLogConfig struct {
 	Registerer prometheus.Registerer
 }
 
-// DeliveryLogWriter is the DeliveryLog kept in PostgreSQL: failed attempts one row each in
+// DeliveryLog is the store.DeliveryLog kept in PostgreSQL: failed attempts one row each in
 // outbox_delivery_attempts, successes one row per flush per endpoint in outbox_deliveries. It
 // writes in batches from Run's goroutine, off the delivery path; like the done-marks it is
 // advisory, and an entry lost to a crash or an unreachable database is only a gap in the log.
-type DeliveryLogWriter struct {
+type DeliveryLog struct {
 	cfg  DeliveryLogConfig
 	pool *pgxpool.Pool
 	kick chan struct{}
@@ -98,9 +52,11 @@ type DeliveryLogWriter struct {
 	logged  time.Time // when a failed flush was last logged (Run's goroutine only)
 }
 
-// NewDeliveryLogWriter returns a DeliveryLogWriter writing through pool. Nothing is written
+var _ store.DeliveryLog = (*DeliveryLog)(nil)
+
+// NewDeliveryLog returns a DeliveryLog writing through pool. Nothing is written
 // until Run runs.
-func NewDeliveryLogWriter(pool *pgxpool.Pool, cfg DeliveryLogConfig) *DeliveryLogWriter {
+func NewDeliveryLog(pool *pgxpool.Pool, cfg DeliveryLogConfig) *DeliveryLog {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
@@ -113,7 +69,7 @@ func NewDeliveryLogWriter(pool *pgxpool.Pool, cfg DeliveryLogConfig) *DeliveryLo
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	w := &DeliveryLogWriter{cfg: cfg, pool: pool, kick: make(chan struct{}, 1),
+	w := &DeliveryLog{cfg: cfg, pool: pool, kick: make(chan struct{}, 1),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outbox_relay_delivery_log_pending",
 			Help: "Delivery-log entries (failed attempts and deliveries to endpoints) waiting to be written."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "outbox_relay_delivery_log_dropped_total",
@@ -126,12 +82,12 @@ func NewDeliveryLogWriter(pool *pgxpool.Pool, cfg DeliveryLogConfig) *DeliveryLo
 }
 
 // Failed queues a failed attempt. It never blocks.
-func (w *DeliveryLogWriter) Failed(a DeliveryAttempt) { w.add(&w.failed, a) }
+func (w *DeliveryLog) Failed(a store.DeliveryAttempt) { w.add(&w.failed, a) }
 
 // Delivered queues a delivery. It never blocks.
-func (w *DeliveryLogWriter) Delivered(a DeliveryAttempt) { w.add(&w.delivered, a) }
+func (w *DeliveryLog) Delivered(a store.DeliveryAttempt) { w.add(&w.delivered, a) }
 
-func (w *DeliveryLogWriter) add(e *state.DeliveryEntries, a DeliveryAttempt) {
+func (w *DeliveryLog) add(e *state.DeliveryEntries, a store.DeliveryAttempt) {
 	w.mu.Lock()
 	n := w.failed.Len() + w.delivered.Len()
 	if n >= w.cfg.Max {
@@ -151,7 +107,7 @@ func (w *DeliveryLogWriter) add(e *state.DeliveryEntries, a DeliveryAttempt) {
 }
 
 // Flushed reports whether every entry queued so far is written (or dropped).
-func (w *DeliveryLogWriter) Flushed() bool {
+func (w *DeliveryLog) Flushed() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.failed.Len()+w.delivered.Len() == 0 && !w.flushing
@@ -159,7 +115,7 @@ func (w *DeliveryLogWriter) Flushed() bool {
 
 // Run writes until ctx is done, then once more with a short deadline. After a failed write it
 // waits (500ms doubling up to 30s) before the next: the entries wait, up to Max.
-func (w *DeliveryLogWriter) Run(ctx context.Context) error {
+func (w *DeliveryLog) Run(ctx context.Context) error {
 	flushLoop(ctx, w.cfg.Interval, 30*time.Second, w.kick, w.flush, func() {
 		w.cfg.Logger.Info().Msg("writing the delivery log works again")
 	})
@@ -167,7 +123,7 @@ func (w *DeliveryLogWriter) Run(ctx context.Context) error {
 }
 
 // flush writes what waits, and reports whether it could; what it could not write waits again.
-func (w *DeliveryLogWriter) flush(ctx context.Context) bool {
+func (w *DeliveryLog) flush(ctx context.Context) bool {
 	w.mu.Lock()
 	failed, delivered := w.failed, w.delivered
 	w.failed, w.delivered = state.DeliveryEntries{}, state.DeliveryEntries{}
@@ -209,7 +165,7 @@ func (w *DeliveryLogWriter) flush(ctx context.Context) bool {
 
 // requeue puts entries that could not be written back in front of those queued meanwhile, as
 // many as Max leaves room for; the rest are dropped and counted.
-func (w *DeliveryLogWriter) requeue(into, e *state.DeliveryEntries) {
+func (w *DeliveryLog) requeue(into, e *state.DeliveryEntries) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	room := w.cfg.Max - w.failed.Len() - w.delivered.Len()

@@ -1,4 +1,4 @@
-package publisher
+package pgstore
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/state"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // MarkerConfig configures a Marker.
@@ -40,6 +42,8 @@ type MarkerConfig struct {
 	// _status_mark_errors_total). If nil, they are registered nowhere.
 	Registerer prometheus.Registerer
 }
+
+var _ store.Marks = (*Marker)(nil)
 
 // Marker marks delivered rows status='done' with processed_at and retries, in batches on its
 // own pool, off the delivery path. It is advisory: the slot's position is the truth, and a mark
@@ -262,4 +266,18 @@ func (m *Marker) Delivered(ctx context.Context, ids []string) (map[string]bool, 
 	// uuid[] cast, and with it the whole check.
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
 	return state.MarkedDone(ctx, m.pool, m.cfg.Schema, ids)
+}
+
+// markerMetrics are the series a Marker writes; it is their only writer.
+type markerMetrics struct {
+	MarkerPending prometheus.Gauge
+	MarkerErrors  prometheus.Counter
+}
+
+func newMarkerMetrics(reg prometheus.Registerer) *markerMetrics {
+	return &markerMetrics{
+		MarkerPending: metrics.Gauge(reg, "status_marks_pending", "Delivered events whose row is not yet marked done."),
+		MarkerErrors: metrics.Counter(reg, "status_mark_errors_total",
+			"Failed batches of status marks (retried; advisory only)."),
+	}
 }

@@ -1,4 +1,4 @@
-package publisher
+package control
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
-	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
@@ -101,37 +100,4 @@ func emitSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan
 	}
 	plan.ID = id
 	return cdc.ReplayRequest{SinceRequest: plan.ID, Pipeline: req.Pipeline}.Emit(ctx, tx)
-}
-
-// SinceCursor is a position in the order a replay --since re-sends rows: the original stream
-// position (X-Event-Sequence; empty for rows delivered before the relay recorded it), then
-// insertion order, then id. Per aggregate this is commit order.
-type SinceCursor struct {
-	Sequence string
-	Insert   int64
-	ID       string // empty: before the first row
-}
-
-// SinceState is a replay --since request as recorded in outbox_replays.
-type SinceState struct {
-	SinceRequest
-	ID    int64
-	Total int64
-	Sent  int64
-	After SinceCursor
-	Done  bool
-}
-
-// SinceStore reads and records replay --since requests; PGStore implements it. A Publisher
-// whose Store does not ignores such requests.
-type SinceStore interface {
-	// SinceState reads request id.
-	SinceState(ctx context.Context, id int64) (SinceState, error)
-	// SincePage returns up to limit rows after st.After, in order, to be re-sent within tx (the
-	// request's transaction), and the position of the last. Each keeps its recorded Sequence,
-	// or, if none was recorded, takes one at tx's commit LSN that rises with insertion order.
-	SincePage(ctx context.Context, st SinceState, limit int, tx *cdc.Tx) ([]*envelope.Message, SinceCursor, error)
-	// SinceProgress records that every row up to st.After was delivered (Sent of them), and
-	// whether the request is complete.
-	SinceProgress(ctx context.Context, st SinceState) error
 }
