@@ -14,7 +14,9 @@ import (
 )
 
 // Endpoints returns the store.Endpoints of pipeline.
-func (db *DB) Endpoints(pipeline string) store.Endpoints { return endpoints{db: db, pipeline: pipeline} }
+func (db *DB) Endpoints(pipeline string) store.Endpoints {
+	return endpoints{db: db, pipeline: pipeline}
+}
 
 type endpoints struct {
 	db       *DB

@@ -234,4 +234,6 @@ func compareCursor(a, b store.SinceCursor) int {
 // beforeAny is the cursor before the first row.
 var beforeAny = store.SinceCursor{Insert: -1, ID: "00000000-0000-0000-0000-000000000000"}
 
-func errNoReplay(id int64) error { return fmt.Errorf("no such replay request: outbox_replays has no row %d", id) }
+func errNoReplay(id int64) error {
+	return fmt.Errorf("no such replay request: outbox_replays has no row %d", id)
+}

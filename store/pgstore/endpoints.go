@@ -84,4 +84,3 @@ func (s Endpoints) Parked(ctx context.Context) (map[string][]store.Aggregate, er
 func (s Endpoints) ForgetStatus(ctx context.Context, id string) error {
 	return state.ForgetEndpointStatus(ctx, s.Pool, s.Schema, s.Pipeline, id)
 }
-

@@ -275,7 +275,9 @@ func testReplaysSince(t *testing.T, db DB) {
 	}
 }
 
-func pos(lsn uint64, idx int) store.BacklogPos { return store.BacklogPos{LSN: pglogrepl.LSN(lsn), Idx: idx} }
+func pos(lsn uint64, idx int) store.BacklogPos {
+	return store.BacklogPos{LSN: pglogrepl.LSN(lsn), Idx: idx}
+}
 
 // An endpoint's backlog keeps the first entry of a position, reads back in stream order within
 // its bounds with the events (nil for a row gone), trims and drops, and reports its size.
