@@ -19,7 +19,7 @@ export PG_VERSION
 
 TESTS       := -C tests
 
-.PHONY: build test test-short lint demo bench torture
+.PHONY: build test test-short lint demo bench torture simulate
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
@@ -32,6 +32,18 @@ test:
 	$(GO) run ./internal/fetch/fetchservers
 	$(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
 	$(GO) $(TESTS) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
+	$(GO) test -count=1 -run 'TestSimulation' ./publisher
+
+# The delivery engine's deterministic simulation (publisher/sim_test.go), without the race
+# detector (it runs on one goroutine): SEEDS seeds from 1, or the one SEED with its whole trace
+# in simulate-SEED.txt. `make test` runs 2,000 (the race run of ./... runs 100).
+SEEDS ?= 20000
+simulate:
+ifdef SEED
+	$(GO) test -count=1 -v -run 'TestSimulation$$' ./publisher -args -sim.seed $(SEED) -sim.trace simulate-$(SEED).txt
+else
+	$(GO) test -count=1 -timeout 60m -run 'TestSimulation' ./publisher -args -sim.seeds $(SEEDS)
+endif
 
 # The fast loop: unit tests, in-process checks and the examples of the root module; what needs a
 # PostgreSQL cluster or starts servers of its own skips under -short. About a minute.

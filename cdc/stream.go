@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,8 +91,10 @@ type Stream struct {
 	sessions  uint64        // streaming sessions started
 	since     time.Time     // the current session started streaming; zero if it has not
 	streaming atomic.Bool
-	pubLost   atomic.Bool // see PublicationLost
-	schema    string      // the schema decoded: Config.Schema, or the last session's current_schema()
+	current   atomic.Uint64 // the session that holds the slot now; 0 while none does
+	from      atomic.Uint64 // the slot's confirmed position as the last session started
+	pubLost   atomic.Bool   // see PublicationLost
+	schema    string        // the schema decoded: Config.Schema, or the last session's current_schema()
 
 	mu         sync.Mutex // guards waitErr and standingBy, which State reads
 	waitErr    error
@@ -101,6 +104,15 @@ type Stream struct {
 
 // Streaming reports whether the stream holds the slot and is connected.
 func (s *Stream) Streaming() bool { return s.streaming.Load() }
+
+// Session returns the number of the streaming session that holds the slot now (from 1, as
+// Tx.Session of the transactions it hands over), or 0 while the stream does not hold it.
+func (s *Stream) Session() uint64 { return s.current.Load() }
+
+// SessionFrom returns the slot's confirmed position as the last session started (read just
+// before it took the slot): what this process received before and the slot confirmed past,
+// another process delivered (or settled) while it held the slot.
+func (s *Stream) SessionFrom() pglogrepl.LSN { return pglogrepl.LSN(s.from.Load()) }
 
 // State is what a Stream is doing.
 type State struct {
@@ -141,6 +153,9 @@ func (s *Stream) PublicationLost() { s.pubLost.Store(true) }
 
 func (s *Stream) setStreaming(on bool) {
 	s.streaming.Store(on)
+	if !on {
+		s.current.Store(0)
+	}
 	if on {
 		s.m.Streaming.Set(1)
 	} else {
@@ -292,6 +307,8 @@ func (s *Stream) session(ctx context.Context, out chan<- *Tx, drained <-chan str
 	s.setWaiting(false, nil)
 	s.setStreaming(true)
 	s.sessions++
+	s.from.Store(uint64(set.from))
+	s.current.Store(s.sessions)
 	s.since = time.Now()
 	l := &loop{s: s, conn: conn, out: out, dec: NewDecoder(s.schema), interval: set.interval, session: s.sessions,
 		started: set.started, quiet: silence{timeout: set.timeout}, fence: tgt.fence}
@@ -322,12 +339,15 @@ type settings struct {
 	interval time.Duration // status interval: the configured one, or wal_sender_timeout/3 up to 10s
 	timeout  time.Duration // replication timeout: the configured one, or wal_sender_timeout, or the default
 	started  time.Time     // the server's clock as the session starts
+	from     pglogrepl.LSN // the slot's confirmed position as the session starts
 }
 
 // sessionSettings reads wal_sender_timeout, the server's clock and, unless Config.Schema names
 // it, the schema to decode, and derives the settings.
 func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (settings, error) {
-	res, err := conn.Exec(ctx, `SELECT setting, (extract(epoch FROM now()) * 1000000)::bigint, coalesce(current_schema(), '')
+	res, err := conn.Exec(ctx, `SELECT setting, (extract(epoch FROM now()) * 1000000)::bigint, coalesce(current_schema(), ''),
+		coalesce((SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = '`+
+		strings.ReplaceAll(s.cfg.Slot, "'", "''")+`'), '0/0')
 		FROM pg_settings WHERE name = 'wal_sender_timeout'`).ReadAll()
 	if err != nil {
 		return settings{}, fmt.Errorf("read wal_sender_timeout: %w", err)
@@ -345,6 +365,9 @@ func (s *Stream) sessionSettings(ctx context.Context, conn *pgconn.PgConn) (sett
 		}
 		if us, err := strconv.ParseInt(string(row[1]), 10, 64); err == nil {
 			set.started = time.UnixMicro(us)
+		}
+		if lsn, err := pglogrepl.ParseLSN(string(row[3])); err == nil {
+			set.from = lsn
 		}
 	}
 	if s.schema == "" {

@@ -1,14 +1,20 @@
 package publisher
 
 import (
+	"slices"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 )
 
-// publisherMetrics are the series a Publisher writes; it is their only writer (the parked
-// gauge is written by its scheduler). They carry no process-level labels, so a Registerer
-// wrapped with a pipeline label gives one set per publisher.
+// publisherMetrics are the series a pipeline's engine writes; it is their only writer. They
+// carry no process-level labels, so a Registerer wrapped with a pipeline label gives one set per
+// pipeline. The attempts' series (delivery_attempts_total, delivery_duration_seconds,
+// inflight_events) are written by the metrics decorator around each destination (decorate.go).
 type publisherMetrics struct {
 	EventsDelivered    prometheus.Counter
 	EventsDeadLettered prometheus.Counter
@@ -50,22 +56,174 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 		ParkedAggregates: metrics.Gauge(reg, "parked_aggregates",
 			"Aggregates parked behind a dead-lettered event, waiting for a replay."),
 	}
-	for _, r := range []string{ResultSuccess, Result3xx, Result4xx, Result5xx, ResultTimeout, ResultNetwork, ResultRejected} {
+	for _, r := range destination.Results {
 		m.DeliveryAttempts.WithLabelValues(r)
 	}
 	return m
 }
 
-// markerMetrics are the series a Marker writes; it is their only writer.
-type markerMetrics struct {
-	MarkerPending prometheus.Gauge
-	MarkerErrors  prometheus.Counter
+// The transitions counted.
+const (
+	transitionOpened    = "circuit_opened"
+	transitionRecovered = "recovered"
+	transitionDisabled  = "disabled"
+)
+
+// transitionMetrics count the endpoints' transitions.
+type transitionMetrics struct {
+	opened, recovered, disabled prometheus.Counter
 }
 
-func newMarkerMetrics(reg prometheus.Registerer) *markerMetrics {
-	return &markerMetrics{
-		MarkerPending: metrics.Gauge(reg, "status_marks_pending", "Delivered events whose row is not yet marked done."),
-		MarkerErrors: metrics.Counter(reg, "status_mark_errors_total",
-			"Failed batches of status marks (retried; advisory only)."),
+func newTransitionMetrics(reg prometheus.Registerer) *transitionMetrics {
+	vec := metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "endpoint_transitions_total",
+		Help: "Endpoint transitions: circuit_opened (10 failed attempts in a row), recovered (a success after the breaker opened), " +
+			"disabled (automatically: failing for endpoint_disable_after, or 410 Gone).",
+	}, []string{"transition"}))
+	return &transitionMetrics{vec.WithLabelValues(transitionOpened), vec.WithLabelValues(transitionRecovered),
+		vec.WithLabelValues(transitionDisabled)}
+}
+
+// endpointMetrics is the collector of the endpoint series. Whatever the number of endpoints, it
+// exports a fixed set of aggregate series and per-endpoint series for at most MetricsMax
+// endpoints in trouble (most failures in a row first, then most undelivered) plus those named in
+// MetricsEndpoints: 1,000 endpoints do not make 1,000 times the series. It reads the engine
+// through snapshot, which its owner takes under its lock.
+type endpointMetrics struct {
+	snapshot                           func() endpointSnapshot
+	max                                int
+	endpoints, failing, open           *prometheus.Desc
+	spilling, backlogEvents            *prometheus.Desc
+	undelivered, oldest, failuresInRow *prometheus.Desc
+	backlog                            *prometheus.Desc
+	named                              map[string]bool
+}
+
+// endpointSnapshot is what the collector reports, taken at once.
+type endpointSnapshot struct {
+	states                                 map[string]float64
+	failing, open, spilling, backlogEvents float64
+	samples                                []endpointSample
+	now                                    time.Time
+}
+
+type endpointSample struct {
+	id                               string
+	failures, undelivered, inBacklog int64
+	oldest                           time.Time
+}
+
+func newEndpointMetrics(reg prometheus.Registerer, named []string, max int, snapshot func() endpointSnapshot) {
+	name := func(n string) string { return metrics.Namespace + "_" + n }
+	em := &endpointMetrics{snapshot: snapshot, max: max, named: map[string]bool{},
+		endpoints: prometheus.NewDesc(name("endpoints"), "Endpoints by state (enabled, paused, disabled).", []string{"state"}, nil),
+		failing: prometheus.NewDesc(name("endpoints_failing"),
+			"Endpoints whose last attempt failed.", nil, nil),
+		open: prometheus.NewDesc(name("endpoints_circuit_open"),
+			"Endpoints whose circuit breaker is open (they failed 10 attempts in a row): probed one attempt at a time until one succeeds.",
+			nil, nil),
+		spilling: prometheus.NewDesc(name("endpoints_spilling"),
+			"Endpoints that spill to their backlog off the WAL (they lagged by their spill_after, or are disabled with events kept).",
+			nil, nil),
+		backlogEvents: prometheus.NewDesc(name("endpoint_backlog_events"),
+			"Events in the endpoints' backlogs, all endpoints together.", nil, nil),
+		backlog: prometheus.NewDesc(name("endpoint_backlog"),
+			"Events in the endpoint's backlog off the WAL; only for the endpoints in trouble and those asked for.",
+			[]string{"endpoint"}, nil),
+		undelivered: prometheus.NewDesc(name("endpoint_undelivered"),
+			"Events held for the endpoint (queued, in flight, waiting for a retry); only for the endpoints in trouble and those asked for.",
+			[]string{"endpoint"}, nil),
+		oldest: prometheus.NewDesc(name("endpoint_oldest_undelivered_seconds"),
+			"Age of the oldest event held for the endpoint; only for the endpoints in trouble and those asked for.",
+			[]string{"endpoint"}, nil),
+		failuresInRow: prometheus.NewDesc(name("endpoint_failures_in_row"),
+			"Failed attempts since the endpoint's last success; only for the endpoints in trouble and those asked for.",
+			[]string{"endpoint"}, nil),
+	}
+	for _, id := range named {
+		em.named[id] = true
+	}
+	if reg != nil {
+		metrics.Register(reg, prometheus.Collector(em))
+	}
+}
+
+// endpointSnapshot takes what the endpoint series report (called under the owner's lock).
+func (e *engine) endpointSnapshot(named map[string]bool) endpointSnapshot {
+	s := endpointSnapshot{states: map[string]float64{endpoint.Enabled: 0, endpoint.Paused: 0, endpoint.Disabled: 0}, now: e.now}
+	for _, l := range e.lanes {
+		h := l.health.Status()
+		state := l.row.State
+		if state == "" {
+			state = endpoint.Enabled
+		}
+		s.states[state]++
+		if h.FailuresInRow > 0 {
+			s.failing++
+		}
+		if l.health.Open() && l.active {
+			s.open++
+		}
+		inBacklog := l.bl.entries + int64(len(l.bl.buf))
+		s.backlogEvents += float64(inBacklog)
+		if l.bl.on {
+			s.spilling++
+		}
+		if h.FailuresInRow == 0 && state != endpoint.Paused && !l.bl.on && !named[l.id] {
+			continue
+		}
+		sm := endpointSample{id: l.id, failures: int64(h.FailuresInRow), inBacklog: inBacklog}
+		if l.active {
+			n, oldest := l.undelivered()
+			sm.undelivered, sm.oldest = int64(n), oldest
+		}
+		s.samples = append(s.samples, sm)
+	}
+	return s
+}
+
+// Describe implements prometheus.Collector.
+func (em *endpointMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{em.endpoints, em.failing, em.open, em.spilling, em.backlogEvents, em.undelivered,
+		em.oldest, em.failuresInRow, em.backlog} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
+	s := em.snapshot()
+	for state, n := range s.states {
+		ch <- prometheus.MustNewConstMetric(em.endpoints, prometheus.GaugeValue, n, state)
+	}
+	ch <- prometheus.MustNewConstMetric(em.failing, prometheus.GaugeValue, s.failing)
+	ch <- prometheus.MustNewConstMetric(em.open, prometheus.GaugeValue, s.open)
+	ch <- prometheus.MustNewConstMetric(em.spilling, prometheus.GaugeValue, s.spilling)
+	ch <- prometheus.MustNewConstMetric(em.backlogEvents, prometheus.GaugeValue, s.backlogEvents)
+	slices.SortFunc(s.samples, func(a, b endpointSample) int {
+		switch {
+		case a.failures != b.failures:
+			return int(b.failures - a.failures)
+		case a.undelivered+a.inBacklog != b.undelivered+b.inBacklog:
+			return int(b.undelivered + b.inBacklog - a.undelivered - a.inBacklog)
+		}
+		return cmpString(a.id, b.id)
+	})
+	shown := 0
+	for _, sm := range s.samples {
+		if !em.named[sm.id] {
+			if shown >= em.max {
+				continue
+			}
+			shown++
+		}
+		age := 0.0
+		if !sm.oldest.IsZero() {
+			age = s.now.Sub(sm.oldest).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(em.undelivered, prometheus.GaugeValue, float64(sm.undelivered), sm.id)
+		ch <- prometheus.MustNewConstMetric(em.oldest, prometheus.GaugeValue, age, sm.id)
+		ch <- prometheus.MustNewConstMetric(em.failuresInRow, prometheus.GaugeValue, float64(sm.failures), sm.id)
+		ch <- prometheus.MustNewConstMetric(em.backlog, prometheus.GaugeValue, float64(sm.inBacklog), sm.id)
 	}
 }

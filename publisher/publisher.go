@@ -2,19 +2,21 @@ package publisher
 
 import (
 	"context"
-	"sync"
+	"math/rand/v2"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
 	"github.com/outbox-relay/outbox-relay/store"
 )
 
-// Config configures a Publisher.
+// Config configures the engine of a pipeline with one destination (New).
 type Config struct {
 	// MaxInFlight is the number of concurrent deliveries. If zero, 64 (settings.MaxInFlight).
 	MaxInFlight int
@@ -30,11 +32,12 @@ type Config struct {
 	// (settings.AttemptsForADay), or 5 for a Shadow; if negative, events are retried forever
 	// (not allowed for a Shadow: it is then 5).
 	MaxAttempts int
-	// Store keeps dead letters and parked aggregates; needed for MaxAttempts and replays.
+	// Store keeps dead letters and parked aggregates, the backfill and the replays since a time;
+	// needed for MaxAttempts, BackfillSlot and replays. Nil: none of them.
 	Store store.Pipeline
 	// Resume, if set, skips events that an earlier process delivered (see Resume).
 	Resume *Resume
-	// Backfill, if set, is the slot whose recorded backfill is delivered before the stream.
+	// BackfillSlot, if set, is the slot whose recorded backfill is delivered before the stream.
 	BackfillSlot string
 	// Batch, if its MaxEvents is above 1 and the destination is a BatchDestination, sends
 	// several events per request (see Batch). The zero value sends one event per request.
@@ -43,7 +46,7 @@ type Config struct {
 	// default: payloads may hold personal data.
 	LogPayloads bool
 	Logger      zerolog.Logger
-	// Pipeline is the name of the pipeline this publisher delivers for: it obeys only the replay
+	// Pipeline is the name of the pipeline this engine delivers for: it obeys only the replay
 	// requests that name it, and names it in log lines and in the pause a 410 Gone writes.
 	// Empty: DefaultPipeline ("default").
 	Pipeline string
@@ -55,18 +58,54 @@ type Config struct {
 	// RateLimit, if positive, bounds the attempts started in any one-second window to this
 	// many, retries included. Zero (the default): unlimited.
 	RateLimit int
-	// Registerer receives the publisher's series (outbox_relay_events_delivered_total,
+	// Registerer receives the engine's series (outbox_relay_events_delivered_total,
 	// _delivery_attempts_total, _parked_aggregates, ...; see docs/reference/metrics.md). If
 	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
-	// publisher's series among several.
+	// pipeline's series among several.
 	Registerer prometheus.Registerer
 	// OnGone is what a 410 Gone answer (Result.Gone) does. The zero value, GonePause, pauses
 	// the pipeline and leaves the event undelivered and not parked.
 	OnGone GoneAction
-	// RecordPause, if set, durably records a pause the publisher decides itself (on 410 Gone),
-	// so that it holds across restarts and in whichever process leads next (the relay writes
+	// RecordPause, if set, durably records a pause the engine decides itself (on 410 Gone), so
+	// that it holds across restarts and in whichever process leads next (the relay writes
 	// that). If nil, the pause holds in this process only.
 	RecordPause func(ctx context.Context, reason string) error
+	// NoBreaker turns the circuit breaker off. The zero value (false) has it on: after 10
+	// failed attempts in a row the destination is probed with one attempt at a time, 1s apart
+	// doubling up to a minute, until one succeeds (internal/health), instead of every event
+	// retrying on its own.
+	NoBreaker bool
+	// Backlog, if set, keeps the pipeline's backlog off the WAL: once its oldest undelivered
+	// event has waited SpillAfter (or it holds SpillSize events and delivers none for a second),
+	// its events are written there and the slot confirms past them (backlog.go). Nil (the
+	// default): the destination holds the slot while it holds events.
+	Backlog store.Backlog
+	// SpillAfter and SpillSize are the spill's thresholds, with Backlog. Zero: 30s and 1000.
+	SpillAfter time.Duration
+	SpillSize  int
+	// Confirmed returns the position the slot confirmed; with Backlog, an event read from the
+	// backlog is marked done only once it is past it. Nil: such an event keeps its status.
+	Confirmed func() pglogrepl.LSN
+	// DeliveryLog, if set, records every attempt (store.DeliveryLog; pgstore.DeliveryLog keeps
+	// it in PostgreSQL), with the endpoint id "". Nil (the default): nothing is recorded.
+	DeliveryLog store.DeliveryLog
+	// Slot, if set, says whether this process's stream holds the slot (a *cdc.Stream): the
+	// pipeline delivers, spills and records only while it does, and catches up with what
+	// another relay did meanwhile when it holds it again (Slot). Nil: as if it always held it.
+	Slot Slot
+}
+
+// Slot is the streaming side of the slot, as the engine needs it (cdc.Stream implements it).
+// A relay that loses the slot (its connection fails) starts no attempt and writes nothing of its
+// own, since another relay may lead the slot; when its stream holds the slot again, in a new
+// session, it first drops what the slot confirmed meanwhile (that relay settled it) and brings
+// its endpoints, backlogs and parked aggregates up to date (intake.go: followSession).
+type Slot interface {
+	// Session returns the streaming session that holds the slot now (from 1, as cdc.Tx's
+	// Session), 0 while the stream does not hold it.
+	Session() uint64
+	// SessionFrom returns the slot's confirmed position as the last session started.
+	SessionFrom() pglogrepl.LSN
 }
 
 func (c *Config) defaults() {
@@ -94,6 +133,84 @@ func (c *Config) defaults() {
 	}
 }
 
+// FanoutConfig configures the engine of a pipeline that delivers to the partner endpoints of
+// outbox_endpoints (NewFanout). The delivery settings are the pipeline's, applied to every
+// endpoint; an endpoint's row sets its own URL, secrets, scheme, format, batching, rate limit,
+// in-flight cap and spill_after.
+type FanoutConfig struct {
+	// Pipeline is the pipeline's name (a shard's, when sharded); endpoint E's lane is named
+	// Pipeline + "/" + E in its log lines, dead letters, parked aggregates and replay requests.
+	// Required.
+	Pipeline string
+	// Workers is the number of delivery workers all endpoints share. Zero: 256
+	// (settings.EndpointWorkers).
+	Workers int
+	// EndpointMaxInFlight is an endpoint's in-flight cap when its row sets none. Zero: 16
+	// (settings.EndpointMaxInFlight).
+	EndpointMaxInFlight int
+	// RetryMin, RetryMax, MaxAttempts, ShutdownTimeout and LogPayloads mean what they mean in
+	// Config, per endpoint.
+	RetryMin, RetryMax time.Duration
+	MaxAttempts        int
+	ShutdownTimeout    time.Duration
+	LogPayloads        bool
+	Logger             zerolog.Logger
+	// Registerer receives the aggregate series (those of Config, summed over endpoints) and
+	// the endpoint series (docs/reference/metrics.md). Nil: registered nowhere.
+	Registerer prometheus.Registerer
+	// Store is the pipeline's store, for its backfill (BackfillSlot).
+	Store        store.Pipeline
+	BackfillSlot string
+	// Resume, if set, skips events an earlier process delivered to every endpoint.
+	Resume *Resume
+	// DeliveryLog, if set, records every attempt of every endpoint (pgstore.DeliveryLog keeps
+	// it in PostgreSQL). Nil: nothing is recorded.
+	DeliveryLog store.DeliveryLog
+	// Endpoints keeps the versions log and the endpoints' status. Required.
+	Endpoints store.Endpoints
+	// LaneStore returns the store of the lane named name (its dead letters, parked aggregates
+	// and replays). Required.
+	LaneStore func(name string) store.Pipeline
+	// Open builds an endpoint's destination from its row (the JSON of to_jsonb), and returns
+	// what releases it and when it must be built again (a secret expires; zero: never). An
+	// error makes every attempt of the endpoint fail with it, so that it shows in its status and
+	// its events retry until it is fixed. Required.
+	Open func(id string, row []byte) (dest destination.Destination, release func(), rebuildAt time.Time, err error)
+	// Disable disables endpoint id with reason (a 410 Gone, or failing for DisableAfter): its
+	// row changes, and the change reaches every relay through the stream. Required.
+	Disable func(ctx context.Context, id, reason string) error
+	// Confirmed returns the position the slot confirmed, to prune the versions log and to mark
+	// an event read from a backlog. Nil: never pruned, and such an event keeps its status.
+	Confirmed func() pglogrepl.LSN
+	// MetricsEndpoints are endpoints whose series are always exported; MetricsMax bounds the
+	// others to the most troubled ones. Zero MetricsMax: 20 (settings.EndpointMetricsMax); a
+	// negative one exports none beyond MetricsEndpoints.
+	MetricsEndpoints []string
+	MetricsMax       int
+	// StatusInterval is how often the endpoints' status is saved. Zero: 5s.
+	StatusInterval time.Duration
+	// Backlog keeps the endpoints' backlogs off the WAL (backlog.go). Nil: an endpoint never
+	// spills, and holds the slot while it holds events.
+	Backlog store.Backlog
+	// SpillAfter is how long an endpoint's oldest undelivered event waits before the endpoint
+	// spills to its backlog, unless its row sets spill_after_ms. Zero: 30s
+	// (settings.EndpointSpillAfter).
+	SpillAfter time.Duration
+	// SpillSize is how many events an endpoint holds, delivering none for a second, before it
+	// spills. Zero: 1000 (settings.EndpointSpillSize).
+	SpillSize int
+	// DisableAfter is how long an endpoint fails without a success before it is disabled
+	// automatically. Zero: 120h, five days (settings.EndpointDisableAfter); negative: never.
+	DisableAfter time.Duration
+	// Notify, if set, receives the endpoints' operational events (disabled, recovered); it must
+	// not block.
+	Notify func(EndpointEvent)
+	// Slot, if set, says whether this process's stream holds the slot (a *cdc.Stream): the
+	// endpoints are delivered, spilled and recorded only while it does (see Slot). Nil: as if
+	// it always held it.
+	Slot Slot
+}
+
 // Acker is told about every settled event and control record, and about the events a replay
 // request stands for; cdc.Tracker implements it.
 type Acker interface {
@@ -106,247 +223,251 @@ type Acker interface {
 	Grow(tx *cdc.Tx, ms []*envelope.Message)
 }
 
-// Marks records delivered rows with their stream position (Sequence); *Marker implements it.
-// It must not block.
+// Marks records delivered rows with their stream position (Sequence); pgstore.Marker
+// implements it. It must not block. If it has a method Flushed() bool, a replay since a time
+// waits (up to 10s) until it reports every mark written.
 type Marks interface {
 	Done(id, seq string, retries int)
 }
 
-// Publisher delivers events in order per key with up to MaxInFlight concurrent attempts.
-type Publisher struct {
-	cfg   Config
-	dest  Destination
-	acker Acker
-	marks Marks
-	sched *scheduler
-	// parkMu makes parking (a dead letter and the events behind it) and replaying atomic with
-	// respect to each other.
-	parkMu sync.Mutex
-	// backfillLeft counts backfill events of the current page not yet settled.
-	backfillLeft countdown
-	log          zerolog.Logger
-	m            *publisherMetrics
-	limit        *windowLimiter // nil: no rate limit
-	pause        pauseState
-	since        sinceRun
-
-	// Set on the publisher of one endpoint of a Fanout (newLane): fan settles and marks its
-	// events, lane is told each attempt's outcome, queued is the pool's (pool.mu), and accept,
-	// if set, drops the rows of a replay --since outside the endpoint's subscription.
-	fan    *Fanout
-	lane   *lane
-	queued bool
-	accept func(*envelope.Message) bool
+// engineConfig is Config and FanoutConfig resolved, defaults applied.
+type engineConfig struct {
+	pipeline                     string
+	workers, endpointMaxInFlight int
+	retryMin, retryMax           time.Duration
+	maxAttempts                  int
+	shutdownTimeout              time.Duration
+	logPayloads, shadow          bool
+	onGone                       GoneAction
+	recordPause                  func(ctx context.Context, reason string) error
+	store                        store.Pipeline
+	backfillSlot                 string
+	resume                       *Resume
+	deliveryLog                  store.DeliveryLog
+	endpoints                    store.Endpoints
+	laneStore                    func(name string) store.Pipeline
+	open                         func(id string, row []byte) (destination.Destination, func(), time.Time, error)
+	disable                      func(ctx context.Context, id, reason string) error
+	confirmed                    func() pglogrepl.LSN
+	statusInterval               time.Duration
+	backlog                      store.Backlog
+	spillAfter                   time.Duration
+	spillSize                    int
+	disableAfter                 time.Duration
+	notify                       func(EndpointEvent)
+	clock                        func() time.Time
+	trace                        func(format string, args ...any) // the simulation's trace of decisions; nil: none
+	slot                         Slot
 }
 
-// New returns a Publisher that sends to dest (a webhook.Destination, for example),
-// acknowledges to acker and records marks. marks may be nil.
-func New(cfg Config, dest Destination, acker Acker, marks Marks) *Publisher {
+// Publisher is the delivery engine of one pipeline: its deterministic core (engine) and the
+// driver that runs it (driver.go). New builds it for one destination, NewFanout for the partner
+// endpoints of outbox_endpoints; either way it is one engine, whose one destination is a lane
+// of its own.
+type Publisher struct {
+	shutdown time.Duration
+	owner
+}
+
+// Fanout is a Publisher that delivers to the partner endpoints (NewFanout).
+//
+// Deprecated: it is a Publisher; use Publisher.
+type Fanout = Publisher
+
+// New returns the engine of a pipeline with one destination (a webhook.Destination, for
+// example) that acknowledges to acker and records marks (nil: none).
+func New(cfg Config, dest destination.Destination, acker Acker, marks Marks) *Publisher {
 	cfg.defaults()
-	m := newPublisherMetrics(cfg.Registerer)
-	sched := newScheduler()
-	sched.parkedGauge = m.ParkedAggregates
-	if _, ok := dest.(PartialBatchDestination); ok {
-		cfg.Batch.onePerKey = true
+	ec := engineConfig{pipeline: cfg.Pipeline, workers: cfg.MaxInFlight, retryMin: cfg.RetryMin, retryMax: cfg.RetryMax,
+		maxAttempts: cfg.MaxAttempts, shutdownTimeout: cfg.ShutdownTimeout, logPayloads: cfg.LogPayloads, shadow: cfg.Shadow,
+		onGone: cfg.OnGone, recordPause: cfg.RecordPause, store: cfg.Store, backfillSlot: cfg.BackfillSlot, resume: cfg.Resume,
+		deliveryLog: cfg.DeliveryLog, confirmed: cfg.Confirmed, backlog: cfg.Backlog, spillAfter: cfg.SpillAfter,
+		spillSize: cfg.SpillSize, clock: time.Now, slot: cfg.Slot}
+	e := newEngine(ec, cfg.Logger, newPublisherMetrics(cfg.Registerer), acker, marks, time.Now(), rand.Float64)
+	l := e.single
+	l.store, l.maxInFlight, l.breaker = cfg.Store, cfg.MaxInFlight, !cfg.NoBreaker
+	if _, ok := dest.(destination.BatchDestination); ok && cfg.Batch.Enabled() {
+		l.batching = cfg.Batch
 	}
-	p := &Publisher{cfg: cfg, dest: dest, acker: acker, marks: marks, sched: sched, log: cfg.Logger, m: m}
-	if cfg.RateLimit > 0 {
-		p.limit = newWindowLimiter(cfg.RateLimit, time.Second)
+	l.setRateLimit(cfg.RateLimit)
+	l.setDest(dest)
+	return &Publisher{shutdown: cfg.ShutdownTimeout, owner: owner{e: e}}
+}
+
+// NewFanout returns the engine of a pipeline that delivers to the partner endpoints, acknowledging
+// to acker and marking to marks (nil: no marks).
+func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Publisher {
+	c := Config{RetryMin: cfg.RetryMin, RetryMax: cfg.RetryMax, MaxAttempts: cfg.MaxAttempts, ShutdownTimeout: cfg.ShutdownTimeout,
+		Pipeline: cfg.Pipeline}
+	c.defaults()
+	ec := engineConfig{pipeline: cfg.Pipeline, workers: cfg.Workers, endpointMaxInFlight: cfg.EndpointMaxInFlight,
+		retryMin: c.RetryMin, retryMax: c.RetryMax, maxAttempts: c.MaxAttempts, shutdownTimeout: c.ShutdownTimeout,
+		logPayloads: cfg.LogPayloads, store: cfg.Store, backfillSlot: cfg.BackfillSlot, resume: cfg.Resume,
+		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable,
+		confirmed: cfg.Confirmed, statusInterval: cfg.StatusInterval, backlog: cfg.Backlog, spillAfter: cfg.SpillAfter,
+		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot}
+	ec.fanoutDefaults()
+	max := cfg.MetricsMax
+	if max == 0 {
+		max = settings.EndpointMetricsMax
 	}
+	e := newEngine(ec, cfg.Logger, newPublisherMetrics(cfg.Registerer), acker, marks, time.Now(), rand.Float64)
+	e.tm = newTransitionMetrics(cfg.Registerer)
+	p := &Publisher{shutdown: c.ShutdownTimeout, owner: owner{e: e}}
+	named := map[string]bool{}
+	for _, id := range cfg.MetricsEndpoints {
+		named[id] = true
+	}
+	newEndpointMetrics(cfg.Registerer, cfg.MetricsEndpoints, max, func() endpointSnapshot {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		s := p.e.endpointSnapshot(named)
+		s.now = time.Now()
+		return s
+	})
 	return p
 }
 
-// Run takes transactions from in and delivers their events until ctx is done. Then it starts
-// nothing new, lets attempts in flight finish for up to ShutdownTimeout, stops its retry timers
-// and returns; nothing it started outlives it. Events not delivered by then stay unconfirmed,
-// so the next run sends them. Run it once.
-func (p *Publisher) Run(ctx context.Context, in <-chan *cdc.Tx) {
-	p.loadParked(ctx)
-	hard, cancelHard := context.WithCancel(context.Background())
-	defer cancelHard()
-	var wg sync.WaitGroup
-	for i := 0; i < p.cfg.MaxInFlight; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if bd, ok := p.dest.(BatchDestination); ok && p.cfg.Batch.Enabled() {
-				p.batchWorker(hard, bd)
-				return
-			}
-			p.worker(hard)
-		}()
+func (c *engineConfig) fanoutDefaults() {
+	if c.workers <= 0 {
+		c.workers = settings.EndpointWorkers
 	}
-	if err := p.backfill(ctx); err != nil {
-		p.log.Error().Err(err).Msg("backfill stopped; it resumes at the next start")
+	if c.endpointMaxInFlight <= 0 {
+		c.endpointMaxInFlight = settings.EndpointMaxInFlight
 	}
-	p.intake(ctx, in)
-	p.sched.close()
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(p.cfg.ShutdownTimeout):
-		p.log.Warn().Dur("shutdown_timeout", p.cfg.ShutdownTimeout).Msg("cancelling deliveries still in flight")
-		cancelHard()
-		<-finished
+	if c.statusInterval <= 0 {
+		c.statusInterval = 5 * time.Second
 	}
+	if c.disableAfter == 0 {
+		c.disableAfter = settings.EndpointDisableAfter
+	}
+	c.onGone = GonePause
 }
 
-func (p *Publisher) intake(ctx context.Context, in <-chan *cdc.Tx) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case tx := <-in:
-			p.take(ctx, tx, in)
-		}
+// newEngine returns an engine at now; a pipeline without endpoints (cfg.endpoints nil) has its
+// one lane, whose destination the caller sets.
+func newEngine(cfg engineConfig, log zerolog.Logger, m *publisherMetrics, acker Acker, marks Marks, now time.Time,
+	rnd func() float64) *engine {
+	if cfg.spillAfter <= 0 {
+		cfg.spillAfter = settings.EndpointSpillAfter
 	}
+	if cfg.spillSize <= 0 {
+		cfg.spillSize = settings.EndpointSpillSize
+	}
+	if cfg.clock == nil {
+		cfg.clock = time.Now
+	}
+	e := &engine{cfg: cfg, now: now, rand: rnd, log: log, m: m, acker: acker, marks: marks, byID: map[string]*lane{},
+		fan: map[*envelope.Message]*fanCount{}, spillChecked: now}
+	e.in.resume = cfg.resume != nil && cfg.resume.Delivered != nil
+	if cfg.endpoints != nil {
+		e.ep = &endpointState{e: e}
+		return e
+	}
+	l := newLane(e, "", cfg.pipeline)
+	l.started = now // active once its parked aggregates are loaded (loadParked)
+	l.health.Restart(now)
+	e.single, e.lanes, e.byID[""] = l, []*lane{l}, l
+	e.routed = []*lane{l}
+	return e
 }
 
-// take queues a transaction's events, after a restart first dropping those an earlier process
-// already delivered (see Resume).
-func (p *Publisher) take(ctx context.Context, tx *cdc.Tx, in <-chan *cdc.Tx) {
-	p.cfg.Resume.take(ctx, tx, in, p.queue)
-}
-
-// queue hands a transaction's events to the scheduler in order, and carries out its control
-// records at their places among them: replay requests unpark their aggregates. Events of
-// parked aggregates are parked durably, and events already delivered by an earlier process
-// are acknowledged without sending.
-func (p *Publisher) queue(ctx context.Context, tx *cdc.Tx, delivered map[string]bool) {
-	var parked []*item
-	next := 0 // the next control record
-	for i, m := range tx.Events {
-		for ; next < len(tx.Controls) && tx.Controls[next].At <= i; next++ {
-			p.settleParked(ctx, parked)
-			parked = nil
-			p.control(ctx, tx, &tx.Controls[next])
-		}
-		it := &item{m: m, tx: tx}
-		switch {
-		case delivered[m.ID]:
-			p.m.EventsSkipped.Inc()
-			p.settle(it)
-		case !p.sched.add(it):
-			parked = append(parked, it)
-		}
-	}
-	p.settleParked(ctx, parked)
-	for ; next < len(tx.Controls); next++ {
-		p.control(ctx, tx, &tx.Controls[next])
-	}
-}
-
-// control carries out a control record of tx at its place in the stream.
-func (p *Publisher) control(ctx context.Context, tx *cdc.Tx, c *cdc.Control) {
-	switch {
-	case c.Replay != nil && c.Replay.SinceRequest != 0:
-		p.replaySince(ctx, tx, c.Replay)
-	case c.Replay != nil:
-		p.replay(ctx, tx, c.Replay)
-	default:
-		p.acker.AckControl(tx) // a kind this publisher does not act on
-	}
-}
-
-func (p *Publisher) worker(ctx context.Context) {
-	for it := p.sched.next(); it != nil; it = p.sched.next() {
-		p.attempt(ctx, it)
-	}
-}
-
-func (p *Publisher) attempt(ctx context.Context, it *item) {
-	if p.limit != nil && !p.limit.wait(ctx) {
-		p.sched.retryIn(it, 0) // stopping: hand the head back; the closed scheduler drops it
-		return
-	}
-	it.attempt++
-	p.m.Inflight.Inc()
-	start := time.Now()
-	o := p.dest.Send(ctx, it.m, it.attempt)
-	elapsed := time.Since(start)
-	p.m.Inflight.Dec()
-	p.m.DeliveryDuration.Observe(elapsed.Seconds())
-	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
-	if p.lane != nil {
-		p.lane.observe(p, o)
-		p.lane.logAttempt(o, start, elapsed, it)
-		if !o.Delivered && p.lane.spillFailed(p, it) {
-			return // the lane spilled meanwhile: the event is in its backlog now
-		}
-		if !o.Delivered && p.sched.isRetired() {
-			p.sched.done(it)
-			p.abandonRetired(ctx, it, "the endpoint was disabled or removed while the attempt was under way")
-			return
-		}
-	}
-	if o.Delivered {
-		p.delivered(ctx, it)
-		return
-	}
-	if o.Gone && p.cfg.OnGone == GonePause {
-		p.gone(ctx, it, o)
-		return
-	}
-	p.failed(ctx, it, o, elapsed)
-}
-
-func (p *Publisher) delivered(ctx context.Context, it *item) {
-	p.m.EventsDelivered.Inc()
-	p.observeDelivered(it)
-	if p.sched.done(it) {
-		p.unparkDelivered(ctx, it.key())
-	}
-	p.settle(it)
-}
-
-// observeDelivered records a delivered event's end-to-end latency and its mark.
-func (p *Publisher) observeDelivered(it *item) {
-	if !it.tx.CommitTime.IsZero() && !it.replay {
-		p.m.EndToEnd.Observe(time.Since(it.tx.CommitTime).Seconds())
-	}
-	// A row a replay --since re-sent keeps its record: it was selected for being done (or
-	// failed or parked). Marking it again would rewrite every row of the range, a WAL record
-	// each that every walsender decodes, and move its processed_at, which retention counts from.
-	if p.fan != nil {
-		p.fan.deliveredMark(it)
-	} else if p.marks != nil && !it.since {
-		p.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1)
-	}
-}
-
-// unparkDelivered forgets agg as parked once its replay is delivered. The events were delivered,
-// so they are acknowledged either way; if the row cannot be removed before the relay stops, the
-// aggregate loads as parked at the next start and a replay (which finds nothing left to send)
-// unparks it.
-func (p *Publisher) unparkDelivered(ctx context.Context, agg cdc.Aggregate) {
-	_ = p.durably(ctx, "unpark aggregate", func(ctx context.Context) error { return p.cfg.Store.Unpark(ctx, store.Aggregate(agg)) })
-	p.log.Info().Str("aggregate_type", agg.Type).Str("aggregate_id", agg.ID).Msg("replay delivered; aggregate unparked")
-}
-
-// failed logs the attempt and schedules the next one, or dead-letters the event after
-// MaxAttempts; the key stays busy meanwhile.
-func (p *Publisher) failed(ctx context.Context, it *item, o Result, elapsed time.Duration) {
-	if p.cfg.Shadow && p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts {
-		p.abandon(ctx, it, o)
-		return
-	}
-	if p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts && p.cfg.Store != nil {
-		p.deadLetter(ctx, it, o)
-		return
-	}
-	delay := nextDelay(it.attempt, o.RetryAfter, p.cfg.RetryMin, p.cfg.RetryMax)
-	e := p.log.Warn().Str("event_id", it.m.ID).Str("aggregate_type", it.m.AggregateType).
-		Str("aggregate_id", it.m.AggregateID).Str("event_type", it.m.EventType).Int("attempt", it.attempt).
-		Dur("duration", elapsed).Dur("retry_in", delay).Str("result", o.Label)
-	if o.Err != nil {
-		e = e.Str("error", o.Err.Error())
+// start queues what the engine does before it takes the stream: its parked aggregates, the
+// endpoints' versions, the backfill; and arms its periodic timers.
+func (e *engine) start(now time.Time) {
+	e.now = now
+	if e.ep != nil {
+		e.first(e.ep.load, e.backfill)
+		e.after(now.Add(e.cfg.statusInterval), e.housekeep)
 	} else {
-		e = e.Int("status_code", o.Status)
+		e.first(e.loadParked, e.loadBacklog, e.backfill)
 	}
-	if p.cfg.LogPayloads {
-		e = e.RawJSON("payload", it.m.Payload)
+	if e.cfg.backlog != nil {
+		e.after(now.Add(backlogTick), e.backlogTick)
 	}
-	e.Str("lsn", it.tx.CommitLSN.String()).Msg("delivery failed; will retry")
-	p.sched.retryIn(it, delay)
+	if e.cfg.slot != nil {
+		e.after(now.Add(sessionTick), e.sessionTick)
+	}
+	e.pump()
+}
+
+// sessionTick is how often the engine looks whether its stream holds the slot in a new session
+// (followSession; the tick pumps).
+const sessionTick = time.Second
+
+func (e *engine) sessionTick() { e.after(e.now.Add(sessionTick), e.sessionTick) }
+
+// loadParked restores the one lane's parked aggregates, so parking survives restarts.
+func (e *engine) loadParked() {
+	l := e.single
+	st := l.store
+	if st == nil {
+		l.active = true
+		return
+	}
+	e.hold("load parked aggregates", func(ctx context.Context) (any, error) { return st.Parked(ctx) }, func(v any) {
+		var aggs []cdc.Aggregate
+		for _, a := range v.([]store.Aggregate) {
+			aggs = append(aggs, cdc.Aggregate(a))
+		}
+		(&endpointState{e: e}).setParked(l, aggs)
+		l.active = true
+		e.wake(l)
+	})
+}
+
+// loadBacklog finds whether the one lane spilled before this start: it then reads its backlog
+// first.
+func (e *engine) loadBacklog() {
+	bl := e.cfg.backlog
+	if bl == nil {
+		return
+	}
+	e.hold("read the backlog", func(ctx context.Context) (any, error) { return bl.Sizes(ctx) }, func(v any) {
+		if b := v.(map[string]store.BacklogSize)[""]; b.Entries > 0 {
+			l := e.single
+			l.bl.on, l.bl.written, l.bl.entries = true, b.Last, b.Entries
+		}
+	})
+}
+
+// stop makes the engine start nothing new: attempts under way finish (a delivered one settles),
+// timers and store operations that end after it do nothing.
+func (e *engine) stop() { e.stopping = true }
+
+// Pause stops handing events to the destinations: attempts under way finish (a delivered event
+// is acknowledged as usual), nothing new starts, and retry timers that fire queue their event
+// behind the pause. Events keep arriving until the buffer is full; then the stream stops reading
+// (it keeps answering the server), and the slot keeps its position. Pause is idempotent; a
+// second call only updates the reason. An endpoint paused itself stays paused on Resume.
+func (p *Publisher) Pause(reason string) {
+	p.step(func(e *engine) { e.pause(true, reason, time.Now()) })
+}
+
+// Resume undoes Pause: the events held are sent, in order per aggregate.
+func (p *Publisher) Resume() { p.step(func(e *engine) { e.pause(false, "", time.Now()) }) }
+
+// Paused reports whether the pipeline is paused, and why.
+func (p *Publisher) Paused() (paused bool, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.e.paused, p.e.pauseReason
+}
+
+// OnlyPaused reports whether every event the lanes hold is held by a paused lane: nothing is
+// delivered then on purpose, which is not a stall.
+func (p *Publisher) OnlyPaused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	held := false
+	for _, l := range p.e.lanes {
+		if l.queued == 0 || !l.active {
+			continue
+		}
+		if !l.paused {
+			return false
+		}
+		held = true
+	}
+	return held
 }

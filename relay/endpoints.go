@@ -60,7 +60,7 @@ func (p *Pipeline) validateEndpoints() error {
 // the guard (which refuses the relay's own metrics address and link-local/metadata addresses
 // unless the row allows private URLs).
 func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, pool *pgxpool.Pool, acker publisher.Acker,
-	marks store.Marks, resume *publisher.Resume, confirmed func() pglogrepl.LSN, dlog *pgstore.DeliveryLog) *publisher.Fanout {
+	marks store.Marks, resume *publisher.Resume, confirmed func() pglogrepl.LSN, dlog *pgstore.DeliveryLog, slot publisher.Slot) *publisher.Publisher {
 	log := cfg.pipelineLogger(p)
 	var ring *seal.Keyring
 	var ringErr error
@@ -123,6 +123,6 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
-		DeliveryLog: deliveryLogOf(dlog),
+		DeliveryLog: deliveryLogOf(dlog), Slot: slot,
 	}, acker, marks)
 }

@@ -486,7 +486,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
 	if p.Endpoints {
 		r.dlog = newDeliveryLog(cfg, log, reg, pool)
-		r.pub = newFanout(cfg, p, owner, reg, pool, r, marks, resume, r.tracker.Confirmable, r.dlog)
+		r.pub = newFanout(cfg, p, owner, reg, pool, r, marks, resume, r.tracker.Confirmable, r.dlog, r.stream)
 		r.pub.Pause("starting: reading the pipeline's control row")
 		return r
 	}
@@ -496,7 +496,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		Store:    pgstore.Pipeline{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
-		OnGone: p.OnGone, RecordPause: r.recordPause}, dest, r, marks)
+		OnGone: p.OnGone, RecordPause: r.recordPause, NoBreaker: true, Slot: r.stream}, dest, r, marks)
 	// Nothing is sent before the control row says whether the pipeline is paused.
 	r.pub.Pause("starting: reading the pipeline's control row")
 	return r
@@ -715,7 +715,7 @@ func (r *pipelineRunner) stalled() (bool, string) {
 		// Paused on purpose is not a fault: nothing is delivered, and that is not a stall.
 		return false, ""
 	}
-	if f, ok := r.pub.(*publisher.Fanout); ok && f.OnlyPaused() {
+	if f, ok := r.pub.(*publisher.Publisher); ok && f.OnlyPaused() {
 		return false, "" // only paused endpoints hold events: on purpose too
 	}
 	oldest := r.tracker.OldestCommit()

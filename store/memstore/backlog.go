@@ -15,47 +15,43 @@ type backlog struct {
 	pipeline string
 }
 
-func (b backlog) entries(endpoint string, create bool) map[store.BacklogPos]store.BacklogEntry {
-	eps := b.db.backlogs[b.pipeline]
-	if eps == nil && create {
-		eps = map[string]map[store.BacklogPos]store.BacklogEntry{}
-		b.db.backlogs[b.pipeline] = eps
-	}
-	es := eps[endpoint]
-	if es == nil && create {
-		es = map[store.BacklogPos]store.BacklogEntry{}
-		eps[endpoint] = es
-	}
-	return es
+// entries returns endpoint's entries, in stream order.
+func (b backlog) entries(endpoint string) []store.BacklogEntry {
+	return b.db.backlogs[b.pipeline][endpoint]
 }
 
-// sorted returns endpoint's entries in stream order.
-func (b backlog) sorted(endpoint string) []store.BacklogEntry {
-	var out []store.BacklogEntry
-	for _, e := range b.entries(endpoint, false) {
-		out = append(out, e)
+func (b backlog) set(endpoint string, es []store.BacklogEntry) {
+	eps := b.db.backlogs[b.pipeline]
+	if eps == nil {
+		eps = map[string][]store.BacklogEntry{}
+		b.db.backlogs[b.pipeline] = eps
 	}
-	slices.SortFunc(out, func(x, y store.BacklogEntry) int {
+	eps[endpoint] = es
+}
+
+// search returns where pos is, or would be, among es.
+func search(es []store.BacklogEntry, pos store.BacklogPos) (int, bool) {
+	return slices.BinarySearchFunc(es, pos, func(e store.BacklogEntry, pos store.BacklogPos) int {
 		switch {
-		case x.Pos.Less(y.Pos):
+		case e.Pos.Less(pos):
 			return -1
-		case y.Pos.Less(x.Pos):
+		case pos.Less(e.Pos):
 			return 1
 		}
 		return 0
 	})
-	return out
 }
 
 func (b backlog) Spill(_ context.Context, endpoint string, es []store.BacklogEntry) error {
 	b.db.mu.Lock()
 	defer b.db.mu.Unlock()
-	have := b.entries(endpoint, true)
+	have := b.entries(endpoint)
 	for _, e := range es {
-		if _, ok := have[e.Pos]; !ok {
-			have[e.Pos] = e
+		if i, ok := search(have, e.Pos); !ok {
+			have = slices.Insert(have, i, e)
 		}
 	}
+	b.set(endpoint, have)
 	return nil
 }
 
@@ -63,12 +59,14 @@ func (b backlog) Page(_ context.Context, endpoint string, after, through store.B
 	b.db.mu.Lock()
 	defer b.db.mu.Unlock()
 	var out []store.BacklogEvent
-	for _, e := range b.sorted(endpoint) {
+	es := b.entries(endpoint)
+	i, ok := search(es, after)
+	if ok {
+		i++
+	}
+	for _, e := range es[i:] {
 		if len(out) == limit || through.Less(e.Pos) {
 			break
-		}
-		if !after.Less(e.Pos) {
-			continue
 		}
 		ev := store.BacklogEvent{BacklogEntry: e}
 		if r := b.db.rows[e.EventID]; r != nil {
@@ -82,15 +80,15 @@ func (b backlog) Page(_ context.Context, endpoint string, after, through store.B
 func (b backlog) Trim(_ context.Context, endpoint string, upTo store.BacklogPos) (int64, error) {
 	b.db.mu.Lock()
 	defer b.db.mu.Unlock()
-	var n int64
-	es := b.entries(endpoint, false)
-	for pos := range es {
-		if !upTo.Less(pos) {
-			delete(es, pos)
-			n++
-		}
+	es := b.entries(endpoint)
+	n, ok := search(es, upTo)
+	if ok {
+		n++
 	}
-	return n, nil
+	if n > 0 {
+		b.set(endpoint, slices.Clone(es[n:]))
+	}
+	return int64(n), nil
 }
 
 func (b backlog) Drop(_ context.Context, endpoint string) error {
@@ -104,8 +102,7 @@ func (b backlog) Sizes(context.Context) (map[string]store.BacklogSize, error) {
 	b.db.mu.Lock()
 	defer b.db.mu.Unlock()
 	out := map[string]store.BacklogSize{}
-	for id := range b.db.backlogs[b.pipeline] {
-		es := b.sorted(id)
+	for id, es := range b.db.backlogs[b.pipeline] {
 		if len(es) > 0 {
 			out[id] = store.BacklogSize{Entries: int64(len(es)), Last: es[len(es)-1].Pos}
 		}

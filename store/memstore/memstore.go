@@ -37,7 +37,7 @@ type DB struct {
 	replayIDs  int64
 	versions   map[string]*versionLog
 	status     map[string]map[string]store.EndpointStatus
-	backlogs   map[string]map[string]map[store.BacklogPos]store.BacklogEntry
+	backlogs   map[string]map[string][]store.BacklogEntry
 	delivered  []store.DeliveryAttempt
 	failed     []store.DeliveryAttempt
 }
@@ -80,7 +80,7 @@ func New(now func() time.Time) *DB {
 	return &DB{now: now, rows: map[string]*row{}, endpoints: map[string][]byte{}, backfills: map[string][]backfillRow{},
 		parked: map[string]map[store.Aggregate]parkedRow{}, pipeEvents: map[string]map[string]*pipeEvent{},
 		replays: map[int64]*store.SinceState{}, versions: map[string]*versionLog{},
-		status: map[string]map[string]store.EndpointStatus{}, backlogs: map[string]map[string]map[store.BacklogPos]store.BacklogEntry{}}
+		status: map[string]map[string]store.EndpointStatus{}, backlogs: map[string]map[string][]store.BacklogEntry{}}
 }
 
 // Insert adds outbox rows, pending, in this order (their insertion order). A row's CreatedAt is

@@ -1,0 +1,557 @@
+package publisher
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/store"
+)
+
+// The backlog off the WAL. A lane whose oldest undelivered event has waited its spill_after, or
+// that holds SpillSize events while it makes no progress, spills: the events it holds go to its
+// backlog (store.Backlog) in stream order, and so does every event routed to it from then on; an
+// event settles for the slot once its entry is written, so the slot confirms past a destination
+// that is down. Attempts under way when it spilled finish; one that fails goes to the backlog
+// too, and nothing is written before they have all settled (no entry may skip an event that is
+// neither delivered nor in the backlog: writeSpilled says why). Once they are all settled, the
+// lane reads its backlog in pages into its queues (bounded memory), delivers them as any other
+// event (retries, circuit breaker, dead letters), and deletes each page delivered. When it has
+// read everything written and its last attempt succeeded, it rejoins the live stream: the
+// events routed to it that were not written yet are queued behind what it read, and the next
+// ones are queued as they come.
+//
+// Order per aggregate holds because the backlog is read in stream order into the same per-key
+// queues, nothing is read before every earlier event of the lane is in the backlog (the attempts
+// under way settled, the events taken from the queues written), and the lane rejoins only once
+// everything written was read. A relay that stops at any point loses nothing: what was not
+// written is not confirmed, so the stream sends it again, and an entry written twice (the same
+// position) is kept once. Entries delivered but not deleted yet are sent again (at least once,
+// in order). A relay that starts again, or streams again after another led the slot, knows each
+// endpoint as it was where the stream starts, which can be before entries of its backlog: it
+// reads no entry at or past the endpoint's next version not applied yet (a pause must hold what
+// was committed after it), nor past what it knows was written (through).
+//
+// A lane does one store operation of its backlog at a time (busy), in the order write, delete,
+// read, so each sees what the one before did; lanes go independently.
+
+// laneBacklog is a lane's side of the backlog.
+type laneBacklog struct {
+	// on: the streamed events routed to the lane are spilled (buf) instead of queued.
+	on bool
+	// buf are the events spilled and not written yet.
+	buf  []*item
+	busy bool // a store operation of the backlog is under way
+	// written is the position of the last entry written (or found at start), read that of the
+	// last entry read; short is set when the last page read was not full, readTo is how far
+	// that read could go (see through).
+	written, read, readTo store.BacklogPos
+	short                 bool
+	// before is the commit LSN of the endpoint's first version not applied yet (0: none): its
+	// entries from there on are not read before it is (see through).
+	before pglogrepl.LSN
+	// live counts the attempts of streamed events that were under way when the lane spilled
+	// (or was disabled), not settled yet: nothing is written or read before they are.
+	live int
+	// pages are the pages read and not yet deleted, oldest first; inMem counts their events
+	// not settled.
+	pages []*backlogPage
+	inMem int
+	// entries is how many entries the backlog holds, as far as this process knows.
+	entries int64
+	removed bool
+	// reads counts the times the lane forgot what it read (reread): a page read before is dropped.
+	reads uint64
+}
+
+// backlogPage is a page read from a lane's backlog: its last position and its events not
+// settled yet.
+type backlogPage struct {
+	high store.BacklogPos
+	left int
+}
+
+const (
+	// backlogPageSize is how many entries a lane reads from its backlog at once; it reads the
+	// next page once fewer than backlogLow of those it read are undelivered.
+	backlogPageSize = 1000
+	backlogLow      = backlogPageSize / 2
+	// backlogTick is how often the backlogs are written, read and deleted; spillCheck is how
+	// often the lanes are checked for a spill.
+	backlogTick = 50 * time.Millisecond
+	spillCheck  = time.Second
+	// spillStall is how long a lane holding SpillSize events must have delivered nothing for
+	// the size to spill it (a busy lane holds many events and delivers them).
+	spillStall = time.Second
+)
+
+// settled counts a settled event read from the backlog against its page.
+func (b *laneBacklog) settled(it *item) {
+	it.page.left--
+	if slices.Contains(b.pages, it.page) {
+		b.inMem--
+	}
+}
+
+// through is how far the lane may read its backlog now: not past what this process knows was
+// written (another relay that led the slot meanwhile may have written more, read once
+// resyncBacklogs has brought the endpoint's versions up to there), and not at or past its first
+// version not applied yet: after a restart the stream starts again before entries written then,
+// and the endpoint is what it was at the stream's position; an entry committed while it was
+// paused must wait for the pause to apply, not be delivered at once.
+func (b *laneBacklog) through() store.BacklogPos {
+	t := b.written
+	if b.before > 0 && b.before <= t.LSN {
+		t = store.BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
+	}
+	return t
+}
+
+// position returns m's stream position (from its sequence; tx's commit LSN if it has none).
+func position(m *envelope.Message, tx *cdc.Tx) store.BacklogPos {
+	s := m.Sequence
+	if len(s) == envelope.SequenceLen && s[16] == '-' {
+		lsn, err1 := strconv.ParseUint(s[:16], 16, 64)
+		idx, err2 := strconv.ParseUint(s[17:], 16, 32)
+		if err1 == nil && err2 == nil {
+			return store.BacklogPos{LSN: pglogrepl.LSN(lsn), Idx: int(idx)}
+		}
+	}
+	return store.BacklogPos{LSN: tx.CommitLSN}
+}
+
+// backlogTick writes, reads and deletes the lanes' backlogs and decides which lane spills and
+// which rejoins; it runs every backlogTick while the engine has a backlog.
+func (e *engine) backlogTick() {
+	check := e.now.Sub(e.spillChecked) >= spillCheck
+	if check {
+		e.spillChecked = e.now
+	}
+	leading := e.leading()
+	for _, l := range e.lanes {
+		if check && !l.bl.on && leading {
+			if why := e.spillDue(l); why != "" {
+				e.spill(l, why, true)
+			}
+		}
+		e.backlogStep(l)
+	}
+	e.after(e.now.Add(backlogTick), e.backlogTick)
+}
+
+// leading reports whether this relay's stream holds the slot, and the engine has brought itself
+// up to date with that streaming session (the versions and backlogs another relay may have
+// changed meanwhile: begin). Only then does it spill and write backlog entries: they serve to
+// let the slot confirm past a destination that is down, which a relay cut off from the slot
+// cannot do; written late, after another relay took over, they would put events there behind
+// the other relay's back (it has them from its own stream and delivers them in their order, or
+// drops them with a disable; read later, they would go out after later events).
+func (e *engine) leading() bool {
+	if e.cfg.slot == nil {
+		return true
+	}
+	s := e.cfg.slot.Session()
+	return s != 0 && s == e.in.session
+}
+
+// spillAfter is the lane's spill_after: its row's, else the pipeline's.
+func (e *engine) spillAfter(l *lane) time.Duration {
+	if l.row.SpillAfterMS > 0 {
+		return time.Duration(l.row.SpillAfterMS) * time.Millisecond
+	}
+	return e.cfg.spillAfter
+}
+
+// spillDue reports why l should spill now ("" if it should not).
+func (e *engine) spillDue(l *lane) string {
+	if !l.active {
+		return ""
+	}
+	n, since := 0, time.Time{}
+	for _, q := range l.keys {
+		for i := range q.len() {
+			if it := q.at(i); it.kind != kindBacklog {
+				n++
+				if since.IsZero() || it.at.Before(since) {
+					since = it.at
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	if after := e.spillAfter(l); e.now.Sub(since) >= after {
+		return "its oldest undelivered event waited " + after.String()
+	}
+	if n >= e.cfg.spillSize && e.now.Sub(l.health.Progress()) >= spillStall {
+		return "it holds " + strconv.Itoa(n) + " events and delivered none for " + spillStall.String()
+	}
+	return ""
+}
+
+// spill moves the streamed events l holds to its backlog and spills what is routed to it from
+// now on. The attempts under way stay; those of streamed events are counted (live).
+//
+// A lane that spills from the live stream (fromLive) reads its backlog from the first event it
+// spills on: everything before was delivered by this relay, or read from its backlog already.
+// An entry before it can only be another relay's, written while that relay was cut off from the
+// slot after this one took over (a relay that loses the slot goes on with what it holds, and
+// may write it to the backlog late): its event reached this relay through its own stream, and
+// was delivered (or dropped by a disable) in its order; delivered now, it would come after later
+// events of its aggregate. (A relay that finds another's backlog at the start of a streaming
+// session reads it all: resyncBacklogs.)
+func (e *engine) spill(l *lane, why string, fromLive bool) {
+	b := &l.bl
+	if b.on || !l.active || e.cfg.backlog == nil {
+		return
+	}
+	b.on, b.short = true, false
+	e.tracef("spill %s: %s", l.name, why)
+	// Only streamed events go to the backlog. The others stay queued: read from the backlog
+	// already; or re-sent by a replay or the backfill, which keep their own accounting (their
+	// request's transaction, their page). A streamed event read back later queues behind them
+	// at its key.
+	its := l.takeOut(func(it *item) bool { return it.kind != kindLive })
+	inFlight := countInFlight(l)
+	if fromLive {
+		var first *store.BacklogPos
+		for _, q := range l.keys {
+			for i := range q.len() {
+				if it := q.at(i); it.counted && it.inflight {
+					if p := position(it.m, it.tx); first == nil || p.Less(*first) {
+						first = &p
+					}
+				}
+			}
+		}
+		if len(its) > 0 {
+			if p := position(its[0].m, its[0].tx); first == nil || p.Less(*first) {
+				first = &p
+			}
+		}
+		if first != nil && b.read.Less(before(*first)) {
+			b.read = before(*first)
+		}
+	}
+	b.buf = append(its, b.buf...)
+	b.live += inFlight
+	e.log.Warn().Str("lane", l.name).Str("why", why).Int("events", len(its)).Int("in_flight", inFlight).
+		Msg("endpoint spills to its backlog: its events are recorded off the WAL, the slot confirms past them, " +
+			"and it delivers them from the backlog in order")
+}
+
+// before returns the position just before p.
+func before(p store.BacklogPos) store.BacklogPos {
+	if p.Idx > 0 {
+		return store.BacklogPos{LSN: p.LSN, Idx: p.Idx - 1}
+	}
+	return store.BacklogPos{LSN: p.LSN - 1, Idx: math.MaxInt32}
+}
+
+// countInFlight counts the streamed events of attempts under way not counted yet, and counts
+// them (they settle against laneBacklog.live).
+func countInFlight(l *lane) int {
+	n := 0
+	for _, q := range l.keys {
+		for i := range q.len() {
+			if it := q.at(i); it.inflight && it.kind == kindLive && !it.counted {
+				it.counted = true
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// spillFailed takes the events of a failed attempt of streamed events into the backlog when
+// their lane spills (or was disabled with its events kept); it reports false if it does not.
+func (e *engine) spillFailed(l *lane, b *batch) bool {
+	bl := &l.bl
+	if e.cfg.backlog == nil || !bl.on || bl.removed {
+		return false
+	}
+	for _, it := range b.items {
+		if it.kind != kindLive {
+			return false
+		}
+	}
+	l.done(b)
+	for _, it := range b.items {
+		if it.counted {
+			it.counted = false
+			bl.live--
+		}
+		bl.buf = append(bl.buf, it)
+	}
+	return true
+}
+
+// spillRetired keeps in the backlog what a lane being disabled holds: the streamed events are
+// spilled, those read from the backlog are forgotten (they are still in it: it is read again
+// from its start when the endpoint is enabled).
+func (e *engine) spillRetired(l *lane, its []*item, inFlight int) {
+	b := &l.bl
+	var spilled []*item
+	read := false // entries read and not delivered: the backlog holds them
+	for _, it := range its {
+		if it.kind != kindBacklog {
+			spilled = append(spilled, it)
+		} else {
+			read = true
+		}
+	}
+	if len(spilled) == 0 && inFlight == 0 && !read && b.entries == 0 && !b.on {
+		return // nothing to keep: enabled again, it takes the live stream at once
+	}
+	b.on, b.short = true, false
+	b.buf = append(spilled, b.buf...)
+	b.live += inFlight
+	b.read, b.pages, b.inMem = store.BacklogPos{}, nil, 0
+}
+
+// backlogStep does the lane's next backlog operation: write what it spilled, delete the pages
+// it delivered, read the next page when it needs one; then rejoin the stream when it caught
+// up. Each operation's end calls it again.
+func (e *engine) backlogStep(l *lane) {
+	b := &l.bl
+	switch {
+	case b.busy || !b.on && len(b.pages) == 0:
+	case b.live == 0 && len(b.buf) > 0 && e.leading():
+		e.writeSpilled(l)
+	case e.trim(l):
+	case b.live > 0:
+	// a short page read everything there was up to its bound: read again once the bound moved
+	case b.on && l.active && b.inMem < backlogLow && !(b.short && b.readTo == b.through()):
+		e.readPage(l, b.read, b.through())
+	default:
+		e.rejoin(l)
+	}
+}
+
+// writeSpilled writes spilled events into the backlog and then settles them; if the relay
+// stops first they stay unconfirmed, and the stream sends them again.
+//
+// backlogStep calls it only once no attempt that was under way when the lane spilled (live) is
+// left. Such an attempt's event comes before the events spilled after it, and a relay that
+// dies before the attempt settles must not leave a backlog whose entries skip that event: the
+// next leader reads the backlog at once, while its stream sends the event again only later, so
+// it would deliver the later events first and then write the earlier one behind what it read
+// (an endpoints torture run found this after a failover). Holding them costs the slot nothing,
+// as it cannot confirm past the unsettled attempt anyway; the lane keeps at most a request
+// timeout's worth of events in memory meanwhile.
+func (e *engine) writeSpilled(l *lane) {
+	b := &l.bl
+	its := b.buf
+	b.buf = nil
+	sortItems(its)
+	es := make([]store.BacklogEntry, len(its))
+	for i, it := range its {
+		es[i] = store.BacklogEntry{Pos: position(it.m, it.tx), EventID: it.m.ID, Attempts: it.attempt, Mark: e.fan[it.m] == nil}
+	}
+	b.busy = true
+	id, bl := l.id, e.cfg.backlog
+	if e.cfg.trace != nil {
+		for _, en := range es {
+			e.tracef("write %s %s mark %v", l.name, en.EventID, en.Mark)
+		}
+	}
+	e.durably("record events in an endpoint's backlog", func(ctx context.Context) error { return bl.Spill(ctx, id, es) }, func() {
+		b.busy = false
+		e.tracef("written %s %d entries up to %v", l.name, len(es), es[len(es)-1].Pos)
+		if last := es[len(es)-1].Pos; b.written.Less(last) {
+			b.written = last
+		}
+		b.entries += int64(len(es))
+		if b.removed { // removed while this was written: forget it again
+			e.durably("drop a removed endpoint's backlog", func(ctx context.Context) error { return bl.Drop(ctx, id) }, nil)
+		}
+		for _, it := range its {
+			e.settle(l, it)
+		}
+		e.m.EventsSpilled.Add(float64(len(its)))
+		e.backlogStep(l)
+	})
+}
+
+// readPage reads the next page of the backlog into the lane's queues.
+func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
+	b := &l.bl
+	b.busy = true
+	gen, reads, id, bl := l.gen, b.reads, l.id, e.cfg.backlog
+	e.do("read an endpoint's backlog", true, func(ctx context.Context) (any, error) {
+		return bl.Page(ctx, id, after, through, backlogPageSize)
+	}, func(v any, _ error) {
+		b.busy = false
+		defer e.backlogStep(l)
+		evs, _ := v.([]store.BacklogEvent)
+		e.tracef("read %s after %v through %v: %d entries (read %v gen %d/%d active %v)", l.name, after, through, len(evs), b.read, gen,
+			l.gen, l.active)
+		if b.read != after || l.gen != gen || b.reads != reads || !l.active { // disabled meanwhile: read again from its start later
+			return
+		}
+		b.short, b.readTo = len(evs) < backlogPageSize, through
+		if len(evs) == 0 {
+			return
+		}
+		pg := &backlogPage{high: evs[len(evs)-1].Pos}
+		b.read = pg.high
+		b.pages = append(b.pages, pg)
+		var tx *cdc.Tx
+		var parked []*item
+		for _, ev := range evs {
+			if ev.Message == nil {
+				e.log.Error().Str("lane", l.name).Str("event_id", ev.EventID).Msg("an event of the endpoint's backlog is no longer " +
+					"in outbox_events (deleted by hand?); it cannot be delivered and is skipped")
+				continue
+			}
+			ev.Message.Sequence = envelope.Sequence(uint64(ev.Pos.LSN), ev.Pos.Idx)
+			if tx == nil || tx.CommitLSN != ev.Pos.LSN {
+				tx = &cdc.Tx{CommitLSN: ev.Pos.LSN} // for the log lines; it settles against its page, not the stream
+			}
+			it := e.newItem(ev.Message, tx, kindBacklog)
+			it.attempt, it.mark, it.page = ev.Attempts, ev.Mark, pg
+			pg.left++
+			b.inMem++
+			if !l.add(it) {
+				parked = append(parked, it)
+			}
+		}
+		e.parkNow(l, parked, func() {})
+	})
+}
+
+// trim deletes the pages read whose events are all settled, oldest first; it reports whether it
+// started to.
+func (e *engine) trim(l *lane) bool {
+	b := &l.bl
+	n := 0
+	var upTo store.BacklogPos
+	for n < len(b.pages) && b.pages[n].left <= 0 {
+		upTo = b.pages[n].high
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	b.busy = true
+	id, bl := l.id, e.cfg.backlog
+	e.do("delete delivered entries of an endpoint's backlog", true, func(ctx context.Context) (any, error) {
+		return bl.Trim(ctx, id, upTo)
+	}, func(v any, _ error) {
+		b.busy = false
+		gone, _ := v.(int64)
+		e.tracef("trimmed %s up to %v: %d", l.name, upTo, gone)
+		if len(b.pages) >= n && b.pages[n-1].high == upTo { // not read again from the start meanwhile
+			b.pages = b.pages[n:]
+		}
+		b.entries = max(b.entries-gone, 0)
+		e.backlogStep(l)
+	})
+	return true
+}
+
+// rejoin makes the lane take the live stream again once it read everything written to its
+// backlog and its last attempt succeeded: the events spilled and not written yet, all after
+// what it read, are queued behind it.
+func (e *engine) rejoin(l *lane) {
+	b := &l.bl
+	if !b.on || !l.active || b.busy || b.live > 0 || !b.short || b.read.Less(b.written) || l.health.Failing() {
+		return
+	}
+	b.on = false
+	its := b.buf
+	b.buf = nil
+	e.tracef("rejoin %s: %d spilled (read %v written %v)", l.name, len(its), b.read, b.written)
+	var parked []*item
+	for _, it := range its {
+		if !l.add(it) {
+			parked = append(parked, it) // its aggregate was parked meanwhile: parked as a live event is
+		}
+	}
+	e.parkNow(l, parked, func() {})
+	e.log.Info().Str("lane", l.name).Int("queued", len(its)).Msg("endpoint caught up with its backlog; it takes the live stream again")
+}
+
+// dropBacklog forgets the backlog of a removed lane: the events spilled and not written are
+// settled without being sent, and the entries are deleted.
+func (e *engine) dropBacklog(l *lane) {
+	bl := e.cfg.backlog
+	if bl == nil {
+		return
+	}
+	b := &l.bl
+	b.removed, b.on = true, false
+	its := b.buf
+	b.buf, b.pages, b.inMem, b.entries = nil, nil, 0, 0
+	for _, it := range its {
+		e.settle(l, it)
+	}
+	id := l.id
+	e.holdWrite("drop a removed endpoint's backlog", func(ctx context.Context) error { return bl.Drop(ctx, id) }, nil)
+}
+
+// resyncBacklogs makes the lanes follow the backlogs as they are now, at the start of a new
+// streaming session: another relay that led the slot meanwhile may have spilled an endpoint
+// this one delivers live (such a lane spills what it holds: its backlog comes first in stream
+// order, and reads the backlog), or delivered, deleted or dropped (a removal) what this one
+// read of a backlog (each lane reads its backlog again: reread).
+func (e *engine) resyncBacklogs(then func()) {
+	bl := e.cfg.backlog
+	if bl == nil {
+		then()
+		return
+	}
+	e.hold("read the endpoints' backlogs", func(ctx context.Context) (any, error) { return bl.Sizes(ctx) }, func(v any) {
+		sizes := v.(map[string]store.BacklogSize)
+		for _, l := range e.lanes {
+			e.reread(l)
+		}
+		for _, id := range sortedIDs(sizes) {
+			l, sz := e.byID[id], sizes[id]
+			if l == nil && e.ep != nil && sz.Entries > 0 { // an endpoint created later in the stream
+				if e.ep.backlogs == nil {
+					e.ep.backlogs = map[string]store.BacklogSize{}
+				}
+				e.ep.backlogs[id] = sz
+			}
+			if l == nil || sz.Entries == 0 {
+				continue
+			}
+			on := l.bl.on
+			if !on {
+				e.spill(l, "another relay spilled it while it led the slot", false)
+			}
+			if l.bl.written.Less(sz.Last) {
+				l.bl.written, l.bl.short = sz.Last, false
+			}
+			l.bl.entries = sz.Entries
+			if !on && !l.active { // disabled: it reads the backlog from its start once enabled
+				l.bl.on = true
+			}
+		}
+		then()
+	})
+}
+
+// reread forgets what l read of its backlog and has not started, to read it again from its
+// start: another relay that led the slot meanwhile may have delivered and deleted those entries,
+// or dropped the backlog with a removal of the endpoint and delivered its later events; sent
+// now, they would go out after those. What is under way finishes (at worst a duplicate).
+func (e *engine) reread(l *lane) {
+	b := &l.bl
+	if len(b.pages) == 0 && !b.busy {
+		return
+	}
+	its := l.takeOut(func(it *item) bool { return it.kind != kindBacklog })
+	e.tracef("reread %s: %d dropped", l.name, len(its))
+	b.reads++
+	b.read, b.pages, b.inMem, b.short = store.BacklogPos{}, nil, 0, false
+	e.wake(l)
+}

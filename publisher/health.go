@@ -1,0 +1,185 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/health"
+	"github.com/outbox-relay/outbox-relay/store"
+)
+
+// An endpoint's health (internal/health tracks it): its circuit breaker, how long it has been
+// failing, its auto-disable once that lasts DisableAfter, and its transitions (circuit opened,
+// recovered, disabled), each a log line, a count in outbox_relay_endpoint_transitions_total and,
+// for disabled and recovered, an EndpointEvent for the operator (FanoutConfig.Notify).
+//
+// When the run of failures began (failing_since) is saved with the endpoint's status and read
+// back at start, so that a relay restarted during a five-day outage disables the endpoint five
+// days after it began failing, not five days after the restart.
+
+// The EndpointEvent types.
+const (
+	EventEndpointDisabled  = "endpoint.disabled"
+	EventEndpointRecovered = "endpoint.recovered"
+)
+
+// EndpointEvent is an operational event about an endpoint, for the operator's webhook.
+type EndpointEvent struct {
+	// Type is EventEndpointDisabled (disabled automatically: it failed for DisableAfter, or
+	// answered 410 Gone) or EventEndpointRecovered (an attempt succeeded after its circuit
+	// breaker had opened).
+	Type               string
+	Pipeline, Endpoint string
+	// Reason is the disable's reason (disabled only).
+	Reason string
+	// LastError is the last failed attempt's error.
+	LastError string
+	// FailingSince is when the run of failures began (zero: unknown, a 410 at once).
+	FailingSince time.Time
+	// At is when it was disabled, or recovered.
+	At time.Time
+	// Failures is how many attempts failed in the run (as this relay counted them since it
+	// started).
+	Failures int
+}
+
+// transitions reports what an attempt's outcome changed in l's health.
+func (e *engine) transitions(l *lane, ch health.Change) {
+	st := l.health.Status()
+	if ch.Opened && l.breaker {
+		e.log.Warn().Str("lane", l.name).Int("failures_in_row", st.FailuresInRow).Str("last_error", st.LastError).
+			Msg("endpoint keeps failing: its circuit breaker opened, it is probed with one attempt at a time, " +
+				"1s apart doubling up to a minute, until one succeeds; its events wait, their attempts not counted")
+	}
+	if ch.Closed && l.breaker {
+		e.log.Info().Str("lane", l.name).Msg("endpoint recovered: its circuit breaker closed, deliveries resume at full rate")
+	}
+	if e.tm == nil || l == e.single {
+		return
+	}
+	if ch.FirstOpen {
+		e.tm.opened.Inc()
+	}
+	if ch.Recovered {
+		e.tm.recovered.Inc()
+		e.notify(EndpointEvent{Type: EventEndpointRecovered, Pipeline: e.cfg.pipeline, Endpoint: l.id,
+			FailingSince: ch.FailingSince, At: e.now, Failures: ch.Failures})
+	}
+}
+
+// housekeep checks the endpoints' health, saves their status, rebuilds the destinations whose
+// secret expired and prunes the versions log; it runs every StatusInterval.
+func (e *engine) housekeep() {
+	e.checkHealth()
+	e.saveStatus()
+	for _, l := range e.lanes {
+		if l.active && !l.rebuildAt.IsZero() && !e.now.Before(l.rebuildAt) {
+			e.rebuild(l)
+		}
+	}
+	if e.cfg.confirmed != nil && e.now.Sub(e.pruned) > time.Minute {
+		e.pruned = e.now
+		confirmed, ep := e.cfg.confirmed(), e.cfg.endpoints
+		e.bestEffort("prune the endpoint versions", func(ctx context.Context) error { return ep.Prune(ctx, confirmed) })
+	}
+	e.after(e.now.Add(e.cfg.statusInterval), e.housekeep)
+}
+
+// checkHealth disables the endpoints that have been failing for DisableAfter (an open breaker
+// attempts rarely, and a relay that restarted may attempt nothing before the time is up).
+func (e *engine) checkHealth() {
+	for _, l := range e.lanes {
+		if !l.active || !l.health.DisableDue(e.now, e.cfg.disableAfter, l.paused) {
+			continue
+		}
+		st := l.health.Status()
+		lastError := st.LastError
+		if lastError == "" {
+			lastError = "none seen since the relay started"
+		}
+		reason := fmt.Sprintf("failing for %s (since %s; endpoint_disable_after %s); last error: %s",
+			e.now.Sub(st.FailingSince).Round(time.Second), st.FailingSince.UTC().Format(time.RFC3339), e.cfg.disableAfter, lastError)
+		id, disable := l.id, e.cfg.disable
+		e.do("disable an endpoint that keeps failing", false, func(ctx context.Context) (any, error) {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return nil, disable(ctx, id, reason)
+		}, func(_ any, err error) {
+			if err != nil {
+				l.health.DisableFailed() // tried again at the next check
+				e.log.Warn().Err(err).Str("endpoint", id).Msg("disabling an endpoint that keeps failing failed; retried shortly")
+				return
+			}
+			e.log.Warn().Str("endpoint", id).Time("failing_since", st.FailingSince).Int("failures", st.FailuresInRow).
+				Str("last_error", lastError).
+				Msg("endpoint disabled automatically: it failed for endpoint_disable_after; fix it, then `outbox-relay endpoint enable`")
+			e.disabled(l, reason, lastError, st)
+		})
+	}
+}
+
+// disabledGone reports an endpoint that answered 410 Gone and whose disable is recorded.
+func (e *engine) disabledGone(l *lane, reason string) {
+	e.log.Warn().Str("endpoint", l.id).Str("reason", reason).
+		Msg("endpoint disabled automatically: it answered 410 Gone; `outbox-relay endpoint enable` once it is back")
+	e.disabled(l, reason, reason, l.health.Status())
+}
+
+func (e *engine) disabled(l *lane, reason, lastError string, st health.Status) {
+	e.tm.disabled.Inc()
+	e.notify(EndpointEvent{Type: EventEndpointDisabled, Pipeline: e.cfg.pipeline, Endpoint: l.id, Reason: reason,
+		LastError: lastError, FailingSince: st.FailingSince, At: e.now, Failures: st.FailuresInRow})
+}
+
+// notify hands ev to the operator's webhook, if any (Notify does not block).
+func (e *engine) notify(ev EndpointEvent) {
+	if e.cfg.notify != nil {
+		e.cfg.notify(ev)
+	}
+}
+
+// laneStatus is what was last saved of a lane's status.
+type laneStatus struct {
+	saved   store.EndpointStatus
+	unsaved bool // the last save failed
+}
+
+// status returns l's status now.
+func (e *engine) status(l *lane) store.EndpointStatus {
+	h := l.health.Status()
+	st := store.EndpointStatus{ID: l.id, FailingSince: h.FailingSince, LastSuccess: h.LastSuccess, LastError: h.LastError,
+		LastErrorAt: h.LastErrorAt, FailuresInRow: h.FailuresInRow}
+	if l.active {
+		n, oldest := l.undelivered()
+		st.Undelivered, st.OldestUndelivered = int64(n), oldest
+	}
+	return st
+}
+
+// saveStatus stores the status of the endpoints whose status changed since the last save, and
+// the heartbeat (endpoint id ""), written at every save, so that `status --endpoints` tells a
+// stopped relay from one whose endpoints have nothing new to report.
+func (e *engine) saveStatus() {
+	var out []store.EndpointStatus
+	var saved []*lane
+	for _, l := range e.lanes {
+		st := e.status(l)
+		if l.status.unsaved || st != l.status.saved {
+			l.status.saved, l.status.unsaved = st, false
+			out, saved = append(out, st), append(saved, l)
+		}
+	}
+	out = append(out, store.EndpointStatus{})
+	ep := e.cfg.endpoints
+	e.do("save the endpoints' status", false, func(ctx context.Context) (any, error) { return nil, ep.SaveStatus(ctx, out) },
+		func(_ any, err error) {
+			if err == nil {
+				return
+			}
+			e.log.Warn().Err(err).Int("endpoints", len(out)).Msg("saving the endpoints' status failed; retried at the next interval")
+			for _, l := range saved {
+				l.status.unsaved = true
+			}
+		})
+}

@@ -1,0 +1,524 @@
+package publisher
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/store"
+)
+
+// intake is where transactions from the stream wait to be queued, and how far the one being
+// queued got. It goes strictly in stream order: an event, or a control record at its place among
+// the events, is taken only once what came before it is done with, which may mean waiting for a
+// store operation (held: a park, a replay's read, an endpoint version recorded) or a condition
+// (until: a replay --since page settled, a backfill page delivered). Meanwhile nothing behind it
+// is queued; the stream stops reading once the tracker's buffer is full.
+type intake struct {
+	txs     []*cdc.Tx // received, not taken yet
+	cur     *cdc.Tx   // being queued
+	next    int       // its next event
+	ctl     int       // its next control record
+	steps   []func()  // work to do before the next event (the start's reads, a replay's steps)
+	held    int       // store operations it waits for
+	until   func() bool
+	then    func()
+	parking []parked // events of parked aggregates met since the last write of them
+
+	session     uint64                      // the streaming session of the last transaction taken
+	lastCommit  pglogrepl.LSN               // the commit of the last transaction taken from the stream
+	catching    bool                        // catching up with a new session (followSession)
+	from        pglogrepl.LSN               // the slot's confirmed position as the last new session started
+	resume      bool                        // skip what an earlier process delivered (Resume)
+	checked     map[*cdc.Tx]map[string]bool // resent transactions checked: what they hold delivered
+	doneSession uint64                      // the session that found nothing more to skip
+}
+
+type parked struct {
+	l  *lane
+	it *item
+}
+
+// offer takes a transaction from the stream.
+func (e *engine) offer(tx *cdc.Tx, now time.Time) {
+	e.now = now
+	e.in.txs = append(e.in.txs, tx)
+	e.pump()
+}
+
+// first puts steps before the intake's other work, in their order.
+func (e *engine) first(steps ...func()) {
+	e.in.steps = append(steps, e.in.steps...)
+}
+
+// hold runs a durable store operation that the intake waits for; then is called with its result.
+func (e *engine) hold(what string, run func(context.Context) (any, error), then func(any)) {
+	e.in.held++
+	e.do(what, true, run, func(v any, _ error) {
+		e.in.held--
+		then(v)
+	})
+}
+
+// holdWrite is hold for a write.
+func (e *engine) holdWrite(what string, run func(context.Context) error, then func()) {
+	e.hold(what, func(ctx context.Context) (any, error) { return nil, run(ctx) }, func(any) {
+		if then != nil {
+			then()
+		}
+	})
+}
+
+// waitUntil makes the intake wait until cond holds, then do then.
+func (e *engine) waitUntil(cond func() bool, then func()) {
+	e.in.until, e.in.then = cond, then
+}
+
+// pumpIntake queues as much as it may.
+func (e *engine) pumpIntake() {
+	in := &e.in
+	for !e.stopping && in.held == 0 {
+		switch {
+		case in.until != nil:
+			if !in.until() {
+				return
+			}
+			then := in.then
+			in.until, in.then = nil, nil
+			then()
+		case len(in.steps) > 0:
+			s := in.steps[0]
+			in.steps[0] = nil
+			in.steps = in.steps[1:]
+			s()
+		case !e.queueNext():
+			return
+		}
+	}
+}
+
+// queueNext takes the next event or control record of the stream, and reports false when it
+// has none.
+func (e *engine) queueNext() bool {
+	in := &e.in
+	if in.cur == nil {
+		if len(in.txs) == 0 {
+			return false
+		}
+		tx := in.txs[0]
+		if e.resumeActive(tx) && in.checked[tx] == nil {
+			e.checkResent()
+			return true
+		}
+		in.txs[0] = nil
+		in.txs = in.txs[1:]
+		in.cur, in.next, in.ctl = tx, 0, 0
+		if !tx.Backfill {
+			e.begin(tx.Session, func(pglogrepl.LSN) pglogrepl.LSN { return tx.CommitLSN }, nil)
+			in.lastCommit = tx.CommitLSN
+		}
+		return true
+	}
+	tx := in.cur
+	switch {
+	case in.ctl < len(tx.Controls) && tx.Controls[in.ctl].At <= in.next:
+		if !e.flushParked() {
+			c := &tx.Controls[in.ctl]
+			in.ctl++
+			e.control(tx, c)
+		}
+	case in.next < len(tx.Events):
+		m := tx.Events[in.next]
+		in.next++
+		e.queueEvent(tx, m, in.checked[tx][m.ID])
+	case !e.flushParked():
+		delete(in.checked, tx)
+		in.cur = nil
+	}
+	return true
+}
+
+// begin prepares the lanes for a transaction of a streaming session, then calls done (if not
+// nil); at is where the engine's intake stands in the stream, given the slot's confirmed
+// position as the session started. In a new session, another relay may have led the slot since
+// this one received what it holds (this process stood by, or lost its connection): what the slot
+// confirmed meanwhile is dropped (dropConfirmed), the endpoints are brought up to date with the
+// versions log as of the intake's place (another relay may have pruned the log up to the slot's
+// position), and the lanes with the backlogs and the parked aggregates. Then the endpoint
+// versions committed before the intake's place apply.
+func (e *engine) begin(session uint64, at func(from pglogrepl.LSN) pglogrepl.LSN, done func()) {
+	if session <= e.in.session { // this session's, or one received before it caught up
+		if e.ep != nil {
+			e.ep.applyPending(at(0))
+		}
+		if done != nil {
+			done()
+		}
+		return
+	}
+	var from pglogrepl.LSN
+	if e.cfg.slot != nil {
+		from = e.cfg.slot.SessionFrom()
+	}
+	e.in.from = max(e.in.from, from)
+	e.dropConfirmed()
+	lsn := at(from)
+	then := func() {
+		e.in.session = session
+		e.begin(session, func(pglogrepl.LSN) pglogrepl.LSN { return lsn }, done)
+	}
+	if e.ep != nil {
+		e.ep.resync(lsn, func() { e.resyncBacklogs(func() { e.resyncParked(then) }) })
+	} else {
+		e.resyncBacklogs(func() { e.resyncParked(then) })
+	}
+}
+
+// settledElsewhere reports whether the slot's position moved past tx, which this process
+// received in an earlier streaming session, while another relay led the slot (dropConfirmed).
+func (e *engine) settledElsewhere(tx *cdc.Tx) bool { return !tx.Backfill && tx.EndLSN <= e.in.from }
+
+// dropConfirmed settles, unsent, the streamed events and control records this process holds at
+// or before the slot's position as its new streaming session started (settledElsewhere): the slot can
+// only have moved past them while another relay led it, which settled them (delivered them,
+// wrote them to a backlog or a dead letter, or dropped them with a disable). Sent now, they could
+// go out after later events that relay delivered; their endpoint changes recorded now could
+// bring back what it removed from the versions log since (Prune). What is under way finishes.
+func (e *engine) dropConfirmed() {
+	in := &e.in
+	old := func(tx *cdc.Tx) bool { return tx != nil && e.settledElsewhere(tx) }
+	n := 0
+	ackRest := func(tx *cdc.Tx, next, ctl int) {
+		for _, m := range tx.Events[next:] {
+			e.acker.Ack(tx, m)
+			n++
+		}
+		for range tx.Controls[ctl:] {
+			e.acker.AckControl(tx)
+			n++
+		}
+	}
+	if old(in.cur) {
+		ackRest(in.cur, in.next, in.ctl)
+		in.next, in.ctl = len(in.cur.Events), len(in.cur.Controls)
+	}
+	keep := in.txs[:0]
+	for _, tx := range in.txs {
+		if old(tx) {
+			ackRest(tx, 0, 0)
+			delete(in.checked, tx)
+		} else {
+			keep = append(keep, tx)
+		}
+	}
+	clear(in.txs[len(keep):])
+	in.txs = keep
+	parking := in.parking[:0]
+	for _, p := range in.parking {
+		if old(p.it.tx) {
+			e.settle(p.l, p.it)
+			n++
+		} else {
+			parking = append(parking, p)
+		}
+	}
+	in.parking = parking
+	stale := func(it *item) bool { return it.kind == kindLive && old(it.tx) }
+	for _, l := range e.lanes {
+		for _, it := range l.takeOut(func(it *item) bool { return !stale(it) }) {
+			e.settle(l, it)
+			n++
+		}
+		buf := l.bl.buf[:0]
+		for _, it := range l.bl.buf {
+			if stale(it) {
+				e.settle(l, it)
+				n++
+			} else {
+				buf = append(buf, it)
+			}
+		}
+		l.bl.buf = buf
+	}
+	if n > 0 {
+		e.tracef("drop confirmed up to %s: %d", in.from, n)
+		e.log.Info().Int("events", n).Str("confirmed", in.from.String()).
+			Msg("another relay led the slot while this one was cut off from it, and settled events this one held; they are not sent again")
+	}
+}
+
+// resyncParked parks here the aggregates another relay parked while it led the slot (a dead
+// letter it wrote), then calls then: what a lane holds of them is parked behind (the intake
+// waits for those writes), as what arrives later.
+func (e *engine) resyncParked(then func()) {
+	read := func(ctx context.Context) (any, error) {
+		if e.ep != nil {
+			return e.cfg.endpoints.Parked(ctx)
+		}
+		if e.single.store == nil {
+			return map[string][]store.Aggregate{}, nil
+		}
+		aggs, err := e.single.store.Parked(ctx)
+		return map[string][]store.Aggregate{"": aggs}, err
+	}
+	e.hold("read the parked aggregates", read, func(v any) {
+		parked := v.(map[string][]store.Aggregate)
+		for _, id := range sortedIDs(parked) {
+			l := e.byID[id]
+			if l == nil || !l.active {
+				continue // parked when it starts (setParked)
+			}
+			// A replay under way is given up: another relay may have parked more events of its
+			// aggregate since it read them, which its end (Unpark) would forget. The aggregate
+			// is parked again, for a replay to come.
+			news := map[cdc.Aggregate]bool{}
+			for k := range l.replaying {
+				news[k], l.parked[k] = true, true
+			}
+			if len(news) > 0 {
+				e.log.Warn().Str("lane", l.name).Int("aggregates", len(news)).Msg("a replay under way was given up, since another " +
+					"relay led the slot meanwhile and may have parked more of its events; its aggregates stay parked: replay them again")
+			}
+			clear(l.replaying)
+			l.replays++
+			for _, a := range parked[id] {
+				if k := cdc.Aggregate(a); !l.parked[k] {
+					news[k], l.parked[k] = true, true
+				}
+			}
+			if len(news) == 0 {
+				continue
+			}
+			e.tracef("parked by another relay %s %d", l.name, len(news))
+			e.m.ParkedAggregates.Add(float64(len(news)))
+			e.in.held++
+			e.parkNow(l, l.takeOut(func(it *item) bool { return !news[it.key()] }), func() { e.in.held-- })
+		}
+		then()
+	})
+}
+
+// delivering reports whether the engine may start attempts: while its stream holds the slot in
+// the session of the transactions it took (or before it took any). A relay cut off from the slot
+// starts none of what it holds: another relay takes the slot over, gets those events again from
+// the slot's confirmed position and delivers them in their order, or drops them with a disable
+// it applies (sent late by this one, they would go out after later events). When its stream
+// holds the slot again, it catches up with what the other relay did (followSession, begin), then
+// goes on. (An attempt started before the relay learns it lost the slot may still land late: a
+// relay learns it only when its replication connection fails.)
+func (e *engine) delivering() bool {
+	if e.cfg.slot == nil || e.in.session == 0 {
+		return true
+	}
+	return e.cfg.slot.Session() == e.in.session
+}
+
+// followSession catches up with a new streaming session at once, as its first transaction
+// would (begin), without waiting for the intake to reach it: transactions received before it
+// may still wait for deliveries (a replay's page, a full buffer), which wait for it. The catch-up
+// comes first, before what the intake waits for or does next: it is as of the intake's place
+// (before the transaction being queued, or after the last one).
+func (e *engine) followSession() {
+	in := &e.in
+	if e.cfg.slot == nil || in.session == 0 || in.held > 0 || in.catching {
+		return
+	}
+	s := e.cfg.slot.Session()
+	if s == 0 || s <= in.session {
+		return
+	}
+	e.tracef("follow session %d", s)
+	until, then := in.until, in.then
+	in.until, in.then, in.catching = nil, nil, true
+	e.begin(s, func(from pglogrepl.LSN) pglogrepl.LSN {
+		if in.cur != nil && in.next+in.ctl < len(in.cur.Events)+len(in.cur.Controls) {
+			return in.cur.CommitLSN // in the middle of it
+		}
+		return max(in.lastCommit+1, from+1)
+	}, func() { in.until, in.then, in.catching = until, then, false })
+}
+
+// queueEvent routes m of tx to its lanes (an event an earlier process delivered is settled as
+// it is).
+func (e *engine) queueEvent(tx *cdc.Tx, m *envelope.Message, delivered bool) {
+	if delivered {
+		e.tracef("skip %s: delivered", m.ID)
+		e.m.EventsSkipped.Inc()
+		e.acker.Ack(tx, m)
+		return
+	}
+	lanes := e.routeTo(m)
+	if e.cfg.trace != nil {
+		var names []string
+		for _, l := range lanes {
+			names = append(names, l.id)
+		}
+		e.tracef("route %s %v", m.ID, names)
+	}
+	e.send(tx, m, lanes, kindLive)
+}
+
+// send hands m to each of lanes, which it routes to. An event that routes to none is settled
+// (and marked) at once.
+func (e *engine) send(tx *cdc.Tx, m *envelope.Message, lanes []*lane, kind itemKind) {
+	switch len(lanes) {
+	case 0:
+		if e.marks != nil {
+			e.marks.Done(m.ID, m.Sequence, 0) // nobody is subscribed: settled as it is
+		}
+		if kind != kindBackfill {
+			e.acker.Ack(tx, m)
+		}
+		return
+	case 1:
+	default:
+		e.fan[m] = &fanCount{routes: len(lanes)}
+		if kind != kindBackfill {
+			extra := make([]*envelope.Message, len(lanes)-1)
+			for i := range extra {
+				extra[i] = m
+			}
+			e.acker.Grow(tx, extra)
+		}
+	}
+	for _, l := range lanes {
+		e.queueIn(l, e.newItem(m, tx, kind))
+	}
+}
+
+func (e *engine) newItem(m *envelope.Message, tx *cdc.Tx, kind itemKind) *item {
+	e.seq++
+	return &item{m: m, tx: tx, kind: kind, seq: e.seq, at: e.now}
+}
+
+// queueIn queues it in l: a streamed event of a lane that spills goes to its backlog instead,
+// and one of a parked aggregate is parked (written with the others met before the intake's
+// next control record, see flushParked).
+func (e *engine) queueIn(l *lane, it *item) {
+	switch {
+	case l.bl.on && it.kind == kindLive:
+		l.bl.buf = append(l.bl.buf, it)
+	case !l.add(it):
+		e.in.parking = append(e.in.parking, parked{l, it})
+	}
+}
+
+// flushParked writes the events of parked aggregates met so far, lane by lane, and settles them
+// once written; it reports whether there were any (the intake then waits for the writes).
+func (e *engine) flushParked() bool {
+	ps := e.in.parking
+	if len(ps) == 0 {
+		return false
+	}
+	e.in.parking = nil
+	for len(ps) > 0 {
+		l := ps[0].l
+		var its []*item
+		rest := ps[:0]
+		for _, p := range ps {
+			if p.l == l {
+				its = append(its, p.it)
+			} else {
+				rest = append(rest, p)
+			}
+		}
+		ps = rest
+		e.in.held++
+		e.parkNow(l, its, func() { e.in.held-- })
+	}
+	return true
+}
+
+// control carries out a control record of tx at its place in the stream.
+func (e *engine) control(tx *cdc.Tx, c *cdc.Control) {
+	switch {
+	case c.Endpoint != nil && e.ep != nil:
+		e.ep.change(tx, c.Endpoint)
+	case c.Replay != nil:
+		l := e.replayLane(c.Replay)
+		switch {
+		case l == nil:
+			e.acker.AckControl(tx)
+		case c.Replay.SinceRequest != 0:
+			e.replaySince(l, tx, c.Replay.SinceRequest)
+		default:
+			e.replay(l, tx, c.Replay.Aggregates)
+		}
+	default:
+		e.acker.AckControl(tx) // a kind this pipeline does not act on
+	}
+}
+
+// Resume skips events that another session delivered but had not confirmed when it ended: a
+// killed relay, the leader before a failover, or this process before the server's crash restart
+// moved the slot back. The server resends everything after the slot's confirmed position, and
+// the status marks say which of those rows already got a 2xx. Only transactions committed
+// before their streaming session started (cdc.Tx.Resent) are checked, and each session stops
+// checking at its first batch with nothing marked. It reduces duplicates; correctness never
+// depends on it (marks are written only after delivery, so a marked row was delivered).
+type Resume struct {
+	// Delivered returns which of ids are marked delivered.
+	Delivered func(ctx context.Context, ids []string) (map[string]bool, error)
+	// Batch is the most events checked per query. If zero, 1000.
+	Batch int
+}
+
+// resumeActive reports whether tx may hold events an earlier process delivered.
+func (e *engine) resumeActive(tx *cdc.Tx) bool {
+	return e.in.resume && tx.Resent && tx.Session != e.in.doneSession
+}
+
+// checkResent looks up which events of the resent transactions waiting (up to the batch size)
+// an earlier process delivered; the intake waits for the answer. A lookup that fails delivers
+// them again: duplicates are allowed, loss is not.
+func (e *engine) checkResent() {
+	limit := e.cfg.resume.Batch
+	if limit <= 0 {
+		limit = 1000
+	}
+	var check []*cdc.Tx
+	var ids []string
+	for _, tx := range e.in.txs {
+		if !e.resumeActive(tx) || len(check) > 0 && len(ids) >= limit {
+			break
+		}
+		check = append(check, tx)
+		for _, m := range tx.Events {
+			ids = append(ids, m.ID)
+		}
+	}
+	if e.in.checked == nil {
+		e.in.checked = map[*cdc.Tx]map[string]bool{}
+	}
+	record := func(seen map[string]bool) {
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		for _, tx := range check {
+			e.in.checked[tx] = seen
+		}
+	}
+	if len(ids) == 0 {
+		// Only control records: they say nothing about whether later transactions were
+		// delivered, so the checks go on.
+		record(nil)
+		return
+	}
+	delivered := e.cfg.resume.Delivered
+	e.in.held++
+	e.do("look up what an earlier process delivered", false, func(ctx context.Context) (any, error) {
+		return delivered(ctx, ids)
+	}, func(v any, err error) {
+		e.in.held--
+		seen, _ := v.(map[string]bool)
+		if err != nil {
+			seen = nil
+		} else if len(seen) == 0 {
+			e.in.doneSession = check[len(check)-1].Session
+		}
+		record(seen)
+	})
+}

@@ -1,0 +1,282 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/store"
+)
+
+// The simulation's invariants, as the torture checks them, per (event, endpoint) pair ("" is
+// the one destination of a pipeline without endpoints), from the endpoint's version at the
+// event's commit (an endpoint change applies at its place in commit order):
+//
+//   - nothing lost: every pair routed at commit (enabled or paused, and subscribed) is delivered
+//     by the end, unless a later disable or removal of the endpoint let the relay abandon it;
+//   - nothing outside its subscription: no delivery of a pair that was not routed at commit;
+//   - order: per (endpoint, aggregate), first deliveries in commit order (duplicates allowed);
+//   - confirm: the slot's confirmed position never passes a transaction with a pair that is
+//     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later disable or
+//     removal excusing it);
+//   - nothing stranded: once the workload ends, the destinations recover, disabled endpoints are
+//     enabled and parked aggregates replayed, everything settles: the slot confirms the whole
+//     log, no lane holds an event, no backlog holds an entry, nothing is parked.
+
+type pairKey struct{ endpoint, id string }
+
+// delivered records that a destination applied event id.
+func (w *world) delivered(ep, id string) {
+	w.deliveries = append(w.deliveries, delivery{endpoint: ep, id: id, at: w.now})
+	if w.got == nil {
+		w.got = map[pairKey]bool{}
+	}
+	w.got[pairKey{ep, id}] = true
+	w.tracef("delivered %q %s", ep, id)
+}
+
+// position is an event's place in the stream: backfill events (no transaction) first.
+func (w *world) position(ev *eventInfo) store.BacklogPos {
+	if ev.tx == nil {
+		return store.BacklogPos{Idx: ev.idx}
+	}
+	return store.BacklogPos{LSN: ev.tx.commit, Idx: ev.idx}
+}
+
+// stateAt returns endpoint id's row at the event's place in the stream (nil: it did not exist).
+func (w *world) stateAt(id string, ev *eventInfo) *endpoint.Row {
+	var row *endpoint.Row
+	pos := w.position(ev)
+	for _, c := range w.eps.history {
+		if c.id == id && (c.commit < pos.LSN || c.commit == pos.LSN && c.at <= pos.Idx || c.commit == 0) {
+			row = c.row
+		}
+	}
+	return row
+}
+
+// routed reports whether ev went to endpoint id at its commit.
+func (w *world) routed(id string, ev *eventInfo) bool {
+	if w.eps == nil {
+		return id == ""
+	}
+	row := w.stateAt(id, ev)
+	return row != nil && row.State != endpoint.Disabled && row.Subscribed(ev.m.TenantID, ev.m.EventType, ev.m.AggregateType)
+}
+
+// excused reports whether a disable or removal of endpoint id was committed after ev.
+func (w *world) excused(id string, ev *eventInfo) bool {
+	if w.eps == nil {
+		return false
+	}
+	pos := w.position(ev)
+	for _, c := range w.eps.history {
+		if c.id == id && (c.commit > pos.LSN || c.commit == pos.LSN && c.at > pos.Idx) &&
+			(c.row == nil || c.row.State == endpoint.Disabled) {
+			return true
+		}
+	}
+	return false
+}
+
+// endpointIDs are every endpoint that ever existed ("" without endpoints).
+func (w *world) endpointIDs() []string {
+	if w.eps == nil {
+		return []string{""}
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, c := range w.eps.history {
+		if !seen[c.id] {
+			seen[c.id] = true
+			ids = append(ids, c.id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func laneName(id string) string {
+	if id == "" {
+		return simPipeline
+	}
+	return simPipeline + "/" + id
+}
+
+// safe reports whether a pair's event is delivered or kept durably for the endpoint: in its
+// backlog, or dead-lettered (failed or parked) for its lane.
+func (w *world) safe(id string, ev *eventInfo, delivered map[pairKey]bool) bool {
+	if delivered[pairKey{id, ev.m.ID}] {
+		return true
+	}
+	ctx := context.Background()
+	pos := w.position(ev)
+	after := store.BacklogPos{LSN: pos.LSN, Idx: pos.Idx - 1}
+	if pos.Idx == 0 {
+		after = store.BacklogPos{LSN: pos.LSN - 1, Idx: math.MaxInt32}
+	}
+	if es, _ := w.db.Backlog(simPipeline).Page(ctx, id, after, pos, 1); len(es) == 1 && es[0].EventID == ev.m.ID {
+		return true
+	}
+	ms, _ := w.db.Pipeline(laneName(id), w.eps != nil).Replayable(ctx, store.Aggregate{Type: ev.m.AggregateType, ID: ev.m.AggregateID}, 0)
+	for _, m := range ms {
+		if m.ID == ev.m.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// confirmStep sends the leader's status update: the slot confirms what its tracker says may be,
+// and every transaction passed now is checked.
+func (w *world) confirmStep() {
+	defer w.schedule(100*time.Millisecond, "confirm", w.confirmStep)
+	p := w.leader
+	if p == nil || !p.alive || !p.streaming {
+		return
+	}
+	c := p.tr.Confirmable()
+	if c <= w.slot {
+		return
+	}
+	w.slot = c
+	w.tracef("confirm %s", c)
+	delivered := w.deliveredSet()
+	for ; w.checked < len(w.wal) && w.wal[w.checked].end <= w.slot; w.checked++ {
+		tx := w.wal[w.checked]
+		for i, m := range tx.events {
+			ev := &eventInfo{m: m, tx: tx, idx: i}
+			for _, id := range w.endpointIDs() {
+				if w.routed(id, ev) && !w.excused(id, ev) && !w.safe(id, ev, delivered) {
+					w.failf("confirm: the slot confirmed %s past transaction %s whose event %s is neither delivered to %q nor "+
+						"in its backlog nor dead-lettered", w.slot, tx.commit, m.ID, id)
+				}
+			}
+		}
+	}
+}
+
+func (w *world) deliveredSet() map[pairKey]bool { return w.got }
+
+// settled reports whether everything settled after the workload ended.
+func (w *world) settled() bool { return w.unsettled(false) == "" }
+
+// pending says what is not settled yet ("" when everything is).
+func (w *world) pending() string { return w.unsettled(true) }
+
+// unsettled says what is not settled yet ("" when everything is); only whether, unless detail.
+func (w *world) unsettled(detail bool) string {
+	p := w.leader
+	switch {
+	case p == nil || !p.alive || !p.streaming:
+		return "no process leads the slot"
+	case len(w.wal) > 0 && w.slot < w.wal[len(w.wal)-1].end && !detail:
+		return "the slot is behind"
+	case len(w.wal) > 0 && w.slot < w.wal[len(w.wal)-1].end:
+		return fmt.Sprintf("the slot confirmed %s of %s (tracker: %d transactions outstanding; %s)", w.slot,
+			w.wal[len(w.wal)-1].end, p.tr.Outstanding(), p.e.describe())
+	case !p.marks.Flushed():
+		return "marks not written"
+	}
+	for _, l := range p.e.lanes {
+		// (A lane may still spill with nothing in its backlog: it rejoins the stream after its
+		// next success, which an idle endpoint does not have.)
+		if l.queued > 0 || len(l.bl.buf) > 0 {
+			return fmt.Sprintf("lane %s holds %d events, %d spilled, spilling %v", l.name, l.queued, len(l.bl.buf), l.bl.on)
+		}
+	}
+	ctx := context.Background()
+	ids := []string{""}
+	if w.eps != nil {
+		// A removed endpoint's dead letters stay, for `outbox-relay endpoint remove` to drop; so
+		// does what a relay cut off from the slot wrote to its backlog after the leader removed
+		// it, until a relay starts and drops it.
+		ids = w.eps.ids()
+	}
+	// An entry a relay wrote while cut off from the slot may stay behind the leader's back, but
+	// only for an event the endpoint got anyway (the leader had it from its own stream); it is
+	// delivered again once a relay starts (or streams again) and reads it.
+	delivered := w.deliveredSet()
+	w.stale = 0
+	for _, id := range ids {
+		es, _ := w.db.Backlog(simPipeline).Page(ctx, id, store.BacklogPos{}, store.BacklogPos{LSN: math.MaxUint64, Idx: math.MaxInt32}, 1<<20)
+		for _, en := range es {
+			if !delivered[pairKey{id, en.EventID}] {
+				return fmt.Sprintf("the backlog of %q holds event %s, not delivered", id, en.EventID)
+			}
+			w.stale++
+		}
+	}
+	for _, id := range ids {
+		if parked, _ := w.db.Pipeline(laneName(id), w.eps != nil).Parked(ctx); len(parked) > 0 {
+			return fmt.Sprintf("lane %s has parked aggregates %v", laneName(id), parked)
+		}
+	}
+	return ""
+}
+
+// checkEnd checks what was delivered once everything settled: nothing lost, nothing outside
+// its subscription, first deliveries in order.
+func (w *world) checkEnd() {
+	delivered := w.deliveredSet()
+	ids := make([]string, 0, len(w.events))
+	for id := range w.events {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		ev := w.events[id]
+		for _, ep := range w.endpointIDs() {
+			if w.routed(ep, ev) && !w.excused(ep, ev) && !delivered[pairKey{ep, id}] {
+				w.failf("lost: event %s (%s %s/%s at %v) was never delivered to %q", id, ev.m.EventType, ev.m.AggregateType,
+					ev.m.AggregateID, w.position(ev), ep)
+			}
+		}
+	}
+	type aggKey struct{ endpoint, agg string }
+	last := map[aggKey]store.BacklogPos{}
+	lastID := map[aggKey]string{}
+	first := map[pairKey]bool{}
+	for _, d := range w.deliveries {
+		ev := w.events[d.id]
+		if !w.routed(d.endpoint, ev) {
+			w.failf("outside: event %s (%s, tenant %q) delivered to %q, which it was not routed to at its commit %v",
+				d.id, ev.m.EventType, ev.m.TenantID, d.endpoint, w.position(ev))
+			continue
+		}
+		if first[pairKey{d.endpoint, d.id}] {
+			continue
+		}
+		first[pairKey{d.endpoint, d.id}] = true
+		k := aggKey{d.endpoint, ev.m.AggregateType + "/" + ev.m.AggregateID}
+		pos := w.position(ev)
+		if prev, ok := last[k]; ok && pos.Less(prev) {
+			w.failf("order: %q got event %s (%v) of %s after %s (%v)", d.endpoint, d.id, pos, k.agg, lastID[k], prev)
+		}
+		last[k], lastID[k] = pos, d.id
+	}
+	if len(w.fails) > 0 {
+		w.tracef("fails: %s", strings.Join(w.fails, "; "))
+	}
+}
+
+// describe says what the engine holds, for a failure message.
+func (e *engine) describe() string {
+	in := &e.in
+	var b strings.Builder
+	fmt.Fprintf(&b, "intake: %d waiting, held %d, until %v, %d steps, current %v; busy %d, runq %d, paused %v; now %s deadline %s",
+		len(in.txs), in.held, in.until != nil, len(in.steps), in.cur != nil, e.busy, len(e.runq), e.paused,
+		e.now.Format(time.StampMicro), e.deadline().Format(time.StampMicro))
+	for _, l := range e.lanes {
+		fmt.Fprintf(&b, "; lane %s: active %v paused %v gone %v queued %d ready %d formed %d busy %d/%d open %v spill %v buf %d live %d pages %d",
+			l.name, l.active, l.paused, l.gone, l.queued, l.ready.len(), len(l.formed), l.busy, l.maxInFlight, l.health.Open(),
+			l.bl.on, len(l.bl.buf), l.bl.live, len(l.bl.pages))
+		fmt.Fprintf(&b, " wakeAt %s limitUntil %s inRunq %v batching %+v startable %v", l.wakeAt.Format(time.StampMicro),
+			l.limitUntil.Format(time.StampMicro), l.inRunq, l.batching, l.startable())
+	}
+	return b.String()
+}

@@ -1,0 +1,227 @@
+package publisher
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/settings"
+)
+
+// Unit tests of the engine's parts that the simulation (sim_test.go) drives only as a whole:
+// the rate limit's window, the backoff, the config's zero values, a batch's split, a lane's
+// keyed queues and batch former.
+
+// No window of length per sees more than n starts, and a start is let through once the oldest
+// of the last n is a full window old (the positive control).
+func TestWindowLimiterBoundsEveryWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := newWindowLimiter(3, time.Second)
+	for i, ms := range []int{0, 100, 200} {
+		if wait := l.try(t0.Add(time.Duration(ms) * time.Millisecond)); wait != 0 {
+			t.Fatalf("start %d within the limit waits %s", i, wait)
+		}
+	}
+	if wait := l.try(t0.Add(300 * time.Millisecond)); wait != 700*time.Millisecond {
+		t.Fatalf("a 4th start in the window waits %s, want 700ms (until the 1st is a second old)", wait)
+	}
+	if wait := l.try(t0.Add(time.Second)); wait != 0 {
+		t.Fatalf("a start a second after the 1st waits %s", wait)
+	}
+	if wait := l.try(t0.Add(time.Second + 50*time.Millisecond)); wait != 50*time.Millisecond {
+		t.Fatalf("the next waits %s, want 50ms (until the 2nd is a second old)", wait)
+	}
+}
+
+func TestBackoffGrowsWithJitterUpToTheCap(t *testing.T) {
+	lo, hi := time.Second, 10*time.Minute
+	for n := 1; n <= 30; n++ {
+		base := min(lo<<min(n-1, 20), hi)
+		low, high := backoff(n, lo, hi, func() float64 { return 0 }), backoff(n, lo, hi, func() float64 { return 0.999999 })
+		if low != time.Duration(float64(base)*0.8) {
+			t.Fatalf("attempt %d: lowest %v, want 80%% of %v", n, low, base)
+		}
+		if want := min(time.Duration(float64(base)*1.199), hi); high > hi || high < want {
+			t.Fatalf("attempt %d: highest %v, want about 120%% of %v, at most %v", n, high, base, hi)
+		}
+	}
+}
+
+// A destination's asked delay (an HTTP Retry-After, as the webhook parses it) is taken as
+// asked up to RetryMax; without one, the backoff applies.
+func TestNextDelayTakesTheAskedDelayUpToTheCap(t *testing.T) {
+	lo, hi := time.Second, time.Minute
+	half := func() float64 { return 0.5 }
+	if d := nextDelay(1, 7*time.Second, lo, hi, half); d != 7*time.Second {
+		t.Fatalf("asked 7s: %v", d)
+	}
+	if d := nextDelay(1, time.Hour, lo, hi, half); d != hi {
+		t.Fatalf("not capped: %v", d)
+	}
+	if d := nextDelay(1, 0, lo, hi, half); d != lo {
+		t.Fatalf("no asked delay should fall back to the backoff: %v", d)
+	}
+}
+
+// A library caller's zero values mean what the CLI's and the pipelines file's defaults mean:
+// a batch lingers 5ms, MaxAttempts 0 is about a day of retries (5 for a shadow), and only a
+// negative value retries forever or sends at once.
+func TestZeroValuesAreTheSettingsDefaults(t *testing.T) {
+	var c Config
+	c.Batch.MaxEvents = 10
+	c.defaults()
+	if c.Batch.Linger != settings.BatchLinger || c.Batch.MaxBytes != settings.BatchMaxBytes {
+		t.Errorf("zero batch linger and max bytes = %s, %d; want %s, %d (as --batch-linger, --batch-max-bytes)",
+			c.Batch.Linger, c.Batch.MaxBytes, settings.BatchLinger, settings.BatchMaxBytes)
+	}
+	if want := settings.AttemptsForADay(settings.RetryMin, settings.RetryMax); c.MaxAttempts != want || want < 100 {
+		t.Errorf("zero MaxAttempts = %d; want about a day of retries, %d (as --max-attempts 0)", c.MaxAttempts, want)
+	}
+	if c.Pipeline != DefaultPipeline {
+		t.Errorf("zero Pipeline = %q", c.Pipeline)
+	}
+	for _, tc := range []struct {
+		name     string
+		in       Config
+		attempts int
+		linger   time.Duration
+	}{
+		{"shadow", Config{Shadow: true}, settings.ShadowMaxAttempts, settings.BatchLinger},
+		{"forever", Config{MaxAttempts: -1}, -1, settings.BatchLinger},
+		{"no linger", Config{MaxAttempts: 3, Batch: Batch{Linger: NoLinger}}, 3, NoLinger},
+	} {
+		tc.in.defaults()
+		if tc.in.MaxAttempts != tc.attempts || tc.in.Batch.Linger != tc.linger {
+			t.Errorf("%s: MaxAttempts %d, linger %s; want %d, %s", tc.name, tc.in.MaxAttempts, tc.in.Batch.Linger, tc.attempts, tc.linger)
+		}
+	}
+}
+
+// testLane is the one lane of an engine with no destination, at a fixed time.
+func testLane(t *testing.T, maxInFlight int, batching Batch) (*engine, *lane) {
+	t.Helper()
+	e := newEngine(engineConfig{pipeline: "p"}, zerolog.Nop(), newPublisherMetrics(nil), nopAcker{}, nil,
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), func() float64 { return 0.5 })
+	l := e.single
+	l.active, l.maxInFlight, l.batching, l.breaker = true, maxInFlight, batching, false
+	l.batching.defaults()
+	return e, l
+}
+
+type nopAcker struct{}
+
+func (nopAcker) Ack(*cdc.Tx, *envelope.Message)    {}
+func (nopAcker) AckControl(*cdc.Tx)                {}
+func (nopAcker) Grow(*cdc.Tx, []*envelope.Message) {}
+
+// queue adds events named like "a1" (aggregate a, its 1st event) to l, in this order.
+func queue(e *engine, l *lane, names ...string) {
+	for _, n := range names {
+		m := &envelope.Message{ID: n, AggregateType: "t", AggregateID: n[:1], Payload: []byte("{}")}
+		l.add(e.newItem(m, &cdc.Tx{}, kindLive))
+	}
+}
+
+func ids(b *batch) string {
+	if b == nil {
+		return "none"
+	}
+	s := ""
+	for _, it := range b.items {
+		s += it.m.ID + " "
+	}
+	return s
+}
+
+// Only an aggregate's head may start, one attempt per aggregate at a time; its next event
+// becomes startable once it is delivered. Aggregates go side by side up to the lane's cap.
+func TestLaneStartsOneHeadPerAggregateInOrder(t *testing.T) {
+	e, l := testLane(t, 2, Batch{})
+	queue(e, l, "a1", "a2", "b1", "c1")
+	first, second := l.take(), l.take()
+	if ids(first) != "a1 " || ids(second) != "b1 " {
+		t.Fatalf("took %s and %s, want a1 and b1", ids(first), ids(second))
+	}
+	if b := l.take(); b != nil {
+		t.Fatalf("took %s beyond the cap of 2", ids(b))
+	}
+	first.start()
+	l.finished(first)
+	l.done(first)
+	if b := l.take(); ids(b) != "c1 " {
+		t.Fatalf("after a1 was delivered took %s, want c1 (ready before a2)", ids(b))
+	}
+	if b := l.take(); b != nil {
+		t.Fatalf("took %s beyond the cap", ids(b))
+	}
+	second.start()
+	l.finished(second)
+	l.done(second)
+	if b := l.take(); ids(b) != "a2 " {
+		t.Fatalf("took %s, want a2 once a1 is delivered", ids(b))
+	}
+}
+
+// A batch takes each aggregate's queued events as a prefix, heads first, up to MaxEvents; an
+// aggregate is in one batch at a time.
+func TestLaneBatchesPrefixesOfEachAggregate(t *testing.T) {
+	e, l := testLane(t, 4, Batch{MaxEvents: 3, Linger: NoLinger})
+	queue(e, l, "a1", "a2", "b1", "b2", "c1")
+	if b := l.take(); ids(b) != "a1 b1 c1 " {
+		t.Fatalf("first batch %s, want the three heads", ids(b))
+	}
+	if b := l.take(); b != nil {
+		t.Fatalf("second batch %s: a, b and c are in the first", ids(b))
+	}
+	e2, l2 := testLane(t, 4, Batch{MaxEvents: 3, Linger: NoLinger})
+	queue(e2, l2, "a1", "a2", "a3", "a4", "b1")
+	if b := l2.take(); ids(b) != "a1 a2 b1 " {
+		t.Fatalf("batch %s, want the heads a1 and b1, a2 behind a1 (a prefix of a)", ids(b))
+	}
+}
+
+// A failing batch of several aggregates splits between aggregates, as near the middle as it
+// can; one of a single aggregate splits in the middle, its second half waiting for the first.
+func TestBatchSplitsBetweenAggregatesThenWithinOne(t *testing.T) {
+	e, _ := testLane(t, 4, Batch{})
+	mk := func(names ...string) *batch {
+		b := &batch{}
+		for _, n := range names {
+			m := &envelope.Message{ID: n, AggregateType: "t", AggregateID: n[:1]}
+			b.items = append(b.items, e.newItem(m, &cdc.Tx{}, kindLive))
+		}
+		return b
+	}
+	left, right, chained := mk("a1", "a2", "b1", "b2", "b3").split()
+	if ids(left) != "a1 a2 " || ids(right) != "b1 b2 b3 " || chained || left.after != nil {
+		t.Fatalf("split of two aggregates: %s | %s (chained %v)", ids(left), ids(right), chained)
+	}
+	left, right, chained = mk("a1", "a2", "a3", "a4").split()
+	if ids(left) != "a1 a2 " || ids(right) != "a3 a4 " || !chained || left.after != right {
+		t.Fatalf("split of one aggregate: %s | %s (chained %v, after %v)", ids(left), ids(right), chained, left.after == right)
+	}
+}
+
+// Items sort into stream order by their position, then by the order they were made in.
+func TestSortItemsIsStreamOrder(t *testing.T) {
+	e, _ := testLane(t, 1, Batch{})
+	var its []*item
+	for _, p := range []struct {
+		id       string
+		lsn, idx uint64
+	}{{"c", 3, 0}, {"a", 1, 0}, {"b2", 2, 1}, {"b1", 2, 0}, {"b1'", 2, 0}} {
+		m := &envelope.Message{ID: p.id, AggregateType: "t", AggregateID: "a", Sequence: envelope.Sequence(p.lsn, int(p.idx))}
+		its = append(its, e.newItem(m, &cdc.Tx{}, kindLive))
+	}
+	sortItems(its)
+	got := ""
+	for _, it := range its {
+		got += it.m.ID + " "
+	}
+	if got != "a b1 b1' b2 c " {
+		t.Fatalf("sorted: %s", got)
+	}
+}
