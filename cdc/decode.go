@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/controlmsg"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -240,14 +241,15 @@ func (d *Decoder) message(b []byte) error {
 // replayRequest decodes a replay message's content, nil when it does not parse or asks for
 // nothing.
 func replayRequest(content []byte) *ReplayRequest {
-	var req ReplayRequest
-	if err := json.Unmarshal(content, &req); err != nil || (len(req.Aggregates) == 0 && req.SinceRequest == 0) {
+	r, ok := controlmsg.DecodeReplay(content)
+	if !ok {
 		return nil
 	}
-	if len(req.Aggregates) == 0 {
-		req.Aggregates = nil
+	req := &ReplayRequest{Pipeline: r.Pipeline, SinceRequest: r.SinceRequest}
+	for _, a := range r.Aggregates {
+		req.Aggregates = append(req.Aggregates, Aggregate(a))
 	}
-	return &req
+	return req
 }
 
 // endpointMessage is the content of the trigger's message (migration 14).

@@ -3,13 +3,13 @@ package cdc
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/controlmsg"
 )
 
 // Aggregate names an aggregate: the ordering key.
@@ -22,10 +22,10 @@ type Aggregate struct {
 func (a Aggregate) Key() string { return a.Type + "\x00" + a.ID }
 
 // ReplayPrefix is the prefix of the transactional logical decoding message that requests a
-// replay; its content is a ReplayRequest in JSON.
-const ReplayPrefix = "outbox-relay.replay"
+// replay; its content is a ReplayRequest in JSON (the format is internal/controlmsg's).
+const ReplayPrefix = controlmsg.ReplayPrefix
 
-// ReplayRequest is the content of a replay message.
+// ReplayRequest is the content of a replay message, as the stream hands it over.
 type ReplayRequest struct {
 	Aggregates []Aggregate `json:"aggregates"`
 	// Pipeline names the pipeline whose parked aggregates are replayed; every slot carries every
@@ -43,17 +43,13 @@ type Emitter interface {
 }
 
 // Emit writes r into the WAL in tx, as the transactional logical decoding message the stream
-// decodes (Decoder; decode.go): the one encoder of the message, beside its decoder. It reaches
-// the relays when tx commits, at its place among the transactions.
+// decodes. It reaches the relays when tx commits, at its place among the transactions.
 func (r ReplayRequest) Emit(ctx context.Context, tx Emitter) error {
-	body, err := json.Marshal(r)
-	if err != nil {
-		return err
+	aggs := make([]controlmsg.Aggregate, len(r.Aggregates))
+	for i, a := range r.Aggregates {
+		aggs[i] = controlmsg.Aggregate(a)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2::text)`, ReplayPrefix, string(body)); err != nil {
-		return fmt.Errorf("write replay request: %w", err)
-	}
-	return nil
+	return controlmsg.Replay{Aggregates: aggs, Pipeline: r.Pipeline, SinceRequest: r.SinceRequest}.Emit(ctx, tx)
 }
 
 // size is an event's weight against the buffer's byte limit.

@@ -17,17 +17,18 @@
 //
 // # Installing the table
 //
-// Migrate(ctx, pool, cfg) creates inbox_events and its indexes, nothing of the outbox, with its
-// own version history (migrations.InboxHistoryTable, never goose_db_version): call it at
-// start-up of a consumer that does not ship the relay. `outbox-relay migrate --inbox-only` does
+// inboxmigrate.Migrate(ctx, pool, cfg) (package inbox/inboxmigrate, so that a program that
+// only mounts the inbox links no migration framework) creates inbox_events and its indexes,
+// nothing of the outbox, with its own version history (migrations.InboxHistoryTable, never
+// goose_db_version): call it at start-up of a consumer that does not ship the relay. `outbox-relay migrate --inbox-only` does
 // the same from the command line, and the relay's full `outbox-relay migrate` creates the table
 // too; either may come first.
 //
 // # Schema
 //
-// Config.Schema names the schema of inbox_events, for Migrate, the Handler, the Processor and
+// Config.Schema names the schema of inbox_events, for inboxmigrate.Migrate, the Handler, the Processor and
 // Prune alike. Left empty, the names are unqualified, so the connection's search_path decides:
-// the table of current_schema(), where Migrate creates it. This is the relay's rule too.
+// the table of current_schema(), where inboxmigrate.Migrate creates it. This is the relay's rule too.
 //
 // # Brokers
 //

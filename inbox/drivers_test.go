@@ -18,6 +18,7 @@ import (
 	_ "github.com/lib/pq"              // registers "postgres" with database/sql
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/inbox/inboxmigrate"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -33,7 +34,7 @@ type driver struct {
 	newProcessor func(t *testing.T, then effectFunc, cfg inbox.Config) *inbox.Processor
 }
 
-// driverEnv is a database with only the inbox installed (by inbox.Migrate) and an effects
+// driverEnv is a database with only the inbox installed (by inboxmigrate.Migrate) and an effects
 // table, and a pool to look at it with.
 type driverEnv struct {
 	dsn  string
@@ -49,7 +50,7 @@ func newDriverEnv(t *testing.T) driverEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := inbox.Migrate(ctx, pool, inbox.Config{}); err != nil {
+	if _, err := inboxmigrate.Migrate(ctx, pool, inbox.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (event_id uuid NOT NULL)`); err != nil {

@@ -33,20 +33,6 @@ func exampleDSN() string {
 	return dsn
 }
 
-// exampleEmptyDSN makes an empty database on the test cluster, for the examples that install
-// the inbox themselves.
-func exampleEmptyDSN() string {
-	c := pgtest.SharedCluster()
-	if c == nil {
-		log.Fatal("no test cluster")
-	}
-	name, err := c.CreateDatabase(context.Background(), "example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	return c.DSN(name)
-}
-
 // delivery is one webhook as the relay sends it, signed with package signature so the tests
 // check the very contract the relay implements.
 type delivery struct {

@@ -155,7 +155,7 @@ func inTx(ctx context.Context, s store, f func(txn) error) error {
 
 func pruneError(err error, schema string) error {
 	if sqlState(err) == pgerrcode.UndefinedTable {
-		return fmt.Errorf("inbox: prune: %s: create it with inbox.Migrate or `outbox-relay migrate --inbox-only`: %w",
+		return fmt.Errorf("inbox: prune: %s: create it with inboxmigrate.Migrate or `outbox-relay migrate --inbox-only`: %w",
 			missingTable(schema), err)
 	}
 	return fmt.Errorf("inbox: prune: %w", err)

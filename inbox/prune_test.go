@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/inbox/inboxmigrate"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
@@ -150,10 +151,10 @@ func TestSchemaApp(t *testing.T) {
 	_, err = pool.Exec(ctx, `CREATE SCHEMA app; CREATE TABLE effects (event_id uuid NOT NULL)`)
 	must(t, err)
 	app := inbox.Config{Schema: "app"}
-	if _, err := inbox.Migrate(ctx, pool, app); err != nil {
+	if _, err := inboxmigrate.Migrate(ctx, pool, app); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inbox.Migrate(ctx, pool, inbox.Config{}); err != nil { // a decoy in public
+	if _, err := inboxmigrate.Migrate(ctx, pool, inbox.Config{}); err != nil { // a decoy in public
 		t.Fatal(err)
 	}
 	p, err := inbox.NewProcessor(pool, recordEffect, app)

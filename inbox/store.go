@@ -142,7 +142,7 @@ func (p *Processor) classifyInsert(err error) error {
 	case pgerrcode.IsDataException(code) || pgerrcode.IsProgramLimitExceeded(code):
 		return fmt.Errorf("%w: payload refused by PostgreSQL: %w", ErrMalformed, err)
 	case code == pgerrcode.UndefinedTable:
-		return fmt.Errorf("%w: %s: create it with inbox.Migrate or `outbox-relay migrate --inbox-only`: %w",
+		return fmt.Errorf("%w: %s: create it with inboxmigrate.Migrate or `outbox-relay migrate --inbox-only`: %w",
 			errDatabase, missingTable(p.schema), err)
 	}
 	return fmt.Errorf("%w: insert into %s: %w", errDatabase, p.q.table, err)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/control"
+	"github.com/outbox-relay/outbox-relay/internal/controlmsg"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -202,7 +202,7 @@ func TestReplayKeepsOrderWhileNewEventsArrive(t *testing.T) {
 		}
 	}()
 	time.Sleep(50 * time.Millisecond)
-	e.replay(control.ReplaySelection{Aggregates: []cdc.Aggregate{{Type: "order", ID: "7"}}})
+	e.replay(control.ReplaySelection{Aggregates: []controlmsg.Aggregate{{Type: "order", ID: "7"}}})
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	res.Committed = append(res.Committed, <-written...)

@@ -189,7 +189,8 @@ func TestCompareGo(t *testing.T) {
 	}
 }
 
-// A program that imports only outbox and inbox links no broker client (README: Testing).
+// A program that imports only outbox and inbox links no broker client (README: Testing), and
+// no migration framework.
 func TestOutboxAndInboxLinkNoBrokerClient(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -208,5 +209,14 @@ func TestOutboxAndInboxLinkNoBrokerClient(t *testing.T) {
 		if strings.HasPrefix(p, "github.com/nats-io/") || strings.HasPrefix(p, "github.com/twmb/franz-go") {
 			t.Errorf("outbox or inbox links %s: keep broker clients in destination/natsdest and destination/kafkadest", p)
 		}
+		if strings.HasPrefix(p, "github.com/pressly/goose") || p == "github.com/outbox-relay/outbox-relay/migrations" {
+			t.Errorf("outbox or inbox links %s: a program that only mounts the inbox links no migration framework "+
+				"(the inbox's migration is inbox/inboxmigrate)", p)
+		}
+	}
+	// Positive control of the second check: the inbox's migration does link it.
+	out, err = exec.Command(gobin, "list", "-deps", "../../inbox/inboxmigrate").Output()
+	if err != nil || !strings.Contains(string(out), "github.com/pressly/goose") {
+		t.Fatalf("go list -deps of inbox/inboxmigrate lacks goose (%v): the check above proves nothing", err)
 	}
 }

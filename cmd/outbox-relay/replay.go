@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/control"
+	"github.com/outbox-relay/outbox-relay/internal/controlmsg"
 )
 
 func newReplayCmd() *cobra.Command {
@@ -117,7 +117,7 @@ func replaySelection(fs *pflag.FlagSet) (control.ReplaySelection, error) {
 		if !ok || typ == "" || id == "" {
 			return sel, usageError{fmt.Errorf("--aggregate %q: use TYPE/ID, e.g. order/42", a)}
 		}
-		sel.Aggregates = append(sel.Aggregates, cdc.Aggregate{Type: typ, ID: id})
+		sel.Aggregates = append(sel.Aggregates, controlmsg.Aggregate{Type: typ, ID: id})
 	}
 	if !sel.All && sel.EventID == "" && len(sel.Aggregates) == 0 && fs.Changed("endpoint") {
 		sel.All = true // an endpoint's parked aggregates, all of them

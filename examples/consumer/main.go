@@ -3,7 +3,7 @@
 //
 //	WEBHOOK_SECRET=topsecret go run ./examples/consumer --dsn "$DB_DSN" [--retention 720h]
 //
-// It installs inbox_events itself at start (inbox.Migrate), so its database needs nothing from
+// It installs inbox_events itself at start (inboxmigrate.Migrate), so its database needs nothing from
 // the relay. Point the relay's --webhook-url at http://127.0.0.1:8080/webhook with the same
 // secret. --retention prunes inbox_events rows older than that, hourly; an event the relay
 // sends again after its row is pruned is applied again, so keep it longer than the relay keeps

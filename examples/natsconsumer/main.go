@@ -3,7 +3,7 @@
 // that also records its event id in inbox_events, so a message JetStream redelivers, or that
 // the relay published twice (after a crash, outside the stream's duplicate window), has its
 // effect once. It acknowledges a message only after that transaction committed, and installs
-// inbox_events itself at start (inbox.Migrate).
+// inbox_events itself at start (inboxmigrate.Migrate).
 //
 //	DB_DSN=postgres://app@db/app NATS_URL=nats://127.0.0.1:4222 natsconsumer
 package main
@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/inbox/inboxmigrate"
 )
 
 // Consume reads stream through the durable consumer name until ctx ends, handing each message
@@ -86,7 +87,7 @@ func run(ctx context.Context, dsn, url string) error {
 	}
 	defer pool.Close()
 	cfg := inbox.Config{} // Schema, Retention: see the inbox package
-	if _, err := inbox.Migrate(ctx, pool, cfg); err != nil {
+	if _, err := inboxmigrate.Migrate(ctx, pool, cfg); err != nil {
 		return err
 	}
 	p, err := inbox.NewProcessor(pool, func(ctx context.Context, tx pgx.Tx, ev inbox.Event) error {

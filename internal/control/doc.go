@@ -31,8 +31,9 @@
 //
 // RequestReplay selects parked aggregates (all, some, or the one of an event) and writes the
 // replay request into the WAL in the same transaction, so the relay meets it at its place among
-// the transactions. The message's encoder is cdc.ReplayRequest.Emit, beside the stream's
-// decoder, since the stream reads it back out of the WAL.
+// the transactions. The message's format is internal/controlmsg's (Replay.Emit writes it,
+// DecodeReplay reads it for the stream's decoder): a leaf both sides import, so that this
+// protocol takes no type from cdc.
 //
 // # Drop a pipeline
 //

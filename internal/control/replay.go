@@ -8,14 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/controlmsg"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
 // ReplaySelection chooses the parked aggregates to replay.
 type ReplaySelection struct {
 	All        bool
-	Aggregates []cdc.Aggregate
+	Aggregates []controlmsg.Aggregate
 	EventID    string // the aggregate of this failed or parked event
 	// Pipeline is the pipeline whose parked aggregates are chosen. Empty: the only pipeline
 	// with parked aggregates, or "default" when none has any; an error (ErrPipelineNeeded)
@@ -40,9 +40,9 @@ type ReplayItem struct {
 
 // ReplayPlan is what a replay re-sends, per aggregate, in commit order.
 type ReplayPlan struct {
-	Aggregate cdc.Aggregate `json:"aggregate"`
-	Reason    string        `json:"reason"`
-	Events    []ReplayItem  `json:"events"`
+	Aggregate controlmsg.Aggregate `json:"aggregate"`
+	Reason    string               `json:"reason"`
+	Events    []ReplayItem         `json:"events"`
 }
 
 // ErrNothingToReplay means the selection names no parked aggregate.
@@ -92,7 +92,7 @@ func RequestReplay(ctx context.Context, conn *pgx.Conn, sel ReplaySelection, dry
 	return plans, err
 }
 
-func selectParked(ctx context.Context, tx pgx.Tx, sel ReplaySelection) ([]cdc.Aggregate, error) {
+func selectParked(ctx context.Context, tx pgx.Tx, sel ReplaySelection) ([]controlmsg.Aggregate, error) {
 	var aggs []state.Aggregate
 	for _, a := range sel.Aggregates {
 		aggs = append(aggs, state.Aggregate{Type: a.Type, ID: a.ID})
@@ -101,14 +101,14 @@ func selectParked(ctx context.Context, tx pgx.Tx, sel ReplaySelection) ([]cdc.Ag
 	if err != nil {
 		return nil, err
 	}
-	out := make([]cdc.Aggregate, len(found))
+	out := make([]controlmsg.Aggregate, len(found))
 	for i, a := range found {
-		out[i] = cdc.Aggregate{Type: a.Type, ID: a.ID}
+		out[i] = controlmsg.Aggregate{Type: a.Type, ID: a.ID}
 	}
 	return out, nil
 }
 
-func planFor(ctx context.Context, tx pgx.Tx, s string, a cdc.Aggregate, pipeline string) (ReplayPlan, error) {
+func planFor(ctx context.Context, tx pgx.Tx, s string, a controlmsg.Aggregate, pipeline string) (ReplayPlan, error) {
 	plan := ReplayPlan{Aggregate: a}
 	agg := state.Aggregate{Type: a.Type, ID: a.ID}
 	reason, own, err := state.ParkedReason(ctx, tx, s, pipeline, agg)
@@ -127,9 +127,9 @@ func planFor(ctx context.Context, tx pgx.Tx, s string, a cdc.Aggregate, pipeline
 	return plan, nil
 }
 
-func emitReplay(ctx context.Context, tx pgx.Tx, aggs []cdc.Aggregate, pipeline string) error {
+func emitReplay(ctx context.Context, tx pgx.Tx, aggs []controlmsg.Aggregate, pipeline string) error {
 	if pipeline == "default" {
 		pipeline = "" // as before pipelines: a relay of an older release obeys it too
 	}
-	return cdc.ReplayRequest{Aggregates: aggs, Pipeline: pipeline}.Emit(ctx, tx)
+	return controlmsg.Replay{Aggregates: aggs, Pipeline: pipeline}.Emit(ctx, tx)
 }

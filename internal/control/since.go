@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/controlmsg"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
 
@@ -99,5 +99,5 @@ func emitSince(ctx context.Context, tx pgx.Tx, req SinceRequest, plan *SincePlan
 		return err
 	}
 	plan.ID = id
-	return cdc.ReplayRequest{SinceRequest: plan.ID, Pipeline: req.Pipeline}.Emit(ctx, tx)
+	return controlmsg.Replay{SinceRequest: plan.ID, Pipeline: req.Pipeline}.Emit(ctx, tx)
 }

@@ -7,7 +7,7 @@
 // # Tables
 //
 // Setup installs both of the consumer's tables in its own database, so the consumer ships
-// without the relay's CLI: inbox_events through inbox.Migrate (the inbox alone, with its own
+// without the relay's CLI: inbox_events through inboxmigrate.Migrate (the inbox alone, with its own
 // version history; a no-op where `outbox-relay migrate` or an earlier start made it), and
 // stock_reservations (event_id uuid primary key, order_id text, reserved_at timestamptz).
 package warehouse
@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
+	"github.com/outbox-relay/outbox-relay/inbox/inboxmigrate"
 )
 
 // schema is the warehouse's own table. The primary key on event_id would also catch a double
@@ -35,10 +36,10 @@ const schema = `CREATE TABLE IF NOT EXISTS stock_reservations (
 // ErrFailing is what Reserve returns while the Warehouse is set to fail.
 var ErrFailing = errors.New("warehouse: failing on purpose (SetFailing)")
 
-// Setup installs inbox_events in cfg.Schema (inbox.Migrate; the connection's current_schema()
+// Setup installs inbox_events in cfg.Schema (inboxmigrate.Migrate; the connection's current_schema()
 // when empty) and creates stock_reservations if it is missing.
 func Setup(ctx context.Context, pool *pgxpool.Pool, cfg inbox.Config) error {
-	if _, err := inbox.Migrate(ctx, pool, cfg); err != nil {
+	if _, err := inboxmigrate.Migrate(ctx, pool, cfg); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, schema); err != nil {

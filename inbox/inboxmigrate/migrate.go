@@ -1,21 +1,23 @@
-package inbox
+// Package inboxmigrate installs and upgrades the inbox's table in a consumer's database: what
+// `outbox-relay migrate --inbox-only` runs, for a service that does not ship the relay. It is a
+// package of its own so that a program that only mounts the inbox (package inbox) links no
+// migration framework.
+package inboxmigrate
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/migrations"
 )
 
-// Pool is a connection pool of either driver world, as Migrate and Prune take it: a
-// *pgxpool.Pool, or a *sql.DB of any PostgreSQL driver.
-type Pool interface {
-	*pgxpool.Pool | *sql.DB
-}
+var errNilDB = errors.New("inbox: no database (a nil pool)")
 
 // Migrate creates or upgrades what the inbox needs in the database behind db, and nothing of
 // the outbox: inbox_events and its indexes, in cfg.Schema (or the connection's
@@ -33,7 +35,7 @@ type Pool interface {
 //
 // Migrate uses two connections of db at a time: one holds the lock, the other builds an
 // index without blocking deliveries.
-func Migrate[P Pool](ctx context.Context, db P, cfg Config) ([]migrations.Result, error) {
+func Migrate[P inbox.Pool](ctx context.Context, db P, cfg inbox.Config) ([]migrations.Result, error) {
 	var sqlDB *sql.DB
 	switch d := any(db).(type) {
 	case *pgxpool.Pool:
@@ -59,19 +61,4 @@ func Migrate[P Pool](ctx context.Context, db P, cfg Config) ([]migrations.Result
 		return res, fmt.Errorf("inbox: %w", err)
 	}
 	return res, nil
-}
-
-// poolStore is the store of a Pool, for Prune.
-func poolStore[P Pool](db P) (store, error) {
-	switch d := any(db).(type) {
-	case *pgxpool.Pool:
-		if d != nil {
-			return pgxStore{db: d}, nil
-		}
-	case *sql.DB:
-		if d != nil {
-			return sqlStore{db: d}, nil
-		}
-	}
-	return nil, errNilDB
 }
