@@ -44,9 +44,9 @@ func deliveryLogOf(w *pgstore.DeliveryLog) store.DeliveryLog {
 }
 
 // hasEndpoints reports whether a pipeline delivers to endpoints, and so writes a delivery log.
-func (r *runner) hasEndpoints() bool {
+func (r *runner) hasDeliveryLog() bool {
 	for _, s := range r.starts {
-		if s.p.Endpoints {
+		if s.p.Endpoints || s.p.DeliveryLog {
 			return true
 		}
 	}

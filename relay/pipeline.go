@@ -87,6 +87,13 @@ type Pipeline struct {
 	// Zero: 30s and 1000.
 	SpillAfter time.Duration
 	SpillSize  int
+	// Breaker, Backlog and DeliveryLog give a pipeline of one destination what every endpoint
+	// has (`breaker`, `backlog`, `delivery_log`; --breaker, --backlog, --delivery-log): a circuit
+	// breaker (after 10 failed attempts in a row, one probe at a time, 1s doubling to a minute),
+	// a backlog off the WAL (spilled after SpillAfter, or SpillSize events with no delivery for a
+	// second), and the delivery log (`outbox-relay deliveries`). False: none of them; ignored
+	// with Endpoints, which always has them (the log unless Config.DeliveryLogRetention is negative).
+	Breaker, Backlog, DeliveryLog bool
 	// EndpointDisableAfter is, with Endpoints, how long an endpoint fails without a success
 	// before the relay disables it (`endpoint_disable_after`, `--endpoint-disable-after`), with
 	// a reason naming how long and the last error. Zero: 120h (five days); negative: never.
@@ -198,7 +205,8 @@ func (c *Config) pipelines() ([]Pipeline, error) {
 			RetryMax: c.RetryMax, MaxAttempts: c.MaxAttempts, MaxInFlight: c.MaxInFlight,
 			MaxBufferedEvents: c.MaxBufferedEvents, MaxBufferedBytes: c.MaxBufferedBytes, Backfill: !c.NoBackfill,
 			Delivery: c.Delivery, Destination: c.Destination, OnGone: c.Control.OnGone, Endpoints: c.Endpoints,
-			SpillAfter: c.SpillAfter, SpillSize: c.SpillSize, EndpointDisableAfter: c.EndpointDisableAfter}
+			SpillAfter: c.SpillAfter, SpillSize: c.SpillSize, EndpointDisableAfter: c.EndpointDisableAfter,
+			Breaker: c.Breaker, Backlog: c.Backlog, DeliveryLog: c.DeliveryLog}
 		if p.Slot == "" {
 			p.Slot = DefaultSlot
 		}

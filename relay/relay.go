@@ -158,6 +158,8 @@ type Config struct {
 	// when each event was delivered: `outbox-relay deliveries`) is kept; older entries are
 	// pruned in the background. Zero: 7 days; negative: nothing is recorded.
 	DeliveryLogRetention time.Duration
+	// Breaker, Backlog and DeliveryLog are the default pipeline's (see Pipeline.Breaker).
+	Breaker, Backlog, DeliveryLog bool
 	// SpillAfter and SpillSize are the default pipeline's (see Pipeline.SpillAfter).
 	SpillAfter time.Duration
 	SpillSize  int
@@ -440,7 +442,7 @@ type pipelineRunner struct {
 	stream  *cdc.Stream
 	pub     deliverer
 	marker  *pgstore.Marker      // nil unless the pipeline owns the rows' status
-	dlog    *pgstore.DeliveryLog // nil unless the pipeline has endpoints and the log is on
+	dlog    *pgstore.DeliveryLog // nil unless the pipeline records a delivery log (endpoints, or DeliveryLog)
 	poller  *inspect.Poller
 	pool    *pgxpool.Pool // the control row, a pause on 410 Gone
 	pubOID  uint32        // the publication's oid when the run started (0: unknown)
@@ -490,13 +492,22 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		r.pub.Pause("starting: reading the pipeline's control row")
 		return r
 	}
-	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
+	pc := publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,
 		Store:    pgstore.Pipeline{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
 		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
-		OnGone: p.OnGone, RecordPause: r.recordPause, NoBreaker: true, Slot: r.stream}, dest, r, marks)
+		OnGone: p.OnGone, RecordPause: r.recordPause, NoBreaker: !p.Breaker, Slot: r.stream}
+	if p.Backlog {
+		pc.Backlog = pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema}
+		pc.SpillAfter, pc.SpillSize, pc.Confirmed = p.SpillAfter, p.SpillSize, r.tracker.Confirmable
+	}
+	if p.DeliveryLog {
+		r.dlog = newDeliveryLog(cfg, log, reg, pool)
+		pc.DeliveryLog = deliveryLogOf(r.dlog)
+	}
+	r.pub = publisher.New(pc, dest, r, marks)
 	// Nothing is sent before the control row says whether the pipeline is paused.
 	r.pub.Pause("starting: reading the pipeline's control row")
 	return r
@@ -590,7 +601,7 @@ func (r *runner) runPipelines(ctx context.Context, markers *sync.WaitGroup) erro
 			return err
 		})
 	}
-	if r.hasEndpoints() && cfg.DeliveryLogRetention >= 0 {
+	if r.hasDeliveryLog() && cfg.DeliveryLogRetention >= 0 {
 		g.Go(func() error { pruneDeliveryLog(stopCtx, cfg, r.pool); return nil })
 	}
 	for _, s := range r.starts {

@@ -35,7 +35,7 @@ var (
 var pipelineFlags = []string{urlFlag.name, secretFlag.name, secretFileFlag.name, "signature-scheme", "slot", "publication",
 	"retry-min", "retry-max", "request-timeout", "max-attempts", "max-in-flight", "max-buffered-events",
 	"max-buffered-bytes", "backfill", "no-backfill", "format", "source", "batch-max-events", "batch-max-bytes",
-	"batch-linger", "compression", "marks", "on-gone", "shards", "endpoints", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
+	"batch-linger", "compression", "marks", "on-gone", "shards", "endpoints", "breaker", "backlog", "delivery-log", natsURLFlag.name, kafkaBrokersFlag.name, kafkaPassFlag.name}
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -94,6 +94,9 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "delivery-log-retention")
 	addSetting(fs, "spill-size")
 	addSetting(fs, "endpoint-disable-after")
+	addSetting(fs, "breaker")
+	addSetting(fs, "backlog")
+	addSetting(fs, "delivery-log")
 	addSetting(fs, operatorURLFlag.name)
 	addSetting(fs, operatorSecretFlag.name)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -142,6 +145,9 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 		return cfg, err
 	}
 	cfg.Endpoints, _ = fs.GetBool("endpoints")
+	cfg.Breaker, _ = fs.GetBool("breaker")
+	cfg.Backlog, _ = fs.GetBool("backlog")
+	cfg.DeliveryLog, _ = fs.GetBool("delivery-log")
 	switch {
 	case ok && cfg.Endpoints:
 		return cfg, usageError{errors.New("--endpoints delivers to the partner endpoints, a broker flag to a broker: pass one")}

@@ -4,31 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
-	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/inbox/inboxmigrate"
-	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
-
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, pgtest.Options{})) }
-
-// exampleEmptyDSN makes an empty database on the test cluster, for the example; in a user's
-// code this is their DSN.
-func exampleEmptyDSN() string {
-	c := pgtest.SharedCluster()
-	if c == nil {
-		log.Fatal("no test cluster")
-	}
-	name, err := c.CreateDatabase(context.Background(), "example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	return c.DSN(name)
-}
 
 // Install the inbox in a consumer's own database at start-up, without the relay's CLI: only
 // inbox_events, with its own version history. Running it again (another replica, the next

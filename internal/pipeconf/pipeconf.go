@@ -116,6 +116,9 @@ type rawPipeline struct {
 	Endpoints         scalar      `yaml:"endpoints"`
 	SpillAfter        scalar      `yaml:"spill_after"`
 	SpillSize         scalar      `yaml:"spill_size"`
+	Breaker           scalar      `yaml:"breaker"`
+	Backlog           scalar      `yaml:"backlog"`
+	DeliveryLog       scalar      `yaml:"delivery_log"`
 	DisableAfter      scalar      `yaml:"endpoint_disable_after"`
 	Initial           scalar      `yaml:"initial"`
 	Shards            scalar      `yaml:"shards"`
@@ -364,6 +367,9 @@ func (p *parser) pipeline(rp rawPipeline) relay.Pipeline {
 		SpillAfter:           p.duration(rp.SpillAfter, "spill_after"),
 		SpillSize:            p.integer(rp.SpillSize, "spill_size", 0),
 		EndpointDisableAfter: p.signedDuration(rp.DisableAfter, "endpoint_disable_after"),
+		Breaker:              p.boolean(rp.Breaker, "breaker"),
+		Backlog:              p.boolean(rp.Backlog, "backlog"),
+		DeliveryLog:          p.boolean(rp.DeliveryLog, "delivery_log"),
 	}
 	if !rp.Name.set {
 		p.failLine(rp.line(), "a pipeline has no name")
