@@ -147,17 +147,19 @@ func (e *engine) backlogTick() {
 
 // leading reports whether this relay's stream holds the slot, and the engine has brought itself
 // up to date with that streaming session (the versions and backlogs another relay may have
-// changed meanwhile: begin). Only then does it spill and write backlog entries: they serve to
-// let the slot confirm past a destination that is down, which a relay cut off from the slot
-// cannot do; written late, after another relay took over, they would put events there behind
-// the other relay's back (it has them from its own stream and delivers them in their order, or
-// drops them with a disable; read later, they would go out after later events).
+// changed meanwhile: begin), or has taken nothing from the stream yet (it read the stores at its
+// start). Only then does it spill and write backlog entries, dead letters and endpoint changes.
+// Backlog entries serve to let the slot confirm past a destination that is down, which a relay
+// cut off from the slot cannot do; written late, after another relay took over, they would put
+// events there behind the other relay's back (it has them from its own stream and delivers them
+// in their order, or drops them with a disable; read later, they would go out after later
+// events).
 func (e *engine) leading() bool {
 	if e.cfg.slot == nil {
 		return true
 	}
 	s := e.cfg.slot.Session()
-	return s != 0 && s == e.in.session
+	return s != 0 && (s == e.in.session || e.in.session == 0) // (before its first transaction: up to date since its start)
 }
 
 // spillAfter is the lane's spill_after: its row's, else the pipeline's.
