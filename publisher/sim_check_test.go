@@ -68,10 +68,11 @@ func (w *world) routed(id string, ev *eventInfo) bool {
 	return row != nil && row.State != endpoint.Disabled && row.Subscribed(ev.m.TenantID, ev.m.EventType, ev.m.AggregateType)
 }
 
-// excused reports whether a disable or removal of endpoint id was committed after ev.
+// excused reports whether a disable or removal of endpoint id was committed after ev, or a
+// shadow pipeline gave ev up (recorded it abandoned).
 func (w *world) excused(id string, ev *eventInfo) bool {
 	if w.eps == nil {
-		return false
+		return w.abandoned[ev.m.ID] // a shadow gave it up (recorded)
 	}
 	pos := w.position(ev)
 	for _, c := range w.eps.history {

@@ -109,6 +109,7 @@ type simOpts struct {
 	backlog     bool          // a backlog off the WAL
 	batch       int           // the one destination's batch size (1: none)
 	maxAttempts int           // dead letters after this many (0: never)
+	shadow      bool          // a shadow pipeline: it abandons after maxAttempts instead
 	workers     int           // the engine's workers
 	spillAfter  time.Duration // the pipeline's spill_after
 	disable     time.Duration // the endpoints' disable_after (negative: never)
@@ -133,6 +134,8 @@ func drawOpts(r *rand.Rand) simOpts {
 	if r.IntN(4) == 0 {
 		o.disable = time.Duration(3+r.IntN(10)) * time.Second
 	}
+	// (Drawn from what was drawn: a new draw would change every seed's run.)
+	o.shadow = !o.endpoints && (o.maxAttempts == 4 || o.maxAttempts == 8)
 	return o
 }
 
@@ -160,6 +163,7 @@ type world struct {
 	recv       map[string]*receiver // by endpoint id ("": the one destination)
 	deliveries []delivery
 	got        map[pairKey]bool      // the deliveries' (endpoint, event) pairs
+	abandoned  map[string]bool       // events a shadow pipeline abandoned
 	events     map[string]*eventInfo // every committed event, by id
 	aggs       []string
 	ids        int
@@ -196,7 +200,7 @@ const (
 func runSim(seed uint64, full bool) *world {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	w := &world{seed: seed, rng: r, now: t0, start: t0, trace: &tracer{full: full}, opts: drawOpts(r),
+	w := &world{seed: seed, rng: r, now: t0, start: t0, trace: &tracer{full: full}, abandoned: map[string]bool{}, opts: drawOpts(r),
 		recv: map[string]*receiver{}, events: map[string]*eventInfo{}, nextLSN: 0x1000}
 	w.db = memstore.New(func() time.Time { return w.now })
 	for i := range 4 + r.IntN(8) {
@@ -602,6 +606,9 @@ func (w *world) startProc() *proc {
 		cfg.backlog = w.db.Backlog(simPipeline)
 	}
 	cfg.store = w.db.Pipeline(simPipeline, o.endpoints)
+	if o.shadow {
+		cfg.shadow, cfg.store = true, abandons{cfg.store, w}
+	}
 	var recordPause func(context.Context, string) error
 	if o.endpoints {
 		cfg.endpoints = w.db.Endpoints(simPipeline)
@@ -656,6 +663,20 @@ func (w *world) lead(p *proc) {
 	}
 	w.tracef("lead p%d session %d from %s", p.id, p.session, w.slot)
 	p.kick()
+}
+
+// abandons notes the events a shadow pipeline abandoned: they are excused from delivery.
+type abandons struct {
+	store.Pipeline
+	w *world
+}
+
+func (a abandons) Abandoned(ctx context.Context, m *envelope.Message, attempts int, lastErr string) error {
+	err := a.Pipeline.Abandoned(ctx, m, attempts, lastErr)
+	if err == nil {
+		a.w.abandoned[m.ID] = true
+	}
+	return err
 }
 
 // Session and SessionFrom make p the engine's Slot.
