@@ -168,7 +168,7 @@ func (e *env) isolationRun(ctx context.Context, rate int, d time.Duration, black
 	sampled.Add(1)
 	go func() {
 		defer sampled.Done()
-		run.Samples, sampleErr = sampleWAL(sampleCtx, db.dsn, start)
+		run.Samples, sampleErr = sampleWAL(sampleCtx, db.dsn, start, isolationSample)
 	}()
 	type produced struct {
 		commits  []commit
@@ -257,9 +257,9 @@ func sleepUntil(ctx context.Context, t time.Time) {
 	}
 }
 
-// sampleWAL reads the slot's retained and unconfirmed WAL every isolationSample until ctx ends,
-// on a connection of its own (the writers' pool stays theirs).
-func sampleWAL(ctx context.Context, dsn string, start time.Time) ([]walSample, error) {
+// sampleWAL reads the slot's retained and unconfirmed WAL every interval until ctx ends, on a
+// connection of its own (the writers' pool stays theirs).
+func sampleWAL(ctx context.Context, dsn string, start time.Time, every time.Duration) ([]walSample, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("WAL sampler: %w", err)
@@ -267,7 +267,7 @@ func sampleWAL(ctx context.Context, dsn string, start time.Time) ([]walSample, e
 	defer conn.Close(context.Background())
 	var out []walSample
 	var first int64
-	tick := time.NewTicker(isolationSample)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		var s walSample
