@@ -186,6 +186,9 @@ func configFromEnv() (config, error) {
 		cfg.IsolationDuration = d
 	}
 	cfg.IsolationArgs = strings.Fields(os.Getenv("BENCH_ISOLATION_ARGS"))
+	if err := fanoutFromEnv(&cfg); err != nil {
+		return cfg, err
+	}
 	if v := os.Getenv("BENCH_DURABLE"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -194,4 +197,31 @@ func configFromEnv() (config, error) {
 		cfg.Durable = b
 	}
 	return cfg, nil
+}
+
+// fanoutFromEnv reads BENCH_FANOUT_N, BENCH_FANOUT_F and BENCH_FANOUT_RATE.
+func fanoutFromEnv(cfg *config) error {
+	var err error
+	if v := os.Getenv("BENCH_FANOUT_N"); v != "" {
+		if cfg.FanoutN, err = parseCounts("BENCH_FANOUT_N", v, 1, 100_000); err != nil {
+			return err
+		}
+	}
+	if v := os.Getenv("BENCH_FANOUT_F"); v != "" {
+		if cfg.FanoutF, err = parseCounts("BENCH_FANOUT_F", v, 1, 1000); err != nil {
+			return err
+		}
+	}
+	if len(cfg.fanoutCases()) == 0 {
+		return fmt.Errorf("BENCH_FANOUT_N=%v and BENCH_FANOUT_F=%v: no endpoint count is a multiple of a fan-out; "+
+			"include 1 in BENCH_FANOUT_F, or an N that one of them divides", cfg.fanoutN(), cfg.fanoutF())
+	}
+	if v := os.Getenv("BENCH_FANOUT_RATE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 10 {
+			return fmt.Errorf("BENCH_FANOUT_RATE=%q: set a whole number of deliveries per second, at least 10 (default 2000)", v)
+		}
+		cfg.FanoutRate = n
+	}
+	return nil
 }
