@@ -141,9 +141,10 @@ func (c fanoutCase) failingIDs() []string {
 }
 
 // fanoutCases are the rows the configuration asks for, in table order: the drains, then the
-// fixed-rate rows, the largest last and followed by its run without faults (next to each
-// other, so that the p99 target compares two runs minutes apart at most). An (N, F) pair runs
-// if F divides N: N/F tenants of F endpoints.
+// fixed-rate rows, the largest of each last and followed by its run without faults (next to
+// each other, so that the p99 target compares two runs minutes apart at most; the drain
+// without faults is the setup of the figures issue 40 starts from). An (N, F) pair runs if F
+// divides N: N/F tenants of F endpoints.
 func (c config) fanoutCases() []fanoutCase {
 	var pairs [][2]int
 	for _, n := range c.fanoutN() {
@@ -159,16 +160,16 @@ func (c config) fanoutCases() []fanoutCase {
 		}
 		return a[1] - b[1]
 	})
+	if len(pairs) == 0 {
+		return nil
+	}
 	var out []fanoutCase
-	for _, p := range pairs {
-		out = append(out, fanoutCase{N: p[0], F: p[1]})
-	}
-	for _, p := range pairs {
-		out = append(out, fanoutCase{N: p[0], F: p[1], Rate: true})
-	}
-	if len(pairs) > 0 {
-		last := pairs[len(pairs)-1]
-		out = append(out, fanoutCase{N: last[0], F: last[1], Rate: true, NoFaults: true})
+	last := pairs[len(pairs)-1]
+	for _, rate := range []bool{false, true} {
+		for _, p := range pairs {
+			out = append(out, fanoutCase{N: p[0], F: p[1], Rate: rate})
+		}
+		out = append(out, fanoutCase{N: last[0], F: last[1], Rate: rate, NoFaults: true})
 	}
 	return out
 }

@@ -72,7 +72,7 @@ func TestFanoutCases(t *testing.T) {
 	}
 	want := []string{
 		"Fanout backlog N=1 F=1", "Fanout backlog N=1000 F=1", "Fanout backlog N=1000 F=10",
-		"Fanout backlog N=10000 F=1", "Fanout backlog N=10000 F=10",
+		"Fanout backlog N=10000 F=1", "Fanout backlog N=10000 F=10", "Fanout backlog N=10000 F=10 no faults",
 		"Fanout rate N=1 F=1", "Fanout rate N=1000 F=1", "Fanout rate N=1000 F=10",
 		"Fanout rate N=10000 F=1", "Fanout rate N=10000 F=10", "Fanout rate N=10000 F=10 no faults",
 	}
@@ -98,8 +98,8 @@ func TestFanoutCases(t *testing.T) {
 			}
 		}
 		wantSel := []string{row}
-		if row == "Fanout rate N=10000 F=10" { // a prefix of its run without faults
-			wantSel = append(wantSel, "Fanout rate N=10000 F=10 no faults")
+		if strings.HasSuffix(row, "N=10000 F=10") { // a prefix of its run without faults
+			wantSel = append(wantSel, row+" no faults")
 		}
 		if !slices.Equal(sel, wantSel) {
 			t.Errorf("BENCH_ONLY=%q selects %q", strings.ToLower(row), sel)
@@ -108,9 +108,19 @@ func TestFanoutCases(t *testing.T) {
 			t.Errorf("BENCH_ONLY=fanout does not select %q", row)
 		}
 	}
+	var one []string
+	for _, row := range all {
+		if (config{Only: []string{"fanout backlog n=1"}}).selected(row) {
+			one = append(one, row)
+		}
+	}
+	if !slices.Equal(one, []string{"Fanout backlog N=1 F=1"}) {
+		t.Errorf(`BENCH_ONLY="fanout backlog n=1" selects %q, want the one-endpoint drain alone`, one)
+	}
 	small := config{FanoutN: []int{1, 5, 100}, FanoutF: []int{1, 10}}.fanoutCases()
-	if n := len(small); n != 9 || small[n-1] != (fanoutCase{N: 100, F: 10, Rate: true, NoFaults: true}) {
-		t.Fatalf("N 1,5,100 × F 1,10: %+v, want (1,1) (5,1) (100,1) (100,10) twice, then (100,10) without faults", small)
+	if n := len(small); n != 10 || small[4] != (fanoutCase{N: 100, F: 10, NoFaults: true}) ||
+		small[n-1] != (fanoutCase{N: 100, F: 10, Rate: true, NoFaults: true}) {
+		t.Fatalf("N 1,5,100 × F 1,10: %+v, want (1,1) (5,1) (100,1) (100,10), then (100,10) without faults, as drains, then at a rate", small)
 	}
 }
 
@@ -252,12 +262,15 @@ func TestFanoutTargets(t *testing.T) {
 		}
 		one, top := fanoutCase{N: 1, F: 1}, fanoutCase{N: 100, F: 10}
 		rate, clean := fanoutCase{N: 100, F: 10, Rate: true}, fanoutCase{N: 100, F: 10, Rate: true, NoFaults: true}
+		cleanDrain := fanoutCase{N: 100, F: 10, NoFaults: true}
 		r := &results{cfg: cfg, fanoutCeiling: &ceilingResult{Rate: 10_000}, fanout: map[string]*fanoutResult{
 			one.row(): mk(one, 3*time.Second, 3*time.Second, 100e6, 0, 10_000),
 			// at the limits when good (1.1 ×, 0.25 ×, 149 MB, 1.9 ×, 0.75), past them when not
 			top.row():   mk(top, time.Duration(f*3.3*float64(time.Second)), time.Duration(f*0.75*float64(time.Second)), 140e6, 0, 7_500/f),
 			rate.row():  mk(rate, 0, 0, int64(f*149e6), time.Duration(f*1.9*float64(time.Millisecond)), 0),
 			clean.row(): mk(clean, 0, 0, 100e6, time.Millisecond, 0),
+			// without faults it passes all three, whatever the faulted run does
+			cleanDrain.row(): mk(cleanDrain, 3*time.Second, 0, 120e6, 0, 9_000),
 		}}
 		return r
 	}
@@ -270,6 +283,9 @@ func TestFanoutTargets(t *testing.T) {
 			if want := verdict(good); !strings.HasPrefix(l, want+" ") || !strings.Contains(l, "(issue 40)") ||
 				!strings.Contains(l, "N=100, F=10") || !strings.Contains(l, "the targets are for N=10,000, F=10") {
 				t.Errorf("good=%v: %q, want %s at N=100, F=10 with the scale noted", good, l, want)
+			}
+			if !strings.Contains(l, "p99") && !strings.Contains(l, "without failing or slow endpoints") {
+				t.Errorf("good=%v: %q does not give the drain without faults", good, l)
 			}
 		}
 	}

@@ -298,6 +298,7 @@ func sampleWAL(ctx context.Context, dsn string, start time.Time, every time.Dura
 // slopes (bytes/s, least squares) of retained and written WAL over the interval's second half.
 type walFigures struct {
 	Max, MaxUnconfirmed, End  int64
+	EndUnconfirmed            int64 // the last sample's unconfirmed WAL
 	Slope, WrittenSlope       float64
 	HaveSlope, HaveAnySamples bool
 }
@@ -311,6 +312,7 @@ func (run *isolationRun) wal(from, to time.Duration) walFigures {
 		}
 		f.HaveAnySamples = true
 		f.Max, f.MaxUnconfirmed, f.End = max(f.Max, s.Retained), max(f.MaxUnconfirmed, s.Unconfirmed), s.Retained
+		f.EndUnconfirmed = s.Unconfirmed
 		if s.At >= from+(to-from)/2 {
 			half = append(half, s)
 		}
