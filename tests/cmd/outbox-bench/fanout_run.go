@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // fanoutResult is one fan-out row.
@@ -79,9 +80,8 @@ func (e *env) fanoutBacklog(ctx context.Context, c fanoutCase) (fanoutResult, er
 // delivery's commit-to-delivery.
 func (e *env) fanoutRate(ctx context.Context, c fanoutCase) (fanoutResult, error) {
 	rate := max(e.cfg.fanoutRate()/c.F, 1)
-	events := max(int(float64(rate)*e.cfg.steady().Seconds()), 2)
 	res := fanoutResult{Case: c, Endpoints: c.kinds(), EventRate: rate,
-		drainResult: drainResult{Events: events, Aggregates: fanoutAggregates}}
+		drainResult: drainResult{Events: max(int(float64(rate)*e.cfg.steady().Seconds()), 2), Aggregates: fanoutAggregates}}
 	db, err := e.fanoutDB(ctx, c)
 	if err != nil {
 		return res, err
@@ -101,65 +101,17 @@ func (e *env) fanoutRate(ctx context.Context, c fanoutCase) (fanoutResult, error
 		return res, err
 	}
 	defer r.Stop(relayStopGrace)
-	args := func(seq int) []any { return []any{seq, payloadPad, c.tenants()} }
-	warm := max(rate, 50)
-	e.logf("%s: warming up with %d events", c.prefix(), warm)
-	if err := e.recv.Reset(ctx); err != nil {
-		return res, err
-	}
-	wc, _, err := produceSteadyArgs(ctx, pool, fanoutRateSQL, warm, rate, 0, args)
+	w := fanoutWriters{pool: pool, rate: rate, args: func(seq int) []any { return []any{seq, payloadPad, c.tenants()} }}
+	warm, warmFails, err := e.fanoutWarmUp(ctx, c, w, r)
 	if err != nil {
 		return res, err
 	}
-	// Every accepted delivery of the warm-up has arrived before the reset, so none lands in
-	// the window (a slow endpoint's would, a second late).
-	if _, err := e.recv.waitUnique(ctx, int(c.routeSeqs(seqsOf(wc)).success()), r.child, stallLimit); err != nil {
-		return res, fmt.Errorf("warm-up: %w", err)
-	}
-	// What the failing endpoints were sent so far counts too: their account covers the run.
-	warmFails, err := e.recv.Failures(ctx)
-	if err != nil {
-		return res, err
-	}
-	if err := e.recv.Reset(ctx); err != nil {
-		return res, err
-	}
-	before, err := e.cpuSnapshot()
-	if err != nil {
-		return res, err
-	}
-	relayBefore, err := r.usage()
-	if err != nil {
-		return res, err
-	}
-	e.logf("%s: %d events at %d/s (%d deliveries/s)", c.prefix(), events, rate, rate*c.F)
-	var commits []commit
-	var prodErr error
-	res.WAL, err = whileSampling(ctx, db.dsn, func() {
-		if commits, res.Achieved, prodErr = produceSteadyArgs(ctx, pool, fanoutRateSQL, events, rate, warm, args); prodErr != nil {
-			return
-		}
-		res.Routed = c.routeSeqs(seqsOf(commits))
-		res.ActivityDeliveries = int(c.routeSeqs(seqsOf(append(wc, commits...))).success())
-		res.Stats, prodErr = e.recv.waitUnique(ctx, res.accepted(), r.child, stallLimit)
-	})
+	commits, err := e.fanoutWindow(ctx, db, w, r, len(warm), &res)
 	pool.Close() // its sessions would keep the database's counters from settling
-	if prodErr != nil {
-		return res, prodErr
-	}
 	if err != nil {
 		return res, err
 	}
-	if res.Relay, err = r.usage(); err != nil {
-		return res, err
-	}
-	res.Relay.CPU -= relayBefore.CPU
-	after, err := e.cpuSnapshot()
-	if err != nil {
-		return res, err
-	}
-	res.Load = loadBetween(before, after)
-	res.Rate = receiverRate(res.Stats)
+	res.ActivityDeliveries = int(c.routeSeqs(seqsOf(append(warm, commits...))).success())
 	arrivals, err := e.recv.Arrivals(ctx)
 	if err != nil {
 		return res, err
@@ -173,6 +125,82 @@ func (e *env) fanoutRate(ctx context.Context, c fanoutCase) (fanoutResult, error
 	}
 	res.Activity = e.activityAfter(ctx, db, actBefore, actErr, c.prefix())
 	return res, e.fanoutCheck(ctx, db, &res, warmFails)
+}
+
+// fanoutWriters commit a rate row's events: rate per second, with args(seq) for fanoutRateSQL.
+type fanoutWriters struct {
+	pool *pgxpool.Pool
+	rate int
+	args func(seq int) []any
+}
+
+func (w fanoutWriters) produce(ctx context.Context, n, seq0 int) ([]commit, float64, error) {
+	return produceSteadyArgs(ctx, w.pool, fanoutRateSQL, n, w.rate, seq0, w.args)
+}
+
+// fanoutWarmUp commits a second's worth of events (at least 50), waits until every delivery
+// the receiver must accept of them has arrived, so that none lands in the window (a slow
+// endpoint's would, a second late), and resets the receiver. It returns the commits and what
+// the failing endpoints were sent meanwhile, which their account covers too.
+func (e *env) fanoutWarmUp(ctx context.Context, c fanoutCase, w fanoutWriters, r *relayProc) ([]commit, map[string]failures, error) {
+	warm := max(w.rate, 50)
+	e.logf("%s: warming up with %d events", c.prefix(), warm)
+	if err := e.recv.Reset(ctx); err != nil {
+		return nil, nil, err
+	}
+	wc, _, err := w.produce(ctx, warm, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := e.recv.waitUnique(ctx, int(c.routeSeqs(seqsOf(wc)).success()), r.child, stallLimit); err != nil {
+		return nil, nil, fmt.Errorf("warm-up: %w", err)
+	}
+	fails, err := e.recv.Failures(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return wc, fails, e.recv.Reset(ctx)
+}
+
+// fanoutWindow commits the row's events after seq0 while sampling the slot's WAL, waits until
+// every delivery the receiver must accept has arrived, and fills res with what the window used.
+func (e *env) fanoutWindow(ctx context.Context, db *benchDB, w fanoutWriters, r *relayProc, seq0 int, res *fanoutResult) ([]commit, error) {
+	c := res.Case
+	before, err := e.cpuSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	relayBefore, err := r.usage()
+	if err != nil {
+		return nil, err
+	}
+	e.logf("%s: %d events at %d/s (%d deliveries/s)", c.prefix(), res.Events, w.rate, w.rate*c.F)
+	var commits []commit
+	var prodErr error
+	res.WAL, err = whileSampling(ctx, db.dsn, func() {
+		if commits, res.Achieved, prodErr = w.produce(ctx, res.Events, seq0); prodErr != nil {
+			return
+		}
+		res.Routed = c.routeSeqs(seqsOf(commits))
+		res.Stats, prodErr = e.recv.waitUnique(ctx, res.accepted(), r.child, stallLimit)
+	})
+	if prodErr != nil {
+		return nil, prodErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if res.Relay, err = r.usage(); err != nil {
+		return nil, err
+	}
+	res.Relay.CPU -= relayBefore.CPU
+	after, err := e.cpuSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	res.Load = loadBetween(before, after)
+	res.Rate = receiverRate(res.Stats)
+	return commits, nil
 }
 
 // fanoutDB makes the case's database, its endpoints and then its slot (so the relay starts
