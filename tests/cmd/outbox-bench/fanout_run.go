@@ -138,12 +138,12 @@ func (w fanoutWriters) produce(ctx context.Context, n, seq0 int) ([]commit, floa
 	return produceSteadyArgs(ctx, w.pool, fanoutRateSQL, n, w.rate, seq0, w.args)
 }
 
-// fanoutWarmUp commits a second's worth of events (at least 50), waits until every delivery
+// fanoutWarmUp commits a second's worth of events, waits until every delivery
 // the receiver must accept of them has arrived, so that none lands in the window (a slow
 // endpoint's would, a second late), and resets the receiver. It returns the commits and what
 // the failing endpoints were sent meanwhile, which their account covers too.
 func (e *env) fanoutWarmUp(ctx context.Context, c fanoutCase, w fanoutWriters, r *relayProc) ([]commit, map[string]failures, error) {
-	warm := max(w.rate, 50)
+	warm := max(w.rate, 1)
 	e.logf("%s: warming up with %d events", c.prefix(), warm)
 	if err := e.recv.Reset(ctx); err != nil {
 		return nil, nil, err

@@ -182,26 +182,32 @@ func (r *receiver) fail(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stats.Requests++
 	if !r.verify(req.Header, body) {
+		r.mu.Lock()
+		r.stats.Requests++
 		r.stats.BadSignatures++
+		r.mu.Unlock()
 		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}
-	ep := req.PathValue("id")
+	r.countFailure(req.PathValue("id"), req.Header.Get("X-Event-Id"))
+	http.Error(w, "bench: this endpoint fails every attempt", http.StatusInternalServerError)
+}
+
+func (r *receiver) countFailure(ep, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Requests++
 	f := r.failures[ep]
 	if f == nil {
 		f = &failures{ids: map[string]bool{}}
 		r.failures[ep] = f
 	}
 	f.Attempts++
-	if id := req.Header.Get("X-Event-Id"); !f.ids[id] {
+	if !f.ids[id] {
 		f.ids[id] = true
 		f.Events++
 	}
-	http.Error(w, "bench: this endpoint fails every attempt", http.StatusInternalServerError)
 }
 
 func (r *receiver) verify(h http.Header, body []byte) bool {
