@@ -64,6 +64,10 @@ type results struct {
 	errs        map[string]error            // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
+
+	// fanout are the fan-out rows (fanout.go) by row name, beside the HTTP ceiling they measure.
+	fanout        map[string]*fanoutResult
+	fanoutCeiling *ceilingResult
 }
 
 func (r *results) fail(row string, err error) {
@@ -244,6 +248,7 @@ func (e *env) rows(res *results) []suiteRow {
 	}
 	rows = append(rows, e.endpointRows(res)...)
 	rows = append(rows, e.isolationRow(res))
+	rows = append(rows, e.fanoutRows(res)...)
 	rows = append(rows, suiteRow{sinceRow(sinceScale * n), func(ctx context.Context) error {
 		s, err := e.since(ctx)
 		res.since = keep(s, err)
