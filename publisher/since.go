@@ -20,6 +20,9 @@ type SinceRequest struct {
 	// AggregateType and EventType, if not empty, keep only rows with that value.
 	AggregateType string
 	EventType     string
+	// EventID, if not empty, keeps only that event (the API's resend of one event to one
+	// endpoint: Since and Until then bracket its created_at).
+	EventID string
 	// Schema is the PostgreSQL schema of the outbox tables. Empty: as the connection's
 	// search_path resolves them.
 	Schema string
@@ -57,7 +60,7 @@ func (p SincePlan) Pruned(since time.Time) bool {
 
 // replayRange is r as internal/state selects it.
 func (r SinceRequest) replayRange() state.ReplayRange {
-	return state.ReplayRange{Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType}
+	return state.ReplayRange{Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType, EventID: r.EventID}
 }
 
 // RequestReplaySince counts what req selects and, unless dryRun or nothing matches, records the
