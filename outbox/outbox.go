@@ -16,18 +16,10 @@
 // # Endpoints
 //
 // A partner's webhook is a row of outbox_endpoints, which the application writes in the same
-// transaction as the rest of its change (a customer signs up: their endpoint exists if and only
-// if the signup commits). AddEndpoint, UpdateEndpoint, PauseEndpoint, ResumeEndpoint,
-// DisableEndpoint, EnableEndpoint, RotateEndpointSecret and RemoveEndpoint take the same
-// querier as Enqueue; GetEndpoint and ListEndpoints read. Each checks its input first and
-// refuses it with ErrInvalidEndpoint and the reason, writing nothing; a taken id is
-// ErrEndpointExists, without aborting the transaction. An Event's TenantID routes it to its
-// tenant's endpoints.
-//
-// Secrets are generated when not given and returned once (Endpoint.Secret); reads show only a
-// fingerprint. With Endpoints.Sealer set (NewSealer, with the relay's secrets key), every secret
-// is sealed with AES-256-GCM before it reaches the database, so the table, its dumps, its
-// replicas and the WAL hold no signing key in clear.
+// transaction as the rest of its change, with package endpoints (endpoints.Store.Add and
+// friends, taking the same querier as Enqueue). An Event's TenantID routes it to its tenant's
+// endpoints. The endpoint names this package had (AddEndpoint, Endpoints, Sealer, ...) remain
+// for one release as deprecated wrappers of package endpoints.
 //
 // # Validating payloads
 //
@@ -42,7 +34,7 @@
 // Enqueue writes into outbox_events as the connection's search_path finds it. When the relay's
 // tables live in a schema of their own (`outbox-relay migrate --schema app`, and the relay runs
 // with --schema app), name it: Schema("app").Enqueue(ctx, tx, ev) writes into app.outbox_events
-// whatever the search_path says. Endpoints{Schema: "app"} does the same for the endpoint
+// whatever the search_path says. endpoints.Store{Schema: "app"} does the same for the endpoint
 // functions, and PruneOptions.Schema for Prune.
 package outbox
 
@@ -58,6 +50,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/internal/querier"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -100,17 +93,7 @@ type Querier interface {
 func SQL(tx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) Querier {
-	return sqlQuerier{tx}
-}
-
-type sqlQuerier struct {
-	tx interface {
-		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	}
-}
-
-func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return q.tx.QueryRowContext(ctx, query, args...)
+	return querier.SQL{Tx: tx}
 }
 
 // insertSQL writes an event. The headers column (migration 3) and tenant_id (migration 13) are
@@ -147,9 +130,9 @@ RETURNING id::text`
 const existingSQL = `SELECT id::text FROM {outbox_events} WHERE dedup_key = $1`
 
 // Schema names the PostgreSQL schema of the relay's tables: Schema.Enqueue writes into its
-// outbox_events, and Endpoints.Schema is the same name for outbox_endpoints. The zero value
-// leaves the tables' names unqualified, for the connection's search_path to resolve: what
-// Enqueue and the package-level endpoint functions do.
+// outbox_events, and endpoints.Store.Schema is the same name for outbox_endpoints. The zero
+// value leaves the tables' names unqualified, for the connection's search_path to resolve: what
+// Enqueue does.
 type Schema string
 
 // Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
@@ -257,9 +240,7 @@ func (ev Event) headers() []byte {
 	return b
 }
 
-func isNoRows(err error) bool {
-	return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows)
-}
+func isNoRows(err error) bool { return querier.IsNoRows(err) }
 
 func (ev Event) validate() ([]byte, error) {
 	for _, f := range []struct{ name, v string }{

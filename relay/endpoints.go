@@ -13,7 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 
@@ -69,7 +69,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		metricsAddr = cfg.metricsBound
 	}
 	guard, guardErr := endpoint.NewGuard(metricsAddr)
-	eps := outbox.Endpoints{Schema: outbox.Schema(cfg.Schema)}
+	eps := endpoints.Store{Schema: cfg.Schema}
 	open := func(id string, raw []byte) (publisher.Destination, func(), time.Time, error) {
 		switch {
 		case ringErr != nil:
@@ -102,7 +102,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 	}
 	disable := func(ctx context.Context, id, reason string) error {
 		_, err := eps.Disable(ctx, pool, id, reason)
-		if errors.Is(err, outbox.ErrEndpointNotFound) || errors.Is(err, outbox.ErrEndpointState) {
+		if errors.Is(err, endpoints.ErrNotFound) || errors.Is(err, endpoints.ErrState) {
 			return nil // removed or disabled meanwhile: nothing left to do
 		}
 		return err

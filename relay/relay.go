@@ -142,7 +142,7 @@ type Config struct {
 	// outbox_endpoints instead of one webhook (see Pipeline.Endpoints). False: one destination.
 	Endpoints bool
 	// SecretsKeys opens the sealed secrets of partner endpoints: the keys' text, as
-	// OUTBOX_RELAY_SECRETS_KEY or the file of --secrets-key-file holds it (outbox.NewSealer).
+	// OUTBOX_RELAY_SECRETS_KEY or the file of --secrets-key-file holds it (endpoints.NewSealer).
 	// Empty: no key; an endpoint with a sealed secret then fails every attempt with the fix.
 	SecretsKeys string
 	// EndpointMetrics are endpoint ids whose series are always exported; EndpointMetricsMax

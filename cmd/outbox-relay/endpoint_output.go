@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 )
 
 // endpointJSON is an endpoint in --json output: the table's column names, the secrets as
@@ -50,7 +50,7 @@ type secretJSON struct {
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 }
 
-func toJSON(e outbox.Endpoint) endpointJSON {
+func toJSON(e endpoints.Endpoint) endpointJSON {
 	j := endpointJSON{
 		ID: e.ID, URL: e.URL, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes, Scheme: e.Scheme.String(),
 		Format: e.Format, BatchMaxEvents: e.BatchMaxEvents, BatchMaxBytes: e.BatchMaxBytes,
@@ -90,7 +90,7 @@ func printJSON(w io.Writer, v any) error {
 
 // printWritten prints the endpoint an add, update or rotate-secret wrote, and its new secret
 // when one was generated.
-func printWritten(cmd *cobra.Command, verb string, e outbox.Endpoint) error {
+func printWritten(cmd *cobra.Command, verb string, e endpoints.Endpoint) error {
 	w := cmd.OutOrStdout()
 	if wantJSON(cmd) {
 		return printJSON(w, toJSON(e))
@@ -101,7 +101,7 @@ func printWritten(cmd *cobra.Command, verb string, e outbox.Endpoint) error {
 	return nil
 }
 
-func printSecret(w io.Writer, e outbox.Endpoint) {
+func printSecret(w io.Writer, e endpoints.Endpoint) {
 	if e.Secret == "" {
 		return
 	}
@@ -110,7 +110,7 @@ func printSecret(w io.Writer, e outbox.Endpoint) {
 }
 
 // subscription says in one line what the endpoint receives.
-func subscription(e outbox.Endpoint) string {
+func subscription(e endpoints.Endpoint) string {
 	tenant := "every tenant's events"
 	if e.TenantID != "" {
 		tenant = "tenant " + e.TenantID
@@ -123,15 +123,15 @@ func subscription(e outbox.Endpoint) string {
 }
 
 // printEndpoint prints one endpoint, field by field (show).
-func printEndpoint(w io.Writer, e outbox.Endpoint) {
+func printEndpoint(w io.Writer, e endpoints.Endpoint) {
 	line := func(k, v string) { fmt.Fprintf(w, "%-16s %s\n", k+":", v) }
 	line("id", e.ID)
 	line("url", e.URL)
 	state := string(e.State)
 	switch e.State {
-	case outbox.EndpointPaused:
+	case endpoints.Paused:
 		state += fmt.Sprintf(" since %s (%s)", clock(e.PausedAt), e.PausedReason)
-	case outbox.EndpointDisabled:
+	case endpoints.Disabled:
 		state += fmt.Sprintf(" since %s (%s)", clock(e.DisabledAt), e.DisabledReason)
 	}
 	line("state", state)
@@ -161,7 +161,7 @@ func printEndpoint(w io.Writer, e outbox.Endpoint) {
 	line("updated", clock(e.UpdatedAt))
 }
 
-func describeSecret(s outbox.EndpointSecret) string {
+func describeSecret(s endpoints.Secret) string {
 	d := "fingerprint " + or(s.Fingerprint, "(unknown)")
 	if s.KeyID != "" {
 		d += ", sealed with key " + s.KeyID

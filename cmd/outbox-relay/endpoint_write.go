@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -64,9 +64,9 @@ when the id exists.`,
 	addEndpointCommon(fs)
 	addEndpointFields(fs, true)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		ep := outbox.Endpoint{State: outbox.EndpointEnabled}
+		ep := endpoints.Endpoint{State: endpoints.Enabled}
 		if paused, _ := fs.GetBool("paused"); paused {
-			ep.State = outbox.EndpointPaused
+			ep.State = endpoints.Paused
 		}
 		ep.ID, _ = fs.GetString("id")
 		if fs.Changed("id") && ep.ID == "" {
@@ -75,7 +75,7 @@ when the id exists.`,
 		if err := endpointFields(fs, &ep, true); err != nil {
 			return err
 		}
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			got, err := eps.Add(ctx, conn, ep)
 			if err != nil {
 				return endpointError(err, ep.ID)
@@ -118,8 +118,8 @@ every aggregate type.`,
 			return usageError{errors.New("--tenant and --no-tenant contradict each other: pass one")}
 		}
 		var fieldErr error
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
-			got, err := eps.Update(ctx, conn, id, func(ep *outbox.Endpoint) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
+			got, err := eps.Update(ctx, conn, id, func(ep *endpoints.Endpoint) error {
 				fieldErr = endpointFields(fs, ep, false)
 				return fieldErr
 			})
@@ -155,7 +155,7 @@ func anyFieldChanged(fs *pflag.FlagSet) bool {
 
 // endpointFields applies the field flags to ep: every flag on add (the defaults included), only
 // the flags given on update. A bad value is a usage error.
-func endpointFields(fs *pflag.FlagSet, ep *outbox.Endpoint, add bool) error {
+func endpointFields(fs *pflag.FlagSet, ep *endpoints.Endpoint, add bool) error {
 	set := func(name string) bool { return add || fs.Changed(name) }
 	if set("url") {
 		ep.URL, _ = fs.GetString("url")
@@ -199,7 +199,7 @@ func endpointFields(fs *pflag.FlagSet, ep *outbox.Endpoint, add bool) error {
 	return deliveryFields(fs, ep, set)
 }
 
-func deliveryFields(fs *pflag.FlagSet, ep *outbox.Endpoint, set func(string) bool) error {
+func deliveryFields(fs *pflag.FlagSet, ep *endpoints.Endpoint, set func(string) bool) error {
 	if set("format") {
 		ep.Format, _ = fs.GetString("format")
 	}

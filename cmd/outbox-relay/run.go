@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -468,8 +468,8 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 		return err
 	}
 	if text != "" {
-		if _, err := outbox.NewSealer(text); err != nil {
-			return usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "outbox: "))}
+		if _, err := endpoints.NewSealer(text); err != nil {
+			return usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "endpoints: "))}
 		}
 	}
 	cfg.SecretsKeys = text

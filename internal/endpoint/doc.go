@@ -7,10 +7,11 @@
 //
 // # Who uses it
 //
-// Package outbox writes rows with it (outbox.AddEndpoint and friends, in the application's
-// transaction), `outbox-relay endpoint` through package outbox, and the relay reads rows from its
-// slot with SetColumn, checks them with Validate, routes events with Subscribed or an index built
-// on ParsePattern, signs with Row.Keys and dials through Guard.Control. Nothing here does I/O.
+// Package endpoints writes rows with it (endpoints.Store.Add and friends, in the application's
+// transaction; `outbox-relay endpoint` and the HTTP API through it), and the relay reads rows
+// from its slot with SetColumn, checks them with Validate, routes events with Subscribed or an
+// index built on ParsePattern, signs with Row.Keys and dials through Guard.Control. Nothing here
+// does I/O.
 //
 // # Subscriptions
 //

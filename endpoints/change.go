@@ -1,4 +1,4 @@
-package outbox
+package endpoints
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // rarely one of the other. The result has Secret set when a secret was stored. change may run
 // more than once (outside a transaction, when another writer got in between) and must not
 // alter the read-only fields. An error of change is returned as it is, and nothing is written.
-func (e Endpoints) Update(ctx context.Context, q Querier, id string, change func(*Endpoint) error) (Endpoint, error) {
+func (e Store) Update(ctx context.Context, q Querier, id string, change func(*Endpoint) error) (Endpoint, error) {
 	var clear string
 	r, err := e.modify(ctx, q, "update", id, func(r *endpoint.Row, now time.Time) (bool, error) {
 		clear = ""
@@ -68,29 +68,29 @@ func (e Endpoints) Update(ctx context.Context, q Querier, id string, change func
 func sameReadOnly(before, after Endpoint) error {
 	switch {
 	case after.ID != before.ID:
-		return fmt.Errorf("%w: an endpoint's id never changes: add a new endpoint and remove this one", ErrInvalidEndpoint)
+		return fmt.Errorf("%w: an endpoint's id never changes: add a new endpoint and remove this one", ErrInvalid)
 	case after.State != before.State || after.PausedReason != before.PausedReason || after.DisabledReason != before.DisabledReason ||
 		!after.PausedAt.Equal(before.PausedAt) || !after.DisabledAt.Equal(before.DisabledAt):
-		return fmt.Errorf("%w: the state changes with PauseEndpoint, ResumeEndpoint, DisableEndpoint and EnableEndpoint, not Update",
-			ErrInvalidEndpoint)
+		return fmt.Errorf("%w: the state changes with Pause, Resume, Disable and Enable, not Update",
+			ErrInvalid)
 	case !reflect.DeepEqual(after.Secrets, before.Secrets):
-		return fmt.Errorf("%w: Secrets describe the stored secrets: set Secret, or use RotateEndpointSecret", ErrInvalidEndpoint)
+		return fmt.Errorf("%w: Secrets describe the stored secrets: set Secret, or use RotateSecret", ErrInvalid)
 	case !after.CreatedAt.Equal(before.CreatedAt) || !after.UpdatedAt.Equal(before.UpdatedAt):
-		return fmt.Errorf("%w: CreatedAt and UpdatedAt are the database's", ErrInvalidEndpoint)
+		return fmt.Errorf("%w: CreatedAt and UpdatedAt are the database's", ErrInvalid)
 	}
 	return nil
 }
 
 // Pause pauses an enabled endpoint: events routed to it from the pause's commit on are kept
 // and delivered in order when it is resumed. Pausing a paused endpoint changes nothing; a
-// disabled one is refused with ErrEndpointState. An empty reason is "paused".
-func (e Endpoints) Pause(ctx context.Context, q Querier, id, reason string) (Endpoint, error) {
+// disabled one is refused with ErrState. An empty reason is "paused".
+func (e Store) Pause(ctx context.Context, q Querier, id, reason string) (Endpoint, error) {
 	return e.setState(ctx, q, "pause", id, func(r *endpoint.Row, now time.Time) (bool, error) {
 		switch r.State {
 		case endpoint.Paused:
 			return false, nil
 		case endpoint.Disabled:
-			return false, fmt.Errorf("%w: it is disabled (%s): enable it first", ErrEndpointState, r.DisabledReason)
+			return false, fmt.Errorf("%w: it is disabled (%s): enable it first", ErrState, r.DisabledReason)
 		}
 		if err := endpoint.CheckReason(reason); err != nil {
 			return false, err
@@ -101,14 +101,14 @@ func (e Endpoints) Pause(ctx context.Context, q Querier, id, reason string) (End
 }
 
 // Resume resumes a paused endpoint. Resuming an enabled endpoint changes nothing; a disabled
-// one is refused with ErrEndpointState (EnableEndpoint enables it).
-func (e Endpoints) Resume(ctx context.Context, q Querier, id string) (Endpoint, error) {
+// one is refused with ErrState (EnableEndpoint enables it).
+func (e Store) Resume(ctx context.Context, q Querier, id string) (Endpoint, error) {
 	return e.setState(ctx, q, "resume", id, func(r *endpoint.Row, _ time.Time) (bool, error) {
 		switch r.State {
 		case endpoint.Enabled:
 			return false, nil
 		case endpoint.Disabled:
-			return false, fmt.Errorf("%w: it is disabled (%s), not paused: enable it", ErrEndpointState, r.DisabledReason)
+			return false, fmt.Errorf("%w: it is disabled (%s), not paused: enable it", ErrState, r.DisabledReason)
 		}
 		r.State, r.PausedReason, r.PausedAt = endpoint.Enabled, "", time.Time{}
 		return true, nil
@@ -117,7 +117,7 @@ func (e Endpoints) Resume(ctx context.Context, q Querier, id string) (Endpoint, 
 
 // Disable disables an endpoint, paused or not: it receives nothing until enabled. Disabling a
 // disabled endpoint changes nothing (its reason and time stay). An empty reason is "disabled".
-func (e Endpoints) Disable(ctx context.Context, q Querier, id, reason string) (Endpoint, error) {
+func (e Store) Disable(ctx context.Context, q Querier, id, reason string) (Endpoint, error) {
 	return e.setState(ctx, q, "disable", id, func(r *endpoint.Row, now time.Time) (bool, error) {
 		if r.State == endpoint.Disabled {
 			return false, nil
@@ -132,21 +132,21 @@ func (e Endpoints) Disable(ctx context.Context, q Querier, id, reason string) (E
 }
 
 // Enable enables a disabled endpoint. Enabling an enabled endpoint changes nothing; a paused
-// one is refused with ErrEndpointState (ResumeEndpoint resumes it).
-func (e Endpoints) Enable(ctx context.Context, q Querier, id string) (Endpoint, error) {
+// one is refused with ErrState (ResumeEndpoint resumes it).
+func (e Store) Enable(ctx context.Context, q Querier, id string) (Endpoint, error) {
 	return e.setState(ctx, q, "enable", id, func(r *endpoint.Row, _ time.Time) (bool, error) {
 		switch r.State {
 		case endpoint.Enabled:
 			return false, nil
 		case endpoint.Paused:
-			return false, fmt.Errorf("%w: it is paused (%s), not disabled: resume it", ErrEndpointState, r.PausedReason)
+			return false, fmt.Errorf("%w: it is paused (%s), not disabled: resume it", ErrState, r.PausedReason)
 		}
 		r.State, r.DisabledReason, r.DisabledAt = endpoint.Enabled, "", time.Time{}
 		return true, nil
 	})
 }
 
-func (e Endpoints) setState(ctx context.Context, q Querier, what, id string, change func(*endpoint.Row, time.Time) (bool, error)) (Endpoint, error) {
+func (e Store) setState(ctx context.Context, q Querier, what, id string, change func(*endpoint.Row, time.Time) (bool, error)) (Endpoint, error) {
 	r, err := e.modify(ctx, q, what, id, change)
 	if err != nil {
 		return Endpoint{}, err
@@ -157,9 +157,9 @@ func (e Endpoints) setState(ctx context.Context, q Querier, what, id string, cha
 // RotateSecret stores a new secret (opts.Secret, or a generated one) first in the endpoint's
 // list, and keeps the current ones signing for opts.KeepOld (or drops them, when it is zero).
 // The result has Secret set to the new secret in clear.
-func (e Endpoints) RotateSecret(ctx context.Context, q Querier, id string, opts RotateOptions) (Endpoint, error) {
+func (e Store) RotateSecret(ctx context.Context, q Querier, id string, opts RotateOptions) (Endpoint, error) {
 	if opts.KeepOld < 0 {
-		return Endpoint{}, fmt.Errorf("outbox: rotate the secret of endpoint %s: %w: keep-old %s is negative", id, ErrInvalidEndpoint, opts.KeepOld)
+		return Endpoint{}, fmt.Errorf("endpoints: rotate the secret of endpoint %s: %w: keep-old %s is negative", id, ErrInvalid, opts.KeepOld)
 	}
 	var clear string
 	r, err := e.modify(ctx, q, "rotate the secret of", id, func(r *endpoint.Row, now time.Time) (bool, error) {
@@ -176,7 +176,7 @@ func (e Endpoints) RotateSecret(ctx context.Context, q Querier, id string, opts 
 		}
 		if len(old)+1 > endpoint.MaxSecrets {
 			return false, fmt.Errorf("%w: %d secrets would sign at once, more than %d: rotate with a shorter keep-old, or without it",
-				ErrInvalidEndpoint, len(old)+1, endpoint.MaxSecrets)
+				ErrInvalid, len(old)+1, endpoint.MaxSecrets)
 		}
 		r.Secrets = append(r.Secrets, old...)
 		return true, nil
@@ -213,10 +213,10 @@ func keepOld(secrets []endpoint.Secret, now time.Time, keep time.Duration) []end
 // Reseal seals the endpoint's secrets with the Sealer's first key: clear ones, and those sealed
 // with another of its keys (after a key rotation). It reports whether it changed anything.
 // It needs a Sealer holding every key the secrets were sealed with.
-func (e Endpoints) Reseal(ctx context.Context, q Querier, id string) (bool, error) {
+func (e Store) Reseal(ctx context.Context, q Querier, id string) (bool, error) {
 	ring := e.Sealer.keyring()
 	if ring == nil {
-		return false, fmt.Errorf("outbox: reseal endpoint %s: no Sealer: set Endpoints.Sealer to the secrets keys", id)
+		return false, fmt.Errorf("endpoints: reseal endpoint %s: no Sealer: set Store.Sealer to the secrets keys", id)
 	}
 	changed := false
 	_, err := e.modify(ctx, q, "reseal", id, func(r *endpoint.Row, _ time.Time) (bool, error) {
