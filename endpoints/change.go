@@ -11,7 +11,7 @@ import (
 )
 
 // Update changes an endpoint: change gets the endpoint as stored (Secret empty) and alters the
-// fields an application writes (URL through Metadata); the result is checked as Add checks a
+// fields an application writes (URL through EgressProxy); the result is checked as Add checks a
 // new one and written in q's transaction, with the row locked FOR UPDATE meanwhile. Setting
 // Secret replaces every secret with it (RotateSecret keeps old ones signing for a while);
 // changing Scheme without a Secret generates a new secret, since a secret of one scheme is
@@ -20,8 +20,10 @@ import (
 // alter the read-only fields. An error of change is returned as it is, and nothing is written.
 func (e Store) Update(ctx context.Context, q Querier, id string, change func(*Endpoint) error) (Endpoint, error) {
 	var clear string
+	var patterns []string // the patterns before the change
 	r, err := e.modify(ctx, q, "update", id, func(r *endpoint.Row, now time.Time) (bool, error) {
 		clear = ""
+		patterns = r.EventTypes
 		before := public(*r)
 		ep := public(*r)
 		if err := change(&ep); err != nil {
@@ -61,6 +63,9 @@ func (e Store) Update(ctx context.Context, q Querier, id string, change func(*En
 	}
 	out := public(r)
 	out.Secret = clear
+	// The check before the write refused what the catalog does not hold; its warnings are
+	// read again here, the write done, for the patterns the change added.
+	out.Warnings, _ = e.checkCatalog(ctx, q, patterns, r.EventTypes)
 	return out, nil
 }
 

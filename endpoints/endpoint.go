@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"net/netip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,6 +97,20 @@ type Endpoint struct {
 	// Metadata is the application's own JSON object about the endpoint (the relay does not read
 	// it). Empty: {}.
 	Metadata json.RawMessage
+	// DenyPrivate marks an endpoint whose URL a tenant gave (the API sets it on every endpoint a
+	// tenant creates or changes): loopback, private, CGNAT, link-local, unspecified and metadata
+	// addresses are refused for it when it is written and at every connection, whatever the
+	// relay's --egress-deny-private, unless --egress-allow admits them; AllowPrivateURL cannot
+	// be set with it. False: an operator's endpoint, under Store.Egress and the relay's policy.
+	DenyPrivate bool
+	// EgressProxy is the outbound proxy of this endpoint's connections: http://host:port (no
+	// credentials: those belong in the relay's --egress-proxy), or "direct" for none. Empty:
+	// the relay's --egress-proxy.
+	EgressProxy string
+	// Warnings, in what Add and Update return, are what was accepted but deserves a look: an
+	// event-type pattern that matches only deprecated types of the catalog, naming their
+	// replacements. Never stored.
+	Warnings []string `json:"-"`
 
 	// State is the endpoint's state. On Add it may be Paused, to register an endpoint that
 	// receives its events only once resumed; empty is Enabled.
@@ -173,4 +188,25 @@ type Store struct {
 	// on localhost, a loopback or unspecified address, or the address it binds is refused unless
 	// AllowPrivateURL. Empty: not checked here (the relay still refuses to dial it).
 	RelayMetricsAddr string
+	// Egress is the relay's egress policy (--egress-deny-private, --egress-allow,
+	// --egress-https-only), so that a URL the relay would refuse to reach is refused when it is
+	// written. The zero value: no policy beyond the guard's own rules and DenyPrivate.
+	Egress Egress
+}
+
+// Egress is the egress policy for partner endpoints, which the relay applies at every
+// connection and Store.Egress when a URL is written: give both the same (the CLI reads both
+// from the same flags and environment variables). The zero value adds nothing.
+type Egress struct {
+	// DenyPrivate refuses loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), CGNAT
+	// (100.64/10), multicast and reserved addresses for every endpoint, as for those with
+	// Endpoint.DenyPrivate, except endpoints with AllowPrivateURL (an operator's exception).
+	// False: only for endpoints with DenyPrivate.
+	DenyPrivate bool
+	// Allow are ranges admitted though DenyPrivate refuses them (internal partners). They never
+	// admit link-local or metadata addresses, "this host" or the relay's metrics address.
+	// Empty: none.
+	Allow []netip.Prefix
+	// HTTPSOnly refuses http:// URLs for every endpoint. False: http and https.
+	HTTPSOnly bool
 }

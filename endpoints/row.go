@@ -73,6 +73,7 @@ func (e Store) validate(r *endpoint.Row) error {
 	if err != nil {
 		return fmt.Errorf("endpoints: Store.RelayMetricsAddr: %w", err)
 	}
+	g.Egress = endpoint.Egress(e.Egress)
 	return r.Validate(g)
 }
 
@@ -113,6 +114,7 @@ func applyWritable(r *endpoint.Row, ep Endpoint) error {
 	}
 	r.SpillAfterMS = int(ep.SpillAfter / time.Millisecond)
 	r.AllowPrivateURL = ep.AllowPrivateURL
+	r.DenyPrivate, r.EgressProxy = ep.DenyPrivate, ep.EgressProxy
 	m, err := endpoint.NormalizeMetadata(ep.Metadata)
 	if err != nil {
 		return err
@@ -141,6 +143,7 @@ func public(r endpoint.Row) Endpoint {
 		ID: r.ID, URL: r.URL, TenantID: r.TenantID, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes,
 		Scheme: r.SignatureScheme(), Format: r.Format, BatchMaxEvents: r.BatchMaxEvents, BatchMaxBytes: r.BatchMaxBytes,
 		BatchLinger: r.Linger(), RateLimit: r.RateLimit, MaxInFlight: r.MaxInFlight, AllowPrivateURL: r.AllowPrivateURL,
+		DenyPrivate: r.DenyPrivate, EgressProxy: r.EgressProxy,
 		SpillAfter: time.Duration(r.SpillAfterMS) * time.Millisecond,
 		Metadata:   r.Metadata, State: State(r.State), PausedReason: r.PausedReason, PausedAt: r.PausedAt,
 		DisabledReason: r.DisabledReason, DisabledAt: r.DisabledAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,

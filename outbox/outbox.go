@@ -21,6 +21,14 @@
 // endpoints. The endpoint names this package had (AddEndpoint, Endpoints, Sealer, ...) remain
 // for one release as deprecated wrappers of package endpoints.
 //
+// # Validating payloads
+//
+// A producer opts in to checking each payload against the JSON Schema of its event type in the
+// event-type catalog (outbox_event_types) with Producer{Validator: catalog.NewValidator(pool,
+// catalog.ValidatorConfig{})}: its Enqueue refuses a payload the schema does not accept with
+// ErrInvalid and the JSON pointer of the value at fault, writing nothing. Package catalog holds
+// the JSON Schema library; a producer that does not opt in does not link it.
+//
 // # Schema
 //
 // Enqueue writes into outbox_events as the connection's search_path finds it. When the relay's
@@ -136,9 +144,40 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 
 // Enqueue is the package's Enqueue, writing into outbox_events of schema s.
 func (s Schema) Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
+	return Producer{Schema: s}.Enqueue(ctx, q, ev)
+}
+
+// Validator checks an event's payload before Enqueue writes it. catalog.Validator is one: it
+// checks the payload against the JSON Schema of its type in the event-type catalog.
+type Validator interface {
+	// ValidatePayload returns nil to let the event be written, or why not.
+	ValidatePayload(ctx context.Context, eventType string, payload []byte) error
+}
+
+// Producer is Enqueue with options, for a producer that sets them once. The zero value is the
+// package's Enqueue.
+type Producer struct {
+	// Schema is the schema of the relay's tables, as Schema.Enqueue. Empty: as the search_path
+	// resolves outbox_events.
+	Schema Schema
+	// Validator, if set, checks every payload before it is written (opt-in validation against
+	// the event-type catalog: catalog.NewValidator); a refusal is wrapped with ErrInvalid and
+	// nothing is written. Nil: payloads are checked only for being JSON.
+	Validator Validator
+}
+
+// Enqueue writes ev in the caller's transaction, as the package's Enqueue, after
+// p.Validator's check when there is one.
+func (p Producer) Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
+	s := p.Schema
 	payload, err := ev.validate()
 	if err != nil {
 		return uuid.Nil, err
+	}
+	if p.Validator != nil {
+		if err := p.Validator.ValidatePayload(ctx, ev.EventType, payload); err != nil {
+			return uuid.Nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {

@@ -86,9 +86,9 @@ func CheckTenant(t string) error {
 }
 
 // CheckURL checks an endpoint URL: absolute http or https, a host, no user:password, no
-// spaces or control characters, at most MaxURLLen bytes, and, unless allowPrivate, not an
-// address the guard refuses. g may be nil: the link-local and metadata rules still hold.
-func CheckURL(raw string, g *Guard, allowPrivate bool) (*url.URL, error) {
+// spaces or control characters, at most MaxURLLen bytes, and not what the guard refuses for
+// Access a (Guard.AccessOf). g may be nil: the link-local and metadata rules still hold.
+func CheckURL(raw string, g *Guard, a Access) (*url.URL, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: url is empty: give the partner's absolute https:// URL", ErrInvalid)
 	}
@@ -103,13 +103,10 @@ func CheckURL(raw string, g *Guard, allowPrivate bool) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: url %q is malformed: it must be an absolute http:// or https:// URL with a host "+
 			"and no user:password, e.g. https://partner.example/webhooks", ErrInvalid, redact(raw))
 	}
-	if allowPrivate {
-		return u, nil
-	}
 	if g == nil {
 		g = &Guard{}
 	}
-	if err := g.CheckURL(u); err != nil {
+	if err := g.CheckURL(u, a); err != nil {
 		return nil, fmt.Errorf("%w: url %q: %w", ErrInvalid, u.Redacted(), err)
 	}
 	return u, nil
@@ -169,7 +166,7 @@ func (r *Row) Validate(g *Guard) error {
 	if err := CheckID(r.ID); err != nil {
 		return err
 	}
-	if _, err := CheckURL(r.URL, g, r.AllowPrivateURL); err != nil {
+	if err := r.checkEgress(g); err != nil {
 		return err
 	}
 	scheme, err := signature.ParseScheme(r.Scheme)
@@ -195,6 +192,60 @@ func (r *Row) Validate(g *Guard) error {
 		return err
 	}
 	return checkMetadata(r.Metadata)
+}
+
+// checkEgress checks the URL against the guard for the row's Access, and the row's egress
+// columns (deny_private, allow_private_url, egress_proxy).
+func (r *Row) checkEgress(g *Guard) error {
+	if r.DenyPrivate && r.AllowPrivateURL {
+		return fmt.Errorf("%w: allow_private_url cannot be set on an endpoint whose URL a tenant gave (deny_private): "+
+			"an operator clears deny_private first", ErrInvalid)
+	}
+	if _, err := CheckURL(r.URL, g, g.AccessOf(r.DenyPrivate, r.AllowPrivateURL)); err != nil {
+		return err
+	}
+	return CheckProxy(r.EgressProxy)
+}
+
+// CheckProxy checks an endpoint's egress_proxy: empty (the relay's --egress-proxy), "direct"
+// (none), or an absolute http:// or https:// URL of a host and port without user:password
+// or path (credentials belong in --egress-proxy, which is not written to the table).
+func CheckProxy(raw string) error {
+	if raw == "" || raw == ProxyDirect {
+		return nil
+	}
+	_, err := ParseProxy(raw)
+	if err == nil && strings.Contains(raw, "@") {
+		err = errors.New("it has user:password")
+	}
+	if err != nil {
+		return fmt.Errorf("%w: egress proxy %q: %w: give http://host:port (credentials only in --egress-proxy), "+
+			"direct for none, or nothing for the relay's --egress-proxy", ErrInvalid, redact(raw), err)
+	}
+	return nil
+}
+
+// ProxyDirect is the egress_proxy of an endpoint that connects directly, whatever the relay's
+// --egress-proxy.
+const ProxyDirect = "direct"
+
+// ParseProxy parses an egress proxy URL: http:// or https://, a host, an optional port (80 or
+// 443 by default), an optional user:password, no path, query or fragment.
+func ParseProxy(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, errors.New("it is not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, errors.New("its scheme is not http or https")
+	case u.Hostname() == "" || u.Opaque != "":
+		return nil, errors.New("it has no host")
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "":
+		return nil, errors.New("it has a path, a query or a fragment")
+	case len(raw) > MaxURLLen:
+		return nil, fmt.Errorf("it is longer than %d bytes", MaxURLLen)
+	}
+	return u, nil
 }
 
 func (r *Row) checkSecrets(scheme signature.Scheme) error {

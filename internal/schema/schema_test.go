@@ -18,7 +18,7 @@ import (
 // Schema field or argument): each of their SQL statements must name the tables through
 // schema.SQL placeholders ({outbox_events}) or schema.Qualify, never bare, or it reads the
 // search_path's table instead (a decoy in public, say).
-var qualifiedPackages = []string{"cdc", "publisher", "relay", "outbox", "endpoints", "inbox", "migrations", "internal/inspect", "internal/schemacheck", "internal/control", "internal/state", "cmd/outbox-relay"}
+var qualifiedPackages = []string{"cdc", "publisher", "relay", "outbox", "endpoints", "catalog", "inbox", "migrations", "internal/inspect", "internal/schemacheck", "internal/control", "internal/state", "cmd/outbox-relay"}
 
 // bareTable finds a table of the relay named bare where a statement expects a table.
 var bareTable = regexp.MustCompile(`(?i)\b(FROM|JOIN|INTO|UPDATE|USING|TABLE)\s+(` +
