@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/outbox-relay/outbox-relay/catalog"
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 )
 
 // checkCatalog checks the patterns of after that before did not have against the event-type
@@ -27,7 +28,7 @@ func (e Store) checkCatalog(ctx context.Context, q Querier, before, after []stri
 	}
 	warnings, err := catalog.Catalog{Schema: e.Schema}.CheckPatterns(ctx, q, added)
 	if errors.Is(err, catalog.ErrUnknownType) {
-		return nil, fmt.Errorf("%w: event-type pattern %w", ErrInvalid, err)
+		return nil, endpoint.Field("event_types", fmt.Errorf("%w: event-type pattern %w", ErrInvalid, err))
 	}
 	return warnings, err
 }

@@ -33,11 +33,17 @@ CREATE TABLE outbox_api_idempotency (
 );
 CREATE INDEX outbox_api_idempotency_created ON outbox_api_idempotency (created_at);
 
+-- What the endpoint is, in the words of whoever made it (shown by the CLI and the API; the relay
+-- does not read it). NULL: none.
+ALTER TABLE outbox_endpoints ADD COLUMN description text
+    CONSTRAINT outbox_endpoints_description_check CHECK (octet_length(description) <= 1024);
+
 -- A replay of one event (POST /api/v1/endpoints/{id}/events/{event_id}/resend): NULL, every
 -- event of the range.
 ALTER TABLE outbox_replays ADD COLUMN event_id uuid;
 
 -- +goose Down
 ALTER TABLE outbox_replays DROP COLUMN event_id;
+ALTER TABLE outbox_endpoints DROP COLUMN description;
 DROP TABLE outbox_api_idempotency;
 DROP TABLE outbox_api_audit;

@@ -210,7 +210,8 @@ func backToVersion10(t *testing.T, conn *pgx.Conn) {
 		t.Fatalf("backToVersion10 undoes migrations 17 to 11; undo %d..18 first", latest)
 	}
 	for _, q := range []string{`DROP TABLE outbox_api_audit`, `DROP TABLE outbox_api_idempotency`,
-		`ALTER TABLE outbox_replays DROP COLUMN event_id`, `DELETE FROM outbox_relay_schema WHERE version_id = 17`,
+		`ALTER TABLE outbox_replays DROP COLUMN event_id`, `ALTER TABLE outbox_endpoints DROP COLUMN description`,
+		`DELETE FROM outbox_relay_schema WHERE version_id = 17`,
 		`DROP TABLE outbox_event_types`, `DELETE FROM outbox_relay_schema WHERE version_id = 16`,
 		`DROP TABLE outbox_deliveries`, `DROP TABLE outbox_delivery_attempts`,
 		`DROP TABLE outbox_endpoint_backlog`, `DROP INDEX outbox_pipeline_events_event`, `DROP INDEX outbox_replays_open`,

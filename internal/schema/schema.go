@@ -159,6 +159,7 @@ var Tables = []Table{
 		{"aggregate_types", 13}, {"rate_limit", 13}, {"max_in_flight", 13}, {"state", 13}, {"paused_reason", 13},
 		{"paused_at", 13}, {"disabled_reason", 13}, {"disabled_at", 13}, {"allow_private_url", 13}, {"metadata", 13},
 		{"created_at", 13}, {"updated_at", 13}, {"spill_after_ms", 15}, {"deny_private", 16}, {"egress_proxy", 16},
+		{"description", 17},
 	}, Indexes: []Index{{"idx_outbox_endpoints_tenant", 13}},
 		// They write each change as a logical decoding message (the function
 		// outbox_endpoints_emit): without them a relay with endpoints never learns of a change.

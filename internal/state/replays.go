@@ -74,7 +74,7 @@ var ErrNoReplay = errors.New("no such replay request")
 // sinceFilter is the WHERE clause of a replay --since over $1..$5 (since, until, aggregate type,
 // event type, event id), for delivered, dead-lettered and parked rows. The time range is two
 // plain comparisons (no OR), so that a page checks them in the index (outbox_events_replay_order).
-// An empty event id is NULL through nullif before its cast, which would refuse ''.
+// An empty event id is NULL through nullif before its cast, which would refuse an empty string.
 const sinceFilter = `created_at >= $1 AND created_at < coalesce($2::timestamptz, 'infinity')
 	AND ($3 = '' OR aggregate_type = $3) AND ($4 = '' OR event_type = $4)
 	AND (nullif($5, '') IS NULL OR id = nullif($5, '')::uuid)`
