@@ -68,8 +68,11 @@ func (r SinceRequest) replayRange() state.ReplayRange {
 // message. The relay leading req.Pipeline meets it at its place in the stream, after every event
 // committed before it and before every event committed after it, and there re-sends the rows in
 // their original commit order per aggregate, with their original ids and X-Event-Sequence, page
-// by page.
-func RequestReplaySince(ctx context.Context, conn *pgx.Conn, req SinceRequest, dryRun bool) (SincePlan, error) {
+// by page. conn is a *pgx.Conn, or a pgx.Tx to record the request in a transaction of the
+// caller's (a savepoint of it).
+func RequestReplaySince(ctx context.Context, conn interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, req SinceRequest, dryRun bool) (SincePlan, error) {
 	plan := SincePlan{Pipeline: req.Pipeline, ByType: []TypeCount{}}
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := countSince(ctx, tx, req, &plan); err != nil {

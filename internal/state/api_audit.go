@@ -51,16 +51,16 @@ type AuditQuery struct {
 }
 
 // auditSQL has one shape per filter, so that each reads its index (tenant_id, id) or
-// (endpoint_id, id) backwards from Before, or the primary key: an OR of optional filters would
-// be planned for the general case.
+// (endpoint_id, id) backwards from $1, or the primary key: an OR of optional filters would be
+// planned for the general case. $2 is the limit, $3 and $4 the filters a shape has.
 const auditColumns = `id, at, actor_kind, actor, action, coalesce(tenant_id, ''), coalesce(endpoint_id, ''), detail::text`
 
 var auditSQL = map[[2]bool]string{
-	{false, false}: `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE id < $3 ORDER BY id DESC LIMIT $4`,
-	{true, false}:  `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE tenant_id = $1 AND id < $3 ORDER BY id DESC LIMIT $4`,
-	{false, true}:  `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE endpoint_id = $2 AND id < $3 ORDER BY id DESC LIMIT $4`,
-	{true, true}: `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE endpoint_id = $2 AND tenant_id = $1 AND id < $3
-		ORDER BY id DESC LIMIT $4`,
+	{false, false}: `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE id < $1 ORDER BY id DESC LIMIT $2`,
+	{true, false}:  `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE tenant_id = $3 AND id < $1 ORDER BY id DESC LIMIT $2`,
+	{false, true}:  `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE endpoint_id = $3 AND id < $1 ORDER BY id DESC LIMIT $2`,
+	{true, true}: `SELECT ` + auditColumns + ` FROM {outbox_api_audit} WHERE tenant_id = $3 AND endpoint_id = $4 AND id < $1
+		ORDER BY id DESC LIMIT $2`,
 }
 
 // ListAudit returns the records q selects in schema s.
@@ -70,7 +70,13 @@ func ListAudit(ctx context.Context, db DB, s string, q AuditQuery) ([]AuditRecor
 		before = 1<<63 - 1
 	}
 	query := auditSQL[[2]bool{q.TenantID != "", q.EndpointID != ""}]
-	rows, err := db.Query(ctx, schema.SQL(s, query), q.TenantID, q.EndpointID, before, q.Limit)
+	args := []any{before, q.Limit}
+	for _, f := range []string{q.TenantID, q.EndpointID} {
+		if f != "" {
+			args = append(args, f)
+		}
+	}
+	rows, err := db.Query(ctx, schema.SQL(s, query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("read the audit records: %w", err)
 	}
