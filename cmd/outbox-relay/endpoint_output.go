@@ -30,6 +30,9 @@ type endpointJSON struct {
 	MaxInFlight     int             `json:"max_in_flight"`
 	SpillAfterMS    int64           `json:"spill_after_ms"`
 	AllowPrivateURL bool            `json:"allow_private_url"`
+	DenyPrivate     bool            `json:"deny_private"`
+	EgressProxy     *string         `json:"egress_proxy"`
+	Warnings        []string        `json:"warnings,omitempty"`
 	Metadata        json.RawMessage `json:"metadata"`
 	State           string          `json:"state"`
 	PausedReason    string          `json:"paused_reason,omitempty"`
@@ -63,6 +66,10 @@ func toJSON(e endpoints.Endpoint) endpointJSON {
 	if e.TenantID != "" {
 		j.TenantID = &e.TenantID
 	}
+	if e.EgressProxy != "" {
+		j.EgressProxy = &e.EgressProxy
+	}
+	j.DenyPrivate, j.Warnings = e.DenyPrivate, e.Warnings
 	for _, s := range e.Secrets {
 		j.Secrets = append(j.Secrets, secretJSON{Fingerprint: s.Fingerprint, Sealed: s.KeyID != "", KeyID: s.KeyID,
 			CreatedAt: timePtr(s.CreatedAt), ExpiresAt: timePtr(s.ExpiresAt)})
@@ -150,6 +157,12 @@ func printEndpoint(w io.Writer, e endpoints.Endpoint) {
 	}
 	if e.AllowPrivateURL {
 		line("url guard", "off for this endpoint (--allow-private-url)")
+	}
+	if e.DenyPrivate {
+		line("url guard", "public addresses only: the URL came from a tenant (--deny-private)")
+	}
+	if e.EgressProxy != "" {
+		line("egress proxy", e.EgressProxy)
 	}
 	for i, s := range e.Secrets {
 		line(fmt.Sprintf("secret #%d", i+1), describeSecret(s))

@@ -96,6 +96,8 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "endpoint-disable-after")
 	addSetting(fs, operatorURLFlag.name)
 	addSetting(fs, operatorSecretFlag.name)
+	addEgressPolicyFlags(fs)
+	addSetting(fs, egressProxyFlag.name)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -297,6 +299,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	if !fs.Changed("delivery-log-retention") && file.DeliveryLogRetention != 0 {
 		cfg.DeliveryLogRetention = file.DeliveryLogRetention
 	}
+	if err := fileEgress(fs, &cfg, file.Egress); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }
 
@@ -491,5 +496,9 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	if cfg.EndpointMetricsMax == 0 {
 		cfg.EndpointMetricsMax = -1 // 0 on the command line: none beyond --endpoint-metrics
 	}
+	if cfg.Egress, err = egressPolicy(fs); err != nil {
+		return err
+	}
+	cfg.EgressProxy = stringFrom(fs, egressProxyFlag)
 	return nil
 }
