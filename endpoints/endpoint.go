@@ -1,10 +1,10 @@
 package endpoints
 
 import (
-	"net/netip"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
