@@ -30,7 +30,7 @@
 //
 // When the catalog (package catalog, outbox_event_types) is not empty, Add and Update refuse an
 // event-type pattern that matches no type in it with ErrInvalid, the nearest names ("did you mean
-// order.created?") and a *catalog.UnknownPatternError that errors.As finds; a pattern that
+// order.created?") and an *UnknownPatternError that errors.As finds; a pattern that
 // matches only deprecated types is accepted, with Endpoint.Warnings saying so. Update checks
 // only the patterns it adds, so a type removed from the catalog later blocks no other change.
 //
