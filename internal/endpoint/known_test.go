@@ -12,4 +12,3 @@ func TestDistance(t *testing.T) {
 		}
 	}
 }
-
