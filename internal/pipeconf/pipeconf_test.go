@@ -379,7 +379,9 @@ func TestParseSchema(t *testing.T) {
 
 // The egress section at the file's top: each key read with ${NAME}, and whether it is set.
 func TestParseEgress(t *testing.T) {
-	env := func(name string) (string, bool) { return map[string]string{"PROXY": "http://u:p@proxy:3128"}[name], name == "PROXY" }
+	env := func(name string) (string, bool) {
+		return map[string]string{"PROXY": "http://u:p@proxy:3128"}[name], name == "PROXY"
+	}
 	f, err := Parse([]byte("egress:\n  deny_private: true\n  allow: [10.20.0.0/16, 192.168.7.0/24]\n  proxy: ${PROXY}\n"+
 		"pipelines:\n  - name: p\n    endpoints: true\n"), env, os.ReadFile)
 	if err != nil {
