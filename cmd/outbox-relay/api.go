@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/api"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -52,6 +53,8 @@ It also answers GET /healthz. SIGINT or SIGTERM finishes the requests under way 
 	fs.String("addr", ":8080", "the address to serve the API at")
 	addAPIFlags(fs)
 	addSetting(fs, secretsKeyFileFlag.name)
+	addEgressPolicyFlags(fs)
+	addSetting(fs, egressProxyFlag.name)
 	fs.String("relay-metrics-addr", ":9187", "the relay's --metrics-addr: an endpoint URL at it (localhost or this host) is refused")
 	fs.String("metrics-addr", "", "serve the API's /metrics at this address; empty: not served")
 	fs.Duration("test-timeout", api.DefaultTestTimeout, "how long POST /endpoints/{id}/test waits for the partner's answer")
@@ -67,7 +70,11 @@ It also answers GET /healthz. SIGINT or SIGTERM finishes the requests under way 
 		}
 		addr, _ := fs.GetString("addr")
 		reg := prometheus.NewRegistry()
-		h, pool, err := buildAPI(cmd.Context(), fs, dsn, "", log, reg)
+		egress, err := egressPolicy(fs)
+		if err != nil {
+			return err
+		}
+		h, pool, err := buildAPI(cmd.Context(), fs, dsn, "", egress, stringFrom(fs, egressProxyFlag), log, reg)
 		if err != nil {
 			return err
 		}
@@ -101,9 +108,11 @@ func addAPIFlags(fs *pflag.FlagSet) {
 
 // buildAPI connects a pool for the API, checks that its schema is migrated for it, and
 // builds the handler from the flags and the environment.
-// fromFile is the schema of run's --config, if any.
-func buildAPI(ctx context.Context, fs *pflag.FlagSet, dsn, fromFile string, log zerolog.Logger, reg prometheus.Registerer) (*api.API, *pgxpool.Pool, error) {
-	cfg := api.Config{Logger: log, Registerer: reg}
+// fromFile is the schema of run's --config, if any; egress and proxy the relay's egress policy
+// and proxy, which the API applies to URLs written and to its test attempts.
+func buildAPI(ctx context.Context, fs *pflag.FlagSet, dsn, fromFile string, egress endpoints.Egress, proxy string,
+	log zerolog.Logger, reg prometheus.Registerer) (*api.API, *pgxpool.Pool, error) {
+	cfg := api.Config{Logger: log, Registerer: reg, Egress: egress, EgressProxy: proxy}
 	var err error
 	if cfg.OperatorTokens, err = readAPITokens(fs); err != nil {
 		return nil, nil, err
