@@ -86,7 +86,7 @@ func (e Store) checkCatalog(ctx context.Context, q Querier, before, after []stri
 	}
 	warnings, unknown := endpoint.CheckKnown(types, added)
 	if len(unknown) > 0 {
-		return nil, fmt.Errorf("%w: event-type pattern %w", ErrInvalid, unknownPatterns(unknown))
+		return nil, endpoint.Field("event_types", fmt.Errorf("%w: event-type pattern %w", ErrInvalid, unknownPatterns(unknown)))
 	}
 	return warnings, nil
 }

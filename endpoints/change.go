@@ -73,7 +73,7 @@ func (e Store) Update(ctx context.Context, q Querier, id string, change func(*En
 func sameReadOnly(before, after Endpoint) error {
 	switch {
 	case after.ID != before.ID:
-		return fmt.Errorf("%w: an endpoint's id never changes: add a new endpoint and remove this one", ErrInvalid)
+		return endpoint.Field("id", fmt.Errorf("%w: an endpoint's id never changes: add a new endpoint and remove this one", ErrInvalid))
 	case after.State != before.State || after.PausedReason != before.PausedReason || after.DisabledReason != before.DisabledReason ||
 		!after.PausedAt.Equal(before.PausedAt) || !after.DisabledAt.Equal(before.DisabledAt):
 		return fmt.Errorf("%w: the state changes with Pause, Resume, Disable and Enable, not Update",
@@ -98,7 +98,7 @@ func (e Store) Pause(ctx context.Context, q Querier, id, reason string) (Endpoin
 			return false, fmt.Errorf("%w: it is disabled (%s): enable it first", ErrState, r.DisabledReason)
 		}
 		if err := endpoint.CheckReason(reason); err != nil {
-			return false, err
+			return false, endpoint.Field("reason", err)
 		}
 		r.State, r.PausedReason, r.PausedAt = endpoint.Paused, reason, now
 		return true, nil
@@ -128,7 +128,7 @@ func (e Store) Disable(ctx context.Context, q Querier, id, reason string) (Endpo
 			return false, nil
 		}
 		if err := endpoint.CheckReason(reason); err != nil {
-			return false, err
+			return false, endpoint.Field("reason", err)
 		}
 		r.State, r.PausedReason, r.PausedAt = endpoint.Disabled, "", time.Time{}
 		r.DisabledReason, r.DisabledAt = reason, now

@@ -107,6 +107,9 @@ type Endpoint struct {
 	// credentials: those belong in the relay's --egress-proxy), or "direct" for none. Empty:
 	// the relay's --egress-proxy.
 	EgressProxy string
+	// Description says what the endpoint is, for people (the CLI and the API show it; the relay
+	// does not read it): text of at most 1024 bytes. Empty: none.
+	Description string
 	// Warnings, in what Add and Update return, are what was accepted but deserves a look: an
 	// event-type pattern that matches only deprecated types of the catalog, naming their
 	// replacements. Never stored.

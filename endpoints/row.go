@@ -31,7 +31,7 @@ func (e Store) newRow(ep Endpoint, now time.Time) (endpoint.Row, string, error) 
 			r.PausedReason = "added paused"
 		}
 	default:
-		return r, "", fmt.Errorf("%w: an endpoint is added enabled or paused, not %q", ErrInvalid, ep.State)
+		return r, "", endpoint.Field("state", fmt.Errorf("%w: an endpoint is added enabled or paused, not %q", ErrInvalid, ep.State))
 	}
 	if len(ep.EventTypes) == 0 {
 		ep.EventTypes = []string{"*"}
@@ -58,7 +58,7 @@ func (e Store) newRow(ep Endpoint, now time.Time) (endpoint.Row, string, error) 
 // setSecret replaces the row's secrets with clear, after checking it for the row's scheme.
 func (e Store) setSecret(r *endpoint.Row, clear string, now time.Time) error {
 	if err := endpoint.CheckSecret(r.SignatureScheme(), clear); err != nil {
-		return fmt.Errorf("%w: secret (%s) %w", ErrInvalid, r.Scheme, err)
+		return endpoint.Field("secret", fmt.Errorf("%w: secret (%s) %w", ErrInvalid, r.Scheme, err))
 	}
 	s, err := endpoint.NewSecret(e.Sealer.keyring(), r.ID, clear, now)
 	if err != nil {
@@ -89,7 +89,7 @@ func applyWritable(r *endpoint.Row, ep Endpoint) error {
 		r.AggregateTypes = nil
 	}
 	if ep.Scheme != signature.XSignature && ep.Scheme != signature.StandardWebhooks {
-		return fmt.Errorf("%w: scheme %d: use signature.XSignature or signature.StandardWebhooks", ErrInvalid, ep.Scheme)
+		return endpoint.Field("scheme", fmt.Errorf("%w: scheme %d: use signature.XSignature or signature.StandardWebhooks", ErrInvalid, ep.Scheme))
 	}
 	r.Scheme = ep.Scheme.String()
 	r.Format = ep.Format
@@ -105,23 +105,23 @@ func applyWritable(r *endpoint.Row, ep Endpoint) error {
 		r.BatchMaxBytes = endpoint.DefaultBatchMaxBytes
 	}
 	if ep.BatchLinger%time.Millisecond != 0 {
-		return fmt.Errorf("%w: batch linger %s: use whole milliseconds", ErrInvalid, ep.BatchLinger)
+		return endpoint.Field("batch_linger_ms", fmt.Errorf("%w: batch linger %s: use whole milliseconds", ErrInvalid, ep.BatchLinger))
 	}
 	r.BatchLingerMS = int(ep.BatchLinger / time.Millisecond)
 	r.RateLimit, r.MaxInFlight = ep.RateLimit, ep.MaxInFlight
 	if ep.SpillAfter%time.Millisecond != 0 {
-		return fmt.Errorf("%w: spill after %s: use whole milliseconds", ErrInvalid, ep.SpillAfter)
+		return endpoint.Field("spill_after_ms", fmt.Errorf("%w: spill after %s: use whole milliseconds", ErrInvalid, ep.SpillAfter))
 	}
 	r.SpillAfterMS = int(ep.SpillAfter / time.Millisecond)
 	r.AllowPrivateURL = ep.AllowPrivateURL
-	r.DenyPrivate, r.EgressProxy = ep.DenyPrivate, ep.EgressProxy
+	r.DenyPrivate, r.EgressProxy, r.Description = ep.DenyPrivate, ep.EgressProxy, ep.Description
 	m, err := endpoint.NormalizeMetadata(ep.Metadata)
 	if err != nil {
-		return err
+		return endpoint.Field("metadata", err)
 	}
 	r.Metadata = m
 	if err := endpoint.CheckReason(r.PausedReason); err != nil {
-		return err
+		return endpoint.Field("reason", err)
 	}
 	return nil
 }
@@ -143,7 +143,7 @@ func public(r endpoint.Row) Endpoint {
 		ID: r.ID, URL: r.URL, TenantID: r.TenantID, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes,
 		Scheme: r.SignatureScheme(), Format: r.Format, BatchMaxEvents: r.BatchMaxEvents, BatchMaxBytes: r.BatchMaxBytes,
 		BatchLinger: r.Linger(), RateLimit: r.RateLimit, MaxInFlight: r.MaxInFlight, AllowPrivateURL: r.AllowPrivateURL,
-		DenyPrivate: r.DenyPrivate, EgressProxy: r.EgressProxy,
+		DenyPrivate: r.DenyPrivate, EgressProxy: r.EgressProxy, Description: r.Description,
 		SpillAfter: time.Duration(r.SpillAfterMS) * time.Millisecond,
 		Metadata:   r.Metadata, State: State(r.State), PausedReason: r.PausedReason, PausedAt: r.PausedAt,
 		DisabledReason: r.DisabledReason, DisabledAt: r.DisabledAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,

@@ -21,13 +21,13 @@ import (
 const (
 	endpointColumns = `url, secrets, scheme, format, batch_max_events, batch_max_bytes, batch_linger_ms, tenant_id,
     event_types, aggregate_types, rate_limit, max_in_flight, state, paused_reason, paused_at, disabled_reason,
-    disabled_at, allow_private_url, metadata, spill_after_ms, deny_private, egress_proxy`
+    disabled_at, allow_private_url, metadata, spill_after_ms, deny_private, egress_proxy, description`
 	// endpointValues are the values of endpointColumns from $2 on ($1 is the id); a state's time
 	// is kept when given ($15, $17) and is now() when the endpoint enters that state.
 	endpointValues = `$2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10::text[], $11::text[], $12, $13, $14,
     CASE WHEN $14 = 'paused' THEN $15 END, CASE WHEN $14 = 'paused' THEN coalesce($16::timestamptz, now()) END,
     CASE WHEN $14 = 'disabled' THEN $17 END, CASE WHEN $14 = 'disabled' THEN coalesce($18::timestamptz, now()) END,
-    $19, $20::jsonb, $21, $22, $23`
+    $19, $20::jsonb, $21, $22, $23, $24`
 
 	insertEndpointSQL = `
 INSERT INTO {outbox_endpoints} AS e (id, ` + endpointColumns + `)
@@ -35,11 +35,11 @@ VALUES ($1, ` + endpointValues + `)
 ON CONFLICT (id) DO NOTHING
 RETURNING to_jsonb(e)`
 
-	// updateEndpointSQL writes the row read with xmin $24, and nothing when another
+	// updateEndpointSQL writes the row read with xmin $25, and nothing when another
 	// transaction changed it since (the caller then reads it again).
 	updateEndpointSQL = `
 UPDATE {outbox_endpoints} AS e SET (` + endpointColumns + `, updated_at) = (` + endpointValues + `, now())
-WHERE id = $1 AND xmin::text = $24
+WHERE id = $1 AND xmin::text = $25
 RETURNING to_jsonb(e)`
 
 	getEndpointSQL       = `SELECT to_jsonb(e), e.xmin::text FROM {outbox_endpoints} e WHERE id = $1`
@@ -265,14 +265,14 @@ func scanRow(row interface{ Scan(...any) error }) (endpoint.Row, error) {
 	return r, nil
 }
 
-// rowArgs are the arguments $1..$23 of the insert and the update (whose $24 is the xmin read).
+// rowArgs are the arguments $1..$24 of the insert and the update (whose $25 is the xmin read).
 func rowArgs(r endpoint.Row) []any {
 	return []any{
 		r.ID, r.URL, secretsJSON(r.Secrets), r.Scheme, r.Format, r.BatchMaxEvents, r.BatchMaxBytes, r.BatchLingerMS,
 		nullString(r.TenantID), r.EventTypes, nullSlice(r.AggregateTypes), nullInt(r.RateLimit), nullInt(r.MaxInFlight),
 		r.State, reason(r.PausedReason, "paused"), nullTime(r.PausedAt), reason(r.DisabledReason, "disabled"),
 		nullTime(r.DisabledAt), r.AllowPrivateURL, string(r.Metadata), nullInt(r.SpillAfterMS),
-		r.DenyPrivate, nullString(r.EgressProxy),
+		r.DenyPrivate, nullString(r.EgressProxy), nullString(r.Description),
 	}
 }
 

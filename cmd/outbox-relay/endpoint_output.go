@@ -34,6 +34,7 @@ type endpointJSON struct {
 	EgressProxy     *string         `json:"egress_proxy"`
 	Warnings        []string        `json:"warnings,omitempty"`
 	Metadata        json.RawMessage `json:"metadata"`
+	Description     string          `json:"description"`
 	State           string          `json:"state"`
 	PausedReason    string          `json:"paused_reason,omitempty"`
 	PausedAt        *time.Time      `json:"paused_at,omitempty"`
@@ -59,7 +60,7 @@ func toJSON(e endpoints.Endpoint) endpointJSON {
 		Format: e.Format, BatchMaxEvents: e.BatchMaxEvents, BatchMaxBytes: e.BatchMaxBytes,
 		BatchLingerMS: e.BatchLinger.Milliseconds(), RateLimit: e.RateLimit, MaxInFlight: e.MaxInFlight,
 		SpillAfterMS:    e.SpillAfter.Milliseconds(),
-		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, State: string(e.State), PausedReason: e.PausedReason,
+		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, Description: e.Description, State: string(e.State), PausedReason: e.PausedReason,
 		PausedAt: timePtr(e.PausedAt), DisabledReason: e.DisabledReason, DisabledAt: timePtr(e.DisabledAt),
 		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt, Secret: e.Secret, Secrets: []secretJSON{},
 	}
@@ -134,6 +135,9 @@ func printEndpoint(w io.Writer, e endpoints.Endpoint) {
 	line := func(k, v string) { fmt.Fprintf(w, "%-16s %s\n", k+":", v) }
 	line("id", e.ID)
 	line("url", e.URL)
+	if e.Description != "" {
+		line("description", e.Description)
+	}
 	state := string(e.State)
 	switch e.State {
 	case endpoints.Paused:

@@ -35,6 +35,7 @@ func addEndpointFields(fs *pflag.FlagSet, add bool) {
 		settings.EndpointMaxInFlight))
 	fs.Duration("spill-after", 0, "how long the endpoint's oldest undelivered event waits before its events go to its backlog off the WAL (100ms to 168h); 0 = the pipeline's --spill-after")
 	fs.String("metadata", "", `your own JSON object about the endpoint, e.g. '{"customer":"Acme"}' (the relay does not read it)`)
+	fs.String("description", "", "what the endpoint is, for people (up to 1024 bytes; the relay does not read it)")
 	fs.Bool("allow-private-url", false, "let the URL reach link-local and metadata addresses and the relay's metrics address (refused otherwise)")
 	fs.String("metrics-addr", ":9187", "the relay's --metrics-addr: a URL at it (localhost or this host) is refused unless --allow-private-url")
 	fs.Bool("deny-private", false, "the URL came from a tenant: refuse loopback, private, CGNAT, link-local and metadata addresses for this endpoint, "+
@@ -148,7 +149,7 @@ every aggregate type.`,
 
 // fieldFlags are the flags endpointFields reads.
 var fieldFlags = []string{"url", "tenant", "no-tenant", "event-types", "aggregate-types", "secret", "scheme", "format",
-	"batch-max-events", "batch-max-bytes", "batch-linger", "rate-limit", "max-in-flight", "metadata", "allow-private-url",
+	"batch-max-events", "batch-max-bytes", "batch-linger", "rate-limit", "max-in-flight", "metadata", "description", "allow-private-url",
 	"deny-private", "egress-proxy"}
 
 func anyFieldChanged(fs *pflag.FlagSet) bool {
@@ -236,6 +237,9 @@ func deliveryFields(fs *pflag.FlagSet, ep *endpoints.Endpoint, set func(string) 
 	}
 	if set("egress-proxy") {
 		ep.EgressProxy, _ = fs.GetString("egress-proxy")
+	}
+	if set("description") {
+		ep.Description, _ = fs.GetString("description")
 	}
 	if set("metadata") {
 		v, _ := fs.GetString("metadata")

@@ -62,6 +62,8 @@ func (r *Row) SetColumn(name string, text []byte, null bool) error {
 		r.AllowPrivateURL, err = strconv.ParseBool(s)
 	case "metadata":
 		r.Metadata = json.RawMessage(s)
+	case "description":
+		r.Description = s
 	case "created_at":
 		r.CreatedAt, err = timestamptz(text)
 	case "updated_at":
@@ -99,6 +101,8 @@ func (r *Row) setNull(name string) error {
 		r.DisabledAt = time.Time{}
 	case "metadata":
 		r.Metadata = nil
+	case "description":
+		r.Description = ""
 	case "spill_after_ms":
 		r.SpillAfterMS = 0
 	case "egress_proxy":

@@ -164,47 +164,50 @@ func CheckAggregateTypes(types []string) error {
 // the Go API and the CLI before every write. It does not open sealed secrets.
 func (r *Row) Validate(g *Guard) error {
 	if err := CheckID(r.ID); err != nil {
-		return err
+		return Field("id", err)
 	}
 	if err := r.checkEgress(g); err != nil {
 		return err
 	}
 	scheme, err := signature.ParseScheme(r.Scheme)
 	if err != nil || r.Scheme == "" {
-		return fmt.Errorf("%w: scheme %q: use x-signature or standard-webhooks", ErrInvalid, r.Scheme)
+		return Field("scheme", fmt.Errorf("%w: scheme %q: use x-signature or standard-webhooks", ErrInvalid, r.Scheme))
 	}
 	if err := r.checkSecrets(scheme); err != nil {
-		return err
+		return Field("secret", err)
 	}
 	if err := r.checkDelivery(); err != nil {
 		return err
 	}
 	if err := CheckTenant(r.TenantID); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Field("tenant_id", fmt.Errorf("%w: %w", ErrInvalid, err))
 	}
 	if err := CheckPatterns(r.EventTypes); err != nil {
-		return err
+		return Field("event_types", err)
 	}
 	if err := CheckAggregateTypes(r.AggregateTypes); err != nil {
-		return err
+		return Field("aggregate_types", err)
 	}
 	if err := r.checkState(); err != nil {
-		return err
+		return Field("state", err)
 	}
-	return checkMetadata(r.Metadata)
+	if err := CheckDescription(r.Description); err != nil {
+		return Field("description", err)
+	}
+	return Field("metadata", checkMetadata(r.Metadata))
 }
 
 // checkEgress checks the URL against the guard for the row's Access, and the row's egress
 // columns (deny_private, allow_private_url, egress_proxy).
 func (r *Row) checkEgress(g *Guard) error {
 	if r.DenyPrivate && r.AllowPrivateURL {
-		return fmt.Errorf("%w: allow_private_url cannot be set on an endpoint whose URL a tenant gave (deny_private): "+
-			"an operator clears deny_private first", ErrInvalid)
+		return Field("allow_private_url", fmt.Errorf("%w: allow_private_url cannot be set on an endpoint whose URL a tenant gave (deny_private): "+
+			"an operator clears deny_private first", ErrInvalid))
 	}
 	if _, err := CheckURL(r.URL, g, g.AccessOf(r.DenyPrivate, r.AllowPrivateURL)); err != nil {
-		return err
+		return Field("url", err)
 	}
-	return CheckProxy(r.EgressProxy)
+	return Field("egress_proxy", CheckProxy(r.EgressProxy))
 }
 
 // CheckProxy checks an endpoint's egress_proxy: empty (the relay's --egress-proxy), "direct"
@@ -289,19 +292,19 @@ func secretWord(s signature.Scheme) string {
 func (r *Row) checkDelivery() error {
 	switch {
 	case r.Format != FormatRaw && r.Format != FormatCloudEvents:
-		return fmt.Errorf("%w: format %q: use raw or cloudevents", ErrInvalid, r.Format)
+		return Field("format", fmt.Errorf("%w: format %q: use raw or cloudevents", ErrInvalid, r.Format))
 	case r.BatchMaxEvents < 1 || r.BatchMaxEvents > MaxBatchEvents:
-		return fmt.Errorf("%w: batch max events %d: use 1 (no batching) to %d", ErrInvalid, r.BatchMaxEvents, MaxBatchEvents)
+		return Field("batch_max_events", fmt.Errorf("%w: batch max events %d: use 1 (no batching) to %d", ErrInvalid, r.BatchMaxEvents, MaxBatchEvents))
 	case r.BatchMaxBytes < MinBatchBytes || r.BatchMaxBytes > MaxBatchBytes:
-		return fmt.Errorf("%w: batch max bytes %d: use %d to %d", ErrInvalid, r.BatchMaxBytes, MinBatchBytes, MaxBatchBytes)
+		return Field("batch_max_bytes", fmt.Errorf("%w: batch max bytes %d: use %d to %d", ErrInvalid, r.BatchMaxBytes, MinBatchBytes, MaxBatchBytes))
 	case r.BatchLingerMS < 0 || r.BatchLingerMS > MaxLingerMS:
-		return fmt.Errorf("%w: batch linger %s: use 0 to 1m, in whole milliseconds", ErrInvalid, r.Linger())
+		return Field("batch_linger_ms", fmt.Errorf("%w: batch linger %s: use 0 to 1m, in whole milliseconds", ErrInvalid, r.Linger()))
 	case r.RateLimit < 0 || r.RateLimit > MaxRateLimit:
-		return fmt.Errorf("%w: rate limit %d: use 1 to %d requests per second, or 0 for no limit", ErrInvalid, r.RateLimit, MaxRateLimit)
+		return Field("rate_limit", fmt.Errorf("%w: rate limit %d: use 1 to %d requests per second, or 0 for no limit", ErrInvalid, r.RateLimit, MaxRateLimit))
 	case r.MaxInFlight < 0 || r.MaxInFlight > MaxInFlightCap:
-		return fmt.Errorf("%w: max in flight %d: use 1 to %d, or 0 for the pipeline's setting", ErrInvalid, r.MaxInFlight, MaxInFlightCap)
+		return Field("max_in_flight", fmt.Errorf("%w: max in flight %d: use 1 to %d, or 0 for the pipeline's setting", ErrInvalid, r.MaxInFlight, MaxInFlightCap))
 	case r.SpillAfterMS != 0 && (r.SpillAfterMS < MinSpillAfterMS || r.SpillAfterMS > MaxSpillAfterMS):
-		return fmt.Errorf("%w: spill after %dms: use 100ms to 168h, or 0 for the pipeline's --spill-after", ErrInvalid, r.SpillAfterMS)
+		return Field("spill_after_ms", fmt.Errorf("%w: spill after %dms: use 100ms to 168h, or 0 for the pipeline's --spill-after", ErrInvalid, r.SpillAfterMS))
 	}
 	return nil
 }
@@ -377,6 +380,21 @@ func hasNUL(v any) bool {
 		}
 	}
 	return false
+}
+
+// MaxDescriptionLen bounds an endpoint's description (outbox_endpoints_description_check).
+const MaxDescriptionLen = 1024
+
+// CheckDescription checks an endpoint's description: text of at most MaxDescriptionLen bytes,
+// valid UTF-8, without NUL.
+func CheckDescription(d string) error {
+	switch {
+	case len(d) > MaxDescriptionLen:
+		return fmt.Errorf("%w: description is %d bytes long, more than %d", ErrInvalid, len(d), MaxDescriptionLen)
+	case !utf8.ValidString(d) || strings.IndexByte(d, 0) >= 0:
+		return fmt.Errorf("%w: description is not valid UTF-8 text", ErrInvalid)
+	}
+	return nil
 }
 
 // CheckReason checks the reason of a pause or a disable: text of at most MaxReasonLen bytes,
