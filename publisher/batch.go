@@ -305,8 +305,15 @@ func (p *Publisher) attemptBatch(ctx context.Context, dest BatchDestination, b *
 	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
+	if o.Unblamed && !o.ok() {
+		for _, it := range b.items {
+			it.unblamed++
+		}
+	}
 	if p.lane != nil {
-		p.lane.observe(p, o)
+		if !o.Unblamed {
+			p.lane.observe(p, o)
+		}
 		p.lane.logAttempt(o, start, elapsed, b.items...)
 		if !o.ok() && p.lane.spillFailedBatch(p, b) {
 			return // the lane spilled meanwhile: the events are in its backlog now
@@ -358,7 +365,7 @@ func (p *Publisher) deliveredBatch(ctx context.Context, b *batch) {
 func (p *Publisher) failedBatch(ctx context.Context, b *batch, o Result, elapsed time.Duration, attempt int) {
 	if len(b.items) == 1 {
 		it := b.items[0]
-		if p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts && p.cfg.Store != nil {
+		if p.cfg.MaxAttempts > 0 && it.attempt-it.unblamed >= p.cfg.MaxAttempts && p.cfg.Store != nil {
 			p.deadLetter(ctx, it, o)
 			return
 		}

@@ -42,6 +42,11 @@ type Result struct {
 	// Answer is the start of a failed answer's body (up to 1024 bytes), for the delivery log.
 	// Nil: none, or a destination that does not keep it.
 	Answer []byte
+	// Unblamed marks a failure that is not the destination's (the relay's egress proxy could
+	// not be reached or refused the tunnel): the attempt is retried with backoff, but it does
+	// not count toward the endpoint's circuit breaker, its failures in a row and auto-disable,
+	// or the event's MaxAttempts. False: an ordinary failed attempt.
+	Unblamed bool
 }
 
 func (r Result) ok() bool { return r.Delivered }

@@ -121,7 +121,7 @@ func (l *lane) update(ctx context.Context, v EndpointVersion) {
 // deliveryChanged reports whether a change needs a new destination.
 func deliveryChanged(a, b endpoint.Row) bool {
 	return a.URL != b.URL || a.Scheme != b.Scheme || a.Format != b.Format || a.AllowPrivateURL != b.AllowPrivateURL ||
-		!reflect.DeepEqual(a.Secrets, b.Secrets)
+		a.DenyPrivate != b.DenyPrivate || a.EgressProxy != b.EgressProxy || !reflect.DeepEqual(a.Secrets, b.Secrets)
 }
 
 // start gives the lane a publisher, with the aggregates parked for the endpoint.

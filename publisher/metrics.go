@@ -18,6 +18,10 @@ const (
 	// ResultRejected is a broker destination's answer that refused the message (a JetStream
 	// API error such as a full stream, a Kafka error code); it is retried like a 5xx.
 	ResultRejected = "rejected"
+	// ResultProxy is a failure of the relay's own outbound proxy (an endpoint's egress proxy
+	// refused or could not be reached): the attempt is retried and is not the endpoint's failure
+	// (Result.Unblamed). It is counted only once it happens.
+	ResultProxy = "proxy"
 )
 
 // publisherMetrics are the series a Publisher writes; it is their only writer (the parked
@@ -51,7 +55,7 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 			"Events an endpoint spilled to its backlog off the WAL (it lagged by its spill_after), to be delivered from there."),
 		DeliveryAttempts: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "delivery_attempts_total",
-			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout, network, or rejected (a broker refused the message)."}, []string{"result"})),
+			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout, network, rejected (a broker refused the message), or proxy (the relay's egress proxy failed)."}, []string{"result"})),
 		DeliveryDuration: metrics.Histogram(reg, "delivery_duration_seconds", "Duration of one delivery attempt.",
 			prometheus.ExponentialBuckets(0.0005, 2, 16)),
 		EndToEnd: metrics.Histogram(reg, "end_to_end_seconds", "From commit timestamp to successful delivery.",

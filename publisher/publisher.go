@@ -267,8 +267,13 @@ func (p *Publisher) attempt(ctx context.Context, it *item) {
 	p.m.Inflight.Dec()
 	p.m.DeliveryDuration.Observe(elapsed.Seconds())
 	p.m.DeliveryAttempts.WithLabelValues(o.Label).Inc()
+	if o.Unblamed && !o.ok() {
+		it.unblamed++
+	}
 	if p.lane != nil {
-		p.lane.observe(p, o)
+		if !o.Unblamed {
+			p.lane.observe(p, o)
+		}
 		p.lane.logAttempt(o, start, elapsed, it)
 		if !o.ok() && p.lane.spillFailed(p, it) {
 			return // the lane spilled meanwhile: the event is in its backlog now
@@ -326,11 +331,12 @@ func (p *Publisher) unparkDelivered(ctx context.Context, agg cdc.Aggregate) {
 // failed logs the attempt and schedules the next one, or dead-letters the event after
 // MaxAttempts; the key stays busy meanwhile.
 func (p *Publisher) failed(ctx context.Context, it *item, o Result, elapsed time.Duration) {
-	if p.cfg.Shadow && p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts {
+	counted := it.attempt - it.unblamed
+	if p.cfg.Shadow && p.cfg.MaxAttempts > 0 && counted >= p.cfg.MaxAttempts {
 		p.abandon(ctx, it, o)
 		return
 	}
-	if p.cfg.MaxAttempts > 0 && it.attempt >= p.cfg.MaxAttempts && p.cfg.Store != nil {
+	if p.cfg.MaxAttempts > 0 && counted >= p.cfg.MaxAttempts && p.cfg.Store != nil {
 		p.deadLetter(ctx, it, o)
 		return
 	}

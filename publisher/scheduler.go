@@ -15,9 +15,12 @@ import (
 type item struct {
 	m       *envelope.Message
 	tx      *cdc.Tx
-	attempt int  // attempts made so far
-	replay  bool // re-sent by a replay request: its aggregate was parked
-	since   bool // re-sent by a replay --since request: it counts down the request's page
+	attempt int // attempts made so far
+	// unblamed counts the attempts that failed through no fault of the destination
+	// (Result.Unblamed): they do not count toward MaxAttempts.
+	unblamed int
+	replay   bool // re-sent by a replay request: its aggregate was parked
+	since    bool // re-sent by a replay --since request: it counts down the request's page
 
 	// A Fanout lane's: when it was queued; read from the lane's backlog (backlog, with its page
 	// and whether its delivery marks the row); an attempt of it was under way when the lane

@@ -201,8 +201,9 @@ func (s PGStore) BackfillDone(ctx context.Context, slot string) error {
 func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 	r, err := state.ReadReplay(ctx, s.Pool, s.Schema, id)
 	return SinceState{
-		SinceRequest: SinceRequest{Pipeline: r.Pipeline, Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType},
-		ID:           id, Total: r.Total, Sent: r.Sent, After: SinceCursor(r.After), Done: r.Done,
+		SinceRequest: SinceRequest{Pipeline: r.Pipeline, Since: r.Since, Until: r.Until, AggregateType: r.AggregateType,
+			EventType: r.EventType, EventID: r.EventID},
+		ID: id, Total: r.Total, Sent: r.Sent, After: SinceCursor(r.After), Done: r.Done,
 	}, err
 }
 

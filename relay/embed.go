@@ -52,6 +52,9 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validateOperator(); err != nil {
 		return nil, err
 	}
+	if err := cfg.validateEgress(); err != nil {
+		return nil, err
+	}
 	cfg.operator = newOperatorHook(cfg)
 	registerProcess(cfg.Registerer, cfg.Version, cfg.Commit)
 	r := &runner{cfg: cfg}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -76,8 +76,8 @@ func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
 	up := newPartner(t, "up", func(string, string, string) bool { return true })
-	e.addPartner(down, outbox.Endpoint{})
-	e.addPartner(up, outbox.Endpoint{})
+	e.addPartner(down, endpoints.Endpoint{})
+	e.addPartner(up, endpoints.Endpoint{})
 	down.recv.SetFail(func(*http.Request) int { return http.StatusBadGateway })
 	op := newOperatorEvents(t)
 	r := e.start(func(cfg *Config) {
@@ -87,10 +87,10 @@ func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
 	})
 	e.write("a", tenantEvents{"", "order", "order.created", 5, 2}, []*partner{up})
 	waitFor(t, time.Minute, "the failing endpoint disabled", func() bool {
-		ep, err := outbox.GetEndpoint(context.Background(), e.pool, "down")
-		return err == nil && ep.State == outbox.EndpointDisabled
+		ep, err := endpoints.Store{}.Get(context.Background(), e.pool, "down")
+		return err == nil && ep.State == endpoints.Disabled
 	})
-	ep, err := outbox.GetEndpoint(context.Background(), e.pool, "down")
+	ep, err := endpoints.Store{}.Get(context.Background(), e.pool, "down")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
 func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
 	e := newEnv(t)
 	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
-	e.addPartner(flaky, outbox.Endpoint{})
+	e.addPartner(flaky, endpoints.Endpoint{})
 	var failures atomic.Int64
 	flaky.recv.SetFail(func(*http.Request) int {
 		if failures.Add(1) <= 12 {
@@ -147,7 +147,7 @@ func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
 			t.Fatalf("%s transitions = %v, want 1", tr, n)
 		}
 	}
-	if ep, err := outbox.GetEndpoint(context.Background(), e.pool, "flaky"); err != nil || ep.State != outbox.EndpointEnabled {
+	if ep, err := (endpoints.Store{}).Get(context.Background(), e.pool, "flaky"); err != nil || ep.State != endpoints.Enabled {
 		t.Fatalf("the endpoint that recovered: %+v, %v; want it enabled", ep, err)
 	}
 }
@@ -158,7 +158,7 @@ func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
 func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
-	e.addPartner(down, outbox.Endpoint{})
+	e.addPartner(down, endpoints.Endpoint{})
 	down.recv.SetFail(func(*http.Request) int { return http.StatusBadGateway })
 	op := newOperatorEvents(t)
 	configure := func(after time.Duration) func(*Config) {
@@ -195,8 +195,8 @@ func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
 	if ev.Data.FailingSince == nil || !ev.Data.FailingSince.Equal(since) {
 		t.Fatalf("endpoint.disabled failing_since %v, want %v, the one saved before the restart", ev.Data.FailingSince, since)
 	}
-	ep, err := outbox.GetEndpoint(context.Background(), e.pool, "down")
-	if err != nil || ep.State != outbox.EndpointDisabled || !strings.Contains(ep.DisabledReason, since.UTC().Format(time.RFC3339)) {
+	ep, err := endpoints.Store{}.Get(context.Background(), e.pool, "down")
+	if err != nil || ep.State != endpoints.Disabled || !strings.Contains(ep.DisabledReason, since.UTC().Format(time.RFC3339)) {
 		t.Fatalf("endpoint %+v, %v: want it disabled, its reason naming %s", ep, err, since.UTC().Format(time.RFC3339))
 	}
 }
@@ -206,7 +206,7 @@ func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
 func TestEndpointGoneIsReportedToTheOperator(t *testing.T) {
 	e := newEnv(t)
 	gone := newPartner(t, "gone", func(string, string, string) bool { return true })
-	e.addPartner(gone, outbox.Endpoint{})
+	e.addPartner(gone, endpoints.Endpoint{})
 	gone.recv.SetFail(func(*http.Request) int { return http.StatusGone })
 	op := newOperatorEvents(t)
 	r := e.start(func(cfg *Config) { endpointsConfig(cfg); op.configure(cfg) })

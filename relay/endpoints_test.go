@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -39,10 +40,10 @@ func newPartner(t *testing.T, id string, sub func(tenant, aggType, evType string
 	return &partner{id: id, recv: recv, sub: sub}
 }
 
-func (e *env) addPartner(p *partner, ep outbox.Endpoint) {
+func (e *env) addPartner(p *partner, ep endpoints.Endpoint) {
 	e.t.Helper()
 	ep.ID, ep.URL, ep.Secret = p.id, p.recv.URL, "secret-of-"+p.id+"-0123456789"
-	if _, err := outbox.AddEndpoint(context.Background(), e.pool, ep); err != nil {
+	if _, err := (endpoints.Store{}).Add(context.Background(), e.pool, ep); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -109,9 +110,9 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 	a := newPartner(t, "acme", func(tenant, _, ev string) bool { return tenant == "t1" && strings.HasPrefix(ev, "order.") })
 	b := newPartner(t, "all", func(string, string, string) bool { return true })
 	c := newPartner(t, "t2-invoices", func(tenant, agg, _ string) bool { return tenant == "t2" && agg == "invoice" })
-	e.addPartner(a, outbox.Endpoint{TenantID: "t1", EventTypes: []string{"order.*"}})
-	e.addPartner(b, outbox.Endpoint{})
-	e.addPartner(c, outbox.Endpoint{TenantID: "t2", AggregateTypes: []string{"invoice"}})
+	e.addPartner(a, endpoints.Endpoint{TenantID: "t1", EventTypes: []string{"order.*"}})
+	e.addPartner(b, endpoints.Endpoint{})
+	e.addPartner(c, endpoints.Endpoint{TenantID: "t2", AggregateTypes: []string{"invoice"}})
 	e.start(endpointsConfig)
 	live := []*partner{a, b, c}
 	mix := func(prefix string) {
@@ -126,13 +127,13 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 
 	// A new endpoint: nothing committed before it.
 	d := newPartner(t, "late", func(string, string, string) bool { return true })
-	e.addPartner(d, outbox.Endpoint{})
+	e.addPartner(d, endpoints.Endpoint{})
 	live = append(live, d)
 	mix("r2")
 	waitPartners(t, a, b, c, d)
 
 	// Paused: held, then delivered in order on resume.
-	if _, err := outbox.PauseEndpoint(context.Background(), e.pool, b.id, "maintenance"); err != nil {
+	if _, err := (endpoints.Store{}).Pause(context.Background(), e.pool, b.id, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	held := len(b.recv.Deliveries())
@@ -142,13 +143,13 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 	if n := len(b.recv.Deliveries()); n != held {
 		t.Fatalf("the paused endpoint received %d events", n-held)
 	}
-	if _, err := outbox.ResumeEndpoint(context.Background(), e.pool, b.id); err != nil {
+	if _, err := (endpoints.Store{}).Resume(context.Background(), e.pool, b.id); err != nil {
 		t.Fatal(err)
 	}
 	waitPartners(t, b)
 
 	// Removed: nothing committed after its removal.
-	if err := outbox.RemoveEndpoint(context.Background(), e.pool, a.id); err != nil {
+	if err := (endpoints.Store{}).Remove(context.Background(), e.pool, a.id); err != nil {
 		t.Fatal(err)
 	}
 	live = slices.DeleteFunc(live, func(p *partner) bool { return p == a })
@@ -179,9 +180,9 @@ func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
 	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
 	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
 	gone := newPartner(t, "gone", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(bad, outbox.Endpoint{})
-	e.addPartner(gone, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
+	e.addPartner(bad, endpoints.Endpoint{})
+	e.addPartner(gone, endpoints.Endpoint{})
 	var failing, isGone atomic.Bool
 	failing.Store(true)
 	bad.recv.SetFail(func(*http.Request) int {
@@ -206,8 +207,8 @@ func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
 	e.write("b", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
 	waitPartners(t, ok)
 	waitFor(t, 30*time.Second, "the gone endpoint disabled", func() bool {
-		got, err := outbox.GetEndpoint(context.Background(), e.pool, gone.id)
-		return err == nil && got.State == outbox.EndpointDisabled && strings.Contains(got.DisabledReason, "410")
+		got, err := endpoints.Store{}.Get(context.Background(), e.pool, gone.id)
+		return err == nil && got.State == endpoints.Disabled && strings.Contains(got.DisabledReason, "410")
 	})
 	sent := len(gone.recv.Deliveries())
 	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
@@ -251,8 +252,8 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
 	held := newPartner(t, "held", func(string, string, string) bool { return true })
-	e.addPartner(all, outbox.Endpoint{})
-	e.addPartner(held, outbox.Endpoint{})
+	e.addPartner(all, endpoints.Endpoint{})
+	e.addPartner(held, endpoints.Endpoint{})
 	var failing atomic.Bool
 	held.recv.SetFail(func(*http.Request) int {
 		if failing.Load() {
@@ -271,7 +272,7 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 	// Relay down: before and after a new endpoint.
 	e.write("b", tenantEvents{"", "order", "order.created", 5, 3}, live)
 	late := newPartner(t, "late", func(string, string, string) bool { return true })
-	e.addPartner(late, outbox.Endpoint{})
+	e.addPartner(late, endpoints.Endpoint{})
 	live = append(live, late)
 	e.write("c", tenantEvents{"", "order", "order.created", 5, 3}, live)
 	failing.Store(true)
@@ -280,7 +281,7 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 
 	// Relay up, slot held back by the failing endpoint: another new endpoint, then a restart.
 	later := newPartner(t, "later", func(string, string, string) bool { return true })
-	e.addPartner(later, outbox.Endpoint{})
+	e.addPartner(later, endpoints.Endpoint{})
 	live = append(live, later)
 	e.write("d", tenantEvents{"", "order", "order.created", 5, 3}, live)
 	waitPartners(t, all, late, later)
@@ -300,8 +301,8 @@ func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
 	e := newEnv(t)
 	fine := newPartner(t, "fine", func(string, string, string) bool { return true })
 	picky := newPartner(t, "picky", func(string, string, string) bool { return true })
-	e.addPartner(fine, outbox.Endpoint{})
-	e.addPartner(picky, outbox.Endpoint{})
+	e.addPartner(fine, endpoints.Endpoint{})
+	e.addPartner(picky, endpoints.Endpoint{})
 	var reject atomic.Bool
 	reject.Store(true)
 	picky.recv.SetFailEvents(func(ds []relaytest.Delivery) int {
@@ -360,8 +361,8 @@ func TestEndpointRateLimitAndInFlightCap(t *testing.T) {
 	e := newEnv(t)
 	slow := newPartner(t, "limited", func(string, string, string) bool { return true })
 	capped := newPartner(t, "capped", func(string, string, string) bool { return true })
-	e.addPartner(slow, outbox.Endpoint{RateLimit: 20})
-	e.addPartner(capped, outbox.Endpoint{MaxInFlight: 2})
+	e.addPartner(slow, endpoints.Endpoint{RateLimit: 20})
+	e.addPartner(capped, endpoints.Endpoint{MaxInFlight: 2})
 	var now, most atomic.Int32
 	capped.recv.SetFail(func(*http.Request) int {
 		n := now.Add(1)
@@ -413,7 +414,7 @@ func TestEndpointSeriesStayBounded(t *testing.T) {
 		if i < 30 {
 			path = "/bad/"
 		}
-		if _, err := outbox.AddEndpoint(context.Background(), e.pool, outbox.Endpoint{ID: fmt.Sprintf("ep%02d", i),
+		if _, err := (endpoints.Store{}).Add(context.Background(), e.pool, endpoints.Endpoint{ID: fmt.Sprintf("ep%02d", i),
 			URL: recv.URL + path + fmt.Sprint(i), Secret: "shared-secret-0123456789"}); err != nil {
 			t.Fatal(err)
 		}
@@ -474,14 +475,14 @@ func gaugeValue(g prometheus.Gatherer, name string) float64 {
 func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
-	e.addPartner(all, outbox.Endpoint{})
+	e.addPartner(all, endpoints.Endpoint{})
 	e.start(endpointsConfig)
 	since := time.Now().Add(-time.Second)
 	e.write("a1", tenantEvents{"t1", "order", "order.created", 4, 3}, []*partner{all})
 	e.write("a2", tenantEvents{"t2", "order", "order.created", 4, 3}, []*partner{all})
 	waitPartners(t, all)
 	late := newPartner(t, "t1-late", func(tenant, _, _ string) bool { return tenant == "t1" })
-	e.addPartner(late, outbox.Endpoint{TenantID: "t1"})
+	e.addPartner(late, endpoints.Endpoint{TenantID: "t1"})
 	before := len(all.recv.Deliveries())
 	conn, err := pgx.Connect(context.Background(), e.dsn)
 	if err != nil {
@@ -518,7 +519,7 @@ func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
 	}
 	e.write("b", tenantEvents{"", "order", "order.created", 3, 2}, nil)
 	first := newPartner(t, "first", func(string, string, string) bool { return true })
-	e.addPartner(first, outbox.Endpoint{})
+	e.addPartner(first, endpoints.Endpoint{})
 	e.write("c", tenantEvents{"", "order", "order.created", 3, 2}, []*partner{first})
 	e.start(endpointsConfig)
 	waitPartners(t, first)
@@ -531,12 +532,12 @@ func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
 func TestSealedEndpointSecretSignsAndIsNotStoredInClear(t *testing.T) {
 	e := newEnv(t)
 	const keys = "q2Jx1b8m3JtH3kq6q0mF0vQG7w0xY2l3cS9kzYy0d1E=" // 32 bytes in base64
-	sealer, err := outbox.NewSealer(keys)
+	sealer, err := endpoints.NewSealer(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := newPartner(t, "sealed", func(string, string, string) bool { return true })
-	if _, err := (outbox.Endpoints{Sealer: sealer}).Add(context.Background(), e.pool, outbox.Endpoint{ID: p.id, URL: p.recv.URL,
+	if _, err := (endpoints.Store{Sealer: sealer}).Add(context.Background(), e.pool, endpoints.Endpoint{ID: p.id, URL: p.recv.URL,
 		Secret: "secret-of-sealed-0123456789"}); err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +573,7 @@ func TestSealedEndpointSecretSignsAndIsNotStoredInClear(t *testing.T) {
 func TestGuardRefusesToDialTheRelaysOwnAndMetadataAddresses(t *testing.T) {
 	e := newEnv(t)
 	ok := newPartner(t, "ok", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
 	metrics := relaytest.NewReceiver("unused-secret-0123456789")
 	t.Cleanup(metrics.Close)
 	addr := strings.TrimPrefix(metrics.URL, "http://")
@@ -623,12 +624,12 @@ func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
 		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
-	if _, err := outbox.AddEndpoint(context.Background(), e.pool, outbox.Endpoint{ID: "std", URL: srv.URL, Secret: whsec,
+	if _, err := (endpoints.Store{}).Add(context.Background(), e.pool, endpoints.Endpoint{ID: "std", URL: srv.URL, Secret: whsec,
 		Scheme: signature.StandardWebhooks, Format: "cloudevents"}); err != nil {
 		t.Fatal(err)
 	}
 	raw := newPartner(t, "raw", func(string, string, string) bool { return true })
-	e.addPartner(raw, outbox.Endpoint{})
+	e.addPartner(raw, endpoints.Endpoint{})
 	e.start(endpointsConfig)
 	e.write("f", tenantEvents{"", "order", "order.created", 4, 3}, []*partner{raw})
 	waitPartners(t, raw)
@@ -654,8 +655,8 @@ func TestEndpointBatches(t *testing.T) {
 	e := newEnv(t)
 	batched := newPartner(t, "batched", func(string, string, string) bool { return true })
 	single := newPartner(t, "single", func(string, string, string) bool { return true })
-	e.addPartner(batched, outbox.Endpoint{BatchMaxEvents: 10})
-	e.addPartner(single, outbox.Endpoint{})
+	e.addPartner(batched, endpoints.Endpoint{BatchMaxEvents: 10})
+	e.addPartner(single, endpoints.Endpoint{})
 	var hold atomic.Bool
 	hold.Store(true)
 	batched.recv.SetFail(func(*http.Request) int {
@@ -695,8 +696,8 @@ func TestShardedPipelineWithEndpoints(t *testing.T) {
 	e := newEnv(t)
 	a := newPartner(t, "a", func(string, string, string) bool { return true })
 	b := newPartner(t, "b", func(tenant, _, _ string) bool { return tenant == "t1" })
-	e.addPartner(a, outbox.Endpoint{})
-	e.addPartner(b, outbox.Endpoint{TenantID: "t1"})
+	e.addPartner(a, endpoints.Endpoint{})
+	e.addPartner(b, endpoints.Endpoint{TenantID: "t1"})
 	e.startNoWait(func(cfg *Config) { endpointsConfig(cfg); cfg.Shards = 2 })
 	waitFor(t, 30*time.Second, "both shards' slots", func() bool {
 		var n int
@@ -725,8 +726,8 @@ func TestEndpointCircuitBreaker(t *testing.T) {
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
 	up := newPartner(t, "up", func(string, string, string) bool { return true })
-	e.addPartner(down, outbox.Endpoint{})
-	e.addPartner(up, outbox.Endpoint{})
+	e.addPartner(down, endpoints.Endpoint{})
+	e.addPartner(up, endpoints.Endpoint{})
 	var failing atomic.Bool
 	failing.Store(true)
 	down.recv.SetFail(func(*http.Request) int {
@@ -759,7 +760,7 @@ func TestEndpointCircuitBreaker(t *testing.T) {
 func TestEndpointBatchLinger(t *testing.T) {
 	e := newEnv(t)
 	p := newPartner(t, "lingering", func(string, string, string) bool { return true })
-	e.addPartner(p, outbox.Endpoint{BatchMaxEvents: 50, BatchLinger: 400 * time.Millisecond})
+	e.addPartner(p, endpoints.Endpoint{BatchMaxEvents: 50, BatchLinger: 400 * time.Millisecond})
 	e.start(endpointsConfig)
 	for i := 0; i < 6; i++ { // six transactions 30ms apart: without a linger, one request each
 		e.write(fmt.Sprint("l", i), tenantEvents{"", "order", "order.created", 1, 1}, []*partner{p})

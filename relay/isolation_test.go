@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -101,7 +102,7 @@ func TestEndpointBlackoutSpillsAndRejoins(t *testing.T) {
 	for i := range partners {
 		tenant := fmt.Sprintf("t%d", i)
 		partners[i] = newPartner(t, fmt.Sprintf("iso%02d", i), func(tn, _, _ string) bool { return tn == tenant })
-		e.addPartner(partners[i], outbox.Endpoint{TenantID: tenant})
+		e.addPartner(partners[i], endpoints.Endpoint{TenantID: tenant})
 	}
 	victim, others := partners[7], slices.Delete(slices.Clone(partners), 7, 8)
 	r := e.start(func(c *Config) {
@@ -181,7 +182,7 @@ func TestEndpointBacklogDrainSurvivesSIGKILL(t *testing.T) {
 	for i := range partners {
 		tenant := fmt.Sprintf("t%d", i)
 		partners[i] = newPartner(t, fmt.Sprintf("kill%d", i), func(tn, _, _ string) bool { return tn == tenant })
-		e.addPartner(partners[i], outbox.Endpoint{TenantID: tenant})
+		e.addPartner(partners[i], endpoints.Endpoint{TenantID: tenant})
 	}
 	victim, others := partners[0], partners[1:]
 	args := []string{"--spill-after", "1s", "--status-interval", "500ms"}

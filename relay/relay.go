@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -142,7 +143,7 @@ type Config struct {
 	// outbox_endpoints instead of one webhook (see Pipeline.Endpoints). False: one destination.
 	Endpoints bool
 	// SecretsKeys opens the sealed secrets of partner endpoints: the keys' text, as
-	// OUTBOX_RELAY_SECRETS_KEY or the file of --secrets-key-file holds it (outbox.NewSealer).
+	// OUTBOX_RELAY_SECRETS_KEY or the file of --secrets-key-file holds it (endpoints.NewSealer).
 	// Empty: no key; an endpoint with a sealed secret then fails every attempt with the fix.
 	SecretsKeys string
 	// EndpointMetrics are endpoint ids whose series are always exported; EndpointMetricsMax
@@ -165,8 +166,24 @@ type Config struct {
 	// Empty: none. The secret is required with the URL; comma-separated for rotation.
 	OperatorWebhookURL    string
 	OperatorWebhookSecret string
-	operator              *operatorHook // built by New from the two above; nil without a URL
-	metricsBound          string        // the address MetricsAddr bound, once it listens
+	// Egress is the egress policy of partner endpoints (--egress-deny-private, --egress-allow,
+	// --egress-https-only; docs/guides/endpoint-egress.md), applied to each endpoint's URL when
+	// its row is read and to every address it connects to. Give endpoints.Store the same, so a
+	// URL the relay would refuse is refused when it is written. The zero value: the guard's
+	// own rules (link-local, metadata, "this host", the metrics address) for operators'
+	// endpoints, and the private ranges too for endpoints with deny_private.
+	Egress endpoints.Egress
+	// EgressProxy, if set, is the outbound proxy of partner endpoints (--egress-proxy): an
+	// http:// or https:// URL, with user:password if it needs them; every endpoint connects
+	// through it (a CONNECT tunnel to the address the relay resolved and checked) unless its
+	// row's egress_proxy names another or "direct". A failure of the proxy is retried and not
+	// counted against the endpoint. Empty: endpoints connect directly, or through the
+	// environment's HTTPS_PROXY / HTTP_PROXY when those apply to their URL.
+	EgressProxy string
+	// Resolver looks up the hosts of partner endpoints. Nil: net.DefaultResolver.
+	Resolver     *net.Resolver
+	operator     *operatorHook // built by New from the two above; nil without a URL
+	metricsBound string        // the address MetricsAddr bound, once it listens
 
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the default-pipeline fields above must

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
@@ -94,14 +95,14 @@ func requireExactly(t *testing.T, who string, want relaytest.Result, ds []relayt
 func TestEndpointReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
-	e.addPartner(all, outbox.Endpoint{})
+	e.addPartner(all, endpoints.Endpoint{})
 	e.start(endpointsConfig)
 	w := e.writeAcrossRange()
 	all.want = w.all
 	waitPartners(t, all)
 	waitFor(t, 30*time.Second, "the events marked done", func() bool { return e.notDone() == 0 })
 	late := newPartner(t, "t1-late", func(tenant, _, _ string) bool { return tenant == "t1" })
-	e.addPartner(late, outbox.Endpoint{TenantID: "t1"})
+	e.addPartner(late, endpoints.Endpoint{TenantID: "t1"})
 	before := len(all.recv.Deliveries())
 	e.replayRange("default/"+late.id, w, 8) // counted over the range: both tenants
 	requireExactly(t, "endpoint "+late.id, w.t1InRange, late.recv.Deliveries())

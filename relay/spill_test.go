@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // backlogCount returns how many events the endpoint's backlog holds.
@@ -33,8 +33,8 @@ func (e *env) backlogCount(id string) int {
 func (e *env) healthyAndFailing(status int) (ok, bad *partner, failing *atomic.Bool) {
 	ok = newPartner(e.t, "healthy", func(string, string, string) bool { return true })
 	bad = newPartner(e.t, "failing", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(bad, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
+	e.addPartner(bad, endpoints.Endpoint{})
 	failing = new(atomic.Bool)
 	failing.Store(true)
 	bad.recv.SetFail(func(*http.Request) int {
@@ -125,7 +125,7 @@ func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 	defer func() { _ = r.stop(t) }()
 	e.write("a", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
 	waitPartners(t, ok)
-	if _, err := outbox.DisableEndpoint(context.Background(), e.pool, bad.id, "maintenance"); err != nil {
+	if _, err := (endpoints.Store{}).Disable(context.Background(), e.pool, bad.id, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	owed := e.currentLSN()
@@ -136,7 +136,7 @@ func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 	e.write("b", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok}) // not routed to the disabled one
 	waitPartners(t, ok)
 	failing.Store(false)
-	if _, err := outbox.EnableEndpoint(context.Background(), e.pool, bad.id); err != nil {
+	if _, err := (endpoints.Store{}).Enable(context.Background(), e.pool, bad.id); err != nil {
 		t.Fatal(err)
 	}
 	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
@@ -150,8 +150,8 @@ func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
 	e := newEnv(t)
 	quick := newPartner(t, "quick", func(string, string, string) bool { return true })
 	slow := newPartner(t, "slow", func(string, string, string) bool { return true })
-	e.addPartner(quick, outbox.Endpoint{SpillAfter: 300 * time.Millisecond})
-	e.addPartner(slow, outbox.Endpoint{})
+	e.addPartner(quick, endpoints.Endpoint{SpillAfter: 300 * time.Millisecond})
+	e.addPartner(slow, endpoints.Endpoint{})
 	fail := func(*http.Request) int { return http.StatusInternalServerError }
 	quick.recv.SetFail(fail)
 	slow.recv.SetFail(fail)
@@ -172,8 +172,8 @@ func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
 	e := newEnv(t)
 	ok := newPartner(t, "steady", func(string, string, string) bool { return true })
 	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(flaky, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
+	e.addPartner(flaky, endpoints.Endpoint{})
 	var failing atomic.Bool
 	flaky.recv.SetFail(func(*http.Request) int {
 		if failing.Load() {
@@ -252,8 +252,8 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 	e := newEnv(t)
 	holder := newPartner(t, "holder", func(_, aggType, _ string) bool { return aggType == "hold" })
 	paused := newPartner(t, "paused", func(_, aggType, _ string) bool { return aggType != "hold" })
-	e.addPartner(holder, outbox.Endpoint{AggregateTypes: []string{"hold"}, SpillAfter: time.Hour})
-	e.addPartner(paused, outbox.Endpoint{AggregateTypes: []string{"pre", "order"}})
+	e.addPartner(holder, endpoints.Endpoint{AggregateTypes: []string{"hold"}, SpillAfter: time.Hour})
+	e.addPartner(paused, endpoints.Endpoint{AggregateTypes: []string{"pre", "order"}})
 	var holding, failing atomic.Bool
 	holding.Store(true)
 	failing.Store(true)
@@ -276,7 +276,7 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 	e.write("b", tenantEvents{"", "pre", "pre.created", 1, 1}, both)
 	waitFor(t, 30*time.Second, "the failing endpoint spilled its first event", func() bool { return e.backlogCount(paused.id) == 1 })
 	ctx := context.Background()
-	if _, err := outbox.PauseEndpoint(ctx, e.pool, paused.id, "partner maintenance"); err != nil {
+	if _, err := (endpoints.Store{}).Pause(ctx, e.pool, paused.id, "partner maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	e.write("c", tenantEvents{"", "order", "order.created", 5, 2}, both)
@@ -306,7 +306,7 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 			t.Fatalf("the paused endpoint was sent %s (%s) before its resume", d.ID, d.Aggregate)
 		}
 	}
-	if _, err := outbox.ResumeEndpoint(ctx, e.pool, paused.id); err != nil {
+	if _, err := (endpoints.Store{}).Resume(ctx, e.pool, paused.id); err != nil {
 		t.Fatal(err)
 	}
 	waitPartners(t, paused)
@@ -319,13 +319,13 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 func TestBacklogOfAnEndpointAddedWhileRunningSurvivesARestart(t *testing.T) {
 	e := newEnv(t)
 	ok := newPartner(t, "first", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
 	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
 	r := e.start(spill)
 	e.write("a", tenantEvents{"", "order", "order.created", 2, 2}, []*partner{ok})
 	waitPartners(t, ok)
 	late := newPartner(t, "late", func(string, string, string) bool { return true })
-	e.addPartner(late, outbox.Endpoint{})
+	e.addPartner(late, endpoints.Endpoint{})
 	var failing atomic.Bool
 	failing.Store(true)
 	late.recv.SetFail(func(*http.Request) int {

@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -26,17 +26,17 @@ func endpointLane(ctx context.Context, conn *pgx.Conn, fs *pflag.FlagSet, s stri
 	if err := endpointsTableIn(ctx, conn, schemaName(fs, ""), s); err != nil {
 		return "", err
 	}
-	e, err := outbox.Endpoints{Schema: outbox.Schema(s)}.Get(ctx, conn, id)
-	if errors.Is(err, outbox.ErrEndpointNotFound) {
+	e, err := endpoints.Store{Schema: s}.Get(ctx, conn, id)
+	if errors.Is(err, endpoints.ErrNotFound) {
 		return "", fmt.Errorf("no endpoint %q: `outbox-relay endpoint list` lists them", id)
 	}
 	if err != nil {
 		return "", endpointError(err, id)
 	}
 	switch e.State {
-	case outbox.EndpointPaused:
+	case endpoints.Paused:
 		fmt.Fprintf(warn, "note: endpoint %s is paused: the replay waits in its lane until `outbox-relay endpoint resume %s`\n", id, id)
-	case outbox.EndpointDisabled:
+	case endpoints.Disabled:
 		fmt.Fprintf(warn, "note: endpoint %s is disabled: it receives nothing until `outbox-relay endpoint enable %s`\n", id, id)
 	}
 	p, _ := fs.GetString("pipeline")

@@ -39,13 +39,14 @@ aggregates) and confirms the slot only after delivery.`,
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newRunCmd(), newMigrateCmd(), newReplayCmd(), newDemoCmd(), newVersionCmd(), newStatusCmd(), newPruneCmd(),
-		newPauseCmd(), newResumeCmd(), newReshardCmd())
+		newPauseCmd(), newResumeCmd(), newReshardCmd(), newAPICmd(), newAPITokenCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
 	root.AddCommand(newDropPipelineCmd()) // takes the pipeline's name as its argument
 	root.AddCommand(newEndpointCmd())     // a group: its subcommands take an endpoint id
 	root.AddCommand(newDeliveriesCmd())
+	root.AddCommand(newEventTypesCmd()) // a group: list, sync
 	return root
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -10,12 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -96,6 +100,10 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "endpoint-disable-after")
 	addSetting(fs, operatorURLFlag.name)
 	addSetting(fs, operatorSecretFlag.name)
+	addEgressPolicyFlags(fs)
+	addSetting(fs, egressProxyFlag.name)
+	addSetting(fs, "api-addr")
+	addAPIFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -114,7 +122,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 					break
 				}
 			}
-			return relay.Run(cmd.Context(), cfg)
+			return runRelay(cmd.Context(), fs, cfg, log)
 		}
 		cfg, err := runConfig(fs)
 		if err != nil {
@@ -123,9 +131,37 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 		cfg.Logger = log
 		tuneGC(cfg, log)
 		warnTrimmedSecrets(log, fs)
-		return relay.Run(cmd.Context(), cfg)
+		return runRelay(cmd.Context(), fs, cfg, log)
 	}
 	return cmd
+}
+
+// runRelay runs the relay and, with --api-addr, serves the management API beside it (its
+// series in the relay's /metrics), both stopping when either ends.
+func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, log zerolog.Logger) error {
+	addr, _ := fs.GetString("api-addr")
+	if addr == "" {
+		return relay.Run(ctx, cfg)
+	}
+	if cfg.Registerer == nil && cfg.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		return err
+	}
+	h, pool, err := buildAPI(ctx, fs, cfg.DSN, cfg.Schema, cfg.Egress, cfg.EgressProxy, log, cfg.Registerer)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/api/v1/", h)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Run(gctx) })
+	g.Go(func() error { return serveHTTP(gctx, addr, mux, log, "api") })
+	return g.Wait()
 }
 
 // runConfig turns flags and environment into a relay.Config, rejecting bad input with errors
@@ -296,6 +332,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	}
 	if !fs.Changed("delivery-log-retention") && file.DeliveryLogRetention != 0 {
 		cfg.DeliveryLogRetention = file.DeliveryLogRetention
+	}
+	if err := fileEgress(fs, &cfg, file.Egress); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -468,8 +507,8 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 		return err
 	}
 	if text != "" {
-		if _, err := outbox.NewSealer(text); err != nil {
-			return usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "outbox: "))}
+		if _, err := endpoints.NewSealer(text); err != nil {
+			return usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "endpoints: "))}
 		}
 	}
 	cfg.SecretsKeys = text
@@ -491,5 +530,9 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	if cfg.EndpointMetricsMax == 0 {
 		cfg.EndpointMetricsMax = -1 // 0 on the command line: none beyond --endpoint-metrics
 	}
+	if cfg.Egress, err = egressPolicy(fs); err != nil {
+		return err
+	}
+	cfg.EgressProxy = stringFrom(fs, egressProxyFlag)
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -156,11 +156,12 @@ func (d *demo) startPartners(ctx context.Context) error {
 // addEndpoints writes the partners' rows, replacing the rows of an earlier run in a database
 // the demo was given.
 func (d *demo) addEndpoints(ctx context.Context) error {
+	var eps endpoints.Store
 	for _, p := range d.partners {
-		if err := outbox.RemoveEndpoint(ctx, d.pool, p.id); err != nil && !errors.Is(err, outbox.ErrEndpointNotFound) {
+		if err := eps.Remove(ctx, d.pool, p.id); err != nil && !errors.Is(err, endpoints.ErrNotFound) {
 			return fmt.Errorf("remove the demo's endpoint %s: %w", p.id, err)
 		}
-		_, err := outbox.AddEndpoint(ctx, d.pool, outbox.Endpoint{ID: p.id, URL: d.partnerURL(p), Secret: p.secret,
+		_, err := eps.Add(ctx, d.pool, endpoints.Endpoint{ID: p.id, URL: d.partnerURL(p), Secret: p.secret,
 			TenantID: p.tenant, EventTypes: p.eventTypes, AggregateTypes: p.aggregateTypes})
 		if err != nil {
 			return fmt.Errorf("add the demo's endpoint %s: %w", p.id, err)
@@ -172,8 +173,9 @@ func (d *demo) addEndpoints(ctx context.Context) error {
 // removeEndpoints removes the partners' rows from a database the demo was given.
 func (d *demo) removeEndpoints(ctx context.Context) error {
 	var errs []error
+	var eps endpoints.Store
 	for _, p := range d.partners {
-		if err := outbox.RemoveEndpoint(ctx, d.pool, p.id); err != nil && !errors.Is(err, outbox.ErrEndpointNotFound) {
+		if err := eps.Remove(ctx, d.pool, p.id); err != nil && !errors.Is(err, endpoints.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}

@@ -55,6 +55,12 @@
 //     position (decoded from the slot). Issue 40's targets compare the largest case with one
 //     endpoint in the same run. At full size the fan-out rows take about 3 minutes.
 //
+// # The API
+//
+// The API row (api.go) times GET /api/v1/endpoints/{id}/deliveries, pages of 100, on an
+// endpoint with 10 × BENCH_EVENTS delivery-log entries (p50 and p99 of the newest page, deep
+// pages and failed attempts only), and fails if the plan of a page scans a log table.
+//
 // # Memory
 //
 // `outbox-bench memory` (memory.go) is a mode of its own: N pipelines whose destination refuses

@@ -1,4 +1,4 @@
-package outbox_test
+package endpoints_test
 
 import (
 	"bytes"
@@ -15,11 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/pgcluster"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/seal"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -72,13 +72,13 @@ func TestSealedSecretSignsAndIsNotInClear(t *testing.T) {
 		}
 	}
 	keyText := newKey(t)
-	sealer, err := outbox.NewSealer(keyText)
+	sealer, err := endpoints.NewSealer(keyText)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealed := outbox.Endpoints{Sealer: sealer}
-	var added []outbox.Endpoint
-	for _, ep := range []outbox.Endpoint{
+	sealed := endpoints.Store{Sealer: sealer}
+	var added []endpoints.Endpoint
+	for _, ep := range []endpoints.Endpoint{
 		{ID: "acme", URL: "https://acme.example/", Scheme: signature.XSignature},
 		{ID: "globex", URL: "https://globex.example/", Scheme: signature.StandardWebhooks},
 	} {
@@ -88,11 +88,11 @@ func TestSealedSecretSignsAndIsNotInClear(t *testing.T) {
 		}
 		added = append(added, got)
 	}
-	rotated, err := sealed.RotateSecret(ctx, conn, "acme", outbox.RotateOptions{KeepOld: time.Hour})
+	rotated, err := sealed.RotateSecret(ctx, conn, "acme", endpoints.RotateOptions{KeepOld: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clearEP, err := outbox.AddEndpoint(ctx, conn, outbox.Endpoint{ID: "control", URL: "https://control.example/"})
+	clearEP, err := plain.Add(ctx, conn, endpoints.Endpoint{ID: "control", URL: "https://control.example/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +180,10 @@ func TestSealedSecretDoesNotOpenInAnotherRow(t *testing.T) {
 	_, conn := migratedDB(t)
 	ctx := context.Background()
 	keyText := newKey(t)
-	sealer, _ := outbox.NewSealer(keyText)
-	eps := outbox.Endpoints{Sealer: sealer}
+	sealer, _ := endpoints.NewSealer(keyText)
+	eps := endpoints.Store{Sealer: sealer}
 	for _, id := range []string{"victim", "copier"} {
-		if _, err := eps.Add(ctx, conn, outbox.Endpoint{ID: id, URL: "https://" + id + ".example/"}); err != nil {
+		if _, err := eps.Add(ctx, conn, endpoints.Endpoint{ID: id, URL: "https://" + id + ".example/"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,17 +212,17 @@ func TestResealMovesSecretsToTheNewKey(t *testing.T) {
 	_, conn := migratedDB(t)
 	ctx := context.Background()
 	oldKey, newKey := newKey(t), newKey(t)
-	oldSealer, _ := outbox.NewSealer(oldKey)
-	a, err := outbox.Endpoints{Sealer: oldSealer}.Add(ctx, conn, outbox.Endpoint{ID: "a", URL: "https://a.example/"})
+	oldSealer, _ := endpoints.NewSealer(oldKey)
+	a, err := endpoints.Store{Sealer: oldSealer}.Add(ctx, conn, endpoints.Endpoint{ID: "a", URL: "https://a.example/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := outbox.AddEndpoint(ctx, conn, outbox.Endpoint{ID: "b", URL: "https://b.example/"}) // in clear
+	b, err := plain.Add(ctx, conn, endpoints.Endpoint{ID: "b", URL: "https://b.example/"}) // in clear
 	if err != nil {
 		t.Fatal(err)
 	}
-	both, _ := outbox.NewSealer(newKey + "\n" + oldKey)
-	eps := outbox.Endpoints{Sealer: both}
+	both, _ := endpoints.NewSealer(newKey + "\n" + oldKey)
+	eps := endpoints.Store{Sealer: both}
 	for _, id := range []string{"a", "b"} {
 		changed, err := eps.Reseal(ctx, conn, id)
 		if err != nil || !changed {
@@ -234,7 +234,7 @@ func TestResealMovesSecretsToTheNewKey(t *testing.T) {
 	}
 	onlyNew, _ := seal.Parse(newKey)
 	for id, secret := range map[string]string{"a": a.Secret, "b": b.Secret} {
-		got, err := outbox.GetEndpoint(ctx, conn, id)
+		got, err := plain.Get(ctx, conn, id)
 		if err != nil || got.Secrets[0].KeyID != both.KeyID() || got.Secrets[0].Fingerprint != fingerprint(secret) {
 			t.Fatalf("%s after reseal: %+v %v", id, got.Secrets, err)
 		}
@@ -243,11 +243,11 @@ func TestResealMovesSecretsToTheNewKey(t *testing.T) {
 			t.Fatalf("%s does not open with the new key alone: %v", id, err)
 		}
 	}
-	if _, err := (outbox.Endpoints{}).Reseal(ctx, conn, "a"); err == nil {
+	if _, err := (endpoints.Store{}).Reseal(ctx, conn, "a"); err == nil {
 		t.Fatal("reseal without a sealer did something")
 	}
-	newOnly, _ := outbox.NewSealer(oldKey) // the old key alone cannot open what the new one sealed
-	if _, err := (outbox.Endpoints{Sealer: newOnly}).Reseal(ctx, conn, "a"); !errors.Is(err, seal.ErrUnknownKey) {
+	newOnly, _ := endpoints.NewSealer(oldKey) // the old key alone cannot open what the new one sealed
+	if _, err := (endpoints.Store{Sealer: newOnly}).Reseal(ctx, conn, "a"); !errors.Is(err, seal.ErrUnknownKey) {
 		t.Fatalf("reseal with a key file lacking the secret's key: %v", err)
 	}
 }

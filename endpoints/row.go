@@ -1,4 +1,4 @@
-package outbox
+package endpoints
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 
 // newRow turns the endpoint given to Add into the row to insert, with its clear secret (given
 // or generated), after every check.
-func (e Endpoints) newRow(ep Endpoint, now time.Time) (endpoint.Row, string, error) {
+func (e Store) newRow(ep Endpoint, now time.Time) (endpoint.Row, string, error) {
 	r := endpoint.Row{ID: ep.ID}
 	if r.ID == "" {
 		id, err := endpoint.NewID()
@@ -23,15 +23,15 @@ func (e Endpoints) newRow(ep Endpoint, now time.Time) (endpoint.Row, string, err
 		r.ID = id
 	}
 	switch ep.State {
-	case "", EndpointEnabled:
+	case "", Enabled:
 		r.State = endpoint.Enabled
-	case EndpointPaused:
+	case Paused:
 		r.State, r.PausedReason, r.PausedAt = endpoint.Paused, ep.PausedReason, now
 		if r.PausedReason == "" {
 			r.PausedReason = "added paused"
 		}
 	default:
-		return r, "", fmt.Errorf("%w: an endpoint is added enabled or paused, not %q", ErrInvalidEndpoint, ep.State)
+		return r, "", endpoint.Field("state", fmt.Errorf("%w: an endpoint is added enabled or paused, not %q", ErrInvalid, ep.State))
 	}
 	if len(ep.EventTypes) == 0 {
 		ep.EventTypes = []string{"*"}
@@ -56,9 +56,9 @@ func (e Endpoints) newRow(ep Endpoint, now time.Time) (endpoint.Row, string, err
 }
 
 // setSecret replaces the row's secrets with clear, after checking it for the row's scheme.
-func (e Endpoints) setSecret(r *endpoint.Row, clear string, now time.Time) error {
+func (e Store) setSecret(r *endpoint.Row, clear string, now time.Time) error {
 	if err := endpoint.CheckSecret(r.SignatureScheme(), clear); err != nil {
-		return fmt.Errorf("%w: secret (%s) %w", ErrInvalidEndpoint, r.Scheme, err)
+		return endpoint.Field("secret", fmt.Errorf("%w: secret (%s) %w", ErrInvalid, r.Scheme, err))
 	}
 	s, err := endpoint.NewSecret(e.Sealer.keyring(), r.ID, clear, now)
 	if err != nil {
@@ -68,11 +68,12 @@ func (e Endpoints) setSecret(r *endpoint.Row, clear string, now time.Time) error
 	return nil
 }
 
-func (e Endpoints) validate(r *endpoint.Row) error {
+func (e Store) validate(r *endpoint.Row) error {
 	g, err := endpoint.NewGuard(e.RelayMetricsAddr)
 	if err != nil {
-		return fmt.Errorf("outbox: Endpoints.RelayMetricsAddr: %w", err)
+		return fmt.Errorf("endpoints: Store.RelayMetricsAddr: %w", err)
 	}
+	g.Egress = endpoint.Egress(e.Egress)
 	return r.Validate(g)
 }
 
@@ -88,7 +89,7 @@ func applyWritable(r *endpoint.Row, ep Endpoint) error {
 		r.AggregateTypes = nil
 	}
 	if ep.Scheme != signature.XSignature && ep.Scheme != signature.StandardWebhooks {
-		return fmt.Errorf("%w: scheme %d: use signature.XSignature or signature.StandardWebhooks", ErrInvalidEndpoint, ep.Scheme)
+		return endpoint.Field("scheme", fmt.Errorf("%w: scheme %d: use signature.XSignature or signature.StandardWebhooks", ErrInvalid, ep.Scheme))
 	}
 	r.Scheme = ep.Scheme.String()
 	r.Format = ep.Format
@@ -104,22 +105,23 @@ func applyWritable(r *endpoint.Row, ep Endpoint) error {
 		r.BatchMaxBytes = endpoint.DefaultBatchMaxBytes
 	}
 	if ep.BatchLinger%time.Millisecond != 0 {
-		return fmt.Errorf("%w: batch linger %s: use whole milliseconds", ErrInvalidEndpoint, ep.BatchLinger)
+		return endpoint.Field("batch_linger_ms", fmt.Errorf("%w: batch linger %s: use whole milliseconds", ErrInvalid, ep.BatchLinger))
 	}
 	r.BatchLingerMS = int(ep.BatchLinger / time.Millisecond)
 	r.RateLimit, r.MaxInFlight = ep.RateLimit, ep.MaxInFlight
 	if ep.SpillAfter%time.Millisecond != 0 {
-		return fmt.Errorf("%w: spill after %s: use whole milliseconds", ErrInvalidEndpoint, ep.SpillAfter)
+		return endpoint.Field("spill_after_ms", fmt.Errorf("%w: spill after %s: use whole milliseconds", ErrInvalid, ep.SpillAfter))
 	}
 	r.SpillAfterMS = int(ep.SpillAfter / time.Millisecond)
 	r.AllowPrivateURL = ep.AllowPrivateURL
+	r.DenyPrivate, r.EgressProxy, r.Description = ep.DenyPrivate, ep.EgressProxy, ep.Description
 	m, err := endpoint.NormalizeMetadata(ep.Metadata)
 	if err != nil {
-		return err
+		return endpoint.Field("metadata", err)
 	}
 	r.Metadata = m
 	if err := endpoint.CheckReason(r.PausedReason); err != nil {
-		return err
+		return endpoint.Field("reason", err)
 	}
 	return nil
 }
@@ -141,12 +143,13 @@ func public(r endpoint.Row) Endpoint {
 		ID: r.ID, URL: r.URL, TenantID: r.TenantID, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes,
 		Scheme: r.SignatureScheme(), Format: r.Format, BatchMaxEvents: r.BatchMaxEvents, BatchMaxBytes: r.BatchMaxBytes,
 		BatchLinger: r.Linger(), RateLimit: r.RateLimit, MaxInFlight: r.MaxInFlight, AllowPrivateURL: r.AllowPrivateURL,
+		DenyPrivate: r.DenyPrivate, EgressProxy: r.EgressProxy, Description: r.Description,
 		SpillAfter: time.Duration(r.SpillAfterMS) * time.Millisecond,
-		Metadata:   r.Metadata, State: EndpointState(r.State), PausedReason: r.PausedReason, PausedAt: r.PausedAt,
+		Metadata:   r.Metadata, State: State(r.State), PausedReason: r.PausedReason, PausedAt: r.PausedAt,
 		DisabledReason: r.DisabledReason, DisabledAt: r.DisabledAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 	for _, s := range r.Secrets {
-		d := EndpointSecret{Fingerprint: s.Fingerprint}
+		d := Secret{Fingerprint: s.Fingerprint}
 		if seal.IsSealed(s.Value) {
 			d.KeyID, _ = seal.ID(s.Value)
 		} else if d.Fingerprint == "" {

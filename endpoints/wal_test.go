@@ -1,4 +1,4 @@
-package outbox_test
+package endpoints_test
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // change is one decoded pgoutput change of outbox_endpoints.
@@ -135,7 +134,7 @@ func TestEndpointChangesStreamWholeRows(t *testing.T) {
 	meta, _ := json.Marshal(map[string]string{"blob": base64.StdEncoding.EncodeToString(blob)})
 	ep := partner("acme")
 	ep.Metadata, ep.AggregateTypes, ep.RateLimit = meta, []string{"order"}, 50
-	if _, err := outbox.AddEndpoint(ctx, conn, ep); err != nil {
+	if _, err := plain.Add(ctx, conn, ep); err != nil {
 		t.Fatal(err)
 	}
 	added := storedRow(t, conn, "acme")
@@ -144,11 +143,11 @@ func TestEndpointChangesStreamWholeRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := storedRow(t, conn, "acme")
-	if _, err := outbox.ResumeEndpoint(ctx, conn, "acme"); err != nil {
+	if _, err := plain.Resume(ctx, conn, "acme"); err != nil {
 		t.Fatal(err)
 	}
 	resumed := storedRow(t, conn, "acme")
-	if err := outbox.RemoveEndpoint(ctx, conn, "acme"); err != nil {
+	if err := plain.Remove(ctx, conn, "acme"); err != nil {
 		t.Fatal(err)
 	}
 	cols, changes := endpointChanges(t, conn)

@@ -1,4 +1,4 @@
-package outbox
+package endpoints
 
 import (
 	"fmt"
@@ -20,12 +20,12 @@ type Sealer struct {
 // NewSealer reads keys: one or more 32-byte keys in base64 (make one with
 // `openssl rand -base64 32`), one per line or comma-separated, lines starting with # ignored.
 // The first key seals; every key opens. To rotate keys, put the new key first, keep the old
-// one after it, run Endpoints.Reseal on every endpoint (`outbox-relay endpoint reseal`), then
+// one after it, run Store.Reseal on every endpoint (`outbox-relay endpoint reseal`), then
 // drop the old key. The error never contains a key.
 func NewSealer(keys string) (*Sealer, error) {
 	r, err := seal.Parse(keys)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
+		return nil, fmt.Errorf("endpoints: %w", err)
 	}
 	return &Sealer{ring: r}, nil
 }
@@ -42,7 +42,7 @@ func (s *Sealer) Unseal(id, value string) (string, error) {
 	}
 	clear, err := endpoint.Clear(ring, id, value)
 	if err != nil {
-		return "", fmt.Errorf("outbox: endpoint %s: %w", id, err)
+		return "", fmt.Errorf("endpoints: endpoint %s: %w", id, err)
 	}
 	return clear, nil
 }

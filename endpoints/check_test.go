@@ -1,4 +1,4 @@
-package outbox_test
+package endpoints_test
 
 import (
 	"context"
