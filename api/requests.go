@@ -157,11 +157,15 @@ func oldest(plan publisher.SincePlan) string {
 // been delivered yet.
 func (a *API) recoverEndpoint(w http.ResponseWriter, r *http.Request) error {
 	p, id := principalOf(r.Context()), r.PathValue("id")
-	b, err := a.readBody(w, r, []string{"since", "until", "pipeline"}, false)
+	b, err := a.readBody(w, r, []string{"since", "until", "pipeline", "dry_run"}, false)
 	if err != nil {
 		return err
 	}
 	var req publisher.SinceRequest
+	var dryRun bool
+	if _, err := b.field("dry_run", &dryRun, "true or false"); err != nil {
+		return err
+	}
 	var is issues
 	if ok, err := b.field("since", &req.Since, "an RFC 3339 time"); err != nil {
 		return err
@@ -188,6 +192,9 @@ func (a *API) recoverEndpoint(w http.ResponseWriter, r *http.Request) error {
 		}
 		if req.Pipeline, err = a.lane(r.Context(), tx, b, id); err != nil {
 			return err
+		}
+		if dryRun {
+			return a.previewRecover(r.Context(), tx, w, id, req)
 		}
 		return a.request(r.Context(), tx, w, p, "endpoint.recover", tenant, id, req)
 	})
@@ -238,4 +245,35 @@ func (a *API) resendEvent(w http.ResponseWriter, r *http.Request) error {
 		req := publisher.SinceRequest{Pipeline: lane, Since: created, Until: created.Add(time.Microsecond), EventID: eventID}
 		return a.request(r.Context(), tx, w, p, "endpoint.resend", tenant, id, req)
 	})
+}
+
+// RecoverPreview is the answer of a recover with "dry_run": true: how many events of the range
+// the endpoint subscribes to (its tenant, event types and aggregate types), which a recover
+// would send it again; nothing is recorded. The operator console and the partner portal ask it
+// before they confirm a recover.
+type RecoverPreview struct {
+	EndpointID string     `json:"endpoint_id"`
+	Since      time.Time  `json:"since"`
+	Until      *time.Time `json:"until"`
+	Events     int64      `json:"events"`
+}
+
+func (a *API) previewRecover(ctx context.Context, tx pgx.Tx, w http.ResponseWriter, id string, req publisher.SinceRequest) error {
+	e, err := a.store.Get(ctx, tx, id)
+	if err != nil {
+		return storeError(err, id)
+	}
+	groups, err := state.CountRangeGroups(ctx, tx, a.cfg.Schema, req.Since, req.Until, e.TenantID)
+	if err != nil {
+		return err
+	}
+	row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
+	out := RecoverPreview{EndpointID: id, Since: req.Since.UTC(), Until: optionalTime(req.Until)}
+	for _, g := range groups {
+		if row.Subscribed(g.TenantID, g.EventType, g.AggregateType) {
+			out.Events += g.Events
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
 }
