@@ -53,10 +53,11 @@ func (c caller) call(ctx context.Context, who actor.Actor, method, path string, 
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(actor.With(ctx, who), method, u, nil)
+	req, err := http.NewRequestWithContext(actor.With(ctx, who), method, u, http.NoBody)
 	if err != nil {
 		return err
 	}
+	req.Body = http.NoBody // as a server's request: never nil
 	if rd != nil {
 		req.Body, req.ContentLength = readCloser{rd}, int64(rd.Len())
 		req.Header.Set("Content-Type", "application/json")

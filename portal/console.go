@@ -3,6 +3,7 @@ package portal
 import (
 	"context"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,7 +45,7 @@ func (p *Portal) searchEvent(w http.ResponseWriter, r *http.Request, q req) erro
 type auditData struct {
 	Records  []api.AuditRecord
 	Endpoint string
-	Next     string
+	Next     template.URL
 	First    bool
 }
 
@@ -68,7 +69,7 @@ func (p *Portal) audit(w http.ResponseWriter, r *http.Request, q req) error {
 		if d.Endpoint != "" {
 			next.Set("endpoint_id", d.Endpoint)
 		}
-		d.Next = next.Encode()
+		d.Next = queryURL(next)
 	}
 	p.render(w, http.StatusOK, "audit", q.view("Audit log", d))
 	return nil

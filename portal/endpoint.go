@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"html/template"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,7 +16,7 @@ type endpointData struct {
 	Stats      api.Stats
 	Deliveries []api.Delivery
 	Filter     deliveryFilter
-	Next       string // the next page's query; "" on the last
+	Next       template.URL // the next page's query; "" on the last
 	First      bool
 	LogError   *apiError // the filter refused, as the API says it
 }
@@ -91,7 +92,7 @@ func (p *Portal) viewEndpoint(w http.ResponseWriter, r *http.Request, q req) err
 				next.Set(k, v)
 			}
 		}
-		d.Next = next.Encode()
+		d.Next = queryURL(next)
 	}
 	v := q.view(d.E.ID, d)
 	v.Notice = notice(r)

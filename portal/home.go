@@ -3,6 +3,7 @@ package portal
 import (
 	"encoding/base64"
 	"encoding/json"
+	"html/template"
 	"net/http"
 	"net/url"
 
@@ -18,7 +19,7 @@ type listRow struct {
 
 type listData struct {
 	Rows  []listRow
-	Next  string // the next page's query; "" on the last page
+	Next  template.URL // the next page's query; "" on the last page
 	First bool
 }
 
@@ -46,7 +47,7 @@ func (p *Portal) home(w http.ResponseWriter, r *http.Request, q req) error {
 		d.Rows = append(d.Rows, row)
 	}
 	if list.NextCursor != nil {
-		d.Next = url.Values{"cursor": {*list.NextCursor}}.Encode()
+		d.Next = queryURL(url.Values{"cursor": {*list.NextCursor}})
 	}
 	v := q.view("Endpoints", d)
 	v.Notice = notice(r)
@@ -59,7 +60,7 @@ type overviewData struct {
 	Rows         []state.OverviewRow
 	Sort, Tenant string
 	State        string
-	Next         string
+	Next         template.URL
 	First        bool
 	Sorts        []string
 }
@@ -105,7 +106,7 @@ func (p *Portal) overview(w http.ResponseWriter, r *http.Request, q req) error {
 		if d.State != "" {
 			next.Set("state", d.State)
 		}
-		d.Next = next.Encode()
+		d.Next = queryURL(next)
 	}
 	v := q.view("Endpoints", d)
 	v.Notice = notice(r)

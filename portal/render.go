@@ -220,3 +220,6 @@ func byteSize(n *int64) string {
 	}
 	return ""
 }
+
+// queryURL is a page's query string for an href: url.Values encodes it, so it is safe as it is.
+func queryURL(v url.Values) template.URL { return template.URL(v.Encode()) }

@@ -80,8 +80,9 @@ func (p *Portal) handle(a area, pattern string, f page) {
 				return
 			}
 		}
-		if err := f(w, r, req{area: a, s: s}); err != nil {
-			p.failErr(w, r, a, err)
+		q := req{area: a, s: s}
+		if err := f(w, r, q); err != nil {
+			p.failIn(w, r, q, err)
 		}
 	})
 }
@@ -146,17 +147,32 @@ func (p *Portal) notFound(w http.ResponseWriter, r *http.Request) {
 	p.fail(w, r, a, http.StatusNotFound, "Page not found", "There is no page at this address.")
 }
 
-// failErr renders err: an API problem with its status and words, anything else a 500 that says
-// nothing of the cause (the log has it).
+// failErr renders err for a browser without a session.
 func (p *Portal) failErr(w http.ResponseWriter, r *http.Request, a area, err error) {
+	status, title, detail := p.explain(r, err)
+	p.render(w, status, "message", view{Area: a, Title: title, Data: detail})
+}
+
+// failIn renders err on a signed-in page: the header keeps its links and the sign-out.
+func (p *Portal) failIn(w http.ResponseWriter, r *http.Request, q req, err error) {
+	status, title, detail := p.explain(r, err)
+	p.render(w, status, "message", q.view(title, detail))
+}
+
+// explain turns err into a page: an API problem with its status and words (a 404 in words of
+// its own, the same for what does not exist and what is another tenant's), anything else a 500
+// that says nothing of the cause (the log has it).
+func (p *Portal) explain(r *http.Request, err error) (int, string, string) {
 	var ae *apiError
-	if errors.As(err, &ae) {
-		p.fail(w, r, a, ae.Status, ae.Title, ae.Detail)
-		return
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		return ae.Status, "Not found", "There is nothing at this address: it does not exist, or it is not yours to see."
+	case errors.As(err, &ae):
+		return ae.Status, ae.Title, ae.Detail
 	}
 	p.cfg.Logger.Error().Err(err).Str("path", r.URL.Path).Str("method", r.Method).Msg("portal: page failed")
-	p.fail(w, r, a, http.StatusInternalServerError, "Something went wrong",
-		"The page could not be shown. Nothing was changed unless a page said so: try again in a moment.")
+	return http.StatusInternalServerError, "Something went wrong",
+		"The page could not be shown. Nothing was changed unless a page said so: try again in a moment."
 }
 
 func (p *Portal) fail(w http.ResponseWriter, _ *http.Request, a area, status int, title, detail string) {
