@@ -44,7 +44,6 @@ var funcs = template.FuncMap{
 	"percent": percent,
 	"join":    strings.Join,
 	"deref":   deref,
-	"query":   func(v url.Values) string { return v.Encode() },
 	"ms":      func(n int) string { return fmt.Sprintf("%d ms", n) },
 	"short":   short,
 	"bytes":   byteSize,
