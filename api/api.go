@@ -98,6 +98,7 @@ type API struct {
 	guard     *endpoint.Guard
 	mux       *http.ServeMux
 	metrics   *metrics
+	patterns  []string // the routes' patterns, as registered
 }
 
 // New checks cfg and returns the API.
@@ -148,6 +149,7 @@ type handler func(w http.ResponseWriter, r *http.Request) error
 // route registers pattern (a Go 1.22 ServeMux pattern under /api/v1) with authentication,
 // metrics and error answers around h.
 func (a *API) route(pattern string, h handler) {
+	a.patterns = append(a.patterns, pattern)
 	a.mux.Handle(pattern, a.wrap(pattern, h))
 }
 

@@ -69,7 +69,8 @@ func cliCommandTimeout(t *testing.T, timeout time.Duration, env []string, args .
 }
 
 // cliEnvVars are the environment variables the CLI reads, by the flags that fall back on them.
-var cliEnvVars = []string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env, schemaFlag.env}
+var cliEnvVars = []string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env, schemaFlag.env,
+	apiTokensFileFlag.env, apiTokensEnv, apiKeyFileFlag.env, apiKeyEnv}
 
 // subcommands returns the registered subcommands a user can run (not help).
 func subcommands() []*cobra.Command {
@@ -106,6 +107,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 var envOf = map[string]string{
 	dsnFlag.name: dsnFlag.env, urlFlag.name: urlFlag.env,
 	secretFlag.name: secretFlag.env, secretFileFlag.name: secretFileFlag.env,
+	apiTokensFileFlag.name: apiTokensFileFlag.env, apiKeyFileFlag.name: apiKeyFileFlag.env,
 }
 
 func TestEverySubcommandHelpHasAnExampleAndNamesEnvVars(t *testing.T) {

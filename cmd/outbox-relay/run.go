@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -10,9 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
@@ -96,6 +100,8 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "endpoint-disable-after")
 	addSetting(fs, operatorURLFlag.name)
 	addSetting(fs, operatorSecretFlag.name)
+	addSetting(fs, "api-addr")
+	addAPIFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -114,7 +120,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 					break
 				}
 			}
-			return relay.Run(cmd.Context(), cfg)
+			return runRelay(cmd.Context(), fs, cfg, log)
 		}
 		cfg, err := runConfig(fs)
 		if err != nil {
@@ -123,9 +129,37 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 		cfg.Logger = log
 		tuneGC(cfg, log)
 		warnTrimmedSecrets(log, fs)
-		return relay.Run(cmd.Context(), cfg)
+		return runRelay(cmd.Context(), fs, cfg, log)
 	}
 	return cmd
+}
+
+// runRelay runs the relay and, with --api-addr, serves the management API beside it (its
+// series in the relay's /metrics), both stopping when either ends.
+func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, log zerolog.Logger) error {
+	addr, _ := fs.GetString("api-addr")
+	if addr == "" {
+		return relay.Run(ctx, cfg)
+	}
+	if cfg.Registerer == nil && cfg.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		return err
+	}
+	h, pool, err := buildAPI(ctx, fs, cfg.DSN, cfg.Schema, log, cfg.Registerer)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/api/v1/", h)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Run(gctx) })
+	g.Go(func() error { return serveHTTP(gctx, addr, mux, log, "api") })
+	return g.Wait()
 }
 
 // runConfig turns flags and environment into a relay.Config, rejecting bad input with errors
