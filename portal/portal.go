@@ -11,12 +11,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/api"
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // Defaults of Config, documented in docs/guides/portal.md.
 const (
 	// DefaultSessionTTL is how long a session lasts when Config.SessionTTL is zero: a working day.
-	DefaultSessionTTL = 8 * time.Hour
+	DefaultSessionTTL = settings.PortalSessionTTL
 	// MaxSessionTTL bounds Config.SessionTTL: a session is a credential.
 	MaxSessionTTL = 7 * 24 * time.Hour
 	// DefaultLinkTTL is a portal link's lifetime when LinkOptions.TTL is zero.
