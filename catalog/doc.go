@@ -26,8 +26,11 @@
 // in it: Catalog.CheckPatterns (CheckPatterns without the database) refuses one that matches
 // none with an *UnknownPatternError naming the nearest names by edit distance ("did you mean
 // order.created?"), and warns about one that matches only deprecated types. An empty catalog
-// checks nothing, so the catalog is opt-in. The endpoint rules (CLI, Go, API) call it on every
-// add and update.
+// checks nothing, so the catalog is opt-in. The endpoint rules (package endpoints: the CLI, Go and
+// the API) make the same check on every add and update, reading the catalog's names with their
+// own query: package endpoints does not import this one, so that outbox (which still links
+// endpoints for its deprecated names) does not link the JSON Schema library;
+// UnknownPatternError and ErrUnknownType are endpoints' own.
 //
 // # Payloads
 //

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 )
 
@@ -20,8 +21,9 @@ var (
 	// ErrNotFound is returned for a name no type has.
 	ErrNotFound = errors.New("no event type has this name")
 	// ErrUnknownType is wrapped by an *UnknownPatternError: a pattern that matches no type of a
-	// catalog that is not empty, or (Validator) an event type the catalog does not hold.
-	ErrUnknownType = errors.New("not in the event-type catalog")
+	// catalog that is not empty, or (Validator) an event type the catalog does not hold. It is
+	// endpoints.ErrUnknownEventType.
+	ErrUnknownType = endpoints.ErrUnknownEventType
 	// ErrPayload is wrapped by a *PayloadError: a payload its type's schema does not accept.
 	ErrPayload = errors.New("payload does not match its event type's schema")
 )

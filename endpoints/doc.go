@@ -26,6 +26,22 @@
 // prints and the API answers), writing nothing; a taken id is ErrExists and an unknown one
 // ErrNotFound, without aborting the caller's transaction.
 //
+// # The event-type catalog
+//
+// When the catalog (package catalog, outbox_event_types) is not empty, Add and Update refuse an
+// event-type pattern that matches no type in it with ErrInvalid, the nearest names ("did you mean
+// order.created?") and an *UnknownPatternError that errors.As finds; a pattern that
+// matches only deprecated types is accepted, with Endpoint.Warnings saying so. Update checks
+// only the patterns it adds, so a type removed from the catalog later blocks no other change.
+//
+// # Egress
+//
+// An endpoint's URL is checked by the URL guard when it is written, and the relay checks every
+// address it connects to: link-local, metadata and "this host" addresses always; loopback,
+// private, CGNAT, multicast and reserved ones too for an endpoint with DenyPrivate (its URL came
+// from a tenant: the API sets it) or under Store.Egress.DenyPrivate, unless Egress.Allow admits
+// them. Give Store.Egress the relay's policy (relay.Config.Egress) so that both agree.
+//
 // # Secrets
 //
 // Secrets are generated when not given and returned once (Endpoint.Secret); reads describe them

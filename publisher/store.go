@@ -203,7 +203,7 @@ func (s PGStore) SinceState(ctx context.Context, id int64) (SinceState, error) {
 	return SinceState{
 		SinceRequest: SinceRequest{Pipeline: r.Pipeline, Since: r.Since, Until: r.Until, AggregateType: r.AggregateType,
 			EventType: r.EventType, EventID: r.EventID},
-		ID:           id, Total: r.Total, Sent: r.Sent, After: SinceCursor(r.After), Done: r.Done,
+		ID: id, Total: r.Total, Sent: r.Sent, After: SinceCursor(r.After), Done: r.Done,
 	}, err
 }
 

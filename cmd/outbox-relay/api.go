@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/api"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -53,6 +54,8 @@ It also answers GET /healthz. SIGINT or SIGTERM finishes the requests under way 
 	addAPIFlags(fs)
 	addPortalFlags(fs)
 	addSetting(fs, secretsKeyFileFlag.name)
+	addEgressPolicyFlags(fs)
+	addSetting(fs, egressProxyFlag.name)
 	fs.String("relay-metrics-addr", ":9187", "the relay's --metrics-addr: an endpoint URL at it (localhost or this host) is refused")
 	fs.String("metrics-addr", "", "serve the API's /metrics at this address; empty: not served")
 	fs.Duration("test-timeout", api.DefaultTestTimeout, "how long POST /endpoints/{id}/test waits for the partner's answer")
@@ -68,7 +71,11 @@ It also answers GET /healthz. SIGINT or SIGTERM finishes the requests under way 
 		}
 		addr, _ := fs.GetString("addr")
 		reg := prometheus.NewRegistry()
-		h, acfg, err := buildAPI(cmd.Context(), fs, dsn, "", log, reg)
+		egress, err := egressPolicy(fs)
+		if err != nil {
+			return err
+		}
+		h, acfg, err := buildAPI(cmd.Context(), fs, dsn, "", egress, stringFrom(fs, egressProxyFlag), log, reg)
 		if err != nil {
 			return err
 		}
@@ -106,10 +113,12 @@ func addAPIFlags(fs *pflag.FlagSet) {
 
 // buildAPI connects a pool for the API, checks that its schema is migrated for it, and
 // builds the handler from the flags and the environment.
-// fromFile is the schema of run's --config, if any.
-// It returns the API's config too: its pool (closed by the caller), keys and schema.
-func buildAPI(ctx context.Context, fs *pflag.FlagSet, dsn, fromFile string, log zerolog.Logger, reg prometheus.Registerer) (*api.API, api.Config, error) {
-	cfg := api.Config{Logger: log, Registerer: reg}
+// fromFile is the schema of run's --config, if any; egress and proxy the relay's egress policy
+// and proxy, which the API applies to URLs written and to its test attempts. It returns the
+// API's config too: its pool (closed by the caller), keys and schema.
+func buildAPI(ctx context.Context, fs *pflag.FlagSet, dsn, fromFile string, egress endpoints.Egress, proxy string,
+	log zerolog.Logger, reg prometheus.Registerer) (*api.API, api.Config, error) {
+	cfg := api.Config{Logger: log, Registerer: reg, Egress: egress, EgressProxy: proxy}
 	var err error
 	if cfg.OperatorTokens, err = readAPITokens(fs); err != nil {
 		return nil, cfg, err

@@ -96,6 +96,11 @@ func endpointStore(cmd *cobra.Command) (*pgx.Conn, endpoints.Store, error) {
 	if f := fs.Lookup("metrics-addr"); f != nil {
 		eps.RelayMetricsAddr = f.Value.String()
 	}
+	if fs.Lookup(egressDenyFlag.name) != nil {
+		if eps.Egress, err = egressPolicy(fs); err != nil {
+			return nil, eps, err
+		}
+	}
 	conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 	if err != nil {
 		return nil, eps, err

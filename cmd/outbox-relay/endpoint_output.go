@@ -30,7 +30,11 @@ type endpointJSON struct {
 	MaxInFlight     int             `json:"max_in_flight"`
 	SpillAfterMS    int64           `json:"spill_after_ms"`
 	AllowPrivateURL bool            `json:"allow_private_url"`
+	DenyPrivate     bool            `json:"deny_private"`
+	EgressProxy     *string         `json:"egress_proxy"`
+	Warnings        []string        `json:"warnings,omitempty"`
 	Metadata        json.RawMessage `json:"metadata"`
+	Description     string          `json:"description"`
 	State           string          `json:"state"`
 	PausedReason    string          `json:"paused_reason,omitempty"`
 	PausedAt        *time.Time      `json:"paused_at,omitempty"`
@@ -56,13 +60,17 @@ func toJSON(e endpoints.Endpoint) endpointJSON {
 		Format: e.Format, BatchMaxEvents: e.BatchMaxEvents, BatchMaxBytes: e.BatchMaxBytes,
 		BatchLingerMS: e.BatchLinger.Milliseconds(), RateLimit: e.RateLimit, MaxInFlight: e.MaxInFlight,
 		SpillAfterMS:    e.SpillAfter.Milliseconds(),
-		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, State: string(e.State), PausedReason: e.PausedReason,
+		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, Description: e.Description, State: string(e.State), PausedReason: e.PausedReason,
 		PausedAt: timePtr(e.PausedAt), DisabledReason: e.DisabledReason, DisabledAt: timePtr(e.DisabledAt),
 		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt, Secret: e.Secret, Secrets: []secretJSON{},
 	}
 	if e.TenantID != "" {
 		j.TenantID = &e.TenantID
 	}
+	if e.EgressProxy != "" {
+		j.EgressProxy = &e.EgressProxy
+	}
+	j.DenyPrivate, j.Warnings = e.DenyPrivate, e.Warnings
 	for _, s := range e.Secrets {
 		j.Secrets = append(j.Secrets, secretJSON{Fingerprint: s.Fingerprint, Sealed: s.KeyID != "", KeyID: s.KeyID,
 			CreatedAt: timePtr(s.CreatedAt), ExpiresAt: timePtr(s.ExpiresAt)})
@@ -127,6 +135,9 @@ func printEndpoint(w io.Writer, e endpoints.Endpoint) {
 	line := func(k, v string) { fmt.Fprintf(w, "%-16s %s\n", k+":", v) }
 	line("id", e.ID)
 	line("url", e.URL)
+	if e.Description != "" {
+		line("description", e.Description)
+	}
 	state := string(e.State)
 	switch e.State {
 	case endpoints.Paused:
@@ -150,6 +161,12 @@ func printEndpoint(w io.Writer, e endpoints.Endpoint) {
 	}
 	if e.AllowPrivateURL {
 		line("url guard", "off for this endpoint (--allow-private-url)")
+	}
+	if e.DenyPrivate {
+		line("url guard", "public addresses only: the URL came from a tenant (--deny-private)")
+	}
+	if e.EgressProxy != "" {
+		line("egress proxy", e.EgressProxy)
 	}
 	for i, s := range e.Secrets {
 		line(fmt.Sprintf("secret #%d", i+1), describeSecret(s))

@@ -35,8 +35,13 @@ func addEndpointFields(fs *pflag.FlagSet, add bool) {
 		settings.EndpointMaxInFlight))
 	fs.Duration("spill-after", 0, "how long the endpoint's oldest undelivered event waits before its events go to its backlog off the WAL (100ms to 168h); 0 = the pipeline's --spill-after")
 	fs.String("metadata", "", `your own JSON object about the endpoint, e.g. '{"customer":"Acme"}' (the relay does not read it)`)
+	fs.String("description", "", "what the endpoint is, for people (up to 1024 bytes; the relay does not read it)")
 	fs.Bool("allow-private-url", false, "let the URL reach link-local and metadata addresses and the relay's metrics address (refused otherwise)")
 	fs.String("metrics-addr", ":9187", "the relay's --metrics-addr: a URL at it (localhost or this host) is refused unless --allow-private-url")
+	fs.Bool("deny-private", false, "the URL came from a tenant: refuse loopback, private, CGNAT, link-local and metadata addresses for this endpoint, "+
+		"when written and at every connection (--deny-private=false on update lifts it)")
+	fs.String("egress-proxy", "", "this endpoint's outbound proxy, http://host:port, or direct for none; empty: the relay's --egress-proxy")
+	addEgressPolicyFlags(fs)
 	if add {
 		fs.String("id", "", "the endpoint's id: a-z, 0-9, _ . - (up to 63); left out: ep_ and 16 random hex digits")
 		fs.Bool("paused", false, "add it paused: its events are kept from its creation and delivered once resumed")
@@ -87,6 +92,7 @@ when the id exists.`,
 			if !generated {
 				got.Secret = ""
 			}
+			printWarnings(cmd, got.Warnings)
 			return printWritten(cmd, "added", got)
 		})
 	}
@@ -134,6 +140,7 @@ every aggregate type.`,
 			} else if got.Secret != "" {
 				warnClear(cmd, eps)
 			}
+			printWarnings(cmd, got.Warnings)
 			return printWritten(cmd, "updated", got)
 		})
 	}
@@ -142,7 +149,8 @@ every aggregate type.`,
 
 // fieldFlags are the flags endpointFields reads.
 var fieldFlags = []string{"url", "tenant", "no-tenant", "event-types", "aggregate-types", "secret", "scheme", "format",
-	"batch-max-events", "batch-max-bytes", "batch-linger", "rate-limit", "max-in-flight", "metadata", "allow-private-url"}
+	"batch-max-events", "batch-max-bytes", "batch-linger", "rate-limit", "max-in-flight", "metadata", "description", "allow-private-url",
+	"deny-private", "egress-proxy"}
 
 func anyFieldChanged(fs *pflag.FlagSet) bool {
 	for _, f := range fieldFlags {
@@ -224,6 +232,15 @@ func deliveryFields(fs *pflag.FlagSet, ep *endpoints.Endpoint, set func(string) 
 	if set("allow-private-url") {
 		ep.AllowPrivateURL, _ = fs.GetBool("allow-private-url")
 	}
+	if set("deny-private") {
+		ep.DenyPrivate, _ = fs.GetBool("deny-private")
+	}
+	if set("egress-proxy") {
+		ep.EgressProxy, _ = fs.GetString("egress-proxy")
+	}
+	if set("description") {
+		ep.Description, _ = fs.GetString("description")
+	}
 	if set("metadata") {
 		v, _ := fs.GetString("metadata")
 		ep.Metadata = nil
@@ -246,4 +263,11 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// printWarnings prints what the endpoint functions accepted with a warning, to stderr.
+func printWarnings(cmd *cobra.Command, warnings []string) {
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+	}
 }

@@ -46,6 +46,7 @@ aggregates) and confirms the slot only after delivery.`,
 	root.AddCommand(newDropPipelineCmd()) // takes the pipeline's name as its argument
 	root.AddCommand(newEndpointCmd())     // a group: its subcommands take an endpoint id
 	root.AddCommand(newDeliveriesCmd())
+	root.AddCommand(newEventTypesCmd()) // a group: list, sync
 	return root
 }
 

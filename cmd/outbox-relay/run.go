@@ -100,6 +100,8 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "endpoint-disable-after")
 	addSetting(fs, operatorURLFlag.name)
 	addSetting(fs, operatorSecretFlag.name)
+	addEgressPolicyFlags(fs)
+	addSetting(fs, egressProxyFlag.name)
 	addSetting(fs, "api-addr")
 	addAPIFlags(fs)
 	addPortalFlags(fs)
@@ -151,7 +153,7 @@ func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, log zero
 	if err != nil {
 		return err
 	}
-	h, acfg, err := buildAPI(ctx, fs, cfg.DSN, cfg.Schema, log, cfg.Registerer)
+	h, acfg, err := buildAPI(ctx, fs, cfg.DSN, cfg.Schema, cfg.Egress, cfg.EgressProxy, log, cfg.Registerer)
 	if err != nil {
 		return err
 	}
@@ -335,6 +337,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	}
 	if !fs.Changed("delivery-log-retention") && file.DeliveryLogRetention != 0 {
 		cfg.DeliveryLogRetention = file.DeliveryLogRetention
+	}
+	if err := fileEgress(fs, &cfg, file.Egress); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -530,5 +535,9 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	if cfg.EndpointMetricsMax == 0 {
 		cfg.EndpointMetricsMax = -1 // 0 on the command line: none beyond --endpoint-metrics
 	}
+	if cfg.Egress, err = egressPolicy(fs); err != nil {
+		return err
+	}
+	cfg.EgressProxy = stringFrom(fs, egressProxyFlag)
 	return nil
 }

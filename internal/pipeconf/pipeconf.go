@@ -40,6 +40,17 @@ type File struct {
 	// DeliveryLogRetention is the file's delivery_log_retention; zero if it has none
 	// (--delivery-log-retention overrides it), negative for 0 (record none).
 	DeliveryLogRetention time.Duration
+	// Egress is the file's egress: {deny_private, allow, https_only, proxy}; the flags and
+	// their environment variables override each key.
+	Egress Egress
+}
+
+// Egress is the file's egress section, each key with whether the file sets it.
+type Egress struct {
+	DenyPrivate, HTTPSOnly       bool
+	SetDenyPrivate, SetHTTPSOnly bool
+	Allow                        []string // nil: not set
+	Proxy                        string
 }
 
 // Env looks up an environment variable; os.LookupEnv is one.
@@ -84,6 +95,15 @@ type rawFile struct {
 	// DeliveryLogRetention is of the process, as the delivery log is written by every pipeline
 	// with endpoints and pruned once.
 	DeliveryLogRetention scalar `yaml:"delivery_log_retention"`
+	// Egress is of the process too: one guard serves every pipeline's endpoints.
+	Egress *rawEgress `yaml:"egress"`
+}
+
+type rawEgress struct {
+	DenyPrivate scalar   `yaml:"deny_private"`
+	Allow       []scalar `yaml:"allow"`
+	HTTPSOnly   scalar   `yaml:"https_only"`
+	Proxy       scalar   `yaml:"proxy"`
 }
 
 type rawOperator struct {
@@ -205,6 +225,21 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 	if raw.DeliveryLogRetention.set {
 		if f.DeliveryLogRetention = p.duration(raw.DeliveryLogRetention, "delivery_log_retention"); f.DeliveryLogRetention == 0 {
 			f.DeliveryLogRetention = -1
+		}
+	}
+	if e := raw.Egress; e != nil {
+		f.Egress = Egress{SetDenyPrivate: e.DenyPrivate.set, SetHTTPSOnly: e.HTTPSOnly.set, Proxy: p.str(e.Proxy)}
+		if e.DenyPrivate.set {
+			f.Egress.DenyPrivate = p.boolean(e.DenyPrivate, "egress.deny_private")
+		}
+		if e.HTTPSOnly.set {
+			f.Egress.HTTPSOnly = p.boolean(e.HTTPSOnly, "egress.https_only")
+		}
+		if e.Allow != nil {
+			f.Egress.Allow = []string{}
+			for _, a := range e.Allow {
+				f.Egress.Allow = append(f.Egress.Allow, p.str(a))
+			}
 		}
 	}
 	if len(raw.Pipelines) == 0 && p.err == nil {

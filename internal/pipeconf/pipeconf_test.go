@@ -376,3 +376,23 @@ func TestParseSchema(t *testing.T) {
 		t.Fatalf("no schema: gave %q, %v", f.Schema, err)
 	}
 }
+
+// The egress section at the file's top: each key read with ${NAME}, and whether it is set.
+func TestParseEgress(t *testing.T) {
+	env := func(name string) (string, bool) {
+		return map[string]string{"PROXY": "http://u:p@proxy:3128"}[name], name == "PROXY"
+	}
+	f, err := Parse([]byte("egress:\n  deny_private: true\n  allow: [10.20.0.0/16, 192.168.7.0/24]\n  proxy: ${PROXY}\n"+
+		"pipelines:\n  - name: p\n    endpoints: true\n"), env, os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := f.Egress
+	if !e.SetDenyPrivate || !e.DenyPrivate || e.SetHTTPSOnly || len(e.Allow) != 2 || e.Allow[1] != "192.168.7.0/24" || e.Proxy != "http://u:p@proxy:3128" {
+		t.Fatalf("egress: %+v", e)
+	}
+	if _, err := Parse([]byte("egress:\n  deny_privat: true\npipelines:\n  - name: p\n    endpoints: true\n"), env, os.ReadFile); err == nil ||
+		!strings.Contains(err.Error(), "deny_privat") {
+		t.Fatalf("an unknown egress key: %v", err)
+	}
+}

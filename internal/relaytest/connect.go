@@ -13,13 +13,13 @@ import (
 // It records each CONNECT's target, and can require credentials or refuse.
 type ConnectProxy struct {
 	*httptest.Server
-	// Auth, if set, is the Proxy-Authorization value it requires (407 without it).
-	Auth string
-	// Refuse, if set, is the status it answers every CONNECT with instead of tunnelling.
-	Refuse int
 
 	mu      sync.Mutex
+	auth    string // the Proxy-Authorization it requires; "": none
+	refuse  int    // the status it answers every CONNECT with; 0: it tunnels
 	targets []string
+	conns   []net.Conn // both ends of every tunnel, closed by Close
+	closed  bool
 	wg      sync.WaitGroup
 }
 
@@ -30,6 +30,20 @@ func NewConnectProxy() *ConnectProxy {
 	return p
 }
 
+// SetAuth makes it require this Proxy-Authorization value (407 without it); "": none.
+func (p *ConnectProxy) SetAuth(v string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.auth = v
+}
+
+// SetRefuse makes it answer every CONNECT with this status instead of tunnelling; 0 tunnels.
+func (p *ConnectProxy) SetRefuse(status int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = status
+}
+
 // Targets returns the targets asked for so far, in order.
 func (p *ConnectProxy) Targets() []string {
 	p.mu.Lock()
@@ -37,11 +51,29 @@ func (p *ConnectProxy) Targets() []string {
 	return append([]string(nil), p.targets...)
 }
 
-// Close stops the proxy and its tunnels.
+// Close stops the proxy and its tunnels (a hijacked connection is the proxy's to close).
 func (p *ConnectProxy) Close() {
 	p.Server.CloseClientConnections()
 	p.Server.Close()
+	p.mu.Lock()
+	p.closed = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// track keeps both ends of a tunnel for Close; false when the proxy is closing.
+func (p *ConnectProxy) track(a, b net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns = append(p.conns, a, b)
+	p.wg.Add(2)
+	return true
 }
 
 func (p *ConnectProxy) serve(w http.ResponseWriter, r *http.Request) {
@@ -51,13 +83,14 @@ func (p *ConnectProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	p.targets = append(p.targets, r.Host)
+	auth, refuse := p.auth, p.refuse
 	p.mu.Unlock()
 	switch {
-	case p.Auth != "" && r.Header.Get("Proxy-Authorization") != p.Auth:
+	case auth != "" && r.Header.Get("Proxy-Authorization") != auth:
 		w.WriteHeader(http.StatusProxyAuthRequired)
 		return
-	case p.Refuse != 0:
-		w.WriteHeader(p.Refuse)
+	case refuse != 0:
+		w.WriteHeader(refuse)
 		return
 	}
 	up, err := net.Dial("tcp", r.Host)
@@ -75,7 +108,11 @@ func (p *ConnectProxy) serve(w http.ResponseWriter, r *http.Request) {
 		c.Close()
 		return
 	}
-	p.wg.Add(2)
+	if !p.track(c, up) {
+		c.Close()
+		up.Close()
+		return
+	}
 	go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
 	go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
 }

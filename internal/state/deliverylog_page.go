@@ -53,19 +53,19 @@ const logPipelines = `pipes AS (
 
 // logPageSQL reads a page over $1 endpoint, $2 since, $3 until, $4..$7 the cursor (time, event
 // id, attempt, delivered; $4 is the until when the cursor is zero), $8 limit, $9 failed only,
-// $10 deliveries only.
+// $10 deliveries only, $11 the cursor's time plus DeliveryRowSpan.
 //
 // Failed attempts: per pipeline, the index backwards from the cursor, $8 rows.
 //
 // Deliveries: a row holds one flush's deliveries, each entry's time within the row's
-// [first_at, last_at], and rows of one endpoint overlap in time (an attempt is logged when it
-// ends, under the time it began). So the newest $8 entries are found in two steps: the $8 rows
-// with the latest last_at give a lower bound, the $8-th newest entry among theirs (the bound is
-// no later than the true $8-th entry's time, since those rows hold $8 valid entries at or
-// after it); then every row whose last_at reaches the bound, an index range, holds all of the
-// page. Without $8 entries in those rows, the bound is since. OFFSET 0 keeps that range a
-// subquery of its own per pipeline, read through the index with the bound known: pulled up
-// into a join, the bound would be known only at run time, and a small table hashed whole.
+// [first_at, last_at], less than DeliveryRowSpan apart, and rows of one endpoint overlap in time
+// (an attempt is logged when it ends, under the time it began). So the newest $8 entries are
+// found in two index ranges: the $8 rows that end before the cursor (all their entries are
+// before it) give a lower bound, the $8-th newest of their entries (no later than the true
+// $8-th, since those are $8 entries before the cursor; since, when they are fewer); then the rows
+// whose last_at is between the bound and the cursor plus DeliveryRowSpan hold every entry of the
+// page (a row ending later began after the cursor). OFFSET 0 keeps that range a subquery of its
+// own per pipeline: pulled up into a join, the bound would be known only at run time.
 const logPageSQL = `WITH ` + logPipelines + `,
 failed AS (
 	SELECT x.* FROM pipes CROSS JOIN LATERAL (
@@ -78,21 +78,21 @@ failed AS (
 ),
 recent AS (
 	SELECT x.* FROM pipes CROSS JOIN LATERAL (
-		SELECT d.pipeline, d.event_ids, d.delivered_at, d.attempts, d.latency_ms FROM {outbox_deliveries} d
-		WHERE NOT $9 AND d.pipeline = pipes.p AND d.endpoint_id = $1 AND d.last_at >= $2 AND d.first_at < $3 AND d.first_at <= $4
+		SELECT d.event_ids, d.delivered_at, d.attempts FROM {outbox_deliveries} d
+		WHERE NOT $9 AND d.pipeline = pipes.p AND d.endpoint_id = $1 AND d.last_at >= $2 AND d.last_at < $4
 		ORDER BY d.last_at DESC LIMIT $8) x
 ),
 bound AS (
 	SELECT CASE WHEN count(*) < $8 THEN $2::timestamptz ELSE min(at) END AS t FROM (
 		SELECT u.at FROM recent r CROSS JOIN LATERAL unnest(r.event_ids, r.delivered_at, r.attempts) AS u(id, at, a)
-		WHERE u.at >= $2 AND u.at < $3 AND (u.at, u.id, u.a, true) < ($4, $5::uuid, $6, $7)
+		WHERE u.at >= $2 AND u.at < $3
 		ORDER BY u.at DESC LIMIT $8) y
 ),
 delivered AS (
 	SELECT x.* FROM pipes CROSS JOIN bound CROSS JOIN LATERAL (
 		SELECT d.pipeline, u.id AS event_id, u.a AS attempt, u.at, 0 AS status, u.l AS latency_ms, '' AS error, true AS delivered
 		FROM {outbox_deliveries} d CROSS JOIN LATERAL unnest(d.event_ids, d.delivered_at, d.attempts, d.latency_ms) AS u(id, at, a, l)
-		WHERE NOT $9 AND d.pipeline = pipes.p AND d.endpoint_id = $1 AND d.last_at >= bound.t AND d.first_at < $3
+		WHERE NOT $9 AND d.pipeline = pipes.p AND d.endpoint_id = $1 AND d.last_at >= bound.t AND d.last_at <= $11
 			AND d.first_at <= $4 AND u.at >= bound.t AND u.at >= $2 AND u.at < $3
 			AND (u.at, u.id, u.a, true) < ($4, $5::uuid, $6, $7)
 		OFFSET 0) x
@@ -112,7 +112,7 @@ func EndpointLogPage(ctx context.Context, db DB, s string, q LogPageQuery) ([]De
 		c = LogCursor{At: q.Until, EventID: maxUUID, Attempt: 1<<31 - 1, Delivered: true}
 	}
 	rows, err := db.Query(ctx, schema.SQL(s, logPageSQL), q.Endpoint, q.Since, q.Until, c.At, c.EventID, c.Attempt, c.Delivered,
-		q.Limit, q.Failed, q.Delivered)
+		q.Limit, q.Failed, q.Delivered, c.At.Add(DeliveryRowSpan))
 	if err != nil {
 		return nil, fmt.Errorf("read the delivery log of endpoint %s: %w", q.Endpoint, err)
 	}
@@ -136,7 +136,7 @@ func ExplainEndpointLogPage(ctx context.Context, db DB, s string, q LogPageQuery
 		c = LogCursor{At: q.Until, EventID: maxUUID, Attempt: 1<<31 - 1, Delivered: true}
 	}
 	rows, err := db.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+schema.SQL(s, logPageSQL), q.Endpoint, q.Since,
-		q.Until, c.At, c.EventID, c.Attempt, c.Delivered, q.Limit, q.Failed, q.Delivered)
+		q.Until, c.At, c.EventID, c.Attempt, c.Delivered, q.Limit, q.Failed, q.Delivered, c.At.Add(DeliveryRowSpan))
 	if err != nil {
 		return "", err
 	}

@@ -92,7 +92,7 @@ func TestEgressProxy(t *testing.T) {
 	defer srv.Close()
 	proxy := relaytest.NewConnectProxy()
 	defer proxy.Close()
-	proxy.Auth = "Basic " + base64.StdEncoding.EncodeToString([]byte("relay:pw"))
+	proxy.SetAuth("Basic " + base64.StdEncoding.EncodeToString([]byte("relay:pw")))
 	send := func(proxyURL string) publisher.Result {
 		p, err := url.Parse(proxyURL)
 		if err != nil {
@@ -126,7 +126,7 @@ func TestEgressProxy(t *testing.T) {
 	if o := send(down.URL); o.Delivered || !o.Unblamed || o.Label != publisher.ResultProxy {
 		t.Fatalf("a proxy that is down: %+v", o)
 	}
-	proxy.Refuse = http.StatusBadGateway
+	proxy.SetRefuse(http.StatusBadGateway)
 	if o := send(withAuth); o.Delivered || o.Unblamed || o.Label != publisher.ResultNetwork || !strings.Contains(o.Err.Error(), "502") {
 		t.Fatalf("a CONNECT answered 502: %+v, want the endpoint's failure", o)
 	}

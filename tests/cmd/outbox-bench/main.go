@@ -40,6 +40,12 @@
 //     10 × BENCH_EVENTS delivered rows; the request, the time to the first and to the last
 //     re-sent event, the relay's peak RSS, and the table reads (sequential and index) per event.
 //
+// # The API
+//
+// The API row (api.go) times GET /api/v1/endpoints/{id}/deliveries, pages of 100, on an
+// endpoint with 10 × BENCH_EVENTS delivery-log entries (p50 and p99 of the newest page, deep
+// pages and failed attempts only), and fails if the plan of a page scans a log table.
+//
 // # Memory
 //
 // `outbox-bench memory` (memory.go) is a mode of its own: N pipelines whose destination refuses

@@ -128,6 +128,7 @@ func (r *results) tableRows() [][]string {
 		add(c.row, d != nil, func() []string { return r.endpointCells(c, d) })
 	}
 	add(rowIsolation, r.isolation != nil, func() []string { return r.isolationCells(r.isolation) })
+	add(rowAPI, r.api != nil, func() []string { return r.apiCells(r.api) })
 	add(sinceRow(sinceScale*r.cfg.Events), r.since != nil, func() []string { return r.sinceCells(r.since) })
 	return out
 }
