@@ -228,6 +228,9 @@ func TestEveryOperationMatchesTheDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	if pv := s.do("POST", "/api/v1/endpoints/acme-ep/recover", acme, map[string]any{"since": since, "dry_run": true}, 200); pv["events"] != 1.0 {
+		t.Errorf("a dry run counts %v events of acme's endpoint, want 1", pv["events"])
+	}
 	req := s.do("POST", "/api/v1/endpoints/acme-ep/recover", acme, map[string]any{"since": since}, 202)
 	s.do("POST", "/api/v1/endpoints/acme-ep/recover", acme, map[string]any{"since": time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339),
 		"until": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}, 422)
