@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -208,36 +207,16 @@ func (a *API) resendEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	noEvent := problem(http.StatusNotFound, typeNotFound, fmt.Sprintf("no event %q for endpoint %s: check the id; events "+
-		"older than the retention are pruned", eventID, id))
-	if _, err := uuid.Parse(eventID); err != nil {
-		return noEvent
-	}
 	return a.tx(r.Context(), func(tx pgx.Tx) error {
 		tenant, err := a.owned(r.Context(), tx, p, id, false)
 		if err != nil {
 			return err
 		}
-		e, err := a.store.Get(r.Context(), tx, id)
-		if err != nil {
-			return storeError(err, id)
-		}
-		var created time.Time
-		var evTenant, evType, aggType string
-		err = tx.QueryRow(r.Context(), schema.SQL(a.cfg.Schema, `SELECT created_at, coalesce(tenant_id, ''), event_type, aggregate_type
-			FROM {outbox_events} WHERE id = $1::uuid`), eventID).Scan(&created, &evTenant, &evType, &aggType)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (!p.sees(evTenant) || (e.TenantID != "" && e.TenantID != evTenant))) {
-			return noEvent
-		}
+		ev, err := a.endpointEvent(r.Context(), tx, p, id, eventID)
 		if err != nil {
 			return err
 		}
-		row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
-		if !row.Subscribed(evTenant, evType, aggType) {
-			return problem(http.StatusUnprocessableEntity, typeInvalid, fmt.Sprintf("endpoint %s does not subscribe to events "+
-				"of type %s (aggregate type %s): it would not receive it; widen its event_types or aggregate_types first",
-				id, evType, aggType))
-		}
+		created := ev.CreatedAt
 		lane, err := a.lane(r.Context(), tx, b, id)
 		if err != nil {
 			return err
@@ -276,4 +255,34 @@ func (a *API) previewRecover(ctx context.Context, tx pgx.Tx, w http.ResponseWrit
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// endpointEvent reads event eventID as endpoint id receives it: a 404 when it does not exist,
+// p may not see it or it is of another tenant than the endpoint's, a 422 when the endpoint does
+// not subscribe to it (it would not receive it). The caller has checked that p sees the
+// endpoint.
+func (a *API) endpointEvent(ctx context.Context, q state.DB, p principal, id, eventID string) (state.Event, error) {
+	noEvent := problem(http.StatusNotFound, typeNotFound, fmt.Sprintf("no event %q for endpoint %s: check the id; events "+
+		"older than the retention are pruned", eventID, id))
+	if _, err := uuid.Parse(eventID); err != nil {
+		return state.Event{}, noEvent
+	}
+	e, err := a.store.Get(ctx, q, id)
+	if err != nil {
+		return state.Event{}, storeError(err, id)
+	}
+	ev, err := state.ReadEvent(ctx, q, a.cfg.Schema, eventID)
+	if errors.Is(err, state.ErrNoEvent) || (err == nil && (!p.sees(ev.TenantID) || (e.TenantID != "" && e.TenantID != ev.TenantID))) {
+		return state.Event{}, noEvent
+	}
+	if err != nil {
+		return state.Event{}, err
+	}
+	row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
+	if !row.Subscribed(ev.TenantID, ev.EventType, ev.AggregateType) {
+		return state.Event{}, problem(http.StatusUnprocessableEntity, typeInvalid, fmt.Sprintf("endpoint %s does not subscribe "+
+			"to events of type %s (aggregate type %s): it would not receive it; widen its event_types or aggregate_types first",
+			id, ev.EventType, ev.AggregateType))
+	}
+	return ev, nil
 }
