@@ -99,3 +99,44 @@ func (p *Portal) viewEndpoint(w http.ResponseWriter, r *http.Request, q req) err
 	p.render(w, http.StatusOK, "endpoint", v)
 	return nil
 }
+
+// eventPageData is an event's page for one endpoint: the request the endpoint receives for it, and
+// every attempt and delivery of it there.
+type eventPageData struct {
+	E        api.Endpoint
+	Request  api.EventRequest
+	Attempts []api.Delivery
+	Backlog  []api.Backlogged
+}
+
+// viewEvent serves GET .../endpoints/{id}/events/{event_id}: the request (headers, the
+// signatures left out, and body) and the attempts, through the API.
+func (p *Portal) viewEvent(w http.ResponseWriter, r *http.Request, q req) error {
+	id, event := r.PathValue("id"), r.PathValue("event_id")
+	d := eventPageData{}
+	var err error
+	if d.E, err = p.getEndpoint(r, q, id); err != nil {
+		return err
+	}
+	if err := p.call.call(r.Context(), q.who(), "GET", endpointPath(id)+"/events/"+url.PathEscape(event), nil, nil, &d.Request); err != nil {
+		return err
+	}
+	var all api.EventDeliveries
+	if err := p.call.call(r.Context(), q.who(), "GET", "/events/"+url.PathEscape(event)+"/deliveries", nil, nil, &all); err != nil {
+		if ae, ok := err.(*apiError); !ok || ae.Status != http.StatusNotFound { // not found: no attempt yet
+			return err
+		}
+	}
+	for _, a := range all.Deliveries {
+		if a.EndpointID == id {
+			d.Attempts = append(d.Attempts, a)
+		}
+	}
+	for _, b := range all.Backlog {
+		if b.EndpointID == id {
+			d.Backlog = append(d.Backlog, b)
+		}
+	}
+	p.render(w, http.StatusOK, "event", q.view("Event "+event, d))
+	return nil
+}

@@ -51,6 +51,7 @@ func (p *Portal) routes() {
 		p.handle(a, "POST "+b+"/endpoints/{id}/rotate", p.rotateSecret)
 		p.handle(a, "GET "+b+"/endpoints/{id}/recover", p.recoverForm)
 		p.handle(a, "POST "+b+"/endpoints/{id}/recover", p.recoverEndpoint)
+		p.handle(a, "GET "+b+"/endpoints/{id}/events/{event_id}", p.viewEvent)
 		p.handle(a, "POST "+b+"/endpoints/{id}/events/{event_id}/resend", p.resend)
 		p.handle(a, "GET "+b+"/requests/{rid}", p.viewRequest)
 		p.handle(a, "GET "+b+"/events", p.searchEvent)

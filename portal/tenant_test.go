@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/api"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 var secretField = regexp.MustCompile(`id="secret" readonly value="([^"]+)"`)
@@ -52,7 +53,12 @@ func TestAnotherTenantReachesNothing(t *testing.T) {
 		UNION ALL SELECT unnest(event_ids)::text FROM outbox_deliveries LIMIT 1`).Scan(&event); err != nil {
 		t.Fatal(err)
 	}
-	reads := []string{"/portal/endpoints/" + id, "/portal/endpoints/" + id + "/edit", "/portal/endpoints/" + id + "/delete",
+	order, err := outbox.Enqueue(context.Background(), e.pool, outbox.Event{TenantID: "acme", AggregateType: "order",
+		AggregateID: "o-1", EventType: "order.created", Payload: map[string]string{"order": "o-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := []string{"/portal/endpoints/" + id, "/portal/endpoints/" + id + "/events/" + order.String(), "/portal/endpoints/" + id + "/edit", "/portal/endpoints/" + id + "/delete",
 		"/portal/endpoints/" + id + "/test", "/portal/endpoints/" + id + "/rotate",
 		"/portal/endpoints/" + id + "/recover?since=2020-01-01T00:00"}
 	for _, path := range reads {

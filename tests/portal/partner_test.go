@@ -78,8 +78,16 @@ func TestPartnerAndOperatorInABrowser(t *testing.T) {
 	acme.clickContaining("DisclosureTriangle", "failed HTTP 503") // the attempt's summary: expands it
 	acme.see("inventory service unavailable, try again later", "Error and answer")
 	acme.shot("endpoint-deliveries")
+	acme.submit("link", "its request's headers and body, and every attempt")
+	acme.see("The request", "Webhook-Signature", "(not shown)", "X-Event-Type", `"note": "fail"`, "inventory service unavailable")
+	if strings.Contains(acme.text(), "v1,") {
+		t.Fatal("the request's page shows a signature")
+	}
+	acme.shot("event-request")
+	acme.submit("link", id)
 
 	// Resends the event that failed: a request, followed until done; the server gets it again.
+	acme.clickContaining("DisclosureTriangle", "failed HTTP 503")
 	before := recv.count(failing)
 	acme.submit("button", "Resend event "+failing)
 	acme.see("Resend request")
@@ -172,7 +180,7 @@ func TestPartnerAndOperatorInABrowser(t *testing.T) {
 	// At 375 px the pages fit the screen: nothing scrolls sideways.
 	acme.narrow(func() {
 		for _, path := range []string{"/portal/", "/portal/endpoints/" + id, "/portal/endpoints/" + id + "/edit",
-			"/portal/endpoints/" + id + "/recover", "/portal/audit"} {
+			"/portal/endpoints/" + id + "/recover", "/portal/endpoints/" + id + "/events/" + failing, "/portal/audit"} {
 			acme.open(s.srv.URL + path)
 			acme.fitsWidth()
 		}
