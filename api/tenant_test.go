@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -191,4 +192,30 @@ func TestTenantRules(t *testing.T) {
 	// --egress-allow admits an internal partner's range, for tenants too.
 	allowing := newEnv(t, func(c *api.Config) { c.Egress.Allow = []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")} })
 	allowing.must(201, "POST", "/api/v1/endpoints", allowing.tenant("acme"), map[string]any{"url": "http://10.1.2.3/"})
+}
+
+// An application that authenticates its users itself mounts the API with its own resolver:
+// its session (here a header its own middleware would set) decides the tenant, with a tenant
+// token's scoping; without a session the bearer token decides, so operators still get in.
+func TestTenantResolverScopesLikeAToken(t *testing.T) {
+	e := newEnv(t, func(c *api.Config) {
+		c.TenantResolver = func(r *http.Request) (string, bool) {
+			tenant := r.Header.Get("X-Session-Tenant")
+			return tenant, tenant != ""
+		}
+	})
+	e.must(201, "POST", "/api/v1/endpoints", opToken, map[string]any{"id": "globex-ep", "url": "https://globex.example/",
+		"tenant_id": "globex"})
+	created := e.must(201, "POST", "/api/v1/endpoints", "", map[string]any{"id": "acme-ep", "url": "https://acme.example/"},
+		"X-Session-Tenant", "acme")
+	if created["tenant_id"] != "acme" || created["deny_private"] != true {
+		t.Fatalf("an endpoint created in acme's session: %v", created)
+	}
+	e.must(404, "GET", "/api/v1/endpoints/globex-ep", "", nil, "X-Session-Tenant", "acme")
+	e.must(200, "GET", "/api/v1/endpoints/globex-ep", "", nil, "X-Session-Tenant", "globex")
+	e.must(401, "GET", "/api/v1/endpoints/acme-ep", "", nil)
+	audit := e.must(200, "GET", "/api/v1/audit", opToken, nil)["data"].([]any)
+	if r := audit[0].(map[string]any); r["actor_kind"] != "tenant" || r["actor"] != "acme" {
+		t.Fatalf("the audit of a change in acme's session: %v", r)
+	}
 }
