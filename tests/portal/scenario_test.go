@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -207,8 +206,6 @@ func (b *tab) until(what string, texts ...string) {
 		b.open(b.location())
 	}
 }
-
-var uuidRe = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
