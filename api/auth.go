@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/actor"
 )
 
 // OperatorToken is one operator's token: it sees and changes everything. Name is what the audit
@@ -135,6 +137,12 @@ func (s operatorSet) match(tok string) (string, bool) {
 // authenticate finds the principal of r: the application's tenant resolver first, if any,
 // then the bearer token, an operator token or a tenant token.
 func (a *API) authenticate(r *http.Request) (principal, error) {
+	if in, ok := actor.From(r.Context()); ok { // signed in by package portal, calling in-process
+		if !in.Operator && in.Tenant == "" {
+			return principal{}, errUnauthorized
+		}
+		return principal{operator: in.Operator, name: in.Name, tenant: in.Tenant}, nil
+	}
 	if a.cfg.TenantResolver != nil {
 		if tenant, ok := a.cfg.TenantResolver(r); ok {
 			if tenant == "" {
@@ -160,4 +168,11 @@ func (a *API) authenticate(r *http.Request) (principal, error) {
 		return principal{}, errUnauthorized
 	}
 	return principal{name: "token", tenant: tenant}, nil
+}
+
+// OperatorName reports whether token is one of Config.OperatorTokens, and its name: the
+// operator console (package portal) signs an operator in with it. It compares in constant time,
+// as every request's token is.
+func (a *API) OperatorName(token string) (string, bool) {
+	return a.operators.match(strings.TrimSpace(token))
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
-	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
@@ -157,11 +156,15 @@ func oldest(plan publisher.SincePlan) string {
 // been delivered yet.
 func (a *API) recoverEndpoint(w http.ResponseWriter, r *http.Request) error {
 	p, id := principalOf(r.Context()), r.PathValue("id")
-	b, err := a.readBody(w, r, []string{"since", "until", "pipeline"}, false)
+	b, err := a.readBody(w, r, []string{"since", "until", "pipeline", "dry_run"}, false)
 	if err != nil {
 		return err
 	}
 	var req publisher.SinceRequest
+	var dryRun bool
+	if _, err := b.field("dry_run", &dryRun, "true or false"); err != nil {
+		return err
+	}
 	var is issues
 	if ok, err := b.field("since", &req.Since, "an RFC 3339 time"); err != nil {
 		return err
@@ -189,6 +192,9 @@ func (a *API) recoverEndpoint(w http.ResponseWriter, r *http.Request) error {
 		if req.Pipeline, err = a.lane(r.Context(), tx, b, id); err != nil {
 			return err
 		}
+		if dryRun {
+			return a.previewRecover(r.Context(), tx, w, id, req)
+		}
 		return a.request(r.Context(), tx, w, p, "endpoint.recover", tenant, id, req)
 	})
 }
@@ -201,36 +207,16 @@ func (a *API) resendEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	noEvent := problem(http.StatusNotFound, typeNotFound, fmt.Sprintf("no event %q for endpoint %s: check the id; events "+
-		"older than the retention are pruned", eventID, id))
-	if _, err := uuid.Parse(eventID); err != nil {
-		return noEvent
-	}
 	return a.tx(r.Context(), func(tx pgx.Tx) error {
 		tenant, err := a.owned(r.Context(), tx, p, id, false)
 		if err != nil {
 			return err
 		}
-		e, err := a.store.Get(r.Context(), tx, id)
-		if err != nil {
-			return storeError(err, id)
-		}
-		var created time.Time
-		var evTenant, evType, aggType string
-		err = tx.QueryRow(r.Context(), schema.SQL(a.cfg.Schema, `SELECT created_at, coalesce(tenant_id, ''), event_type, aggregate_type
-			FROM {outbox_events} WHERE id = $1::uuid`), eventID).Scan(&created, &evTenant, &evType, &aggType)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (!p.sees(evTenant) || (e.TenantID != "" && e.TenantID != evTenant))) {
-			return noEvent
-		}
+		ev, err := a.endpointEvent(r.Context(), tx, p, id, eventID)
 		if err != nil {
 			return err
 		}
-		row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
-		if !row.Subscribed(evTenant, evType, aggType) {
-			return problem(http.StatusUnprocessableEntity, typeInvalid, fmt.Sprintf("endpoint %s does not subscribe to events "+
-				"of type %s (aggregate type %s): it would not receive it; widen its event_types or aggregate_types first",
-				id, evType, aggType))
-		}
+		created := ev.CreatedAt
 		lane, err := a.lane(r.Context(), tx, b, id)
 		if err != nil {
 			return err
@@ -238,4 +224,65 @@ func (a *API) resendEvent(w http.ResponseWriter, r *http.Request) error {
 		req := publisher.SinceRequest{Pipeline: lane, Since: created, Until: created.Add(time.Microsecond), EventID: eventID}
 		return a.request(r.Context(), tx, w, p, "endpoint.resend", tenant, id, req)
 	})
+}
+
+// RecoverPreview is the answer of a recover with "dry_run": true: how many events of the range
+// the endpoint subscribes to (its tenant, event types and aggregate types), which a recover
+// would send it again; nothing is recorded. The operator console and the partner portal ask it
+// before they confirm a recover.
+type RecoverPreview struct {
+	EndpointID string     `json:"endpoint_id"`
+	Since      time.Time  `json:"since"`
+	Until      *time.Time `json:"until"`
+	Events     int64      `json:"events"`
+}
+
+func (a *API) previewRecover(ctx context.Context, tx pgx.Tx, w http.ResponseWriter, id string, req publisher.SinceRequest) error {
+	e, err := a.store.Get(ctx, tx, id)
+	if err != nil {
+		return storeError(err, id)
+	}
+	groups, err := state.CountRangeGroups(ctx, tx, a.cfg.Schema, req.Since, req.Until, e.TenantID)
+	if err != nil {
+		return err
+	}
+	row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
+	out := RecoverPreview{EndpointID: id, Since: req.Since.UTC(), Until: optionalTime(req.Until)}
+	for _, g := range groups {
+		if row.Subscribed(g.TenantID, g.EventType, g.AggregateType) {
+			out.Events += g.Events
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// endpointEvent reads event eventID as endpoint id receives it: a 404 when it does not exist,
+// p may not see it or it is of another tenant than the endpoint's, a 422 when the endpoint does
+// not subscribe to it (it would not receive it). The caller has checked that p sees the
+// endpoint.
+func (a *API) endpointEvent(ctx context.Context, q state.DB, p principal, id, eventID string) (state.Event, error) {
+	noEvent := problem(http.StatusNotFound, typeNotFound, fmt.Sprintf("no event %q for endpoint %s: check the id; events "+
+		"older than the retention are pruned", eventID, id))
+	if _, err := uuid.Parse(eventID); err != nil {
+		return state.Event{}, noEvent
+	}
+	e, err := a.store.Get(ctx, q, id)
+	if err != nil {
+		return state.Event{}, storeError(err, id)
+	}
+	ev, err := state.ReadEvent(ctx, q, a.cfg.Schema, eventID)
+	if errors.Is(err, state.ErrNoEvent) || (err == nil && (!p.sees(ev.TenantID) || (e.TenantID != "" && e.TenantID != ev.TenantID))) {
+		return state.Event{}, noEvent
+	}
+	if err != nil {
+		return state.Event{}, err
+	}
+	row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
+	if !row.Subscribed(ev.TenantID, ev.EventType, ev.AggregateType) {
+		return state.Event{}, problem(http.StatusUnprocessableEntity, typeInvalid, fmt.Sprintf("endpoint %s does not subscribe "+
+			"to events of type %s (aggregate type %s): it would not receive it; widen its event_types or aggregate_types first",
+			id, ev.EventType, ev.AggregateType))
+	}
+	return ev, nil
 }

@@ -33,6 +33,7 @@ func (a *API) routes() {
 	a.route("POST /api/v1/endpoints/{id}/test", a.testEndpoint)
 	a.route("POST /api/v1/endpoints/{id}/recover", a.recoverEndpoint)
 	a.route("POST /api/v1/endpoints/{id}/events/{event_id}/resend", a.resendEvent)
+	a.route("GET /api/v1/endpoints/{id}/events/{event_id}", a.eventRequest)
 	a.route("GET /api/v1/endpoints/{id}/deliveries", a.endpointDeliveries)
 	a.route("GET /api/v1/endpoints/{id}/stats", a.endpointStats)
 	a.route("GET /api/v1/events/{event_id}/deliveries", a.eventDeliveries)

@@ -93,6 +93,7 @@ func TestTenantIsolationOnEveryRoute(t *testing.T) {
 		{"POST", "/api/v1/endpoints/acme-ep/test", nil, 200, 404},
 		{"POST", "/api/v1/endpoints/acme-ep/recover", map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)}, 202, 404},
 		{"POST", "/api/v1/endpoints/acme-ep/events/" + acmeEvent + "/resend", nil, 202, 404},
+		{"GET", "/api/v1/endpoints/acme-ep/events/" + acmeEvent, nil, 200, 404},
 		{"GET", "/api/v1/endpoints/acme-ep/deliveries", nil, 200, 404},
 		{"GET", "/api/v1/endpoints/acme-ep/stats", nil, 200, 404},
 		{"GET", "/api/v1/events/" + testEvent + "/deliveries", nil, 200, 404},
@@ -134,6 +135,22 @@ func TestTenantIsolationOnEveryRoute(t *testing.T) {
 	e.must(201, "POST", "/api/v1/endpoints", acme, map[string]any{"id": "acme-2", "url": "https://acme.example/3"})
 	e.must(404, "POST", "/api/v1/endpoints/acme-2/events/"+globexEvent+"/resend", acme, nil)
 	e.must(202, "POST", "/api/v1/endpoints/acme-2/events/"+acmeEvent+"/resend", acme, nil)
+	// ... nor read it as its endpoint would receive it.
+	e.must(404, "GET", "/api/v1/endpoints/acme-2/events/"+globexEvent, acme, nil)
+	req := e.must(200, "GET", "/api/v1/endpoints/acme-2/events/"+acmeEvent, acme, nil)
+	signatures := 0
+	for _, h := range req["headers"].([]any) {
+		h := h.(map[string]any)
+		if name := h["name"].(string); strings.HasSuffix(name, "Signature") {
+			signatures++
+			if h["value"] != api.SignatureHidden {
+				t.Fatalf("the request shows %s: %v", name, h["value"])
+			}
+		}
+	}
+	if signatures != 1 {
+		t.Fatalf("the request has %d signature headers, want 1: %v", signatures, req["headers"])
+	}
 }
 
 // A tenant cannot set another tenant, lift the URL guard, set a proxy, or give a private

@@ -2,7 +2,9 @@ package api
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -106,8 +108,15 @@ func (k *Keys) mint(t Token, now time.Time) (string, error) {
 	if aud == "" {
 		aud = AudienceAPI
 	}
+	// jti makes every token unique, even two minted in the same second for the same tenant: a
+	// portal link opens once (package portal records it), and the next link must still open.
+	var jti [16]byte
+	if _, err := rand.Read(jti[:]); err != nil {
+		return "", err
+	}
 	c := claims{jwt.RegisteredClaims{Issuer: issuer, Subject: t.Tenant, Audience: jwt.ClaimStrings{aud},
-		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(t.TTL))}}
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(t.TTL)),
+		ID: base64.RawURLEncoding.EncodeToString(jti[:])}}
 	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
 	tok.Header["kid"] = k.keys[0].id
 	return tok.SignedString(k.keys[0].mac)

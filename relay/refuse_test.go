@@ -93,7 +93,8 @@ func TestRefusesAForeignOutboxTable(t *testing.T) {
 func TestRefusesAnOldSchema(t *testing.T) {
 	e := newEnv(t)
 	// What a database migrated by an older release (before 00006) looks like.
-	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_api_idempotency; DROP TABLE outbox_api_audit; ALTER TABLE outbox_replays DROP COLUMN event_id;
+	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_portal_sessions;
+		DROP TABLE outbox_api_idempotency; DROP TABLE outbox_api_audit; ALTER TABLE outbox_replays DROP COLUMN event_id;
 		DROP TABLE outbox_event_types; DROP TABLE outbox_deliveries; DROP TABLE outbox_delivery_attempts; DROP TABLE outbox_endpoint_backlog;
 		DROP INDEX IF EXISTS outbox_replays_open; DROP TABLE outbox_endpoint_status; DROP TABLE outbox_endpoint_versions;
 		DROP TABLE outbox_endpoints; DROP FUNCTION outbox_endpoints_emit(); ALTER TABLE outbox_events DROP COLUMN tenant_id;

@@ -52,6 +52,7 @@ It also answers GET /healthz. SIGINT or SIGTERM finishes the requests under way 
 	addSchemaFlag(fs)
 	fs.String("addr", ":8080", "the address to serve the API at")
 	addAPIFlags(fs)
+	addPortalFlags(fs)
 	addSetting(fs, secretsKeyFileFlag.name)
 	addEgressPolicyFlags(fs)
 	addSetting(fs, egressProxyFlag.name)
@@ -74,13 +75,17 @@ It also answers GET /healthz. SIGINT or SIGTERM finishes the requests under way 
 		if err != nil {
 			return err
 		}
-		h, pool, err := buildAPI(cmd.Context(), fs, dsn, "", egress, stringFrom(fs, egressProxyFlag), log, reg)
+		h, acfg, err := buildAPI(cmd.Context(), fs, dsn, "", egress, stringFrom(fs, egressProxyFlag), log, reg)
 		if err != nil {
 			return err
 		}
+		pool := acfg.Pool
 		defer pool.Close()
 		mux := http.NewServeMux()
 		mux.Handle("/api/v1/", h)
+		if err := mountPortal(mux, fs, h, acfg, log); err != nil {
+			return err
+		}
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 			if err := pool.Ping(r.Context()); err != nil {
 				http.Error(w, "the database is unreachable", http.StatusServiceUnavailable)
@@ -109,23 +114,24 @@ func addAPIFlags(fs *pflag.FlagSet) {
 // buildAPI connects a pool for the API, checks that its schema is migrated for it, and
 // builds the handler from the flags and the environment.
 // fromFile is the schema of run's --config, if any; egress and proxy the relay's egress policy
-// and proxy, which the API applies to URLs written and to its test attempts.
+// and proxy, which the API applies to URLs written and to its test attempts. It returns the
+// API's config too: its pool (closed by the caller), keys and schema.
 func buildAPI(ctx context.Context, fs *pflag.FlagSet, dsn, fromFile string, egress endpoints.Egress, proxy string,
-	log zerolog.Logger, reg prometheus.Registerer) (*api.API, *pgxpool.Pool, error) {
+	log zerolog.Logger, reg prometheus.Registerer) (*api.API, api.Config, error) {
 	cfg := api.Config{Logger: log, Registerer: reg, Egress: egress, EgressProxy: proxy}
 	var err error
 	if cfg.OperatorTokens, err = readAPITokens(fs); err != nil {
-		return nil, nil, err
+		return nil, cfg, err
 	}
 	if cfg.SigningKeys, err = readSigningKeys(fs); err != nil {
-		return nil, nil, err
+		return nil, cfg, err
 	}
 	if len(cfg.OperatorTokens) == 0 && cfg.SigningKeys == nil {
-		return nil, nil, usageError{errors.New("the API has no way in: set operator tokens (--api-tokens-file, " +
+		return nil, cfg, usageError{errors.New("the API has no way in: set operator tokens (--api-tokens-file, " +
 			"OUTBOX_RELAY_API_TOKENS) and/or the tenant tokens' signing key (--api-signing-key-file, OUTBOX_RELAY_API_SIGNING_KEY)")}
 	}
 	if text, _, err := readSecretsKeys(fs); err != nil {
-		return nil, nil, err
+		return nil, cfg, err
 	} else {
 		cfg.SecretsKeys = text
 	}
@@ -140,23 +146,23 @@ func buildAPI(ctx context.Context, fs *pflag.FlagSet, dsn, fromFile string, egre
 	cfg.Version, _, _ = buildInfo()
 	conn, s, err := connectSchema(ctx, fs, dsn, fromFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, cfg, err
 	}
 	err = relayTableIn(ctx, conn, schemaName(fs, fromFile), s, schema.APIAudit, 17)
 	conn.Close(context.Background())
 	if err != nil {
-		return nil, nil, err
+		return nil, cfg, err
 	}
 	cfg.Schema = s
 	if cfg.Pool, err = pgxpool.New(ctx, dsn); err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
+		return nil, cfg, fmt.Errorf("connect: %w", err)
 	}
 	h, err := api.New(cfg)
 	if err != nil {
 		cfg.Pool.Close()
-		return nil, nil, usageError{errors.New(strings.TrimPrefix(err.Error(), "api: bad config: "))}
+		return nil, cfg, usageError{errors.New(strings.TrimPrefix(err.Error(), "api: bad config: "))}
 	}
-	return h, cfg.Pool, nil
+	return h, cfg, nil
 }
 
 // readAPITokens reads the operator tokens: --api-tokens-file (or its variable), else

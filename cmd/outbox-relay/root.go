@@ -39,7 +39,7 @@ aggregates) and confirms the slot only after delivery.`,
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newRunCmd(), newMigrateCmd(), newReplayCmd(), newDemoCmd(), newVersionCmd(), newStatusCmd(), newPruneCmd(),
-		newPauseCmd(), newResumeCmd(), newReshardCmd(), newAPICmd(), newAPITokenCmd())
+		newPauseCmd(), newResumeCmd(), newReshardCmd(), newAPICmd(), newAPITokenCmd(), newPortalLinkCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}

@@ -104,6 +104,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, egressProxyFlag.name)
 	addSetting(fs, "api-addr")
 	addAPIFlags(fs)
+	addPortalFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
@@ -137,7 +138,8 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 }
 
 // runRelay runs the relay and, with --api-addr, serves the management API beside it (its
-// series in the relay's /metrics), both stopping when either ends.
+// series in the relay's /metrics) with the portal's pages (unless --portal=false), both
+// stopping when either ends.
 func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, log zerolog.Logger) error {
 	addr, _ := fs.GetString("api-addr")
 	if addr == "" {
@@ -151,13 +153,16 @@ func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, log zero
 	if err != nil {
 		return err
 	}
-	h, pool, err := buildAPI(ctx, fs, cfg.DSN, cfg.Schema, cfg.Egress, cfg.EgressProxy, log, cfg.Registerer)
+	h, acfg, err := buildAPI(ctx, fs, cfg.DSN, cfg.Schema, cfg.Egress, cfg.EgressProxy, log, cfg.Registerer)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer acfg.Pool.Close()
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", h)
+	if err := mountPortal(mux, fs, h, acfg, log); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(gctx) })
 	g.Go(func() error { return serveHTTP(gctx, addr, mux, log, "api") })

@@ -59,6 +59,9 @@ const (
 	APIAudit = "outbox_api_audit"
 	// APIIdempotency keeps the first answer of an API create sent with an Idempotency-Key.
 	APIIdempotency = "outbox_api_idempotency"
+	// PortalSessions are the sign-in sessions of the partner portal and the operator console
+	// (package portal).
+	PortalSessions = "outbox_portal_sessions"
 	// Inbox is the consumer side's table; the relay itself neither reads nor needs it.
 	Inbox = "inbox_events"
 )
@@ -195,6 +198,10 @@ var Tables = []Table{
 	{Name: APIIdempotency, Since: 17, Columns: []Column{
 		{"principal", 17}, {"key", 17}, {"request_hash", 17}, {"status", 17}, {"body", 17}, {"created_at", 17},
 	}, Indexes: []Index{{"outbox_api_idempotency_created", 17}}},
+	{Name: PortalSessions, Since: 18, Columns: []Column{
+		{"id_hash", 18}, {"kind", 18}, {"principal", 18}, {"link_hash", 18}, {"created_at", 18}, {"expires_at", 18},
+		{"keep_until", 18},
+	}, Indexes: []Index{{"outbox_portal_sessions_keep", 18}, {"outbox_portal_sessions_link_key", 18}}},
 }
 
 // CoreColumns are the outbox_events columns of the first migration: a table of that name

@@ -216,3 +216,29 @@ func RecordReplayProgress(ctx context.Context, db DB, s string, st Replay) error
 		st.ID, st.Sent, st.After.Sequence, st.After.Insert, id, st.Done)
 	return err
 }
+
+// RangeGroup is how many rows of a range have one tenant, event type and aggregate type.
+type RangeGroup struct {
+	TenantID, EventType, AggregateType string
+	Events                             int64
+}
+
+// CountRangeGroups counts the rows created in [since, until) (until zero: no end) in schema s by
+// tenant, event type and aggregate type, of tenant alone when it is not empty: a caller keeps the
+// groups an endpoint subscribes to, so that the count says what that endpoint would receive
+// without naming anything of another tenant. Rows of every status count, as a recover re-sends
+// the pending ones too.
+func CountRangeGroups(ctx context.Context, db DB, s string, since, until time.Time, tenant string) ([]RangeGroup, error) {
+	var end *time.Time
+	if !until.IsZero() {
+		end = &until
+	}
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT coalesce(tenant_id, ''), event_type, aggregate_type, count(*)
+		FROM {outbox_events} WHERE created_at >= $1 AND created_at < coalesce($2::timestamptz, 'infinity')
+			AND ($3 = '' OR tenant_id = $3)
+		GROUP BY 1, 2, 3`), since, end, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("count the range's rows: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[RangeGroup])
+}

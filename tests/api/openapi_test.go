@@ -228,10 +228,17 @@ func TestEveryOperationMatchesTheDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	if pv := s.do("POST", "/api/v1/endpoints/acme-ep/recover", acme, map[string]any{"since": since, "dry_run": true}, 200); pv["events"] != 1.0 {
+		t.Errorf("a dry run counts %v events of acme's endpoint, want 1", pv["events"])
+	}
 	req := s.do("POST", "/api/v1/endpoints/acme-ep/recover", acme, map[string]any{"since": since}, 202)
 	s.do("POST", "/api/v1/endpoints/acme-ep/recover", acme, map[string]any{"since": time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339),
 		"until": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}, 422)
 	s.do("POST", "/api/v1/endpoints/acme-ep/events/"+id.String()+"/resend", acme, nil, 202)
+	if er := s.do("GET", "/api/v1/endpoints/acme-ep/events/"+id.String(), acme, nil, 200); er["body"] != `{"id": 1}` {
+		t.Errorf("the event's request: body %v, want the payload", er["body"])
+	}
+	s.do("GET", "/api/v1/endpoints/acme-ep/events/00000000-0000-7000-8000-000000000000", acme, nil, 404)
 	s.do("GET", fmt.Sprintf("/api/v1/requests/%v", req["id"]), acme, nil, 200)
 	s.do("GET", "/api/v1/requests/999999", acme, nil, 404)
 	s.do("GET", "/api/v1/endpoints/partner/deliveries?limit=1", opToken, nil, 200)

@@ -61,6 +61,12 @@
 // endpoint with 10 × BENCH_EVENTS delivery-log entries (p50 and p99 of the newest page, deep
 // pages and failed attempts only), and fails if the plan of a page scans a log table.
 //
+// # The portal
+//
+// The portal row (portal.go) times the operator console's pages over HTTP: every page of the
+// list of 5,000 endpoints sorted by state and by undelivered, and an endpoint's page (its
+// figures and newest deliveries, and deep pages) on 10 × BENCH_EVENTS delivery-log entries.
+//
 // # Memory
 //
 // `outbox-bench memory` (memory.go) is a mode of its own: N pipelines whose destination refuses

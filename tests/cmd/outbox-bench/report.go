@@ -132,6 +132,7 @@ func (r *results) tableRows() [][]string {
 	}
 	add(rowIsolation, r.isolation != nil, func() []string { return r.isolationCells(r.isolation) })
 	add(rowAPI, r.api != nil, func() []string { return r.apiCells(r.api) })
+	add(rowPortal, r.portal != nil, func() []string { return r.portalCells(r.portal) })
 	add(sinceRow(sinceScale*r.cfg.Events), r.since != nil, func() []string { return r.sinceCells(r.since) })
 	return out
 }

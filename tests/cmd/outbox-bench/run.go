@@ -62,6 +62,7 @@ type results struct {
 	endpoints   map[string]*endpointsResult // the drains to outbox_endpoints (endpoints.go), by row name
 	isolation   *isolationResult            // one endpoint blacked out among 100 (isolation.go)
 	api         *apiResult                  // GET /deliveries of the management API (api.go)
+	portal      *portalResult               // the console's and an endpoint's pages (portal.go)
 	errs        map[string]error            // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
@@ -251,6 +252,7 @@ func (e *env) rows(res *results) []suiteRow {
 	rows = append(rows, e.isolationRow(res))
 	rows = append(rows, e.fanoutRows(res)...)
 	rows = append(rows, e.apiRow(res))
+	rows = append(rows, e.portalRow(res))
 	rows = append(rows, suiteRow{sinceRow(sinceScale * n), func(ctx context.Context) error {
 		s, err := e.since(ctx)
 		res.since = keep(s, err)
