@@ -31,18 +31,23 @@ type Request struct {
 	Since      time.Time  `json:"since"`
 	Until      *time.Time `json:"until"`
 	// Status is pending (not started), running or done.
-	Status      string     `json:"status"`
-	Events      int64      `json:"events"`
-	Sent        int64      `json:"sent"`
+	Status string `json:"status"`
+	// Events and Sent count the rows of the pipeline in the range and those sent so far, every
+	// tenant's alike (the endpoint receives those of its subscription): given to operators
+	// only, null for a tenant, whom they would tell other tenants' volume.
+	Events      *int64     `json:"events"`
+	Sent        *int64     `json:"sent"`
 	RequestedAt time.Time  `json:"requested_at"`
 	FinishedAt  *time.Time `json:"finished_at"`
 }
 
-func wireRequest(st state.Replay) Request {
+func wireRequest(st state.Replay, operator bool) Request {
 	pipeline, ep, _ := strings.Cut(st.Pipeline, "/")
 	out := Request{ID: st.ID, Kind: "replay", Pipeline: pipeline, EndpointID: optional(ep), EventID: optional(st.EventID),
-		Since: st.Since.UTC(), Until: optionalTime(st.Until), Events: st.Total, Sent: st.Sent,
-		RequestedAt: st.RequestedAt.UTC(), Status: "running"}
+		Since: st.Since.UTC(), Until: optionalTime(st.Until), RequestedAt: st.RequestedAt.UTC(), Status: "running"}
+	if operator {
+		out.Events, out.Sent = &st.Total, &st.Sent
+	}
 	switch {
 	case ep != "" && st.EventID != "":
 		out.Kind = "resend"
@@ -85,7 +90,7 @@ func (a *API) getRequest(w http.ResponseWriter, r *http.Request) error {
 			return missing
 		}
 	}
-	writeJSON(w, http.StatusOK, wireRequest(st))
+	writeJSON(w, http.StatusOK, wireRequest(st, p.operator))
 	return nil
 }
 
@@ -139,7 +144,7 @@ func (a *API) request(ctx context.Context, tx pgx.Tx, w http.ResponseWriter, p p
 		return err
 	}
 	w.Header().Set("Location", "/api/v1/requests/"+strconv.FormatInt(plan.ID, 10))
-	writeJSON(w, http.StatusAccepted, wireRequest(st))
+	writeJSON(w, http.StatusAccepted, wireRequest(st, p.operator))
 	return nil
 }
 

@@ -151,6 +151,19 @@ func TestTenantIsolationOnEveryRoute(t *testing.T) {
 	if signatures != 1 {
 		t.Fatalf("the request has %d signature headers, want 1: %v", signatures, req["headers"])
 	}
+	// A request's counts are of the pipeline's rows in the range, every tenant's: a tenant
+	// gets none of them (they would tell globex's volume), an operator gets them.
+	recovered := e.must(202, "POST", "/api/v1/endpoints/acme-2/recover", acme,
+		map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)})
+	path := fmt.Sprintf("/api/v1/requests/%v", recovered["id"])
+	for _, a := range []map[string]any{recovered, e.must(200, "GET", path, acme, nil)} {
+		if a["events"] != nil || a["sent"] != nil {
+			t.Fatalf("a tenant's request shows the range's counts: %v", a)
+		}
+	}
+	if op := e.must(200, "GET", path, opToken, nil); op["events"] != float64(2) {
+		t.Fatalf("an operator's view of the request: %v, want events 2 (acme's row and globex's)", op)
+	}
 }
 
 // A tenant cannot set another tenant, lift the URL guard, set a proxy, or give a private
