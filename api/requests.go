@@ -197,8 +197,19 @@ func (a *API) recoverEndpoint(w http.ResponseWriter, r *http.Request) error {
 		if req.Pipeline, err = a.lane(r.Context(), tx, b, id); err != nil {
 			return err
 		}
+		preview, err := a.previewRecover(r.Context(), tx, id, req)
+		if err != nil {
+			return err
+		}
 		if dryRun {
-			return a.previewRecover(r.Context(), tx, w, id, req)
+			writeJSON(w, http.StatusOK, preview)
+			return nil
+		}
+		if preview.Events == 0 {
+			// Decided on the endpoint's own events, not the range's: whether another tenant
+			// wrote in that range is none of this caller's business.
+			return problem(http.StatusUnprocessableEntity, typeNothing, "no event of endpoint "+id+
+				"'s subscription was created in that range: widen it, or check its event types with GET /api/v1/endpoints/"+id)
 		}
 		return a.request(r.Context(), tx, w, p, "endpoint.recover", tenant, id, req)
 	})
@@ -242,14 +253,14 @@ type RecoverPreview struct {
 	Events     int64      `json:"events"`
 }
 
-func (a *API) previewRecover(ctx context.Context, tx pgx.Tx, w http.ResponseWriter, id string, req publisher.SinceRequest) error {
+func (a *API) previewRecover(ctx context.Context, tx pgx.Tx, id string, req publisher.SinceRequest) (RecoverPreview, error) {
 	e, err := a.store.Get(ctx, tx, id)
 	if err != nil {
-		return storeError(err, id)
+		return RecoverPreview{}, storeError(err, id)
 	}
 	groups, err := state.CountRangeGroups(ctx, tx, a.cfg.Schema, req.Since, req.Until, e.TenantID)
 	if err != nil {
-		return err
+		return RecoverPreview{}, err
 	}
 	row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
 	out := RecoverPreview{EndpointID: id, Since: req.Since.UTC(), Until: optionalTime(req.Until)}
@@ -258,8 +269,7 @@ func (a *API) previewRecover(ctx context.Context, tx pgx.Tx, w http.ResponseWrit
 			out.Events += g.Events
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out, nil
 }
 
 // endpointEvent reads event eventID as endpoint id receives it: a 404 when it does not exist,

@@ -161,6 +161,12 @@ func TestTenantIsolationOnEveryRoute(t *testing.T) {
 			t.Fatalf("a tenant's request shows the range's counts: %v", a)
 		}
 	}
+	// Whether there is anything to recover is the endpoint's business, not the range's: an
+	// endpoint that subscribes to nothing written there gets 422 though globex wrote there.
+	e.must(201, "POST", "/api/v1/endpoints", acme, map[string]any{"id": "acme-3", "url": "https://acme.example/4",
+		"aggregate_types": []string{"invoice"}})
+	e.must(422, "POST", "/api/v1/endpoints/acme-3/recover", acme,
+		map[string]any{"since": time.Now().Add(-time.Hour).Format(time.RFC3339)})
 	if op := e.must(200, "GET", path, opToken, nil); op["events"] != float64(2) {
 		t.Fatalf("an operator's view of the request: %v, want events 2 (acme's row and globex's)", op)
 	}
