@@ -36,7 +36,9 @@ func run(args []string) int {
 	}
 	var ue usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(os.Stderr, "outbox-relay: %v\nRun 'outbox-relay --help' for usage.\n", err)
+		// The message names the fix (the flag or variable to set, or the --help that lists the
+		// flags of the command at fault); nothing else is printed.
+		fmt.Fprintf(os.Stderr, "outbox-relay: %v\n", err)
 		return exitUsage
 	}
 	fmt.Fprintf(os.Stderr, "outbox-relay: %v\n", explain(err))
