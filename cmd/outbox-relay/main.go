@@ -6,16 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 )
 
 func main() {
@@ -46,8 +42,9 @@ func run(args []string) int {
 }
 
 // explain replaces an error whose cause an operator fixes in the configuration with one line
-// that names the fix. pgx reports a refused password with every address it tried (and the
-// TLS fallback), none of which helps.
+// that names the fix. pgx reports a failed connection with every address it tried (and, with the
+// default sslmode, a TLS attempt the server refused before the real cause), none of which helps:
+// the diagnosis (internal/diagnose) says the one cause and its fix.
 func explain(err error) error {
 	// The libraries describe the problem; the command line's way to fix it is added here.
 	switch {
@@ -64,15 +61,12 @@ func explain(err error) error {
 	case errors.Is(err, cdc.ErrBadDSN):
 		return fmt.Errorf("%w (set DB_DSN or --dsn to a postgres:// URL)", err)
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.InvalidPassword {
-		return err
+	p, ok := diagnose.Connect(err)
+	switch {
+	case ok && p.Fix != "":
+		return fmt.Errorf("%w (the connection string is DB_DSN or --dsn)", p)
+	case ok && !errors.Is(err, cdc.ErrServerLimit): // a server limit's own message names the setting
+		return p
 	}
-	where := ""
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) && ce.Config != nil {
-		where = fmt.Sprintf(" for user %q at %s", ce.Config.User, net.JoinHostPort(ce.Config.Host, strconv.Itoa(int(ce.Config.Port))))
-	}
-	return fmt.Errorf("the database refused the password%s (SQLSTATE %s): check the password in DB_DSN or --dsn "+
-		"(or PGPASSWORD, ~/.pgpass)", where, pgErr.Code)
+	return err
 }

@@ -79,6 +79,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "backfill")
 	addSetting(fs, "no-backfill")
 	addSetting(fs, "recreate-slot")
+	addSetting(fs, "exit-on-config-error")
 	addSetting(fs, "log-payloads")
 	addFailoverFlags(fs) // failover.go
 	addDeliveryFlags(fs)
@@ -185,6 +186,7 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	}
 	cfg.NoBackfill = noBackfill || !backfill
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
+	cfg.ExitOnConfigError, _ = fs.GetBool("exit-on-config-error")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
 		return cfg, err
@@ -284,6 +286,7 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	cfg.Retention, _ = fs.GetDuration("retention")
 	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
+	cfg.ExitOnConfigError, _ = fs.GetBool("exit-on-config-error")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
 		return cfg, err

@@ -132,6 +132,15 @@ var Run = []Setting{
 	{Flag: "recreate-slot", Default: false,
 		Help:    "drop a slot no relay streams from (an invalidated one always), create it again and backfill; logged loudly; for one run",
 		Meaning: "for one run: drop the slot unless a relay streams from it (an invalidated one always), create it again and backfill (logged loudly); also the fix for a slot move or a reshard whose old slot was dropped by hand before its fence, and for a slot on a standby that is gone for good (see [Moving decoding](../guides/failover.md#moving-decoding-between-the-primary-and-a-standby))"},
+	{Flag: "exit-on-config-error", Default: false,
+		Help: "exit 1 when the database cannot be reached for a reason in the configuration (no such database or role, a wrong password, " +
+			"no CONNECT privilege, TLS the server does not offer, a connection refused for a minute), at start or while streaming; " +
+			"without it the relay retries, logging the cause and the fix at every attempt",
+		Meaning: "exit 1 when the database cannot be reached for a reason in the configuration: the database or the role does not exist, " +
+			"the password is wrong, the role may not connect, the host name does not resolve, the connection requires TLS the server " +
+			"does not offer (or a certificate it cannot verify), or the connection has been refused for a minute; at start and while " +
+			"streaming, for a supervisor that restarts and alerts. Without it the relay keeps retrying, logs the cause and the fix at " +
+			"every attempt, and `/readyz` answers 503 with the same; see [Refused start](../operations.md#refused-start)"},
 	{Flag: "log-level", Default: LogLevel,
 		Help:    "log level: debug, info, warn or error",
 		Meaning: "`debug`, `info`, `warn`, `error`"},

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/relaytest"
+)
+
+// logLine is the part of a JSON log line these tests read.
+type logLine struct {
+	Level, Message, Cause, Fix, Addr string
+}
+
+func parseLog(t *testing.T, line string) (l logLine, ok bool) {
+	var raw map[string]any
+	if json.Unmarshal([]byte(line), &raw) != nil {
+		return l, false
+	}
+	str := func(k string) string { s, _ := raw[k].(string); return s }
+	return logLine{Level: str("level"), Message: str("message"), Cause: str("cause"), Fix: str("fix"), Addr: str("addr")}, true
+}
+
+// metricsAddrOf waits for the line that says where /readyz answers.
+func metricsAddrOf(t *testing.T, lines <-chan string) string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("stderr ended before the metrics server listened")
+			}
+			if l, _ := parseLog(t, line); l.Message == "serving /metrics, /healthz, /readyz" {
+				return l.Addr
+			}
+		case <-timeout:
+			t.Fatal("the metrics server did not listen within a minute")
+		}
+	}
+}
+
+func readyz(t *testing.T, addr string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// A missing database is a configuration error: run keeps retrying, and says at every attempt
+// (not once a minute) the cause and the fix, which /readyz answers too; a stop is clean and says
+// so once. With --exit-on-config-error it exits 1 at once with the same, on one line without
+// pgx's refused TLS attempt.
+func TestRunRetriesAConfigurationErrorNamingTheFix(t *testing.T) {
+	proxy, err := relaytest.NewProxyFor(pgtest.Shared(t).DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	dsn := "postgres://postgres@" + proxy.Addr() + "/no_such_db" // TCP, default sslmode: pgx tries TLS first
+	env := []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"}
+	p, lines := startCLI(t, env, "run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json")
+	addr := metricsAddrOf(t, lines)
+	retries := 0
+	for retries < 3 { // the first attempt and two retries, 0.2 s and 0.4 s apart: no once-a-minute quiet
+		line, ok := <-lines
+		if !ok {
+			t.Fatalf("run ended while the database is missing:\n%s", p.stderr.String())
+		}
+		l, _ := parseLog(t, line)
+		if l.Message != "cannot connect to the database; retrying" {
+			continue
+		}
+		retries++
+		if l.Level != "error" || !strings.Contains(l.Cause, `database "no_such_db" does not exist`) ||
+			!strings.Contains(l.Fix, "CREATE DATABASE no_such_db") {
+			t.Fatalf("retry line without the cause and the fix: %s", line)
+		}
+	}
+	code, body := readyz(t, addr)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `database "no_such_db" does not exist`) ||
+		!strings.Contains(body, "CREATE DATABASE no_such_db") {
+		t.Fatalf("/readyz = %d %q, want 503 with the cause and the fix", code, body)
+	}
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM while retrying: exit %d\n%s", code, p.stderr.String())
+	}
+	if n := strings.Count(p.stderr.String(), "stopped during start-up"); n != 1 {
+		t.Fatalf("%d lines say the relay stopped during start-up, want 1:\n%s", n, p.stderr.String())
+	}
+
+	_, stderr, code := execCLI(t, env, "run", "--metrics-addr", "", "--exit-on-config-error")
+	lastLines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lastLines[len(lastLines)-1]
+	if code != 1 || !strings.HasPrefix(last, "outbox-relay: cannot connect to the database at "+proxy.Addr()) ||
+		!strings.Contains(last, "CREATE DATABASE no_such_db") || !strings.Contains(last, "DB_DSN or --dsn") {
+		t.Fatalf("--exit-on-config-error: exit %d, last line %q; want 1 and the diagnosis", code, last)
+	}
+	for _, noise := range []string{"failed to connect", "refused TLS", "tls error"} {
+		if strings.Contains(last, noise) {
+			t.Errorf("the last line carries pgx's %q:\n%s", noise, last)
+		}
+	}
+}
+
+// A configuration error that appears while the relay streams (here pg_hba.conf turns its role
+// away from its database) is retried with the cause and the fix on each reconnect, and /readyz
+// says it; with --exit-on-config-error the relay exits 1 instead.
+func TestAConfigurationErrorWhileStreaming(t *testing.T) {
+	c := pgtest.Shared(t)
+	dsn, pool := migratedDB(t)
+	var db string
+	if err := pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	hba := filepath.Join(c.Dir, "data", "pg_hba.conf")
+	orig, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The changes go through a connection to another database, which the rule leaves alone.
+	admin, err := pgx.Connect(context.Background(), c.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	restore := func() {
+		_ = os.WriteFile(hba, orig, 0o600)
+		exec(`SELECT pg_reload_conf()`)
+	}
+	t.Cleanup(restore)
+	for _, exit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exit-on-config-error=%v", exit), func(t *testing.T) {
+			slot := fmt.Sprintf("cfgerr_%v", exit)
+			args := []string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--slot", slot, "--publication", slot}
+			if exit {
+				args = append(args, "--exit-on-config-error")
+			}
+			env := []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"}
+			t.Cleanup(restore)
+			p, lines := startCLI(t, env, args...)
+			t.Cleanup(func() {
+				if t.Failed() {
+					<-p.read
+					t.Logf("relay's stderr:\n%s", p.stderr.String())
+				}
+			})
+			addr := metricsAddrOf(t, lines)
+			relaytest.WaitFor(t, time.Minute, "the relay streams", func() bool { code, _ := readyz(t, addr); return code == http.StatusOK })
+			// Turn every role away from this database (a logical replication connection names
+			// it too), and end the relay's replication session: its reconnects meet the refusal.
+			rule := fmt.Sprintf("local %s all reject\n", pgx.Identifier{db}.Sanitize())
+			if err := os.WriteFile(hba, append([]byte(rule), orig...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			exec(`SELECT pg_reload_conf()`)
+			exec(`SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '` + slot + `' AND active`)
+			if exit {
+				<-p.read
+				_ = p.cmd.Wait()
+				out := p.stderr.String()
+				if code := p.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(out, "pg_hba.conf") ||
+					!strings.Contains(out, "(SQLSTATE 28000)") {
+					t.Fatalf("exit %d, want 1 naming pg_hba.conf and SQLSTATE 28000:\n%s", code, out)
+				}
+				restore()
+				return
+			}
+			waitLine(t, lines, "cannot reconnect to the database; retrying")
+			relaytest.WaitFor(t, time.Minute, "/readyz names the cause", func() bool {
+				code, body := readyz(t, addr)
+				return code == http.StatusServiceUnavailable && strings.Contains(body, "pg_hba.conf") && strings.Contains(body, "28000")
+			})
+			restore() // fixed: the relay streams again by itself
+			relaytest.WaitFor(t, time.Minute, "the relay streams again", func() bool { code, _ := readyz(t, addr); return code == http.StatusOK })
+			if code := p.stop(t, syscall.SIGTERM); code != 0 {
+				t.Fatalf("exit %d\n%s", code, p.stderr.String())
+			}
+		})
+	}
+}
