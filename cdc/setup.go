@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
+
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/schemacheck"
 	"github.com/outbox-relay/outbox-relay/internal/state"
@@ -445,16 +447,12 @@ func connectError(err error) error {
 	return fmt.Errorf("connect: %w", err)
 }
 
-// badDSN wraps a connection string that does not parse in ErrBadDSN, naming the forms that do.
-// pgconn's message echoes the string with its password masked, and nothing else; a URL whose
-// scheme is not postgres:// or postgresql:// is read as key=value pairs, so the scheme is named.
+// badDSN wraps a connection string that does not parse in ErrBadDSN, naming the fix. pgconn's
+// message echoes the string with its password masked, and nothing else.
 func badDSN(err error) error {
 	var pe *pgconn.ParseConfigError
 	if errors.As(err, &pe) {
-		if scheme, _, url := strings.Cut(pe.ConnString, "://"); url && scheme != "postgres" && scheme != "postgresql" &&
-			!strings.ContainsAny(scheme, " =") {
-			return fmt.Errorf("%w: %w; it begins with %q: a URL begins with postgres:// or postgresql://", ErrBadDSN, err, scheme+"://")
-		}
+		return fmt.Errorf("%w: %w; %s", ErrBadDSN, err, diagnose.DSNFix(pe))
 	}
 	return fmt.Errorf("%w: %w; give a URL (postgres://user:password@host:5432/dbname) or key=value pairs "+
 		"(host=... dbname=...)", ErrBadDSN, err)

@@ -201,3 +201,20 @@ func TestAConfigurationErrorWhileStreaming(t *testing.T) {
 		})
 	}
 }
+
+// A connection string that does not parse is echoed with its password masked and nothing else
+// hidden, by every command, with what to look at: here the scheme.
+func TestABadDSNIsEchoedWithOnlyThePasswordMasked(t *testing.T) {
+	const dsn = "postgress://relay:s3cret@db.example:5432/app"
+	for _, args := range [][]string{{"status"}, {"migrate"}, {"endpoint", "list"}, {"run", "--metrics-addr", ""}} {
+		env := []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"}
+		_, stderr, code := execCLI(t, env, args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		last := lines[len(lines)-1]
+		if code == 0 || !strings.Contains(last, "`postgress://relay:xxxxxx@db.example:5432/app`") ||
+			!strings.Contains(last, `it begins with "postgress://": a URL begins with postgres:// or postgresql://`) ||
+			!strings.Contains(last, "DB_DSN or --dsn") || strings.Contains(stderr, "s3cret") {
+			t.Errorf("%v: exit %d, last line %q; want the DSN with only its password masked, and the scheme named", args, code, last)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 )
@@ -58,7 +60,12 @@ func explain(err error) error {
 		return fmt.Errorf("%w (with outbox-relay: run once with --recreate-slot)", err)
 	case errors.Is(err, cdc.ErrSlotMismatch):
 		return fmt.Errorf("%w (pass it with --slot)", err)
-	case errors.Is(err, cdc.ErrBadDSN):
+	}
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) { // every command's connection string, whichever path parsed it
+		return replaced{err, fmt.Sprintf("the connection string (DB_DSN or --dsn) cannot be parsed: %v; %s", pe, diagnose.DSNFix(pe))}
+	}
+	if errors.Is(err, cdc.ErrBadDSN) {
 		return fmt.Errorf("%w (set DB_DSN or --dsn to a postgres:// URL)", err)
 	}
 	p, ok := diagnose.Connect(err)
@@ -70,3 +77,12 @@ func explain(err error) error {
 	}
 	return err
 }
+
+// replaced is an error shown with another message, still matching what it wraps.
+type replaced struct {
+	err error
+	msg string
+}
+
+func (r replaced) Error() string { return r.msg }
+func (r replaced) Unwrap() error { return r.err }

@@ -246,6 +246,18 @@ func ident(name string) string {
 	return name
 }
 
+// DSNFix says how to fix a connection string pgconn cannot parse (its *pgconn.ParseConfigError
+// echoes the string with the password masked, and the reason): a URL whose scheme is not
+// postgres:// or postgresql:// is read as key=value pairs, so the scheme is named; otherwise
+// the two forms that parse.
+func DSNFix(err *pgconn.ParseConfigError) string {
+	if scheme, _, url := strings.Cut(err.ConnString, "://"); url && scheme != "postgres" && scheme != "postgresql" &&
+		!strings.ContainsAny(scheme, " =") {
+		return fmt.Sprintf("it begins with %q: a URL begins with postgres:// or postgresql://", scheme+"://")
+	}
+	return "give a URL (postgres://user:password@host:5432/dbname) or key=value pairs (host=... dbname=...)"
+}
+
 // RefusedFor is how long a refused connection must go on before a Watch counts it as a
 // configuration error: longer than PostgreSQL takes to restart or fail over.
 const RefusedFor = time.Minute
