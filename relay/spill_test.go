@@ -94,6 +94,18 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 		confirmed, _ := e.slotLSNs()
 		return confirmed >= owed && e.backlogCount(bad.id) == 100
 	})
+	// What the endpoint alerts read (deploy/prometheus/alerts.yml): the failing endpoint's own
+	// series say that it fails, what its backlog holds and the age of the oldest event it is
+	// owed, which it reads back from the backlog while it retries; the healthy one, not in
+	// trouble, has none.
+	waitFor(t, 30*time.Second, "the failing endpoint's series", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) > 0 &&
+			r.metric(t, "outbox_relay_endpoint_backlog", "endpoint", bad.id) > 0 &&
+			r.metric(t, "outbox_relay_endpoint_oldest_undelivered_seconds", "endpoint", bad.id) > 0
+	})
+	if v := r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", ok.id); v != -1 {
+		t.Errorf("the healthy endpoint exports failures in a row (%v): only the endpoints in trouble have series", v)
+	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +116,9 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 	failing.Store(false)
 	waitPartners(t, ok, bad)
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+	waitFor(t, 30*time.Second, "the recovered endpoint's series gone (its alerts resolve)", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) == -1
+	})
 	// Rejoined: later events go live.
 	e.write("d", tenantEvents{"", "order", "order.created", 10, 5}, live)
 	waitPartners(t, ok, bad)
@@ -142,6 +157,9 @@ func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
 	waitPartners(t, ok, bad)
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+	waitFor(t, 30*time.Second, "the recovered endpoint's series gone (its alerts resolve)", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) == -1
+	})
 }
 
 // An endpoint's spill_after_ms wins over the pipeline's spill_after: with the pipeline's an
