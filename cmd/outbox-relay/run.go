@@ -398,7 +398,7 @@ func tuneGC(cfg relay.Config, log zerolog.Logger) {
 		limit = hard / 10 * 9
 		log.Warn().Int64("wanted_mib", sized>>20).Int64("cgroup_memory_max_mib", hard>>20).
 			Msg("the pipelines' buffers, once full, may not fit in the container's memory: raise its memory limit " +
-				"to the wanted size, or lower max_buffered_bytes (docs/operations.md, Memory)")
+				"to the wanted size, or lower max_buffered_bytes (docs/operations/starting.md, Memory)")
 	}
 	debug.SetMemoryLimit(limit)
 	log.Info().Int64("soft_limit_mib", limit>>20).
