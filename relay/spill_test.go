@@ -68,6 +68,7 @@ func (e *env) startEndpointsProcess(stderr io.Writer, flags ...string) *exec.Cmd
 // restarted meanwhile still has the backlog; when the endpoint answers again it receives every
 // event in order per aggregate, from the backlog and then live, and the backlog empties.
 func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok, bad, failing := e.healthyAndFailing(http.StatusInternalServerError)
 	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
@@ -134,6 +135,7 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 // (the slot confirms past them), it is sent nothing committed while it is disabled, and once it
 // is enabled it receives the kept events in order, then what is committed after.
 func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok, bad, failing := e.healthyAndFailing(http.StatusServiceUnavailable)
 	r := e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 }) // no spill but the disable's
@@ -165,6 +167,7 @@ func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 // An endpoint's spill_after_ms wins over the pipeline's spill_after: with the pipeline's an
 // hour, the endpoint whose row says 300ms spills, and the other failing one holds its events.
 func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	quick := newPartner(t, "quick", func(string, string, string) bool { return true })
 	slow := newPartner(t, "slow", func(string, string, string) bool { return true })
@@ -187,6 +190,7 @@ func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
 // drains its backlog and rejoins the stream: nothing is lost for either endpoint, and each gets
 // every aggregate's events in order (first deliveries).
 func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "steady", func(string, string, string) bool { return true })
 	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
@@ -267,6 +271,7 @@ func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
 // restarted relay buffers one event: reading stops at it), while the paused endpoint spilled
 // an event from before its pause and those after it.
 func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	holder := newPartner(t, "holder", func(_, aggType, _ string) bool { return aggType == "hold" })
 	paused := newPartner(t, "paused", func(_, aggType, _ string) bool { return aggType != "hold" })
@@ -335,6 +340,7 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 // later one; a relay that starts again with the slot past that version must still find the
 // backlog it spilled and deliver it.
 func TestBacklogOfAnEndpointAddedWhileRunningSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "first", func(string, string, string) bool { return true })
 	e.addPartner(ok, outbox.Endpoint{})
