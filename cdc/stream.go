@@ -244,16 +244,22 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 		return wait, nil
 	}
 	if diagnosed && p.Fix != "" {
-		ev := s.log.Warn()
-		if config {
-			ev = s.log.Error()
-		}
-		ev.Str("cause", p.Cause).Str("fix", p.Fix).Str("database", p.Addr).Dur("retry_in", wait).
-			Msg("cannot reconnect to the database; retrying")
+		s.logDiagnosed(p, config, wait)
 		return wait, nil
 	}
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
+}
+
+// logDiagnosed logs a reconnect that failed for a diagnosed reason, with its cause and fix: an
+// error when it is a configuration error, a warning while it may be an outage.
+func (s *Stream) logDiagnosed(p *diagnose.Problem, config bool, wait time.Duration) {
+	ev := s.log.Warn()
+	if config {
+		ev = s.log.Error()
+	}
+	ev.Str("cause", p.Cause).Str("fix", p.Fix).Str("database", p.Addr).Dur("retry_in", wait).
+		Msg("cannot reconnect to the database; retrying")
 }
 
 // ErrDecode is wrapped when a message from the slot cannot be turned into events: the outbox

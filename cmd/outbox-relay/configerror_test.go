@@ -123,82 +123,97 @@ func TestRunRetriesAConfigurationErrorNamingTheFix(t *testing.T) {
 // away from its database) is retried with the cause and the fix on each reconnect, and /readyz
 // says it; with --exit-on-config-error the relay exits 1 instead.
 func TestAConfigurationErrorWhileStreaming(t *testing.T) {
+	for _, exit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exit-on-config-error=%v", exit), func(t *testing.T) { configErrorWhileStreaming(t, exit) })
+	}
+}
+
+// hbaRejecter turns every role away from one database through the shared cluster's pg_hba.conf,
+// and puts the file back; its changes go through a connection to another database.
+type hbaRejecter struct {
+	t     *testing.T
+	path  string
+	orig  []byte
+	admin *pgx.Conn
+}
+
+func newHBARejecter(t *testing.T) *hbaRejecter {
 	c := pgtest.Shared(t)
+	h := &hbaRejecter{t: t, path: filepath.Join(c.Dir, "data", "pg_hba.conf")}
+	var err error
+	if h.orig, err = os.ReadFile(h.path); err != nil {
+		t.Fatal(err)
+	}
+	if h.admin, err = pgx.Connect(context.Background(), c.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.restore(); h.admin.Close(context.Background()) })
+	return h
+}
+
+func (h *hbaRejecter) exec(sql string) {
+	h.t.Helper()
+	if _, err := h.admin.Exec(context.Background(), sql); err != nil {
+		h.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// reject turns every role away from db (a logical replication connection names it too) and
+// ends the replication session of slot, whose reconnects then meet the refusal.
+func (h *hbaRejecter) reject(db, slot string) {
+	rule := fmt.Sprintf("local %s all reject\n", pgx.Identifier{db}.Sanitize())
+	if err := os.WriteFile(h.path, append([]byte(rule), h.orig...), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+	h.exec(`SELECT pg_reload_conf()`)
+	h.exec(`SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '` + slot + `' AND active`)
+}
+
+func (h *hbaRejecter) restore() {
+	_ = os.WriteFile(h.path, h.orig, 0o600)
+	h.exec(`SELECT pg_reload_conf()`)
+}
+
+func configErrorWhileStreaming(t *testing.T, exit bool) {
 	dsn, pool := migratedDB(t)
 	var db string
 	if err := pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&db); err != nil {
 		t.Fatal(err)
 	}
-	hba := filepath.Join(c.Dir, "data", "pg_hba.conf")
-	orig, err := os.ReadFile(hba)
-	if err != nil {
-		t.Fatal(err)
+	hba := newHBARejecter(t)
+	slot := fmt.Sprintf("cfgerr_%v", exit)
+	args := []string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--slot", slot, "--publication", slot}
+	if exit {
+		args = append(args, "--exit-on-config-error")
 	}
-	// The changes go through a connection to another database, which the rule leaves alone.
-	admin, err := pgx.Connect(context.Background(), c.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(context.Background()) })
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(context.Background(), sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
+	p, lines := startCLI(t, []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"}, args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			<-p.read
+			t.Logf("relay's stderr:\n%s", p.stderr.String())
 		}
+	})
+	addr := metricsAddrOf(t, lines)
+	relaytest.WaitFor(t, time.Minute, "the relay streams", func() bool { code, _ := readyz(t, addr); return code == http.StatusOK })
+	hba.reject(db, slot)
+	if exit {
+		<-p.read
+		_ = p.cmd.Wait()
+		out := p.stderr.String()
+		if code := p.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(out, "pg_hba.conf") || !strings.Contains(out, "(SQLSTATE 28000)") {
+			t.Fatalf("exit %d, want 1 naming pg_hba.conf and SQLSTATE 28000:\n%s", code, out)
+		}
+		return
 	}
-	restore := func() {
-		_ = os.WriteFile(hba, orig, 0o600)
-		exec(`SELECT pg_reload_conf()`)
-	}
-	t.Cleanup(restore)
-	for _, exit := range []bool{false, true} {
-		t.Run(fmt.Sprintf("exit-on-config-error=%v", exit), func(t *testing.T) {
-			slot := fmt.Sprintf("cfgerr_%v", exit)
-			args := []string{"run", "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--slot", slot, "--publication", slot}
-			if exit {
-				args = append(args, "--exit-on-config-error")
-			}
-			env := []string{"DB_DSN=" + dsn, "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"}
-			t.Cleanup(restore)
-			p, lines := startCLI(t, env, args...)
-			t.Cleanup(func() {
-				if t.Failed() {
-					<-p.read
-					t.Logf("relay's stderr:\n%s", p.stderr.String())
-				}
-			})
-			addr := metricsAddrOf(t, lines)
-			relaytest.WaitFor(t, time.Minute, "the relay streams", func() bool { code, _ := readyz(t, addr); return code == http.StatusOK })
-			// Turn every role away from this database (a logical replication connection names
-			// it too), and end the relay's replication session: its reconnects meet the refusal.
-			rule := fmt.Sprintf("local %s all reject\n", pgx.Identifier{db}.Sanitize())
-			if err := os.WriteFile(hba, append([]byte(rule), orig...), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			exec(`SELECT pg_reload_conf()`)
-			exec(`SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '` + slot + `' AND active`)
-			if exit {
-				<-p.read
-				_ = p.cmd.Wait()
-				out := p.stderr.String()
-				if code := p.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(out, "pg_hba.conf") ||
-					!strings.Contains(out, "(SQLSTATE 28000)") {
-					t.Fatalf("exit %d, want 1 naming pg_hba.conf and SQLSTATE 28000:\n%s", code, out)
-				}
-				restore()
-				return
-			}
-			waitLine(t, lines, "cannot reconnect to the database; retrying")
-			relaytest.WaitFor(t, time.Minute, "/readyz names the cause", func() bool {
-				code, body := readyz(t, addr)
-				return code == http.StatusServiceUnavailable && strings.Contains(body, "pg_hba.conf") && strings.Contains(body, "28000")
-			})
-			restore() // fixed: the relay streams again by itself
-			relaytest.WaitFor(t, time.Minute, "the relay streams again", func() bool { code, _ := readyz(t, addr); return code == http.StatusOK })
-			if code := p.stop(t, syscall.SIGTERM); code != 0 {
-				t.Fatalf("exit %d\n%s", code, p.stderr.String())
-			}
-		})
+	waitLine(t, lines, "cannot reconnect to the database; retrying")
+	relaytest.WaitFor(t, time.Minute, "/readyz names the cause", func() bool {
+		code, body := readyz(t, addr)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "pg_hba.conf") && strings.Contains(body, "28000")
+	})
+	hba.restore() // fixed: the relay streams again by itself
+	relaytest.WaitFor(t, time.Minute, "the relay streams again", func() bool { code, _ := readyz(t, addr); return code == http.StatusOK })
+	if code := p.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.stderr.String())
 	}
 }
 
