@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 )
 
 // Config configures a Stream.
@@ -63,6 +65,12 @@ type Config struct {
 	// see docs/reference/metrics.md). If nil, they are registered nowhere. Wrap it with
 	// prometheus.WrapRegistererWith to label one stream's series among several.
 	Registerer prometheus.Registerer
+	// ExitOnConfigError ends Run with a reconnect that fails for a reason in the configuration:
+	// the database or the role does not exist, the password is wrong, the role may not connect,
+	// the host name does not resolve, TLS the server does not offer or a certificate it cannot
+	// verify, or a connection refused for a minute. If false (the default) such a failure is
+	// retried like an outage, and each attempt's log line names its cause and its fix.
+	ExitOnConfigError bool
 }
 
 func (c *Config) defaults() {
@@ -96,7 +104,8 @@ type Stream struct {
 	mu         sync.Mutex // guards waitErr and standingBy, which State reads
 	waitErr    error
 	standingBy bool
-	move       *Move // the move under way (Config.Move) until it is done; only Run's goroutine uses it
+	move       *Move          // the move under way (Config.Move) until it is done; only Run's goroutine uses it
+	watch      diagnose.Watch // tells a reconnect's configuration error from an outage; only Run's goroutine uses it
 }
 
 // Streaming reports whether the stream holds the slot and is connected.
@@ -201,8 +210,17 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 			return 0, err
 		}
 	}
+	config := s.watch.Config(err)
+	p, diagnosed := diagnose.Connect(err)
+	if diagnosed = diagnosed && p.Kind != diagnose.Outage; diagnosed {
+		err = p // the state and the log say the cause and the fix, not every attempt pgconn made
+	}
 	s.setWaiting(false, err)
 	switch {
+	case diagnosed && config && s.cfg.ExitOnConfigError:
+		s.log.Error().Str("cause", p.Cause).Str("fix", p.Fix).Str("database", p.Addr).Str("slot", s.cfg.Slot).
+			Msg("cannot reconnect to the database: a configuration error; stopping")
+		return 0, err
 	case errors.Is(err, errSlotActive):
 		s.setWaiting(true, nil)
 		if !s.standby {
@@ -225,8 +243,23 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Dur("retry_in", wait).Msg("cannot stream: a server limit is reached")
 		return wait, nil
 	}
+	if diagnosed && p.Fix != "" {
+		s.logDiagnosed(p, config, wait)
+		return wait, nil
+	}
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
+}
+
+// logDiagnosed logs a reconnect that failed for a diagnosed reason, with its cause and fix: an
+// error when it is a configuration error, a warning while it may be an outage.
+func (s *Stream) logDiagnosed(p *diagnose.Problem, config bool, wait time.Duration) {
+	ev := s.log.Warn()
+	if config {
+		ev = s.log.Error()
+	}
+	ev.Str("cause", p.Cause).Str("fix", p.Fix).Str("database", p.Addr).Dur("retry_in", wait).
+		Msg("cannot reconnect to the database; retrying")
 }
 
 // ErrDecode is wrapped when a message from the slot cannot be turned into events: the outbox

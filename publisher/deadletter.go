@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -153,7 +154,7 @@ func (p *Publisher) abandon(ctx context.Context, it *item, o Result) {
 	reason := o.Reason()
 	if p.cfg.Store != nil {
 		rec, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := p.cfg.Store.Abandoned(rec, m, it.attempt, reason); err != nil {
+		if err := recordAbandoned(rec, p.cfg.Store, m, it.attempt, reason); err != nil {
 			p.log.Warn().Err(err).Str("event_id", m.ID).Msg("recording an abandoned shadow event failed")
 		}
 		cancel()
@@ -164,4 +165,23 @@ func (p *Publisher) abandon(ctx context.Context, it *item, o Result) {
 		Msg("shadow delivery abandoned after its last attempt; the event is settled, nothing is parked")
 	p.sched.done(it)
 	p.settle(it)
+}
+
+// recordAbandoned records an abandoned shadow event, again while its row is not visible yet
+// (errNotVisible: the stream can hand over a transaction a moment before its commit is visible
+// to other sessions, longer on a loaded server), until ctx ends.
+func recordAbandoned(ctx context.Context, store Store, m *envelope.Message, attempt int, reason string) error {
+	wait := 20 * time.Millisecond
+	for {
+		err := store.Abandoned(ctx, m, attempt, reason)
+		if !errors.Is(err, errNotVisible) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }

@@ -305,13 +305,21 @@ func (s *scheduler) isRetired() bool {
 }
 
 // undelivered returns how many events the lane holds (queued, in flight, waiting for a retry)
-// and the commit time of the oldest of the heads (zero when none is known).
+// and the commit time of the oldest of the heads (zero when none is known). An event read back
+// from the endpoint's backlog has no commit time: its row's created_at (its transaction's
+// start, a little earlier) stands in, so that an endpoint owed events for hours says so
+// (outbox_relay_endpoint_oldest_undelivered_seconds, which an alert reads).
 func (s *scheduler) undelivered() (n int, oldest time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, q := range s.keys {
 		n += q.len()
-		if t := q.peek().tx.CommitTime; !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
+		head := q.peek()
+		t := head.tx.CommitTime
+		if t.IsZero() && head.m != nil {
+			t = head.m.CreatedAt
+		}
+		if !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
 			oldest = t
 		}
 	}

@@ -23,6 +23,7 @@ import (
 // confirm violations). Here the relay process is SIGKILLed with the attempt hanging; the next
 // relay then delivers both events, in order.
 func TestSpillWritesNothingPastAnAttemptUnderWay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	hung := newPartner(t, "hung", func(string, string, string) bool { return true })

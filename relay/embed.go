@@ -83,8 +83,11 @@ func (rl *Relay) Run(ctx context.Context) error {
 	err = rl.r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
 		// A start-up step (the checks, a slot, a lookup of a component) was cut short by the
-		// stop: nothing was lost, and the next start redoes it.
-		cfg.Logger.Info().Err(err).Msg("stopped during start-up")
+		// stop: nothing was lost, and the next start redoes it. A nil error was a stop the
+		// runner already reported.
+		if err != nil {
+			cfg.Logger.Info().Err(err).Msg("stopped during start-up")
+		}
 		return nil
 	}
 	return err

@@ -73,6 +73,7 @@ func (o *operatorEvents) configure(cfg *Config) {
 // row saying for how long and with which error; the others keep delivering, and the operator's
 // webhook gets a signed endpoint.disabled.
 func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
 	up := newPartner(t, "up", func(string, string, string) bool { return true })
@@ -121,6 +122,7 @@ func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
 // An endpoint that fails ten times and more, opening its breaker, then delivers again: the
 // operator's webhook gets endpoint.recovered, with when it began failing and how many failed.
 func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
 	e.addPartner(flaky, endpoints.Endpoint{})
@@ -156,6 +158,7 @@ func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
 // it counting from then (its reason and event name the time from before the restart), not from
 // its own start.
 func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
 	e.addPartner(down, endpoints.Endpoint{})
@@ -204,6 +207,7 @@ func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
 // An endpoint that answers 410 Gone is disabled at once, as before, and the relay that got the
 // 410 tells the operator's webhook with endpoint.disabled.
 func TestEndpointGoneIsReportedToTheOperator(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	gone := newPartner(t, "gone", func(string, string, string) bool { return true })
 	e.addPartner(gone, endpoints.Endpoint{})
@@ -225,6 +229,7 @@ func TestEndpointGoneIsReportedToTheOperator(t *testing.T) {
 
 // The operator's webhook needs an absolute http(s) URL and a secret; New refuses a half.
 func TestOperatorWebhookSettingsAreChecked(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ url, secret, want string }{
 		{"", "s3cret", "without its URL"},
 		{"http://ops.example/hook", "", "needs a signing secret"},

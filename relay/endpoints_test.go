@@ -106,6 +106,7 @@ func first(s []string) []string { return s[:min(len(s), 3)] }
 // nothing committed after its removal; all of it without restarting the relay, and with one
 // walsender.
 func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := newPartner(t, "acme", func(tenant, _, ev string) bool { return tenant == "t1" && strings.HasPrefix(ev, "order.") })
 	b := newPartner(t, "all", func(string, string, string) bool { return true })
@@ -157,7 +158,8 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 	waitPartners(t, a, b, c, d)
 
 	var senders int
-	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_replication WHERE application_name <> 'walreceiver'`).
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_activity a USING (pid)
+		WHERE a.datname = current_database() AND r.application_name <> 'walreceiver'`).
 		Scan(&senders); err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +178,7 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 // recovers it gets everything, in order. An endpoint that answers 410 Gone is disabled (its row
 // says why) and gets nothing more, while the others go on.
 func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
+	// Not parallel: compares the slot's confirmed position with the cluster's WAL position, which other tests move while they run.
 	e := newEnv(t)
 	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
 	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
@@ -249,6 +252,7 @@ func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
 // committed after it (the versions log, not the table as it is now, says what was subscribed
 // when), and the endpoint that failed gets everything, in order.
 func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
 	held := newPartner(t, "held", func(string, string, string) bool { return true })
@@ -298,6 +302,7 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 // event of the aggregate; the rejecting endpoint gets the aggregate's later events only after
 // a replay names it (pipeline "default/<endpoint>"), then all of them in order.
 func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fine := newPartner(t, "fine", func(string, string, string) bool { return true })
 	picky := newPartner(t, "picky", func(string, string, string) bool { return true })
@@ -358,6 +363,7 @@ func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
 // An endpoint's rate limit bounds the requests it gets in any one second, and its in-flight cap
 // the requests under way at once; another endpoint meanwhile gets its events at full speed.
 func TestEndpointRateLimitAndInFlightCap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	slow := newPartner(t, "limited", func(string, string, string) bool { return true })
 	capped := newPartner(t, "capped", func(string, string, string) bool { return true })
@@ -400,6 +406,7 @@ func TestEndpointRateLimitAndInFlightCap(t *testing.T) {
 // --endpoint-metrics-max troubled endpoints plus the ones asked for by name; the aggregate
 // series count all of them.
 func TestEndpointSeriesStayBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recv := relaytest.NewReceiver("shared-secret-0123456789")
 	t.Cleanup(recv.Close)
@@ -473,6 +480,7 @@ func gaugeValue(g prometheus.Gatherer, name string) float64 {
 // history of its subscription, from before it existed: the rows of the range its subscription
 // takes, in order per aggregate, and nothing to any other endpoint.
 func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
 	e.addPartner(all, endpoints.Endpoint{})
@@ -510,6 +518,7 @@ func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
 // A pipeline that starts with no endpoint at all: the first endpoint, added while the relay is
 // stopped, gets only what is committed after it once the relay is back.
 func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.start(endpointsConfig)
 	e.write("a", tenantEvents{"", "order", "order.created", 3, 2}, nil)
@@ -530,6 +539,7 @@ func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
 // the signature with it). Without the key, the endpoint's attempts fail with the fix, and its
 // events wait.
 func TestSealedEndpointSecretSignsAndIsNotStoredInClear(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const keys = "q2Jx1b8m3JtH3kq6q0mF0vQG7w0xY2l3cS9kzYy0d1E=" // 32 bytes in base64
 	sealer, err := endpoints.NewSealer(keys)
@@ -571,6 +581,7 @@ func TestSealedEndpointSecretSignsAndIsNotStoredInClear(t *testing.T) {
 // URL is the relay's own metrics address, or a metadata address, is never dialled; its attempts
 // fail saying why, and the other endpoints go on.
 func TestGuardRefusesToDialTheRelaysOwnAndMetadataAddresses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "ok", func(string, string, string) bool { return true })
 	e.addPartner(ok, endpoints.Endpoint{})
@@ -602,6 +613,7 @@ func TestGuardRefusesToDialTheRelaysOwnAndMetadataAddresses(t *testing.T) {
 // in CloudEvents binary mode gets requests that verify with its whsec_ secret (and only it), while
 // an x-signature endpoint in raw format beside it keeps its own.
 func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	key, err := signature.DecodeWhsec(whsec)
@@ -652,6 +664,7 @@ func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
 // batch_max_events, in order per aggregate, while an endpoint beside it gets one event per
 // request.
 func TestEndpointBatches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	batched := newPartner(t, "batched", func(string, string, string) bool { return true })
 	single := newPartner(t, "single", func(string, string, string) bool { return true })
@@ -693,18 +706,14 @@ func TestEndpointBatches(t *testing.T) {
 // from its own slot, so each endpoint gets every event it subscribes to, in order per aggregate,
 // and a shard's dead letters and replays name the shard's lane ("default_s0of2/<endpoint>").
 func TestShardedPipelineWithEndpoints(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := newPartner(t, "a", func(string, string, string) bool { return true })
 	b := newPartner(t, "b", func(tenant, _, _ string) bool { return tenant == "t1" })
 	e.addPartner(a, endpoints.Endpoint{})
 	e.addPartner(b, endpoints.Endpoint{TenantID: "t1"})
 	e.startNoWait(func(cfg *Config) { endpointsConfig(cfg); cfg.Shards = 2 })
-	waitFor(t, 30*time.Second, "both shards' slots", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`,
-			e.slot+"_s%of2").Scan(&n)
-		return n == 2
-	})
+	waitFor(t, 30*time.Second, "both shards' slots", func() bool { return e.countReadySlots(e.slot+"_s%of2") == 2 })
 	live := []*partner{a, b}
 	e.write("s1", tenantEvents{"t1", "order", "order.created", 20, 3}, live)
 	e.write("s2", tenantEvents{"t2", "order", "order.created", 20, 3}, live)
@@ -723,6 +732,7 @@ func TestShardedPipelineWithEndpoints(t *testing.T) {
 // with their attempts not counted; the endpoint beside it is not slowed; the first probe that
 // succeeds closes the breaker and everything goes, in order.
 func TestEndpointCircuitBreaker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
 	up := newPartner(t, "up", func(string, string, string) bool { return true })
@@ -758,6 +768,7 @@ func TestEndpointCircuitBreaker(t *testing.T) {
 // An endpoint's batch_linger_ms: a batch that is not full waits that long for more events, so a
 // burst committed one transaction at a time goes out together, not one request per event.
 func TestEndpointBatchLinger(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := newPartner(t, "lingering", func(string, string, string) bool { return true })
 	e.addPartner(p, endpoints.Endpoint{BatchMaxEvents: 50, BatchLinger: 400 * time.Millisecond})

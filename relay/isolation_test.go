@@ -97,6 +97,7 @@ func (e *env) lag() (retained, current int64) {
 // after the thaw the blacked-out endpoint receives every event, in order per aggregate, and its
 // backlog empties.
 func TestEndpointBlackoutSpillsAndRejoins(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	partners := make([]*partner, 20)
 	for i := range partners {
@@ -177,6 +178,7 @@ func (e *env) endpointsProcess(args ...string) *exec.Cmd {
 // the next process drains the rest; the endpoint still receives every event, in order per
 // aggregate (first deliveries), and the backlog empties; the others lose nothing either.
 func TestEndpointBacklogDrainSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	partners := make([]*partner, 5)
 	for i := range partners {
@@ -187,11 +189,7 @@ func TestEndpointBacklogDrainSurvivesSIGKILL(t *testing.T) {
 	victim, others := partners[0], partners[1:]
 	args := []string{"--spill-after", "1s", "--status-interval", "500ms"}
 	cmd := e.endpointsProcess(args...)
-	waitFor(t, 30*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
+	e.waitSlot()
 	victim.recv.Hang()
 	e.write("big", tenantEvents{"t0", "order", "order.created", 40, 50}, partners)
 	for i := range others {

@@ -12,6 +12,7 @@ import (
 // flags and YAML) links nats.go and franz-go. The CLI's links are the control: the check sees
 // them where they are.
 func TestRelayLinksNoBrokerClient(t *testing.T) {
+	t.Parallel()
 	deps := func(pkg string) []string {
 		out, err := exec.Command("go", "list", "-deps", pkg).Output()
 		if err != nil {

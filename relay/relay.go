@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
@@ -201,6 +202,14 @@ type Config struct {
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
+	// ExitOnConfigError makes Run return, at start and while streaming, when the database
+	// cannot be reached for a reason in the configuration: the database or the role does not
+	// exist, the password is wrong, the role may not connect, the host name does not resolve,
+	// the connection requires TLS the server does not offer (or a certificate it cannot
+	// verify), or the connection has been refused for a minute (--exit-on-config-error, for a
+	// supervisor that restarts and alerts). False: the relay keeps retrying, as for an outage,
+	// logging the cause and the fix at every attempt, and /readyz answers 503 with the same.
+	ExitOnConfigError bool
 }
 
 // newDestination opens the pipeline's destination (p.Destination, or the webhook of WebhookURL
@@ -304,17 +313,18 @@ func AttemptsForADay(lo, hi time.Duration) int { return settings.AttemptsForADay
 func (r *runner) checks(ctx context.Context) (Config, error) {
 	cfg := r.cfg
 	var err error
-	if cfg.Schema, err = resolveSchemaWithRetry(ctx, cfg); err != nil {
+	report := notReady(cfg.Logger, r.starts...) // each pipeline's /readyz says why too
+	if cfg.Schema, err = resolveSchemaWithRetry(ctx, cfg, report); err != nil {
 		return cfg, err
 	}
 	pipes := make([]Pipeline, len(r.starts))
 	for i, s := range r.starts {
 		pipes[i] = s.p
 	}
-	if err := validateFiltersWithRetry(ctx, cfg, pipes); err != nil {
+	if err := validateFiltersWithRetry(ctx, cfg, pipes, report); err != nil {
 		return cfg, err
 	}
-	return cfg, checkShardCountsWithRetry(ctx, cfg, pipes) // a stop meanwhile: runPipelines ends cleanly
+	return cfg, checkShardCountsWithRetry(ctx, cfg, pipes, report) // a stop meanwhile: runPipelines ends cleanly
 }
 
 // named prefixes err with the pipeline's name when the pipelines come from Config.Pipelines
@@ -336,18 +346,19 @@ func (c *Config) pipelineLogger(p Pipeline) zerolog.Logger {
 
 // validateFiltersWithRetry has PostgreSQL check every pipeline's row filter, waiting for a
 // database that is not reachable yet; a refused filter is permanent.
-func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline) error {
+func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline, report func(error, time.Duration)) error {
 	filters := map[string]string{}
 	for _, p := range pipes {
 		filters[p.Name] = p.Filter
 	}
+	gate := newConfigGate(cfg)
 	return retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		_, err := cdc.ValidateFilters(ctx, cfg.DSN, cfg.Schema, filters)
 		if errors.Is(err, cdc.ErrFilter) {
 			return retry.Stop(err)
 		}
-		return stopIfPermanent(err)
-	}, notReady(cfg.Logger))
+		return gate.check(err)
+	}, report)
 }
 
 // stoppedDuringStartup reports whether ctx ended (SIGINT or SIGTERM) while a start-up step was
@@ -386,6 +397,9 @@ func permanent(err error) bool {
 		if errors.Is(err, target) {
 			return true
 		}
+	}
+	if _, ok := diagnose.Connect(err); ok {
+		return false // a failed connection is retried, or not, by its diagnosis (configGate)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -478,7 +492,8 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	}
 	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication, Schema: cfg.Schema,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
+		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move,
+		ExitOnConfigError: cfg.ExitOnConfigError}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
 	mc := publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema}

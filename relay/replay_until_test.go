@@ -93,6 +93,7 @@ func requireExactly(t *testing.T, who string, want relaytest.Result, ds []relayt
 // subscribed to; with their original ids, in order per aggregate; and nothing to the other
 // endpoint.
 func TestEndpointReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
 	e.addPartner(all, endpoints.Endpoint{})
@@ -114,6 +115,7 @@ func TestEndpointReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
 // The same range replayed to a pipeline's destination: exactly the events created in
 // [since, until), again, in order per aggregate.
 func TestReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start(nil)
 	w := e.writeAcrossRange()

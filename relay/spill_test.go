@@ -68,6 +68,7 @@ func (e *env) startEndpointsProcess(stderr io.Writer, flags ...string) *exec.Cmd
 // restarted meanwhile still has the backlog; when the endpoint answers again it receives every
 // event in order per aggregate, from the backlog and then live, and the backlog empties.
 func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok, bad, failing := e.healthyAndFailing(http.StatusInternalServerError)
 	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
@@ -94,6 +95,18 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 		confirmed, _ := e.slotLSNs()
 		return confirmed >= owed && e.backlogCount(bad.id) == 100
 	})
+	// What the endpoint alerts read (deploy/prometheus/alerts.yml): the failing endpoint's own
+	// series say that it fails, what its backlog holds and the age of the oldest event it is
+	// owed, which it reads back from the backlog while it retries; the healthy one, not in
+	// trouble, has none.
+	waitFor(t, 30*time.Second, "the failing endpoint's series", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) > 0 &&
+			r.metric(t, "outbox_relay_endpoint_backlog", "endpoint", bad.id) > 0 &&
+			r.metric(t, "outbox_relay_endpoint_oldest_undelivered_seconds", "endpoint", bad.id) > 0
+	})
+	if v := r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", ok.id); v != -1 {
+		t.Errorf("the healthy endpoint exports failures in a row (%v): only the endpoints in trouble have series", v)
+	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +117,9 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 	failing.Store(false)
 	waitPartners(t, ok, bad)
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+	waitFor(t, 30*time.Second, "the recovered endpoint's series gone (its alerts resolve)", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) == -1
+	})
 	// Rejoined: later events go live.
 	e.write("d", tenantEvents{"", "order", "order.created", 10, 5}, live)
 	waitPartners(t, ok, bad)
@@ -119,6 +135,7 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 // (the slot confirms past them), it is sent nothing committed while it is disabled, and once it
 // is enabled it receives the kept events in order, then what is committed after.
 func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok, bad, failing := e.healthyAndFailing(http.StatusServiceUnavailable)
 	r := e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 }) // no spill but the disable's
@@ -142,11 +159,15 @@ func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
 	waitPartners(t, ok, bad)
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+	waitFor(t, 30*time.Second, "the recovered endpoint's series gone (its alerts resolve)", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) == -1
+	})
 }
 
 // An endpoint's spill_after_ms wins over the pipeline's spill_after: with the pipeline's an
 // hour, the endpoint whose row says 300ms spills, and the other failing one holds its events.
 func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	quick := newPartner(t, "quick", func(string, string, string) bool { return true })
 	slow := newPartner(t, "slow", func(string, string, string) bool { return true })
@@ -169,6 +190,7 @@ func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
 // drains its backlog and rejoins the stream: nothing is lost for either endpoint, and each gets
 // every aggregate's events in order (first deliveries).
 func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "steady", func(string, string, string) bool { return true })
 	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
@@ -249,6 +271,7 @@ func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
 // restarted relay buffers one event: reading stops at it), while the paused endpoint spilled
 // an event from before its pause and those after it.
 func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	holder := newPartner(t, "holder", func(_, aggType, _ string) bool { return aggType == "hold" })
 	paused := newPartner(t, "paused", func(_, aggType, _ string) bool { return aggType != "hold" })
@@ -317,6 +340,7 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 // later one; a relay that starts again with the slot past that version must still find the
 // backlog it spilled and deliver it.
 func TestBacklogOfAnEndpointAddedWhileRunningSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "first", func(string, string, string) bool { return true })
 	e.addPartner(ok, endpoints.Endpoint{})

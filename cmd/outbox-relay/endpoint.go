@@ -70,7 +70,7 @@ func oneID(cmd *cobra.Command, args []string) error {
 func addEndpointCommon(fs *pflag.FlagSet) {
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
-	fs.Bool("json", false, "print the result as JSON (the table's column names; see docs/guides/endpoints.md)")
+	fs.Bool("json", false, "print the result as JSON (the table's column names; see docs/guides/endpoints-managing.md)")
 }
 
 // addSecretsKeyFlag adds the flag of the commands that write secrets.
@@ -180,7 +180,7 @@ func readSecretsKeys(fs *pflag.FlagSet) (text, from string, err error) {
 func warnClear(cmd *cobra.Command, eps endpoints.Store) {
 	if eps.Sealer == nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: no secrets key (OUTBOX_RELAY_SECRETS_KEY or --secrets-key-file): "+
-			"the secret is stored in clear in outbox_endpoints (docs/guides/endpoints.md, Secrets)")
+			"the secret is stored in clear in outbox_endpoints (docs/guides/endpoints-secrets.md, Secrets)")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/endpoints"
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // endpointJSON is an endpoint in --json output: the table's column names, the secrets as
@@ -153,11 +154,12 @@ func printEndpoint(w io.Writer, e endpoints.Endpoint) {
 	line("format", e.Format)
 	line("batch", fmt.Sprintf("%d events, %d bytes, linger %s", e.BatchMaxEvents, e.BatchMaxBytes, e.BatchLinger))
 	line("rate limit", limit(e.RateLimit, "/s", "none"))
-	line("max in flight", limit(e.MaxInFlight, "", "the pipeline's"))
+	line("max in flight", limit(e.MaxInFlight, "", fmt.Sprintf("%d (the default; the pipeline's --max-in-flight is the pool "+
+		"all its endpoints share)", settings.EndpointMaxInFlight)))
 	if e.SpillAfter > 0 {
 		line("spill after", e.SpillAfter.String())
 	} else {
-		line("spill after", "the pipeline's")
+		line("spill after", fmt.Sprintf("the pipeline's --spill-after (%s unless set)", settings.EndpointSpillAfter))
 	}
 	if e.AllowPrivateURL {
 		line("url guard", "off for this endpoint (--allow-private-url)")

@@ -117,15 +117,16 @@ func (l *endpointLister) page(page []endpoints.Endpoint) error {
 	}
 	tw := tabwriter.NewWriter(l.w, 0, 4, 2, ' ', 0)
 	if l.count == 0 && len(page) > 0 {
-		fmt.Fprintln(tw, "ID\tSTATE\tTENANT\tEVENT TYPES\tSECRETS\tURL")
+		fmt.Fprintln(tw, "ID\tSTATE\tTENANT\tEVENT TYPES\tAGGREGATE TYPES\tSCHEME\tFORMAT\tSECRETS\tURL")
 	}
 	for _, e := range page {
 		var fps []string
 		for _, s := range e.Secrets {
 			fps = append(fps, or(s.Fingerprint, "?"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.State, or(e.TenantID, "-"), oneLine(strings.Join(e.EventTypes, ","), 40),
-			strings.Join(fps, ","), e.URL)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.State, or(e.TenantID, "-"),
+			oneLine(strings.Join(e.EventTypes, ","), 40), oneLine(or(strings.Join(e.AggregateTypes, ","), "*"), 40),
+			e.Scheme, or(e.Format, "raw"), strings.Join(fps, ","), e.URL)
 		l.count++
 	}
 	return tw.Flush()

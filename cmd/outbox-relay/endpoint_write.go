@@ -20,7 +20,8 @@ import (
 // addEndpointFields adds the flags of an endpoint's writable fields. On update only the flags
 // given change anything; the defaults shown are add's.
 func addEndpointFields(fs *pflag.FlagSet, add bool) {
-	fs.String("url", "", "the partner's absolute https:// URL (required for add)")
+	fs.String("url", "", "the partner's absolute URL, https:// (or http://, for a partner on a private network or a test; "+
+		"the URL guard applies to both) (required for add)")
 	fs.String("tenant", "", "receive only this tenant's events (outbox.Event.TenantID); left out: every tenant's events")
 	fs.String("event-types", "*", "comma-separated patterns: order.created, order.* (every type starting with order.), * (all)")
 	fs.String("aggregate-types", "", "comma-separated aggregate types to receive; empty: every type")

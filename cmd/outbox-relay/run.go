@@ -83,6 +83,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "backfill")
 	addSetting(fs, "no-backfill")
 	addSetting(fs, "recreate-slot")
+	addSetting(fs, "exit-on-config-error")
 	addSetting(fs, "log-payloads")
 	addFailoverFlags(fs) // failover.go
 	addDeliveryFlags(fs)
@@ -226,6 +227,7 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	}
 	cfg.NoBackfill = noBackfill || !backfill
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
+	cfg.ExitOnConfigError, _ = fs.GetBool("exit-on-config-error")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
 		return cfg, err
@@ -325,6 +327,7 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	cfg.Retention, _ = fs.GetDuration("retention")
 	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
+	cfg.ExitOnConfigError, _ = fs.GetBool("exit-on-config-error")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
 		return cfg, err
@@ -439,7 +442,7 @@ func tuneGC(cfg relay.Config, log zerolog.Logger) {
 		limit = hard / 10 * 9
 		log.Warn().Int64("wanted_mib", sized>>20).Int64("cgroup_memory_max_mib", hard>>20).
 			Msg("the pipelines' buffers, once full, may not fit in the container's memory: raise its memory limit " +
-				"to the wanted size, or lower max_buffered_bytes (docs/operations.md, Memory)")
+				"to the wanted size, or lower max_buffered_bytes (docs/operations/starting.md, Memory)")
 	}
 	debug.SetMemoryLimit(limit)
 	log.Info().Int64("soft_limit_mib", limit>>20).

@@ -111,6 +111,31 @@ func CountReplay(ctx context.Context, db DB, s string, r ReplayRange) (ReplayCou
 	return c, nil
 }
 
+// ReplayGroup is how many rows of a replay range have one tenant ("" for none), event type and
+// aggregate type: Events delivered, dead-lettered or parked, Pending not delivered yet.
+type ReplayGroup struct {
+	TenantID, EventType, AggregateType string
+	Events, Pending                    int64
+}
+
+// CountReplayGroups counts what r selects in schema s by tenant, event type and aggregate type,
+// so that a caller can count what one endpoint's subscription takes of the range with the
+// relay's own matcher. One scan of the range, as CountReplay's; one row per distinct triple.
+func CountReplayGroups(ctx context.Context, db DB, s string, r ReplayRange) ([]ReplayGroup, error) {
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT coalesce(tenant_id, ''), event_type, aggregate_type,
+		count(*) FILTER (WHERE status <> 'pending'), count(*) FILTER (WHERE status = 'pending')
+		FROM {outbox_events} WHERE `+sinceFilter+`
+		GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`), r.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("count rows to replay by subscription: %w", err)
+	}
+	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ReplayGroup])
+	if err != nil {
+		return nil, fmt.Errorf("count rows to replay by subscription: %w", err)
+	}
+	return groups, nil
+}
+
 // RecordReplay records a replay --since request of pipeline over r, re-sending total rows, at the
 // current WAL insert position, and returns its id.
 func RecordReplay(ctx context.Context, db DB, s, pipeline string, r ReplayRange, total int64) (int64, error) {

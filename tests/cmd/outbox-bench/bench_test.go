@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
 // TestMain lets the test binary stand in for outbox-bench when the suite starts its receiver
@@ -26,6 +28,7 @@ func TestSuiteSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, builds the relay and runs every row: skipped with -short")
 	}
+	pgtest.Long(t) // about two minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
