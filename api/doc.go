@@ -47,5 +47,6 @@
 // # The document
 //
 // GET /api/v1/openapi.json (OpenAPI) is the OpenAPI 3.1 description of every route, and the
-// source of docs/reference/api.md.
+// source of the reference pages (docs/reference/api.md, an index, and docs/reference/api/: a
+// page per tag and one of the schemas).
 package api

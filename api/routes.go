@@ -7,7 +7,7 @@ import (
 
 // openAPI is the API's OpenAPI 3.1 document: the one description of every route, served at
 // GET /api/v1/openapi.json, validated and checked against every answer of the tests
-// (tests/api), and the source of docs/reference/api.md.
+// (tests/api), and the source of the reference pages (docs/reference/api.md and api/).
 //
 //go:embed openapi.json
 var openAPI []byte
