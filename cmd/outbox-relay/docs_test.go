@@ -146,7 +146,7 @@ func TestDocsBlocksRunOrSayWhyNot(t *testing.T) {
 		ran += len(run)
 		t.Run(strings.ReplaceAll(page, "/", "_"), func(t *testing.T) {
 			dsn, pool := relaytest.MigratedDB(t)
-			if port, ok := pagePorts[page]; ok {
+			for _, port := range pagePorts[page] {
 				holdPort(t, port)
 			}
 			dir := t.TempDir() // the page's blocks share it, as a reader's terminal does
@@ -211,9 +211,9 @@ func runDocBlock(t *testing.T, b docBlock, bin, dir, dsn string, pool *pgxpool.P
 }
 
 // pagePorts are the fixed local ports a page's blocks listen on (the tutorial's partner, whose
-// URL its SQL names): the page's run holds a lock per port, so that two test runs on one machine
-// (two worktrees, say) take turns instead of failing to bind.
-var pagePorts = map[string]int{"docs/tutorial-partners.md": 8473}
+// URL its SQL names, and its API): the page's run holds a lock per port, so that two test runs on
+// one machine (two worktrees, say) take turns instead of failing to bind.
+var pagePorts = map[string][]int{"docs/tutorial-partners.md": {8473, 8474}}
 
 // holdPort takes an exclusive lock on a file named for port until the test ends.
 func holdPort(t *testing.T, port int) {
@@ -291,6 +291,7 @@ var docChecks = map[string]func(*testing.T, *pgxpool.Pool){
 			t.Fatalf("the tutorial's delivery log: %d attempts answered 503, %d deliveries (%v); want some 503s and 3 deliveries",
 				failed503, delivered, err)
 		}
+		checkTutorialAPI(t, pool)
 	},
 	"docs/guides/endpoints.md": func(t *testing.T, pool *pgxpool.Pool) {
 		// The endpoint added by plain SQL is one the relay accepts, enabled again, and the
@@ -322,6 +323,29 @@ var docChecks = map[string]func(*testing.T, *pgxpool.Pool){
 			t.Fatalf("after the endpoints guide's SQL: %d events of tenant acme (%v), want 1", n, err)
 		}
 	},
+}
+
+// checkTutorialAPI asserts what the tutorial's API and portal step left: an endpoint of tenant
+// acme created with its tenant token (so marked deny_private, and in the audit as the tenant's),
+// which got the invoice and nothing else, and a portal session its link opened.
+func checkTutorialAPI(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	var tenant string
+	var denyPrivate bool
+	var audited, delivered, sessions int
+	if err := pool.QueryRow(ctx, `SELECT tenant_id, deny_private,
+		(SELECT count(*) FROM outbox_api_audit WHERE endpoint_id = 'acme-invoices' AND action = 'endpoint.create'
+			AND actor_kind = 'tenant' AND actor = 'acme'),
+		(SELECT coalesce(sum(cardinality(event_ids)), 0) FROM outbox_deliveries WHERE endpoint_id = 'acme-invoices'),
+		(SELECT count(*) FROM outbox_portal_sessions WHERE kind = 'tenant' AND principal = 'acme')
+		FROM outbox_endpoints WHERE id = 'acme-invoices'`).Scan(&tenant, &denyPrivate, &audited, &delivered, &sessions); err != nil {
+		t.Fatalf("the tutorial's endpoint made through the API: %v", err)
+	}
+	if tenant != "acme" || !denyPrivate || audited != 1 || delivered != 1 || sessions != 1 {
+		t.Fatalf("the tutorial's acme-invoices: tenant %q, deny_private %v, %d audit records of its creation by tenant acme, "+
+			"%d deliveries, %d portal sessions of acme; want acme, true, 1, 1 (the invoice), 1", tenant, denyPrivate, audited, delivered, sessions)
+	}
 }
 
 // The parser finds what a reader sees as blocks, with their info strings, and the not-run
