@@ -56,6 +56,7 @@ func apiCall(t *testing.T, srv *httptest.Server, method, path string, body any, 
 // from the commit of its creation: nothing committed before it, everything of its
 // subscription after, in order per aggregate, signed with its own secret.
 func TestEndpointCreatedThroughTheAPIGetsWhatSQLWould(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	srv := e.apiServer()
 	bySQL := newPartner(t, "by-sql", func(tenant, _, ev string) bool { return tenant == "t1" && ev == "order.created" })
@@ -94,6 +95,7 @@ func TestEndpointCreatedThroughTheAPIGetsWhatSQLWould(t *testing.T) {
 // waiting; the resent copy arrives after it, not before; GET /requests/{id} follows the
 // request to done.
 func TestResendThroughTheAPIKeepsTheAggregatesOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	srv := e.apiServer()
 	p := newPartner(t, "p", func(string, string, string) bool { return true })

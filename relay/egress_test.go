@@ -37,6 +37,7 @@ func (e *env) lastError(id string) string {
 // name resolving to the same address is reached (the positive control). Under
 // --egress-deny-private the operator's is refused too, and --egress-allow admits it again.
 func TestEgressGuardAtDialTime(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	tenant := newPartner(t, "tenant", func(string, string, string) bool { return true })
@@ -84,6 +85,7 @@ func TestEgressGuardAtDialTime(t *testing.T) {
 // beside it is disabled after the same time (the positive control). Given the credentials in
 // --egress-proxy, it delivers everything, in order, through the proxy.
 func TestEgressProxyFailureIsNotCountedAgainstTheEndpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	viaProxy := newPartner(t, "proxied", func(string, string, string) bool { return true })
