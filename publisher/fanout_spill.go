@@ -98,7 +98,10 @@ const (
 	// backlogTick is how often the backlog loop writes, reads and deletes; spillCheck is how
 	// often it looks for endpoints to spill.
 	backlogTick = 50 * time.Millisecond
-	spillCheck  = time.Second
+	// backlogInvisible is how long a lane waits for an entry's event to become visible (see
+	// readPage) before it takes the event for deleted and skips it.
+	backlogInvisible = 10 * time.Second
+	spillCheck       = time.Second
 	// spillStall is how long an endpoint holding SpillSize events must have delivered nothing
 	// for the size to spill it (a busy endpoint holds many events and delivers them).
 	spillStall = time.Second
@@ -130,6 +133,10 @@ type laneBacklog struct {
 	// entries is how many entries the backlog holds, as far as this process knows.
 	entries int64
 	removed bool
+	// invisible is the event of the next entry to read when its row was not found, and
+	// invisibleSince when that was first seen (see readPage).
+	invisible      string
+	invisibleSince time.Time
 }
 
 // backlogPage is a page read from a lane's backlog: its last position and its events not
@@ -449,7 +456,11 @@ func (l *lane) readPage(ctx context.Context, p *Publisher, after, through Backlo
 		b.mu.Unlock()
 		return
 	}
-	b.short, b.readTo = len(evs) < backlogPageSize, through
+	short := len(evs) < backlogPageSize
+	if n := b.visible(evs, time.Now()); n < len(evs) {
+		evs, short = evs[:n], false // read again from the entry whose event was not found
+	}
+	b.short, b.readTo = short, through
 	if len(evs) == 0 {
 		b.mu.Unlock()
 		return
@@ -482,6 +493,37 @@ func (l *lane) readPage(ctx context.Context, p *Publisher, after, through Backlo
 		}
 	}
 	p.settleParked(ctx, parked)
+}
+
+// visible returns how many entries of a page read at now to take: those before the first whose
+// event was not found (Message nil). The stream can hand over a transaction a moment before its
+// commit is visible to other sessions (longer on a loaded server), and an entry spilled from it
+// at once can be read in that moment: its event is read again until it shows, not skipped as
+// lost. Only when the page's first entry has not been found for backlogInvisible is it taken
+// (readPage skips it as deleted), with the entries not found right after it. b.mu is held.
+func (b *laneBacklog) visible(evs []BacklogEvent, now time.Time) int {
+	n := 0
+	if len(evs) > 0 && evs[0].Message != nil {
+		b.invisible = ""
+	}
+	if len(evs) > 0 && evs[0].Message == nil {
+		if b.invisible != evs[0].EventID {
+			b.invisible, b.invisibleSince = evs[0].EventID, now
+		}
+		if now.Sub(b.invisibleSince) < backlogInvisible {
+			return 0
+		}
+		b.invisible = ""
+		for n < len(evs) && evs[n].Message == nil {
+			n++
+		}
+	}
+	for ; n < len(evs); n++ {
+		if evs[n].Message == nil {
+			return n
+		}
+	}
+	return n
 }
 
 // trim deletes the pages read whose events are all settled, oldest first.
