@@ -59,10 +59,10 @@ type traced struct {
 
 // Send implements publisher.Destination.
 func (t *traced) Send(ctx context.Context, m *envelope.Message, attempt int) publisher.Result {
-	ctx, span, sent := t.start(ctx, m, attempt, 0)
 	began := time.Now()
+	ctx, span, sent := t.start(ctx, m, attempt, 0, began)
 	r := t.d.Send(ctx, sent, attempt)
-	finish(span, r, time.Since(began))
+	finish(span, r, began, time.Now())
 	return r
 }
 
@@ -72,14 +72,14 @@ type batchTraced struct{ *traced }
 func (t batchTraced) SendBatch(ctx context.Context, ms []*envelope.Message, attempt int) publisher.Result {
 	spans := make([]trace.Span, len(ms))
 	sent := make([]*envelope.Message, len(ms))
-	for i, m := range ms {
-		_, spans[i], sent[i] = t.start(ctx, m, attempt, len(ms))
-	}
 	began := time.Now()
+	for i, m := range ms {
+		_, spans[i], sent[i] = t.start(ctx, m, attempt, len(ms), began)
+	}
 	r := t.d.(publisher.BatchDestination).SendBatch(ctx, sent, attempt)
-	took := time.Since(began)
+	ended := time.Now()
 	for _, s := range spans {
-		finish(s, r, took)
+		finish(s, r, began, ended)
 	}
 	return r
 }
@@ -89,9 +89,10 @@ type partialTraced struct{ batchTraced }
 // PartialBatches implements publisher.PartialBatchDestination.
 func (partialTraced) PartialBatches() {}
 
-// start starts m's attempt span (batch > 0: in a batch of that many events) and returns the
-// context that holds it and the message to send: m with the span's traceparent in its headers.
-func (t *traced) start(ctx context.Context, m *envelope.Message, attempt, batch int) (context.Context, trace.Span, *envelope.Message) {
+// start starts m's attempt span at began (batch > 0: in a batch of that many events) and
+// returns the context that holds it and the message to send: m with the span's traceparent in
+// its headers.
+func (t *traced) start(ctx context.Context, m *envelope.Message, attempt, batch int, began time.Time) (context.Context, trace.Span, *envelope.Message) {
 	h := readHeaders(m.Headers)
 	parent, stored := parseTraceparent(h.parent)
 	if stored && h.state != "" {
@@ -100,7 +101,8 @@ func (t *traced) start(ctx context.Context, m *envelope.Message, attempt, batch 
 		}
 	}
 	decode, decoded := parseTraceparent(m.DecodeSpan)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(t.kind), trace.WithAttributes(t.attributes(m, attempt, batch)...)}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(t.kind), trace.WithTimestamp(began),
+		trace.WithAttributes(t.attributes(m, attempt, batch)...)}
 	switch {
 	case stored:
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
@@ -142,11 +144,11 @@ func (t *traced) attributes(m *envelope.Message, attempt, batch int) []attribute
 	return a
 }
 
-// finish ends an attempt span with what came of the attempt.
-func finish(span trace.Span, r publisher.Result, took time.Duration) {
+// finish ends an attempt span, which began at began, at ended with what came of the attempt.
+func finish(span trace.Span, r publisher.Result, began, ended time.Time) {
 	if span.IsRecording() {
 		a := []attribute.KeyValue{attribute.String(KeyResult, r.Label), attribute.Bool(KeyDelivered, r.Delivered),
-			attribute.Float64(KeyLatency, float64(took)/float64(time.Millisecond))}
+			attribute.Float64(KeyLatency, float64(ended.Sub(began))/float64(time.Millisecond))}
 		if r.Status > 0 {
 			a = append(a, attribute.Int(KeyStatusCode, r.Status))
 		}
@@ -158,5 +160,5 @@ func finish(span trace.Span, r publisher.Result, took time.Duration) {
 			span.SetStatus(codes.Error, r.Reason())
 		}
 	}
-	span.End()
+	span.End(trace.WithTimestamp(ended))
 }
