@@ -148,7 +148,9 @@ type batchDest struct {
 	send func(*envelope.Message) publisher.Result
 }
 
-func (b batchDest) Send(_ context.Context, m *envelope.Message, _ int) publisher.Result { return b.send(m) }
+func (b batchDest) Send(_ context.Context, m *envelope.Message, _ int) publisher.Result {
+	return b.send(m)
+}
 func (b batchDest) SendBatch(_ context.Context, ms []*envelope.Message, _ int) publisher.Result {
 	return b.send(ms[0])
 }
@@ -162,7 +164,9 @@ func (partialDest) PartialBatches() {}
 // plain; and without a tracer there is no decorator at all.
 func TestDecoratorKeepsWhatItWraps(t *testing.T) {
 	tr, _ := sdk(t)
-	ok := func(*envelope.Message) publisher.Result { return publisher.Result{Delivered: true, Label: publisher.ResultSuccess} }
+	ok := func(*envelope.Message) publisher.Result {
+		return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+	}
 	plain := Destination(batchDest{ok}, tr, Target{})
 	if _, isPartial := plain.(publisher.PartialBatchDestination); isPartial {
 		t.Error("a batch destination became partial")
@@ -190,7 +194,9 @@ func TestDecoratorKeepsWhatItWraps(t *testing.T) {
 // endpoint.
 func TestAttemptSpanKindAndTarget(t *testing.T) {
 	tr, rec := sdk(t)
-	ok := func(*envelope.Message) publisher.Result { return publisher.Result{Delivered: true, Label: publisher.ResultSuccess} }
+	ok := func(*envelope.Message) publisher.Result {
+		return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+	}
 	Destination(batchDest{ok}, tr, Target{Pipeline: "p", Producer: true}).Send(context.Background(), message("a", "1", nil), 1)
 	Destination(batchDest{ok}, tr, Target{Pipeline: "p", Endpoint: "acme"}).Send(context.Background(), message("b", "1", nil), 1)
 	spans := rec.Ended()
