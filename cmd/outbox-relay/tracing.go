@@ -88,13 +88,13 @@ func startTracing(ctx context.Context, fs *pflag.FlagSet, fileEndpoint, version 
 		return nil, func() {}, err
 	}
 	c.Version = version
+	// The SDK reports failed exports (and a resource it could read only in part) through
+	// otel's global error handler alone; this process is the SDK's only user.
+	otel.SetErrorHandler(otlp.ErrorHandler(log, where))
 	tp, err := otlp.Start(ctx, c)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tracing: %w", err)
 	}
-	// The SDK reports failed exports only through otel's global error handler; this process
-	// is the SDK's only user.
-	otel.SetErrorHandler(otlp.ErrorHandler(log, where))
 	protocol := c.Protocol
 	if protocol == "" {
 		protocol = otlp.ProtocolHTTPProtobuf

@@ -23,8 +23,9 @@ import (
 // Span is one span an OTLP receiver got, with its ids in lowercase hex as a traceparent
 // writes them.
 type Span struct {
-	Service              string // the resource's service.name
-	Scope                string // the instrumentation scope's name
+	Service              string         // the resource's service.name
+	Resource             map[string]any // every attribute of the resource
+	Scope                string         // the instrumentation scope's name
 	TraceID, SpanID      string
 	Parent               string // the parent span's id; empty for a root
 	Name                 string
@@ -76,9 +77,15 @@ func (s *spanStore) add(req *collector.ExportTraceServiceRequest) {
 	var got []Span
 	for _, rs := range req.GetResourceSpans() {
 		service, _ := value(attrOf(rs.GetResource().GetAttributes(), "service.name")).(string)
+		res := map[string]any{}
+		for _, kv := range rs.GetResource().GetAttributes() {
+			res[kv.GetKey()] = value(kv.GetValue())
+		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				got = append(got, decodeSpan(service, ss.GetScope().GetName(), sp))
+				s := decodeSpan(service, ss.GetScope().GetName(), sp)
+				s.Resource = res
+				got = append(got, s)
 			}
 		}
 	}

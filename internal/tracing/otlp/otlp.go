@@ -81,7 +81,8 @@ func (c Config) Check() error {
 // the sampler, limits and resource the environment gives. The provider's Shutdown exports what
 // is queued and stops it; call it once the relay has returned. A receiver that cannot be
 // reached is not an error here: its exports fail later, through otel's error handler (see
-// ErrorHandler), and the spans they carried are dropped.
+// ErrorHandler), and the spans they carried are dropped. A malformed OTEL_RESOURCE_ATTRIBUTES
+// is, naming the variable.
 func Start(ctx context.Context, c Config) (*sdktrace.TracerProvider, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
@@ -92,13 +93,13 @@ func Start(ctx context.Context, c Config) (*sdktrace.TracerProvider, error) {
 	}
 	res, err := resource.New(ctx, resource.WithAttributes(serviceAttrs(c.Version)...),
 		resource.WithTelemetrySDK(), resource.WithHost(), resource.WithFromEnv())
-	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
-		_ = exp.Shutdown(ctx)
-		return nil, fmt.Errorf("OpenTelemetry resource: %w", err)
-	}
 	if err != nil {
-		// Part of OTEL_RESOURCE_ATTRIBUTES did not parse: the rest is used.
-		otel.Handle(fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w (fix: key=value pairs, comma-separated)", err))
+		_ = exp.Shutdown(ctx)
+		if errors.Is(err, resource.ErrPartialResource) {
+			return nil, fmt.Errorf("OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES: %w (want key=value pairs, comma-separated, "+
+				"values percent-encoded)", err)
+		}
+		return nil, fmt.Errorf("OpenTelemetry resource: %w", err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }
