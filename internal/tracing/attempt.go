@@ -119,12 +119,8 @@ func (t *traced) start(ctx context.Context, m *envelope.Message, attempt, batch 
 	if !sc.IsValid() {
 		return ctx, span, m // a provider that makes no spans: nothing to carry
 	}
-	headers := h.with(traceparent(sc))
-	if headers == nil {
-		return ctx, span, m
-	}
 	sent := *m
-	sent.Headers = headers
+	sent.Headers = h.with(traceparent(sc))
 	return ctx, span, &sent
 }
 
