@@ -163,6 +163,10 @@ func TestTracesFromCommitToAttempt(t *testing.T) {
 		if l, ok := s.Attrs[tracing.KeyLatency].(float64); !ok || l <= 0 {
 			t.Errorf("attempt span latency %v, want a positive number of milliseconds", s.Attrs[tracing.KeyLatency])
 		}
+		if s.Start.Before(decode.End) || decode.End.Before(decode.Start) {
+			t.Errorf("attempt %v began at %v, before its transaction's decode (%v to %v) ended", s.Attrs[tracing.KeyAttempt],
+				s.Start, decode.Start, decode.End)
+		}
 	}
 	failed, ok := a[0], a[1]
 	if failed.Attrs[tracing.KeyAttempt] != int64(1) {
