@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/tracing"
 )
 
 // Relay is a relay ready to run: New has checked its Config. A program embeds it by calling
@@ -56,6 +57,7 @@ func New(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg.operator = newOperatorHook(cfg)
+	cfg.tracer = tracing.Tracer(cfg.TracerProvider, cfg.Version)
 	registerProcess(cfg.Registerer, cfg.Version, cfg.Commit)
 	r := &runner{cfg: cfg}
 	for _, p := range pipes {

@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/seal"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
+	"github.com/outbox-relay/outbox-relay/internal/tracing"
 )
 
 // endpointMarkInterval is how long the done-marks of a pipeline with endpoints wait to be
@@ -109,7 +110,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		if err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w", id, err)
 		}
-		return w, w.Close, next, nil
+		return tracing.Destination(w, cfg.tracer, tracing.Target{Pipeline: p.Name, Endpoint: id}), w.Close, next, nil
 	}
 	disable := func(ctx context.Context, id, reason string) error {
 		_, err := eps.Disable(ctx, pool, id, reason)

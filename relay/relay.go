@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
@@ -25,6 +26,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/internal/tracing"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/publisher/webhook"
@@ -124,6 +126,14 @@ type Config struct {
 	// Ready, if set, is called with the metrics server's address once it listens (MetricsAddr
 	// ":0" picks a free port). Nil: not called.
 	Ready func(metricsAddr string)
+	// TracerProvider, if set, traces the relay's work with OpenTelemetry: a span for each
+	// transaction's decode and one for each delivery attempt, a child of the trace context the
+	// event's producer stored, whose traceparent the attempt's request carries
+	// (docs/operations/tracing.md). The CLI builds one from --otel-endpoint and the OTEL_*
+	// environment; a program passes its own and shuts it down once Run has returned. Nil (the
+	// default): nothing is traced, and the delivery path has no tracing code in it at all.
+	TracerProvider trace.TracerProvider
+	tracer         trace.Tracer // built by New from TracerProvider; nil without one
 
 	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
 	// PostgreSQL 17+ (docs/guides/failover.md).
@@ -493,7 +503,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication, Schema: cfg.Schema,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
 		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move,
-		ExitOnConfigError: cfg.ExitOnConfigError}, r.tracker)
+		ExitOnConfigError: cfg.ExitOnConfigError, Tracer: tracing.Decode(cfg.tracer, p.Name)}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
 	mc := publisher.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema}
@@ -518,6 +528,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		r.pub.Pause("starting: reading the pipeline's control row")
 		return r
 	}
+	dest = tracing.Destination(dest, cfg.tracer, tracing.Target{Pipeline: p.Name, Producer: p.Destination != nil})
 	r.pub = publisher.New(publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,

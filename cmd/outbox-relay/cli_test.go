@@ -69,8 +69,8 @@ func cliCommandTimeout(t *testing.T, timeout time.Duration, env []string, args .
 }
 
 // cliEnvVars are the environment variables the CLI reads, by the flags that fall back on them.
-var cliEnvVars = []string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env, schemaFlag.env,
-	apiTokensFileFlag.env, apiTokensEnv, apiKeyFileFlag.env, apiKeyEnv}
+var cliEnvVars = append([]string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env, schemaFlag.env,
+	apiTokensFileFlag.env, apiTokensEnv, apiKeyFileFlag.env, apiKeyEnv}, otelEnvVars...)
 
 // subcommands returns the registered subcommands a user can run (not help).
 func subcommands() []*cobra.Command {

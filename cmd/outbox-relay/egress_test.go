@@ -21,7 +21,7 @@ func TestEgressSettings(t *testing.T) {
 		}
 		fs := cmd.Flags()
 		if path, _ := fs.GetString("config"); path != "" {
-			cfg, err := fileConfig(fs, path)
+			cfg, _, err := fileConfig(fs, path)
 			return egressView{cfg.Egress.DenyPrivate, cfg.Egress.HTTPSOnly, cfg.Egress.Allow, cfg.EgressProxy}, err
 		}
 		cfg, err := runConfig(fs)

@@ -189,7 +189,8 @@ func TestCompareGo(t *testing.T) {
 	}
 }
 
-// A program that imports only outbox and inbox links no broker client (README: Testing).
+// A program that imports only outbox and inbox links no broker client and no part of
+// OpenTelemetry (README: Testing; docs/operations/tracing.md).
 func TestOutboxAndInboxLinkNoBrokerClient(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -207,6 +208,9 @@ func TestOutboxAndInboxLinkNoBrokerClient(t *testing.T) {
 	for _, p := range deps {
 		if strings.HasPrefix(p, "github.com/nats-io/") || strings.HasPrefix(p, "github.com/twmb/franz-go") {
 			t.Errorf("outbox or inbox links %s: keep broker clients in publisher/natsdest and publisher/kafkadest", p)
+		}
+		if strings.HasPrefix(p, "go.opentelemetry.io/") || strings.HasPrefix(p, "google.golang.org/grpc") {
+			t.Errorf("outbox or inbox links %s: tracing is the relay's (internal/tracing), not the producer's or the consumer's", p)
 		}
 	}
 }

@@ -85,7 +85,8 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "recreate-slot")
 	addSetting(fs, "exit-on-config-error")
 	addSetting(fs, "log-payloads")
-	addFailoverFlags(fs) // failover.go
+	addSetting(fs, otelEndpointFlag.name) // tracing.go
+	addFailoverFlags(fs)                  // failover.go
 	addDeliveryFlags(fs)
 	addBrokerFlags(fs) // brokers.go
 	addSetting(fs, configFlag.name)
@@ -112,7 +113,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 			return err
 		}
 		if path := stringFrom(fs, configFlag); path != "" {
-			cfg, err := fileConfig(fs, path)
+			cfg, otelFile, err := fileConfig(fs, path)
 			if err != nil {
 				return err
 			}
@@ -124,7 +125,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 					break
 				}
 			}
-			return runRelay(cmd.Context(), fs, cfg, log)
+			return runRelay(cmd.Context(), fs, cfg, otelFile, log)
 		}
 		cfg, err := runConfig(fs)
 		if err != nil {
@@ -133,15 +134,25 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 		cfg.Logger = log
 		tuneGC(cfg, log)
 		warnTrimmedSecrets(log, fs)
-		return runRelay(cmd.Context(), fs, cfg, log)
+		return runRelay(cmd.Context(), fs, cfg, "", log)
 	}
 	return cmd
 }
 
 // runRelay runs the relay and, with --api-addr, serves the management API beside it (its
 // series in the relay's /metrics) with the portal's pages (unless --portal=false), both
-// stopping when either ends.
-func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, log zerolog.Logger) error {
+// stopping when either ends. With --otel-endpoint, an OTEL_EXPORTER_OTLP_*ENDPOINT variable or
+// otelFile (the --config file's otel.endpoint) it traces, and exports the last spans once the
+// relay has returned.
+func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, otelFile string, log zerolog.Logger) error {
+	tp, stopTracing, err := startTracing(ctx, fs, otelFile, cfg.Version, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	if tp != nil {
+		cfg.TracerProvider = tp
+	}
 	addr, _ := fs.GetString("api-addr")
 	if addr == "" {
 		return relay.Run(ctx, cfg)
@@ -291,30 +302,30 @@ func webhookConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	return nil
 }
 
-// fileConfig builds a relay.Config from --config's file and the process-level flags. A
-// per-pipeline flag is a usage error (exit 2); --dsn / DB_DSN override the file's dsn.
-func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
-	var cfg relay.Config
+// fileConfig builds a relay.Config from --config's file and the process-level flags, and
+// returns the file's otel.endpoint beside it (tracing is set up by runRelay). A per-pipeline
+// flag is a usage error (exit 2); --dsn / DB_DSN override the file's dsn.
+func fileConfig(fs *pflag.FlagSet, path string) (cfg relay.Config, otelEndpoint string, err error) {
 	for _, name := range slices.Concat(pipelineFlags, natsFlags, kafkaFlags) {
 		if fs.Changed(name) {
-			return cfg, usageError{fmt.Errorf("--%s is a per-pipeline setting: with --config, set it on each pipeline in %s", name, path)}
+			return cfg, "", usageError{fmt.Errorf("--%s is a per-pipeline setting: with --config, set it on each pipeline in %s", name, path)}
 		}
 	}
 	file, err := pipeconf.Load(path)
 	if err != nil {
-		return cfg, usageError{err}
+		return cfg, "", usageError{err}
 	}
 	cfg.Pipelines = file.Pipelines
 	if shard, _ := fs.GetInt("shard"); shard >= 0 {
 		cfg.Shard = &shard
 	} else if shard < -1 {
-		return cfg, usageError{fmt.Errorf("--shard %d: want a shard index (0-based) or -1 for every shard", shard)}
+		return cfg, "", usageError{fmt.Errorf("--shard %d: want a shard index (0-based) or -1 for every shard", shard)}
 	}
 	if cfg.DSN = stringFrom(fs, dsnFlag); cfg.DSN == "" {
 		cfg.DSN = file.DSN
 	}
 	if cfg.DSN == "" {
-		return cfg, usageError{fmt.Errorf("no database: set dsn in %s, DB_DSN, or pass --dsn postgres://user@host:5432/db", path)}
+		return cfg, "", usageError{fmt.Errorf("no database: set dsn in %s, DB_DSN, or pass --dsn postgres://user@host:5432/db", path)}
 	}
 	cfg.Schema = schemaName(fs, file.Schema)
 	cfg.MetricsAddr, _ = fs.GetString("metrics-addr")
@@ -322,7 +333,7 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	cfg.StallTimeout, _ = fs.GetDuration("stall-timeout")
 	cfg.StatusInterval, _ = fs.GetDuration("status-interval")
 	if cfg.ReplicationTimeout, err = durationFrom(fs, replTimeoutFlag); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	cfg.Retention, _ = fs.GetDuration("retention")
 	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
@@ -330,10 +341,10 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	cfg.ExitOnConfigError, _ = fs.GetBool("exit-on-config-error")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	if err := endpointRunConfig(fs, &cfg); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	if cfg.OperatorWebhookURL == "" { // the flags and the environment win over the file
 		cfg.OperatorWebhookURL, cfg.OperatorWebhookSecret = file.OperatorWebhookURL, file.OperatorWebhookSecret
@@ -342,9 +353,9 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 		cfg.DeliveryLogRetention = file.DeliveryLogRetention
 	}
 	if err := fileEgress(fs, &cfg, file.Egress); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
-	return cfg, nil
+	return cfg, file.OTelEndpoint, nil
 }
 
 // durationFrom returns the flag's value if it was given, else the environment variable's, else

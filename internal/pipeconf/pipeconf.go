@@ -43,6 +43,10 @@ type File struct {
 	// Egress is the file's egress: {deny_private, allow, https_only, proxy}; the flags and
 	// their environment variables override each key.
 	Egress Egress
+	// OTelEndpoint is the file's otel.endpoint: the OTLP receiver of the relay's traces
+	// (--otel-endpoint and the OTEL_EXPORTER_OTLP_*ENDPOINT variables override it); empty if
+	// it has none.
+	OTelEndpoint string
 }
 
 // Egress is the file's egress section, each key with whether the file sets it.
@@ -97,6 +101,12 @@ type rawFile struct {
 	DeliveryLogRetention scalar `yaml:"delivery_log_retention"`
 	// Egress is of the process too: one guard serves every pipeline's endpoints.
 	Egress *rawEgress `yaml:"egress"`
+	// OTel is of the process: one exporter takes every pipeline's spans.
+	OTel *rawOTel `yaml:"otel"`
+}
+
+type rawOTel struct {
+	Endpoint scalar `yaml:"endpoint"`
 }
 
 type rawEgress struct {
@@ -241,6 +251,9 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 				f.Egress.Allow = append(f.Egress.Allow, p.str(a))
 			}
 		}
+	}
+	if raw.OTel != nil {
+		f.OTelEndpoint = p.str(raw.OTel.Endpoint)
 	}
 	if len(raw.Pipelines) == 0 && p.err == nil {
 		return f, fmt.Errorf("%w: no pipelines: the file needs `pipelines:` with at least one entry", ErrConfig)

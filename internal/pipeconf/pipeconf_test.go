@@ -396,3 +396,19 @@ func TestParseEgress(t *testing.T) {
 		t.Fatalf("an unknown egress key: %v", err)
 	}
 }
+
+// otel at the file's top: the OTLP receiver of the relay's traces, read with ${NAME}.
+func TestParseOTel(t *testing.T) {
+	const pipes = "pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"
+	f, err := Parse([]byte("otel: {endpoint: '${COLLECTOR}'}\n"+pipes), env(map[string]string{"COLLECTOR": "http://otel:4318"}), files(nil))
+	if err != nil || f.OTelEndpoint != "http://otel:4318" {
+		t.Fatalf("otel.endpoint: ${COLLECTOR} gave %q, %v; want http://otel:4318", f.OTelEndpoint, err)
+	}
+	if f, err := Parse([]byte(pipes), env(nil), files(nil)); err != nil || f.OTelEndpoint != "" {
+		t.Fatalf("no otel: gave %q, %v", f.OTelEndpoint, err)
+	}
+	if _, err := Parse([]byte("otel: {endpont: http://otel:4318}\n"+pipes), env(nil), files(nil)); err == nil ||
+		!strings.Contains(err.Error(), "endpont") {
+		t.Fatalf("an unknown otel key: %v", err)
+	}
+}

@@ -180,6 +180,14 @@ var Run = []Setting{
 	{Flag: "log-payloads", Default: false,
 		Help:    "include event payloads in the log lines of failed attempts (may expose personal data)",
 		Meaning: "add payloads to failed-attempt log lines (may expose personal data)"},
+	{Flag: "otel-endpoint", Env: "OTEL_EXPORTER_OTLP_ENDPOINT", YAML: "otel.endpoint", Default: "", Shown: "(empty: no tracing, unless `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set)",
+		Help: "export OpenTelemetry traces (a span per transaction decoded and per delivery attempt) over OTLP to this receiver's base URL, e.g. http://otel-collector:4318 " +
+			"(env OTEL_EXPORTER_OTLP_ENDPOINT, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; the other OTEL_* variables apply); empty: no tracing (docs/operations/tracing.md)",
+		Meaning: "export OpenTelemetry traces over OTLP to this receiver's base URL (`http://otel-collector:4318`; HTTP/protobuf, or gRPC with " +
+			"`OTEL_EXPORTER_OTLP_PROTOCOL=grpc` and port 4317): a span per transaction decoded and per delivery attempt, each attempt a child of the " +
+			"`traceparent` its producer stored, its request carrying its own. `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL) turns tracing on too; " +
+			"the other standard `OTEL_*` variables (headers, sampler, service name) apply. Empty, with neither variable set: no tracing, at no cost. " +
+			"A top-level key of `--config` (`otel: {endpoint}`); see [Tracing](../operations/tracing.md)"},
 	{Flag: "failover", Default: Failover,
 		Help:    "make the slot a failover slot that standbys with sync_replication_slots keep (PostgreSQL 17+): auto (on when the server has it), true or false",
 		Meaning: "make the slot a failover slot (PostgreSQL 17+): `auto` = on when the server has them, `true` (an error before 17), `false`; see [Failover slots](../guides/failover.md#failover-slots-postgresql-17)"},

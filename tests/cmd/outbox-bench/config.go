@@ -31,6 +31,9 @@ type config struct {
 	FanoutN, FanoutF []int
 	// FanoutRate is the fan-out rows' fixed rate in deliveries/s (BENCH_FANOUT_RATE). Zero: 2,000.
 	FanoutRate int
+	// OTel makes every relay trace to an OTLP receiver in the bench's process (BENCH_OTEL=1,
+	// otel.go). False: no tracing.
+	OTel bool
 }
 
 func (c config) isolationRate() int {

@@ -90,6 +90,8 @@
 //	                   is skipped for that F
 //	BENCH_FANOUT_RATE  their fixed rate in deliveries/s (default 2000: 2,000 events/s at F=1,
 //	                   200 at F=10)
+//	BENCH_OTEL     1 to make every relay trace (--otel-endpoint) to an OTLP/HTTP receiver in
+//	               this process, every span sampled (otel.go); compare a row with and without
 //	BENCH_RELAY    a relay binary to measure instead of building ./cmd/outbox-relay
 //	BENCH_ONLY     comma-separated parts of row names to run just those, e.g. "steady,sweep";
 //	               a number matches whole ("endpoints 10" is not "Endpoints 100"); "fanout"
@@ -185,7 +187,7 @@ func newReceiverCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-// configFromEnv reads BENCH_EVENTS, BENCH_STEADY and BENCH_DURABLE.
+// configFromEnv reads BENCH_EVENTS, BENCH_STEADY, BENCH_DURABLE, BENCH_OTEL and the rows' own.
 func configFromEnv() (config, error) {
 	cfg := config{Events: 100_000}
 	if v := os.Getenv("BENCH_EVENTS"); v != "" {
@@ -222,6 +224,13 @@ func configFromEnv() (config, error) {
 	cfg.IsolationArgs = strings.Fields(os.Getenv("BENCH_ISOLATION_ARGS"))
 	if err := fanoutFromEnv(&cfg); err != nil {
 		return cfg, err
+	}
+	if v := os.Getenv("BENCH_OTEL"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("BENCH_OTEL=%q: set 1 (every relay traces, to an OTLP receiver in the bench) or 0", v)
+		}
+		cfg.OTel = b
 	}
 	if v := os.Getenv("BENCH_DURABLE"); v != "" {
 		b, err := strconv.ParseBool(v)

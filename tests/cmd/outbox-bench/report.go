@@ -38,6 +38,8 @@ func writeReport(w io.Writer, r *results) {
 		m.CPUs, m.Model, m.Go, m.Postgres, fsync, m.Relay, r.cfg.Events, r.cfg.steady())
 	fmt.Fprintln(w, r.noiseLine())
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, r.otelLine())
+	fmt.Fprintln(w)
 	if rows := r.tableRows(); len(rows) > 0 || !r.fanoutAsked() {
 		writeTable(w, tableHeader, rows)
 		fmt.Fprintln(w)

@@ -70,6 +70,9 @@ type results struct {
 	// fanout are the fan-out rows (fanout.go) by row name, beside the HTTP ceiling they measure.
 	fanout        map[string]*fanoutResult
 	fanoutCeiling *ceilingResult
+
+	// spans and spanRequests are what the OTLP receiver got with BENCH_OTEL=1 (otel.go).
+	spans, spanRequests int
 }
 
 func (r *results) fail(row string, err error) {
@@ -135,6 +138,15 @@ func runSuite(ctx context.Context, cfg config, progress io.Writer) (*results, er
 		return nil, err
 	}
 	defer e.recv.Stop(5 * time.Second)
+	otlp, stopOTLP, err := startTracing(cfg.OTel)
+	if err != nil {
+		return nil, err
+	}
+	defer stopOTLP()
+	if otlp != nil {
+		defer func() { res.spans, res.spanRequests = len(otlp.Spans()), otlp.Requests() }()
+		e.logf("tracing on: every relay exports its spans to %s", otlp.URL)
+	}
 	for _, row := range e.rows(res) {
 		if !cfg.selected(row.name) {
 			continue
