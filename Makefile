@@ -19,20 +19,43 @@ export PG_VERSION
 
 TESTS       := -C tests
 
-.PHONY: build test test-short lint demo bench torture simulate
+# The long tests: soak and torture runs of minutes that `make test` skips (pgtest.Long) and
+# `make test-long` runs; CI runs them in a later stage of .ci/run.
+LONG_TESTS  := TestSuiteSmall|TestTortureShort|TestTortureTwoPipelines|TestTortureEndpointsShort
+LONG_PKGS   := ./cmd/outbox-bench ./cmd/outbox-torture
+
+.PHONY: build test test-short test-long lint demo bench torture simulate
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/outbox-relay
 
 # fetchservers finds or fetches the servers first, so that a fetch says so where it can be seen
-# (go test shows nothing of a package that passes).
+# (go test shows nothing of a package that passes). go vet's full run is `make lint`'s (go test
+# runs its own subset of vet's checks). -parallel 4: most of the relay package's tests wait on
+# the database, a receiver or a timer, so four at a time keep two cores busy (its tests that
+# must run alone say so, and are not marked parallel). The two longest packages are named first:
+# go test starts the packages in the order given, so they run beside the others from the start
+# instead of last, alone.
+SLOW_PKGS   := ./relay/ ./cmd/outbox-relay/
+
+# The tests module runs beside the root module (its build and its broker tests overlap the
+# relay tests' waits); its output is printed once the root module's is, so the two never mix.
 test:
-	$(GO) vet ./...
-	$(GO) $(TESTS) vet ./...
 	$(GO) run ./internal/fetch/fetchservers
-	$(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
-	$(GO) $(TESTS) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./...
+	@log=$$(mktemp); \
+	$(GO) $(TESTS) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./... > $$log 2>&1 & pid=$$!; \
+	echo "$(GO) test -race -count=1 -timeout 20m -parallel 4 $(TEST_FLAGS) $(SLOW_PKGS) ./..."; \
+	$(GO) test -race -count=1 -timeout 20m -parallel 4 $(TEST_FLAGS) $(SLOW_PKGS) ./...; root=$$?; \
+	wait $$pid; tests=$$?; \
+	echo "$(GO) $(TESTS) test -race -count=1 -timeout 20m $(TEST_FLAGS) ./... (run beside the root module's)"; \
+	cat $$log; rm -f $$log; \
+	[ $$root -eq 0 ] && [ $$tests -eq 0 ]
 	$(GO) test -count=1 -run 'TestSimulation' ./publisher
+
+# The long tests (see LONG_TESTS): the bench suite at its smallest and the short torture runs.
+test-long:
+	$(GO) run ./internal/fetch/fetchservers
+	OUTBOX_RELAY_LONG_TESTS=1 $(GO) $(TESTS) test -race -count=1 -timeout 30m -run '^($(LONG_TESTS))$$' $(TEST_FLAGS) $(LONG_PKGS)
 
 # The delivery engine's deterministic simulation (publisher/sim_test.go), without the race
 # detector (it runs on one goroutine): SEEDS seeds from 1, or the one SEED with its whole trace

@@ -28,6 +28,11 @@
 // settled like events (Tracker.AckControl), so a transaction is not confirmed before its
 // requests are carried out.
 //
+// With Config.Tracer set, the stream reports each transaction it hands on, from its BEGIN to
+// its COMMIT, to that TxTracer (the relay's records an OpenTelemetry span), and gives each of
+// its events the traceparent the tracer returns as envelope.Message.DecodeSpan, to which the
+// spans of the delivery attempts link. Without it nothing is recorded.
+//
 // # What is confirmed, and when
 //
 // Rows arrive grouped by transaction, in commit order, and only after commit: a rolled-back

@@ -38,6 +38,7 @@ func TestStreamReachesNoSideways(t *testing.T) {
 		"internal/schema":      nil,
 		"internal/schemacheck": {"internal/schema", "migrations"},
 		"internal/retry":       nil,
+		"internal/diagnose":    nil,
 		"internal/state":       {"internal/schema"},
 	} {
 		for _, dep := range goList(t, "-deps", module+"/"+pkg) {

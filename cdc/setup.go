@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
+
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/schemacheck"
 	"github.com/outbox-relay/outbox-relay/internal/state"
@@ -445,8 +447,13 @@ func connectError(err error) error {
 	return fmt.Errorf("connect: %w", err)
 }
 
-// badDSN wraps a connection string that does not parse in ErrBadDSN, naming the forms that do.
+// badDSN wraps a connection string that does not parse in ErrBadDSN, naming the fix. pgconn's
+// message echoes the string with its password masked, and nothing else.
 func badDSN(err error) error {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%w: %w; %s", ErrBadDSN, err, diagnose.DSNFix(pe))
+	}
 	return fmt.Errorf("%w: %w; give a URL (postgres://user:password@host:5432/dbname) or key=value pairs "+
 		"(host=... dbname=...)", ErrBadDSN, err)
 }

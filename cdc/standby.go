@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -161,10 +160,11 @@ func connectReplication(ctx context.Context, cfg *pgconn.Config, dial pgconn.Dia
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		if code := sqlstate(err); code == pgerrcode.InsufficientPrivilege || code == pgerrcode.InvalidAuthorizationSpecification {
-			return nil, fmt.Errorf("%w: %v: grant REPLICATION to the role and allow replication connections in pg_hba.conf",
-				ErrNoReplication, err)
-		}
+		// A refusal of the role (SQLSTATE 28000: no such role, or no pg_hba.conf line for it) or
+		// a missing privilege (42501: CONNECT on the database, or REPLICATION) is not told apart
+		// by its code alone, so it is not called a missing REPLICATION attribute here (Setup
+		// checks that attribute by name first): the caller diagnoses the failed connection
+		// (internal/diagnose), whose fix names each.
 		if isConnectionLimit(err) && limitsDSN != "" {
 			return nil, walSenderLimitError(ctx, limitsDSN, dial, err)
 		}

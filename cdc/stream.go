@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 )
 
 // Config configures a Stream.
@@ -64,6 +66,16 @@ type Config struct {
 	// see docs/reference/metrics.md). If nil, they are registered nowhere. Wrap it with
 	// prometheus.WrapRegistererWith to label one stream's series among several.
 	Registerer prometheus.Registerer
+	// ExitOnConfigError ends Run with a reconnect that fails for a reason in the configuration:
+	// the database or the role does not exist, the password is wrong, the role may not connect,
+	// the host name does not resolve, TLS the server does not offer or a certificate it cannot
+	// verify, or a connection refused for a minute. If false (the default) such a failure is
+	// retried like an outage, and each attempt's log line names its cause and its fix.
+	ExitOnConfigError bool
+	// Tracer, if set, records the decode of every transaction handed on as a span, whose
+	// traceparent each of its events carries as envelope.Message.DecodeSpan (trace.go). Nil:
+	// nothing is traced, at the cost of one nil check per transaction.
+	Tracer TxTracer
 }
 
 func (c *Config) defaults() {
@@ -99,7 +111,8 @@ type Stream struct {
 	mu         sync.Mutex // guards waitErr and standingBy, which State reads
 	waitErr    error
 	standingBy bool
-	move       *Move // the move under way (Config.Move) until it is done; only Run's goroutine uses it
+	move       *Move          // the move under way (Config.Move) until it is done; only Run's goroutine uses it
+	watch      diagnose.Watch // tells a reconnect's configuration error from an outage; only Run's goroutine uses it
 }
 
 // Streaming reports whether the stream holds the slot and is connected.
@@ -216,8 +229,17 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 			return 0, err
 		}
 	}
+	config := s.watch.Config(err)
+	p, diagnosed := diagnose.Connect(err)
+	if diagnosed = diagnosed && p.Kind != diagnose.Outage; diagnosed {
+		err = p // the state and the log say the cause and the fix, not every attempt pgconn made
+	}
 	s.setWaiting(false, err)
 	switch {
+	case diagnosed && config && s.cfg.ExitOnConfigError:
+		s.log.Error().Str("cause", p.Cause).Str("fix", p.Fix).Str("database", p.Addr).Str("slot", s.cfg.Slot).
+			Msg("cannot reconnect to the database: a configuration error; stopping")
+		return 0, err
 	case errors.Is(err, errSlotActive):
 		s.setWaiting(true, nil)
 		if !s.standby {
@@ -240,8 +262,23 @@ func (s *Stream) classify(err error, backoff *time.Duration, streamed time.Durat
 		s.log.Error().Err(err).Str("slot", s.cfg.Slot).Dur("retry_in", wait).Msg("cannot stream: a server limit is reached")
 		return wait, nil
 	}
+	if diagnosed && p.Fix != "" {
+		s.logDiagnosed(p, config, wait)
+		return wait, nil
+	}
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("replication connection lost; reconnecting")
 	return wait, nil
+}
+
+// logDiagnosed logs a reconnect that failed for a diagnosed reason, with its cause and fix: an
+// error when it is a configuration error, a warning while it may be an outage.
+func (s *Stream) logDiagnosed(p *diagnose.Problem, config bool, wait time.Duration) {
+	ev := s.log.Warn()
+	if config {
+		ev = s.log.Error()
+	}
+	ev.Str("cause", p.Cause).Str("fix", p.Fix).Str("database", p.Addr).Dur("retry_in", wait).
+		Msg("cannot reconnect to the database; retrying")
 }
 
 // ErrDecode is wrapped when a message from the slot cannot be turned into events: the outbox
@@ -418,6 +455,8 @@ type loop struct {
 
 	fence   pglogrepl.LSN // on a move's old slot: its fence (move.go); 0 otherwise
 	atFence bool          // a status update confirmed the fence
+
+	began time.Time // with a Tracer: when the open transaction's BEGIN was read
 }
 
 func (l *loop) run(ctx context.Context, drained <-chan struct{}) error {
@@ -536,6 +575,9 @@ func (l *loop) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("xlog data: %w", err)
 		}
+		if l.s.cfg.Tracer != nil && !l.dec.InTx() {
+			l.began = time.Now() // the message that opens a transaction: its BEGIN
+		}
 		tx, err := l.dec.Decode(xld.WALData)
 		if err != nil {
 			return l.s.decodeError(xld.WALStart, err)
@@ -566,6 +608,7 @@ func (l *loop) committed(ctx context.Context, tx *Tx) error {
 	}
 	s.lastEnd = tx.EndLSN
 	tx.Session, tx.Resent = l.session, tx.CommitTime.Before(l.started)
+	s.traceTx(tx, l.began) // before any other goroutine sees tx's events
 	l.walEnd = max(l.walEnd, tx.EndLSN)
 	s.tracker.Add(tx)
 	// A control record has always counted as an event received.

@@ -84,6 +84,11 @@ type Result struct {
 	// Answer is the start of a failed answer's body (up to 1024 bytes), for the delivery log.
 	// Nil: none, or a destination that does not keep it.
 	Answer []byte
+	// Unblamed marks a failure that is not the destination's (the relay's egress proxy could
+	// not be reached or refused the tunnel): the attempt is retried with backoff, but it does
+	// not count toward the endpoint's circuit breaker, its failures in a row and auto-disable,
+	// or the event's MaxAttempts. False: an ordinary failed attempt.
+	Unblamed bool
 }
 
 // Reason is what a failed attempt leaves as the event's last_error: the result label and the
@@ -107,6 +112,10 @@ const (
 	// ResultRejected is a broker destination's answer that refused the message (a JetStream
 	// API error such as a full stream, a Kafka error code); it is retried like a 5xx.
 	ResultRejected = "rejected"
+	// ResultProxy is a failure of the relay's own outbound proxy (an endpoint's egress proxy
+	// refused or could not be reached): the attempt is retried and is not the endpoint's failure
+	// (Result.Unblamed). It is counted only once it happens, so Results leaves it out.
+	ResultProxy = "proxy"
 )
 
 // Results are the Result* labels, in the order the metrics list them.

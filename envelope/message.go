@@ -46,6 +46,12 @@ type Message struct {
 	// TenantID is the row's tenant_id (migration 13), which routes the event to endpoints: ""
 	// when it is NULL, or the stream's relation carries no such column.
 	TenantID string
+	// DecodeSpan is the W3C traceparent of the span in which the relay decoded the event's
+	// transaction, when it traces (relay.Config.TracerProvider, --otel-endpoint): each
+	// attempt's span links to it. Empty: the relay does not trace, or the event was read back
+	// from the table (a replay, a backfill, an endpoint's backlog). It is the relay's own
+	// bookkeeping, never sent: the traceparent a destination sends is the row's headers'.
+	DecodeSpan string
 }
 
 // SequenceLen is the length of every Sequence.

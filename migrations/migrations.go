@@ -220,7 +220,7 @@ func provider(db *sql.DB) (*goose.Provider, error) {
 // ASCII), for the relay's set (UpWith) and the inbox's (UpInbox) alike: another than goose's
 // default, so an application's own goose run does not wait for it. Releases that recorded the
 // relay's versions in goose_db_version took goose's default lock instead, so their migrate and
-// this one do not exclude each other (docs/operations.md, Upgrades).
+// this one do not exclude each other (docs/operations/maintenance.md, Upgrades).
 const lockKey = 0x6f7574626f78
 
 // lock takes the advisory lock on conn, waiting for another migrate to finish, and returns

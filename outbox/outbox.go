@@ -16,25 +16,25 @@
 // # Endpoints
 //
 // A partner's webhook is a row of outbox_endpoints, which the application writes in the same
-// transaction as the rest of its change (a customer signs up: their endpoint exists if and only
-// if the signup commits). AddEndpoint, UpdateEndpoint, PauseEndpoint, ResumeEndpoint,
-// DisableEndpoint, EnableEndpoint, RotateEndpointSecret and RemoveEndpoint take the same
-// querier as Enqueue; GetEndpoint and ListEndpoints read. Each checks its input first and
-// refuses it with ErrInvalidEndpoint and the reason, writing nothing; a taken id is
-// ErrEndpointExists, without aborting the transaction. An Event's TenantID routes it to its
-// tenant's endpoints.
+// transaction as the rest of its change, with package endpoints (endpoints.Store.Add and
+// friends, taking the same querier as Enqueue). An Event's TenantID routes it to its tenant's
+// endpoints. The endpoint names this package had (AddEndpoint, Endpoints, Sealer, ...) remain
+// for one release as deprecated wrappers of package endpoints.
 //
-// Secrets are generated when not given and returned once (Endpoint.Secret); reads show only a
-// fingerprint. With Endpoints.Sealer set (NewSealer, with the relay's secrets key), every secret
-// is sealed with AES-256-GCM before it reaches the database, so the table, its dumps, its
-// replicas and the WAL hold no signing key in clear.
+// # Validating payloads
+//
+// A producer opts in to checking each payload against the JSON Schema of its event type in the
+// event-type catalog (outbox_event_types) with Producer{Validator: catalog.NewValidator(pool,
+// catalog.ValidatorConfig{})}: its Enqueue refuses a payload the schema does not accept with
+// ErrInvalid and the JSON pointer of the value at fault, writing nothing. Package catalog holds
+// the JSON Schema library; a producer that does not opt in does not link it.
 //
 // # Schema
 //
 // Enqueue writes into outbox_events as the connection's search_path finds it. When the relay's
 // tables live in a schema of their own (`outbox-relay migrate --schema app`, and the relay runs
 // with --schema app), name it: Schema("app").Enqueue(ctx, tx, ev) writes into app.outbox_events
-// whatever the search_path says. Endpoints{Schema: "app"} does the same for the endpoint
+// whatever the search_path says. endpoints.Store{Schema: "app"} does the same for the endpoint
 // functions, and PruneOptions.Schema for Prune.
 package outbox
 
@@ -50,6 +50,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/internal/querier"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
@@ -92,17 +93,7 @@ type Querier interface {
 func SQL(tx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }) Querier {
-	return sqlQuerier{tx}
-}
-
-type sqlQuerier struct {
-	tx interface {
-		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	}
-}
-
-func (q sqlQuerier) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
-	return q.tx.QueryRowContext(ctx, query, args...)
+	return querier.SQL{Tx: tx}
 }
 
 // insertSQL writes an event. The headers column (migration 3) and tenant_id (migration 13) are
@@ -139,9 +130,9 @@ RETURNING id::text`
 const existingSQL = `SELECT id::text FROM {outbox_events} WHERE dedup_key = $1`
 
 // Schema names the PostgreSQL schema of the relay's tables: Schema.Enqueue writes into its
-// outbox_events, and Endpoints.Schema is the same name for outbox_endpoints. The zero value
-// leaves the tables' names unqualified, for the connection's search_path to resolve: what
-// Enqueue and the package-level endpoint functions do.
+// outbox_events, and endpoints.Store.Schema is the same name for outbox_endpoints. The zero
+// value leaves the tables' names unqualified, for the connection's search_path to resolve: what
+// Enqueue does.
 type Schema string
 
 // Enqueue writes ev in the caller's transaction and returns its id. The id is a UUIDv7, so ids
@@ -153,9 +144,40 @@ func Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
 
 // Enqueue is the package's Enqueue, writing into outbox_events of schema s.
 func (s Schema) Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
+	return Producer{Schema: s}.Enqueue(ctx, q, ev)
+}
+
+// Validator checks an event's payload before Enqueue writes it. catalog.Validator is one: it
+// checks the payload against the JSON Schema of its type in the event-type catalog.
+type Validator interface {
+	// ValidatePayload returns nil to let the event be written, or why not.
+	ValidatePayload(ctx context.Context, eventType string, payload []byte) error
+}
+
+// Producer is Enqueue with options, for a producer that sets them once. The zero value is the
+// package's Enqueue.
+type Producer struct {
+	// Schema is the schema of the relay's tables, as Schema.Enqueue. Empty: as the search_path
+	// resolves outbox_events.
+	Schema Schema
+	// Validator, if set, checks every payload before it is written (opt-in validation against
+	// the event-type catalog: catalog.NewValidator); a refusal is wrapped with ErrInvalid and
+	// nothing is written. Nil: payloads are checked only for being JSON.
+	Validator Validator
+}
+
+// Enqueue writes ev in the caller's transaction, as the package's Enqueue, after
+// p.Validator's check when there is one.
+func (p Producer) Enqueue(ctx context.Context, q Querier, ev Event) (uuid.UUID, error) {
+	s := p.Schema
 	payload, err := ev.validate()
 	if err != nil {
 		return uuid.Nil, err
+	}
+	if p.Validator != nil {
+		if err := p.Validator.ValidatePayload(ctx, ev.EventType, payload); err != nil {
+			return uuid.Nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -218,9 +240,7 @@ func (ev Event) headers() []byte {
 	return b
 }
 
-func isNoRows(err error) bool {
-	return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows)
-}
+func isNoRows(err error) bool { return querier.IsNoRows(err) }
 
 func (ev Event) validate() ([]byte, error) {
 	for _, f := range []struct{ name, v string }{

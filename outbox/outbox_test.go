@@ -13,8 +13,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/outbox-relay/outbox-relay/catalog"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/migrations"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -331,4 +333,50 @@ func exampleDSN() string {
 		log.Fatal(err)
 	}
 	return dsn
+}
+
+// A producer that opts in to validation has a payload its type's schema refuses refused with
+// ErrInvalid and the JSON pointer at fault, nothing written and its transaction usable; a valid
+// one is written; the zero Producer checks nothing beyond JSON.
+func TestProducerValidatesPayloadsAgainstTheCatalog(t *testing.T) {
+	dsn, conn := migratedDB(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, _, err := (catalog.Catalog{}).Put(ctx, pool, catalog.Type{Name: "order.created",
+		Schema: json.RawMessage(`{"type": "object", "required": ["order_id"], "properties": {"order_id": {"type": "string"}}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	p := outbox.Producer{Validator: catalog.NewValidator(pool, catalog.ValidatorConfig{})}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	ev := outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "order.created", Payload: map[string]any{"order_id": 1}}
+	_, err = p.Enqueue(ctx, tx, ev)
+	var pe *catalog.PayloadError
+	if !errors.Is(err, outbox.ErrInvalid) || !errors.As(err, &pe) || pe.Pointer != "/order_id" {
+		t.Fatalf("a payload the schema refuses: %v", err)
+	}
+	if _, err := outbox.Enqueue(ctx, tx, ev); err != nil {
+		t.Fatalf("without a validator the same event is written: %v", err)
+	}
+	ev.Payload = map[string]any{"order_id": "o-1"}
+	if _, err := p.Enqueue(ctx, tx, ev); err != nil {
+		t.Fatalf("a valid payload: %v", err)
+	}
+	ev.EventType = "ordr.created"
+	if _, err := p.Enqueue(ctx, tx, ev); !errors.Is(err, catalog.ErrUnknownType) || !strings.Contains(err.Error(), "did you mean order.created?") {
+		t.Fatalf("a type not in the catalog: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn); n != 2 {
+		t.Fatalf("%d events written, want the two accepted", n)
+	}
 }

@@ -68,6 +68,11 @@ type laneBacklog struct {
 	removed bool
 	// reads counts the times the lane forgot what it read (reread): a page read before is dropped.
 	reads uint64
+	// invisible is the event of the next entry to read when its row was not found, and
+	// invisibleSince when that was first seen (see visible); no read starts before readAt.
+	invisible      string
+	invisibleSince time.Time
+	readAt         time.Time
 }
 
 // backlogPage is a page read from a lane's backlog: its last position and its events not
@@ -85,7 +90,10 @@ const (
 	// backlogTick is how often the backlogs are written, read and deleted; spillCheck is how
 	// often the lanes are checked for a spill.
 	backlogTick = 50 * time.Millisecond
-	spillCheck  = time.Second
+	// backlogInvisible is how long a lane waits for an entry's event to become visible (see
+	// visible) before it takes the event for deleted and skips it.
+	backlogInvisible = 10 * time.Second
+	spillCheck       = time.Second
 	// spillStall is how long a lane holding SpillSize events must have delivered nothing for
 	// the size to spill it (a busy lane holds many events and delivers them).
 	spillStall = time.Second
@@ -330,7 +338,7 @@ func (e *engine) backlogStep(l *lane) {
 	case e.trim(l):
 	case b.live > 0:
 	// a short page read everything there was up to its bound: read again once the bound moved
-	case b.on && l.active && b.inMem < backlogLow && !(b.short && b.readTo == b.through()):
+	case b.on && l.active && b.inMem < backlogLow && !(b.short && b.readTo == b.through()) && !e.now.Before(b.readAt):
 		e.readPage(l, b.read, b.through())
 	default:
 		e.rejoin(l)
@@ -398,7 +406,12 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 		if b.read != after || l.gen != gen || b.reads != reads || !l.active { // disabled meanwhile: read again from its start later
 			return
 		}
-		b.short, b.readTo = len(evs) < backlogPageSize, through
+		short := len(evs) < backlogPageSize
+		if n := b.visible(evs, e.now); n < len(evs) {
+			// read again from the entry whose event was not found, at the next tick
+			evs, short, b.readAt = evs[:n], false, e.now.Add(backlogTick)
+		}
+		b.short, b.readTo = short, through
 		if len(evs) == 0 {
 			return
 		}
@@ -427,6 +440,37 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 		}
 		e.parkNow(l, parked, func() {})
 	})
+}
+
+// visible returns how many entries of a page read at now to take: those before the first whose
+// event was not found (Message nil). The stream can hand over a transaction a moment before its
+// commit is visible to other sessions (longer on a loaded server), and an entry spilled from it
+// at once can be read in that moment: its event is read again until it shows, not skipped as
+// lost. Only when the page's first entry has not been found for backlogInvisible is it taken
+// (readPage skips it as deleted), with the entries not found right after it.
+func (b *laneBacklog) visible(evs []store.BacklogEvent, now time.Time) int {
+	n := 0
+	if len(evs) > 0 && evs[0].Message != nil {
+		b.invisible = ""
+	}
+	if len(evs) > 0 && evs[0].Message == nil {
+		if b.invisible != evs[0].EventID {
+			b.invisible, b.invisibleSince = evs[0].EventID, now
+		}
+		if now.Sub(b.invisibleSince) < backlogInvisible {
+			return 0
+		}
+		b.invisible = ""
+		for n < len(evs) && evs[n].Message == nil {
+			n++
+		}
+	}
+	for ; n < len(evs); n++ {
+		if evs[n].Message == nil {
+			return n
+		}
+	}
+	return n
 }
 
 // trim deletes the pages read whose events are all settled, oldest first; it reports whether it

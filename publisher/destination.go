@@ -42,6 +42,7 @@ const (
 	ResultTimeout  = destination.ResultTimeout
 	ResultNetwork  = destination.ResultNetwork
 	ResultRejected = destination.ResultRejected
+	ResultProxy    = destination.ResultProxy
 )
 
 // Opened is destination.Opened.

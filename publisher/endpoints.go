@@ -500,7 +500,7 @@ func (l *lane) setRateLimit(perSecond int) {
 // deliveryChanged reports whether a change needs a new destination.
 func deliveryChanged(a, b endpoint.Row) bool {
 	return a.URL != b.URL || a.Scheme != b.Scheme || a.Format != b.Format || a.AllowPrivateURL != b.AllowPrivateURL ||
-		!reflect.DeepEqual(a.Secrets, b.Secrets)
+		a.DenyPrivate != b.DenyPrivate || a.EgressProxy != b.EgressProxy || !reflect.DeepEqual(a.Secrets, b.Secrets)
 }
 
 // start makes l take events again (created, or enabled): a new run of its health, its parked

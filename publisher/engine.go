@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/health"
+	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // engine is the delivery engine's deterministic core: every decision (routing, the queues of
@@ -220,9 +221,18 @@ func (e *engine) finished(a *attempt, r destination.Result, now time.Time) {
 	e.now = now
 	e.busy--
 	l, b := a.lane, a.b
-	ch := l.health.Observe(now, health.Outcome{OK: r.Delivered, Gone: r.Gone, Reason: r.Reason()})
-	l.finished(b)
-	e.transitions(l, ch)
+	if r.Unblamed && !r.Delivered {
+		// not the destination's failure (the relay's egress proxy): retried, but it counts
+		// neither toward the endpoint's health nor toward the events' MaxAttempts
+		for _, it := range b.items {
+			it.unblamed++
+		}
+		l.finished(b)
+	} else {
+		ch := l.health.Observe(now, health.Outcome{OK: r.Delivered, Gone: r.Gone, Reason: r.Reason()})
+		l.finished(b)
+		e.transitions(l, ch)
+	}
 	switch {
 	case e.stopping:
 		if r.Delivered {
@@ -330,10 +340,10 @@ func (e *engine) failed(l *lane, b *batch, r destination.Result, attempt int) {
 	if len(b.items) == 1 {
 		it := b.items[0]
 		switch max := e.cfg.maxAttempts; {
-		case e.cfg.shadow && max > 0 && it.attempt >= max:
+		case e.cfg.shadow && max > 0 && it.attempt-it.unblamed >= max:
 			e.abandon(l, b, r)
 			return
-		case max > 0 && it.attempt >= max && l.store != nil && e.leading():
+		case max > 0 && it.attempt-it.unblamed >= max && l.store != nil && e.leading():
 			// (A relay cut off from the slot retries instead: the one that leads has the event
 			// from its own stream, and a dead letter written behind its back would park an
 			// aggregate it goes on delivering.)
@@ -490,9 +500,28 @@ func (e *engine) abandon(l *lane, b *batch, r destination.Result) {
 func (e *engine) recordAbandoned(l *lane, it *item, reason string) {
 	e.m.EventsAbandoned.Inc()
 	if l.store != nil {
-		m, attempt := it.m, it.attempt
-		e.bestEffort("record an abandoned event", func(ctx context.Context) error { return l.store.Abandoned(ctx, m, attempt, reason) })
+		e.writeAbandoned(l.store, it.m, it.attempt, reason, abandonedTries)
 	}
+}
+
+// abandonedTries is how many times an abandoned event is recorded while its row is not visible
+// yet (store.ErrNotVisible), a second apart, before the failure is logged.
+const abandonedTries = 10
+
+// writeAbandoned records an abandoned event (best effort: nothing waits for it), again a second
+// later while its row is not visible yet, tries times in all.
+func (e *engine) writeAbandoned(st store.Pipeline, m *envelope.Message, attempt int, reason string, tries int) {
+	e.do("record an abandoned event", false, func(ctx context.Context) (any, error) {
+		return nil, st.Abandoned(ctx, m, attempt, reason)
+	}, func(_ any, err error) {
+		switch {
+		case err == nil || e.stopping:
+		case errors.Is(err, store.ErrNotVisible) && tries > 1:
+			e.after(e.now.Add(time.Second), func() { e.writeAbandoned(st, m, attempt, reason, tries-1) })
+		default:
+			e.log.Warn().Err(err).Str("event_id", m.ID).Msg("recording an abandoned event failed")
+		}
+	})
 }
 
 // abandonRetired settles events of an endpoint disabled or removed while their attempt was

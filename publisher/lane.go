@@ -455,7 +455,12 @@ func sortItems(its []*item) {
 // and the commit time of the oldest of its heads (zero when none is known).
 func (l *lane) undelivered() (n int, oldest time.Time) {
 	for _, q := range l.keys {
-		if t := q.peek().tx.CommitTime; !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
+		head := q.peek()
+		t := head.tx.CommitTime
+		if t.IsZero() && head.m != nil {
+			t = head.m.CreatedAt // read back from the backlog: its row's created_at stands in
+		}
+		if !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
 			oldest = t
 		}
 	}

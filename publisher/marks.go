@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// MarksMode is how delivered rows are recorded in outbox_events (docs/operations.md, Done-marks).
+// MarksMode is how delivered rows are recorded in outbox_events (docs/operations/marks.md, Done-marks).
 type MarksMode string
 
 // Marks modes.

@@ -43,7 +43,7 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 			"Events an endpoint spilled to its backlog off the WAL (it lagged by its spill_after), to be delivered from there."),
 		DeliveryAttempts: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace,
 			Name: "delivery_attempts_total",
-			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout, network, or rejected (a broker refused the message)."}, []string{"result"})),
+			Help: "Delivery attempts by result: success, http_3xx, http_4xx, http_5xx, timeout, network, rejected (a broker refused the message), or proxy (the relay's egress proxy failed)."}, []string{"result"})),
 		DeliveryDuration: metrics.Histogram(reg, "delivery_duration_seconds", "Duration of one delivery attempt.",
 			prometheus.ExponentialBuckets(0.0005, 2, 16)),
 		EndToEnd: metrics.Histogram(reg, "end_to_end_seconds", "From commit timestamp to successful delivery.",

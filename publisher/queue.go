@@ -27,6 +27,9 @@ type item struct {
 	seq     uint64    // the engine's creation order: ties in sorts, deterministic
 	at      time.Time // when it was queued (the spill's age)
 	attempt int       // attempts made so far
+	// unblamed counts the attempts that failed through no fault of the destination
+	// (Result.Unblamed): they do not count toward MaxAttempts.
+	unblamed int
 
 	inflight bool // in an attempt under way
 	// counted: a streamed event whose attempt was under way when its lane spilled (or was

@@ -6,6 +6,7 @@ import (
 )
 
 func TestAttemptsForADay(t *testing.T) {
+	t.Parallel()
 	n := AttemptsForADay(time.Second, 10*time.Minute)
 	// 1s..512s ramp (10 delays, ~17 min) then 10-minute delays up to 24h: about 154 attempts.
 	if n < 140 || n > 170 {

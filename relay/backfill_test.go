@@ -46,6 +46,7 @@ func (w *seqWriter) write(t *testing.T, e *env, n, aggs int) {
 // events of their aggregate, with no gap or duplicate against the stream; writes go on while
 // the slot is being created, so rows fall on both sides of its consistent point.
 func TestBackfillDeliversPreexistingRowsOnceAndInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := &seqWriter{seq: map[string]int{}}
 	w.write(t, e, 600, 12) // before the relay exists
@@ -72,6 +73,7 @@ func TestBackfillDeliversPreexistingRowsOnceAndInOrder(t *testing.T) {
 // A relay started with --no-backfill on a new slot does not deliver older rows (and says so in
 // the docs); this guards the test above from passing for the wrong reason.
 func TestWithoutBackfillOlderRowsStayBehind(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := &seqWriter{seq: map[string]int{}}
 	w.write(t, e, 20, 2)
@@ -91,6 +93,7 @@ func TestWithoutBackfillOlderRowsStayBehind(t *testing.T) {
 // --recreate-slot: an invalidated slot is dropped and created again, and the pending rows it
 // lost are backfilled.
 func TestRecreateSlotBackfillsWhatTheLostSlotHeld(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts servers of its own or runs long: skipped under -short")
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -22,10 +23,11 @@ import (
 // confirm violations). Here the relay process is SIGKILLed with the attempt hanging; the next
 // relay then delivers both events, in order.
 func TestSpillWritesNothingPastAnAttemptUnderWay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	hung := newPartner(t, "hung", func(string, string, string) bool { return true })
-	e.addPartner(hung, outbox.Endpoint{})
+	e.addPartner(hung, endpoints.Endpoint{})
 	var hang atomic.Bool
 	hang.Store(true)
 	release := make(chan struct{})

@@ -49,6 +49,7 @@ func requireBatched(t *testing.T, reqs []relaytest.Request) {
 // carries exactly its events, unless it had failed narrowAfter times in a row already, when it
 // is its first half.
 func TestBatchesRetriedAsFormedUnderFailures(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.recv.SetFailEvents(failTenPercent)
 	e.start(func(c *Config) { batchConfig(c); c.MaxAttempts = -1 })
@@ -99,6 +100,7 @@ func TestBatchesRetriedAsFormedUnderFailures(t *testing.T) {
 // is dead-lettered and only its aggregate parked. Its aggregate's earlier events, and every
 // event that shared a batch with it, are delivered.
 func TestPoisonEventInBatchParksOnlyItsAggregate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const poisonSeq = 3
 	e.recv.SetFailEvents(func(ds []relaytest.Delivery) int {
@@ -157,15 +159,12 @@ func TestPoisonEventInBatchParksOnlyItsAggregate(t *testing.T) {
 // Batched, gzip-compressed delivery while the relay binary is SIGKILLed and one request in ten
 // fails: nothing lost, first deliveries in order per aggregate.
 func TestBatchedDeliverySurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.recv.SetFailEvents(failTenPercent)
 	args := []string{"--batch-max-events", "50", "--batch-linger", "2ms", "--compression", "gzip", "--max-attempts", "-1"}
 	cmd := e.process(args...)
-	waitFor(t, 30*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
+	e.waitSlot()
 	produced := make(chan relaytest.Result, 1)
 	go func() {
 		res, err := relaytest.Produce(context.Background(), e.pool,
@@ -191,6 +190,7 @@ func TestBatchedDeliverySurvivesSIGKILL(t *testing.T) {
 // --marks off: everything is delivered and confirmed, and no row is marked, even after the
 // relay's final flush at stop; with the default (done), the same run marks every row.
 func TestMarksOffLeavesRowsPending(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []publisher.MarksMode{publisher.MarksOff, publisher.MarksDone} {
 		t.Run(string(mode), func(t *testing.T) {
 			e := newEnv(t)

@@ -139,6 +139,7 @@ func (e *env) noneDelivered(ids []string) {
 // /readyz stays 200 and outbox_relay_pipeline_paused is 1; after resume everything arrives, in
 // order per aggregate.
 func TestPauseHoldsDeliveryAcrossLeaderSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	addrA, addrB := freeAddr(t), freeAddr(t)
@@ -209,6 +210,7 @@ func (e *env) goneFor(on *atomic.Bool) {
 //
 // Batched, the same: a batch answered 410 waits as formed, and nothing else is sent meanwhile.
 func TestGonePausesThePipeline(t *testing.T) {
+	t.Parallel()
 	t.Run("one per request", func(t *testing.T) { testGonePauses(t, false) })
 	t.Run("batch 20", func(t *testing.T) { testGonePauses(t, true) })
 }
@@ -281,6 +283,7 @@ func testGonePauses(t *testing.T, batched bool) {
 // on_gone retry keeps the old behaviour: a 410 is a failed attempt, dead-lettered after
 // MaxAttempts, and nothing pauses.
 func TestGoneRetryDeadLetters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var gone atomic.Bool
 	gone.Store(true)
@@ -303,6 +306,7 @@ func TestGoneRetryDeadLetters(t *testing.T) {
 // /readyz stays 200 although events wait longer than the stall timeout; after resume everything
 // arrives in order and the slot moves on.
 func TestPauseBoundsTheBufferAndHoldsTheSlot(t *testing.T) {
+	// Not parallel: compares the slot's confirmed position with the cluster's WAL position, which other tests move while they run.
 	e := newEnv(t)
 	const maxEvents = 200
 	var addr atomic.Value

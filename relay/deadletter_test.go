@@ -116,6 +116,7 @@ func (e *env) others(res relaytest.Result) relaytest.Result {
 // accepted, every other aggregate is delivered and the slot moves past the workload. After
 // the receiver recovers, a replay delivers the aggregate in order and every row ends done.
 func TestDeadLetterParksAndReplayDeliversInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var rejecting atomic.Bool
 	rejecting.Store(true)
@@ -168,6 +169,7 @@ func TestDeadLetterParksAndReplayDeliversInOrder(t *testing.T) {
 
 // New events of the parked aggregate keep being committed while the replay runs: order holds.
 func TestReplayKeepsOrderWhileNewEventsArrive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var rejecting atomic.Bool
 	rejecting.Store(true)
@@ -211,6 +213,7 @@ func TestReplayKeepsOrderWhileNewEventsArrive(t *testing.T) {
 
 // A restart while an aggregate is parked: it stays parked, and later events wait for the replay.
 func TestParkedAggregateStaysParkedAcrossRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var rejecting atomic.Bool
 	rejecting.Store(true)
@@ -244,6 +247,7 @@ func TestParkedAggregateStaysParkedAcrossRestart(t *testing.T) {
 }
 
 func TestReplayWithNothingParked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	conn, err := pgx.Connect(context.Background(), e.dsn)
 	if err != nil {

@@ -31,6 +31,7 @@ func (r *running) waitExit(t *testing.T, within time.Duration) error {
 // lost connection and retried forever. It is reported as a decode error naming the fix, and not
 // retried; the slot does not confirm the undecodable transaction.
 func TestDecodeErrorMidStreamIsNotALostConnection(t *testing.T) {
+	// Not parallel: compares the slot's confirmed position with the cluster's WAL position, which other tests move while they run.
 	e := newEnv(t)
 	var logs relaytest.SyncBuffer
 	r := e.start(func(c *Config) {

@@ -10,6 +10,7 @@ import (
 
 // The zero Delivery is today's contract; unknown values are refused with the choices named.
 func TestDeliveryValidate(t *testing.T) {
+	t.Parallel()
 	var d Delivery
 	if err := d.Validate(); err != nil || d.Format != webhook.FormatRaw || d.Compression != webhook.CompressionNone || d.Marks != publisher.MarksDone || d.Batch.Enabled() {
 		t.Fatalf("zero Delivery: %+v, %v", d, err)

@@ -11,6 +11,7 @@ import (
 // endpoint, and younger ones stay. The old attempts are three chunks, and the wait is shorter
 // than the minute between passes, so one pass must delete every chunk.
 func TestDeliveryLogPrunedInTheBackground(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	now := time.Now()

@@ -35,4 +35,12 @@
 // MetricsAddr makes the relay serve it itself, as the CLI does. Series are registered on
 // Registerer (a new registry if nil). RegisterMetrics registers the same series without
 // connecting anywhere, for a dashboard or a test that wants to know them.
+//
+// # Traces
+//
+// With a TracerProvider (OpenTelemetry's API; the program sets up and shuts down its own SDK)
+// the relay records a span for each transaction it decodes and one for each delivery attempt,
+// a child of the trace context the event's producer stored, and each attempt's request carries
+// its own span's traceparent (docs/operations/tracing.md). Without one nothing is traced and
+// no tracing code runs on the delivery path; the relay links OpenTelemetry's API only.
 package relay

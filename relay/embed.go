@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/tracing"
 )
 
 // Relay is a relay ready to run: New has checked its Config. A program embeds it by calling
@@ -52,7 +53,11 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validateOperator(); err != nil {
 		return nil, err
 	}
+	if err := cfg.validateEgress(); err != nil {
+		return nil, err
+	}
 	cfg.operator = newOperatorHook(cfg)
+	cfg.tracer = tracing.Tracer(cfg.TracerProvider, cfg.Version)
 	registerProcess(cfg.Registerer, cfg.Version, cfg.Commit)
 	r := &runner{cfg: cfg}
 	for _, p := range pipes {
@@ -80,8 +85,11 @@ func (rl *Relay) Run(ctx context.Context) error {
 	err = rl.r.run(ctx)
 	if stoppedDuringStartup(ctx, err) {
 		// A start-up step (the checks, a slot, a lookup of a component) was cut short by the
-		// stop: nothing was lost, and the next start redoes it.
-		cfg.Logger.Info().Err(err).Msg("stopped during start-up")
+		// stop: nothing was lost, and the next start redoes it. A nil error was a stop the
+		// runner already reported.
+		if err != nil {
+			cfg.Logger.Info().Err(err).Msg("stopped during start-up")
+		}
 		return nil
 	}
 	return err

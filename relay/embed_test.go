@@ -24,6 +24,7 @@ import (
 // New takes one form of Config: a default-pipeline field beside Pipelines would apply to no
 // pipeline, so it is refused, naming the field; either form alone is accepted (the controls).
 func TestNewRefusesTheTwoFormsMixed(t *testing.T) {
+	t.Parallel()
 	pipes := []Pipeline{{Name: "orders", WebhookURL: "https://consumer.example/hook", Secrets: []string{"s"}}}
 	base := Config{DSN: "postgres://relay@localhost/app"}
 	for _, tc := range []struct {
@@ -107,6 +108,7 @@ func (r *recorder) deliveries() []relaytest.Delivery {
 // after a retry, its rows are marked done, and the program's mux answers /readyz and serves the
 // relay's series from the program's registry.
 func TestEmbeddedRelayWithItsOwnDestinationAndMux(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())

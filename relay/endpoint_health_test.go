@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -73,11 +73,12 @@ func (o *operatorEvents) configure(cfg *Config) {
 // row saying for how long and with which error; the others keep delivering, and the operator's
 // webhook gets a signed endpoint.disabled.
 func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
 	up := newPartner(t, "up", func(string, string, string) bool { return true })
-	e.addPartner(down, outbox.Endpoint{})
-	e.addPartner(up, outbox.Endpoint{})
+	e.addPartner(down, endpoints.Endpoint{})
+	e.addPartner(up, endpoints.Endpoint{})
 	down.recv.SetFail(func(*http.Request) int { return http.StatusBadGateway })
 	op := newOperatorEvents(t)
 	r := e.start(func(cfg *Config) {
@@ -87,10 +88,10 @@ func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
 	})
 	e.write("a", tenantEvents{"", "order", "order.created", 5, 2}, []*partner{up})
 	waitFor(t, time.Minute, "the failing endpoint disabled", func() bool {
-		ep, err := outbox.GetEndpoint(context.Background(), e.pool, "down")
-		return err == nil && ep.State == outbox.EndpointDisabled
+		ep, err := endpoints.Store{}.Get(context.Background(), e.pool, "down")
+		return err == nil && ep.State == endpoints.Disabled
 	})
-	ep, err := outbox.GetEndpoint(context.Background(), e.pool, "down")
+	ep, err := endpoints.Store{}.Get(context.Background(), e.pool, "down")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,9 +122,10 @@ func TestEndpointDisabledAfterFailingForDisableAfter(t *testing.T) {
 // An endpoint that fails ten times and more, opening its breaker, then delivers again: the
 // operator's webhook gets endpoint.recovered, with when it began failing and how many failed.
 func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
-	e.addPartner(flaky, outbox.Endpoint{})
+	e.addPartner(flaky, endpoints.Endpoint{})
 	var failures atomic.Int64
 	flaky.recv.SetFail(func(*http.Request) int {
 		if failures.Add(1) <= 12 {
@@ -147,7 +149,7 @@ func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
 			t.Fatalf("%s transitions = %v, want 1", tr, n)
 		}
 	}
-	if ep, err := outbox.GetEndpoint(context.Background(), e.pool, "flaky"); err != nil || ep.State != outbox.EndpointEnabled {
+	if ep, err := (endpoints.Store{}).Get(context.Background(), e.pool, "flaky"); err != nil || ep.State != endpoints.Enabled {
 		t.Fatalf("the endpoint that recovered: %+v, %v; want it enabled", ep, err)
 	}
 }
@@ -156,9 +158,10 @@ func TestEndpointRecoveredIsReportedToTheOperator(t *testing.T) {
 // it counting from then (its reason and event name the time from before the restart), not from
 // its own start.
 func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
-	e.addPartner(down, outbox.Endpoint{})
+	e.addPartner(down, endpoints.Endpoint{})
 	down.recv.SetFail(func(*http.Request) int { return http.StatusBadGateway })
 	op := newOperatorEvents(t)
 	configure := func(after time.Duration) func(*Config) {
@@ -195,8 +198,8 @@ func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
 	if ev.Data.FailingSince == nil || !ev.Data.FailingSince.Equal(since) {
 		t.Fatalf("endpoint.disabled failing_since %v, want %v, the one saved before the restart", ev.Data.FailingSince, since)
 	}
-	ep, err := outbox.GetEndpoint(context.Background(), e.pool, "down")
-	if err != nil || ep.State != outbox.EndpointDisabled || !strings.Contains(ep.DisabledReason, since.UTC().Format(time.RFC3339)) {
+	ep, err := endpoints.Store{}.Get(context.Background(), e.pool, "down")
+	if err != nil || ep.State != endpoints.Disabled || !strings.Contains(ep.DisabledReason, since.UTC().Format(time.RFC3339)) {
 		t.Fatalf("endpoint %+v, %v: want it disabled, its reason naming %s", ep, err, since.UTC().Format(time.RFC3339))
 	}
 }
@@ -204,9 +207,10 @@ func TestEndpointFailingSinceSurvivesARestart(t *testing.T) {
 // An endpoint that answers 410 Gone is disabled at once, as before, and the relay that got the
 // 410 tells the operator's webhook with endpoint.disabled.
 func TestEndpointGoneIsReportedToTheOperator(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	gone := newPartner(t, "gone", func(string, string, string) bool { return true })
-	e.addPartner(gone, outbox.Endpoint{})
+	e.addPartner(gone, endpoints.Endpoint{})
 	gone.recv.SetFail(func(*http.Request) int { return http.StatusGone })
 	op := newOperatorEvents(t)
 	r := e.start(func(cfg *Config) { endpointsConfig(cfg); op.configure(cfg) })
@@ -225,6 +229,7 @@ func TestEndpointGoneIsReportedToTheOperator(t *testing.T) {
 
 // The operator's webhook needs an absolute http(s) URL and a secret; New refuses a half.
 func TestOperatorWebhookSettingsAreChecked(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ url, secret, want string }{
 		{"", "s3cret", "without its URL"},
 		{"http://ops.example/hook", "", "needs a signing secret"},

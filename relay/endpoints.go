@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -17,12 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/destination/webhook"
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/publisher"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/seal"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
+	"github.com/outbox-relay/outbox-relay/internal/tracing"
 )
 
 // endpointMarkInterval is how long the done-marks of a pipeline with endpoints wait to be
@@ -72,7 +75,10 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		metricsAddr = cfg.metricsBound
 	}
 	guard, guardErr := endpoint.NewGuard(metricsAddr)
-	eps := outbox.Endpoints{Schema: outbox.Schema(cfg.Schema)}
+	if guard != nil {
+		guard.Egress = endpoint.Egress(cfg.Egress)
+	}
+	eps := endpoints.Store{Schema: cfg.Schema}
 	open := func(id string, raw []byte) (destination.Destination, func(), time.Time, error) {
 		switch {
 		case ringErr != nil:
@@ -84,8 +90,14 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		if err := json.Unmarshal(raw, &row); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: its row does not decode: %w", id, err)
 		}
-		if _, err := endpoint.CheckURL(row.URL, guard, row.AllowPrivateURL); err != nil {
+		access := guard.AccessOf(row.DenyPrivate, row.AllowPrivateURL)
+		u, err := endpoint.CheckURL(row.URL, guard, access)
+		if err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w (fix: outbox-relay endpoint update %s --url ...)", id, err, id)
+		}
+		proxy, err := egressProxy(cfg.EgressProxy, row.EgressProxy, u)
+		if err != nil {
+			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w", id, err)
 		}
 		keys, next, err := row.Keys(ring, time.Now())
 		if err != nil {
@@ -97,15 +109,15 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		}
 		w, err := webhook.New(webhook.Config{URL: row.URL, Keys: keys, Scheme: row.SignatureScheme(), Timeout: p.RequestTimeout,
 			MaxConns: maxConns, UserAgent: "outbox-relay/" + cfg.Version, Format: webhook.Format(row.Format),
-			DefaultSource: "/outbox-relay/" + p.Name, Control: guard.Control(row.AllowPrivateURL)})
+			DefaultSource: "/outbox-relay/" + p.Name, Control: guard.Control(access), Proxy: proxy, Resolver: cfg.Resolver})
 		if err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w", id, err)
 		}
-		return w, w.Close, next, nil
+		return tracing.Destination(w, cfg.tracer, tracing.Target{Pipeline: p.Name, Endpoint: id}), w.Close, next, nil
 	}
 	disable := func(ctx context.Context, id, reason string) error {
 		_, err := eps.Disable(ctx, pool, id, reason)
-		if errors.Is(err, outbox.ErrEndpointNotFound) || errors.Is(err, outbox.ErrEndpointState) {
+		if errors.Is(err, endpoints.ErrNotFound) || errors.Is(err, endpoints.ErrState) {
 			return nil // removed or disabled meanwhile: nothing left to do
 		}
 		return err
@@ -125,4 +137,26 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
 		DeliveryLog: deliveryLogOf(dlog), Slot: slot,
 	}, acker, marks)
+}
+
+// egressProxy is the proxy an endpoint connects through: its row's egress_proxy ("direct":
+// none), else the relay's --egress-proxy, else the environment's HTTPS_PROXY / HTTP_PROXY when
+// they apply to its URL (so that the guard sees, through the tunnel, what it would see
+// directly); nil: a direct connection.
+func egressProxy(relayProxy, rowProxy string, u *url.URL) (*url.URL, error) {
+	raw := rowProxy
+	if raw == "" {
+		raw = relayProxy
+	}
+	switch raw {
+	case endpoint.ProxyDirect:
+		return nil, nil
+	case "":
+		return http.ProxyFromEnvironment(&http.Request{URL: u})
+	}
+	p, err := endpoint.ParseProxy(raw)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
+	return p, nil
 }

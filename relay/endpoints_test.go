@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -38,10 +39,10 @@ func newPartner(t *testing.T, id string, sub func(tenant, aggType, evType string
 	return &partner{id: id, recv: recv, sub: sub}
 }
 
-func (e *env) addPartner(p *partner, ep outbox.Endpoint) {
+func (e *env) addPartner(p *partner, ep endpoints.Endpoint) {
 	e.t.Helper()
 	ep.ID, ep.URL, ep.Secret = p.id, p.recv.URL, "secret-of-"+p.id+"-0123456789"
-	if _, err := outbox.AddEndpoint(context.Background(), e.pool, ep); err != nil {
+	if _, err := (endpoints.Store{}).Add(context.Background(), e.pool, ep); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -104,13 +105,14 @@ func first(s []string) []string { return s[:min(len(s), 3)] }
 // nothing committed after its removal; all of it without restarting the relay, and with one
 // walsender.
 func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := newPartner(t, "acme", func(tenant, _, ev string) bool { return tenant == "t1" && strings.HasPrefix(ev, "order.") })
 	b := newPartner(t, "all", func(string, string, string) bool { return true })
 	c := newPartner(t, "t2-invoices", func(tenant, agg, _ string) bool { return tenant == "t2" && agg == "invoice" })
-	e.addPartner(a, outbox.Endpoint{TenantID: "t1", EventTypes: []string{"order.*"}})
-	e.addPartner(b, outbox.Endpoint{})
-	e.addPartner(c, outbox.Endpoint{TenantID: "t2", AggregateTypes: []string{"invoice"}})
+	e.addPartner(a, endpoints.Endpoint{TenantID: "t1", EventTypes: []string{"order.*"}})
+	e.addPartner(b, endpoints.Endpoint{})
+	e.addPartner(c, endpoints.Endpoint{TenantID: "t2", AggregateTypes: []string{"invoice"}})
 	e.start(endpointsConfig)
 	live := []*partner{a, b, c}
 	mix := func(prefix string) {
@@ -125,13 +127,13 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 
 	// A new endpoint: nothing committed before it.
 	d := newPartner(t, "late", func(string, string, string) bool { return true })
-	e.addPartner(d, outbox.Endpoint{})
+	e.addPartner(d, endpoints.Endpoint{})
 	live = append(live, d)
 	mix("r2")
 	waitPartners(t, a, b, c, d)
 
 	// Paused: held, then delivered in order on resume.
-	if _, err := outbox.PauseEndpoint(context.Background(), e.pool, b.id, "maintenance"); err != nil {
+	if _, err := (endpoints.Store{}).Pause(context.Background(), e.pool, b.id, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	held := len(b.recv.Deliveries())
@@ -141,13 +143,13 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 	if n := len(b.recv.Deliveries()); n != held {
 		t.Fatalf("the paused endpoint received %d events", n-held)
 	}
-	if _, err := outbox.ResumeEndpoint(context.Background(), e.pool, b.id); err != nil {
+	if _, err := (endpoints.Store{}).Resume(context.Background(), e.pool, b.id); err != nil {
 		t.Fatal(err)
 	}
 	waitPartners(t, b)
 
 	// Removed: nothing committed after its removal.
-	if err := outbox.RemoveEndpoint(context.Background(), e.pool, a.id); err != nil {
+	if err := (endpoints.Store{}).Remove(context.Background(), e.pool, a.id); err != nil {
 		t.Fatal(err)
 	}
 	live = slices.DeleteFunc(live, func(p *partner) bool { return p == a })
@@ -155,7 +157,8 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 	waitPartners(t, a, b, c, d)
 
 	var senders int
-	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_replication WHERE application_name <> 'walreceiver'`).
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_activity a USING (pid)
+		WHERE a.datname = current_database() AND r.application_name <> 'walreceiver'`).
 		Scan(&senders); err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +177,14 @@ func TestEndpointsRouteEachEventAsSubscribedAtItsCommit(t *testing.T) {
 // recovers it gets everything, in order. An endpoint that answers 410 Gone is disabled (its row
 // says why) and gets nothing more, while the others go on.
 func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
+	// Not parallel: compares the slot's confirmed position with the cluster's WAL position, which other tests move while they run.
 	e := newEnv(t)
 	ok := newPartner(t, "healthy", func(string, string, string) bool { return true })
 	bad := newPartner(t, "failing", func(string, string, string) bool { return true })
 	gone := newPartner(t, "gone", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(bad, outbox.Endpoint{})
-	e.addPartner(gone, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
+	e.addPartner(bad, endpoints.Endpoint{})
+	e.addPartner(gone, endpoints.Endpoint{})
 	var failing, isGone atomic.Bool
 	failing.Store(true)
 	bad.recv.SetFail(func(*http.Request) int {
@@ -205,8 +209,8 @@ func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
 	e.write("b", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
 	waitPartners(t, ok)
 	waitFor(t, 30*time.Second, "the gone endpoint disabled", func() bool {
-		got, err := outbox.GetEndpoint(context.Background(), e.pool, gone.id)
-		return err == nil && got.State == outbox.EndpointDisabled && strings.Contains(got.DisabledReason, "410")
+		got, err := endpoints.Store{}.Get(context.Background(), e.pool, gone.id)
+		return err == nil && got.State == endpoints.Disabled && strings.Contains(got.DisabledReason, "410")
 	})
 	sent := len(gone.recv.Deliveries())
 	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
@@ -247,11 +251,12 @@ func TestEndpointFailingOrGoneHoldsNoOther(t *testing.T) {
 // committed after it (the versions log, not the table as it is now, says what was subscribed
 // when), and the endpoint that failed gets everything, in order.
 func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
 	held := newPartner(t, "held", func(string, string, string) bool { return true })
-	e.addPartner(all, outbox.Endpoint{})
-	e.addPartner(held, outbox.Endpoint{})
+	e.addPartner(all, endpoints.Endpoint{})
+	e.addPartner(held, endpoints.Endpoint{})
 	var failing atomic.Bool
 	held.recv.SetFail(func(*http.Request) int {
 		if failing.Load() {
@@ -270,7 +275,7 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 	// Relay down: before and after a new endpoint.
 	e.write("b", tenantEvents{"", "order", "order.created", 5, 3}, live)
 	late := newPartner(t, "late", func(string, string, string) bool { return true })
-	e.addPartner(late, outbox.Endpoint{})
+	e.addPartner(late, endpoints.Endpoint{})
 	live = append(live, late)
 	e.write("c", tenantEvents{"", "order", "order.created", 5, 3}, live)
 	failing.Store(true)
@@ -279,7 +284,7 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 
 	// Relay up, slot held back by the failing endpoint: another new endpoint, then a restart.
 	later := newPartner(t, "later", func(string, string, string) bool { return true })
-	e.addPartner(later, outbox.Endpoint{})
+	e.addPartner(later, endpoints.Endpoint{})
 	live = append(live, later)
 	e.write("d", tenantEvents{"", "order", "order.created", 5, 3}, live)
 	waitPartners(t, all, late, later)
@@ -296,11 +301,12 @@ func TestEndpointChangesApplyAtTheirCommitAcrossRestarts(t *testing.T) {
 // event of the aggregate; the rejecting endpoint gets the aggregate's later events only after
 // a replay names it (pipeline "default/<endpoint>"), then all of them in order.
 func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fine := newPartner(t, "fine", func(string, string, string) bool { return true })
 	picky := newPartner(t, "picky", func(string, string, string) bool { return true })
-	e.addPartner(fine, outbox.Endpoint{})
-	e.addPartner(picky, outbox.Endpoint{})
+	e.addPartner(fine, endpoints.Endpoint{})
+	e.addPartner(picky, endpoints.Endpoint{})
 	var reject atomic.Bool
 	reject.Store(true)
 	picky.recv.SetFailEvents(func(ds []relaytest.Delivery) int {
@@ -356,11 +362,12 @@ func TestEndpointDeadLetterParksForThatEndpointOnly(t *testing.T) {
 // An endpoint's rate limit bounds the requests it gets in any one second, and its in-flight cap
 // the requests under way at once; another endpoint meanwhile gets its events at full speed.
 func TestEndpointRateLimitAndInFlightCap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	slow := newPartner(t, "limited", func(string, string, string) bool { return true })
 	capped := newPartner(t, "capped", func(string, string, string) bool { return true })
-	e.addPartner(slow, outbox.Endpoint{RateLimit: 20})
-	e.addPartner(capped, outbox.Endpoint{MaxInFlight: 2})
+	e.addPartner(slow, endpoints.Endpoint{RateLimit: 20})
+	e.addPartner(capped, endpoints.Endpoint{MaxInFlight: 2})
 	var now, most atomic.Int32
 	capped.recv.SetFail(func(*http.Request) int {
 		n := now.Add(1)
@@ -398,6 +405,7 @@ func TestEndpointRateLimitAndInFlightCap(t *testing.T) {
 // --endpoint-metrics-max troubled endpoints plus the ones asked for by name; the aggregate
 // series count all of them.
 func TestEndpointSeriesStayBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recv := relaytest.NewReceiver("shared-secret-0123456789")
 	t.Cleanup(recv.Close)
@@ -412,7 +420,7 @@ func TestEndpointSeriesStayBounded(t *testing.T) {
 		if i < 30 {
 			path = "/bad/"
 		}
-		if _, err := outbox.AddEndpoint(context.Background(), e.pool, outbox.Endpoint{ID: fmt.Sprintf("ep%02d", i),
+		if _, err := (endpoints.Store{}).Add(context.Background(), e.pool, endpoints.Endpoint{ID: fmt.Sprintf("ep%02d", i),
 			URL: recv.URL + path + fmt.Sprint(i), Secret: "shared-secret-0123456789"}); err != nil {
 			t.Fatal(err)
 		}
@@ -471,16 +479,17 @@ func gaugeValue(g prometheus.Gatherer, name string) float64 {
 // history of its subscription, from before it existed: the rows of the range its subscription
 // takes, in order per aggregate, and nothing to any other endpoint.
 func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
-	e.addPartner(all, outbox.Endpoint{})
+	e.addPartner(all, endpoints.Endpoint{})
 	e.start(endpointsConfig)
 	since := time.Now().Add(-time.Second)
 	e.write("a1", tenantEvents{"t1", "order", "order.created", 4, 3}, []*partner{all})
 	e.write("a2", tenantEvents{"t2", "order", "order.created", 4, 3}, []*partner{all})
 	waitPartners(t, all)
 	late := newPartner(t, "t1-late", func(tenant, _, _ string) bool { return tenant == "t1" })
-	e.addPartner(late, outbox.Endpoint{TenantID: "t1"})
+	e.addPartner(late, endpoints.Endpoint{TenantID: "t1"})
 	before := len(all.recv.Deliveries())
 	conn, err := pgx.Connect(context.Background(), e.dsn)
 	if err != nil {
@@ -508,6 +517,7 @@ func TestEndpointReplaySinceResendsToThatEndpointOnly(t *testing.T) {
 // A pipeline that starts with no endpoint at all: the first endpoint, added while the relay is
 // stopped, gets only what is committed after it once the relay is back.
 func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.start(endpointsConfig)
 	e.write("a", tenantEvents{"", "order", "order.created", 3, 2}, nil)
@@ -517,7 +527,7 @@ func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
 	}
 	e.write("b", tenantEvents{"", "order", "order.created", 3, 2}, nil)
 	first := newPartner(t, "first", func(string, string, string) bool { return true })
-	e.addPartner(first, outbox.Endpoint{})
+	e.addPartner(first, endpoints.Endpoint{})
 	e.write("c", tenantEvents{"", "order", "order.created", 3, 2}, []*partner{first})
 	e.start(endpointsConfig)
 	waitPartners(t, first)
@@ -528,14 +538,15 @@ func TestFirstEndpointAddedWhileStoppedGetsOnlyLaterEvents(t *testing.T) {
 // the signature with it). Without the key, the endpoint's attempts fail with the fix, and its
 // events wait.
 func TestSealedEndpointSecretSignsAndIsNotStoredInClear(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const keys = "q2Jx1b8m3JtH3kq6q0mF0vQG7w0xY2l3cS9kzYy0d1E=" // 32 bytes in base64
-	sealer, err := outbox.NewSealer(keys)
+	sealer, err := endpoints.NewSealer(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := newPartner(t, "sealed", func(string, string, string) bool { return true })
-	if _, err := (outbox.Endpoints{Sealer: sealer}).Add(context.Background(), e.pool, outbox.Endpoint{ID: p.id, URL: p.recv.URL,
+	if _, err := (endpoints.Store{Sealer: sealer}).Add(context.Background(), e.pool, endpoints.Endpoint{ID: p.id, URL: p.recv.URL,
 		Secret: "secret-of-sealed-0123456789"}); err != nil {
 		t.Fatal(err)
 	}
@@ -569,9 +580,10 @@ func TestSealedEndpointSecretSignsAndIsNotStoredInClear(t *testing.T) {
 // URL is the relay's own metrics address, or a metadata address, is never dialled; its attempts
 // fail saying why, and the other endpoints go on.
 func TestGuardRefusesToDialTheRelaysOwnAndMetadataAddresses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "ok", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
 	metrics := relaytest.NewReceiver("unused-secret-0123456789")
 	t.Cleanup(metrics.Close)
 	addr := strings.TrimPrefix(metrics.URL, "http://")
@@ -600,6 +612,7 @@ func TestGuardRefusesToDialTheRelaysOwnAndMetadataAddresses(t *testing.T) {
 // in CloudEvents binary mode gets requests that verify with its whsec_ secret (and only it), while
 // an x-signature endpoint in raw format beside it keeps its own.
 func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	key, err := signature.DecodeWhsec(whsec)
@@ -622,12 +635,12 @@ func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
 		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
-	if _, err := outbox.AddEndpoint(context.Background(), e.pool, outbox.Endpoint{ID: "std", URL: srv.URL, Secret: whsec,
+	if _, err := (endpoints.Store{}).Add(context.Background(), e.pool, endpoints.Endpoint{ID: "std", URL: srv.URL, Secret: whsec,
 		Scheme: signature.StandardWebhooks, Format: "cloudevents"}); err != nil {
 		t.Fatal(err)
 	}
 	raw := newPartner(t, "raw", func(string, string, string) bool { return true })
-	e.addPartner(raw, outbox.Endpoint{})
+	e.addPartner(raw, endpoints.Endpoint{})
 	e.start(endpointsConfig)
 	e.write("f", tenantEvents{"", "order", "order.created", 4, 3}, []*partner{raw})
 	waitPartners(t, raw)
@@ -650,11 +663,12 @@ func TestEndpointsEachWithItsSchemeAndFormat(t *testing.T) {
 // batch_max_events, in order per aggregate, while an endpoint beside it gets one event per
 // request.
 func TestEndpointBatches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	batched := newPartner(t, "batched", func(string, string, string) bool { return true })
 	single := newPartner(t, "single", func(string, string, string) bool { return true })
-	e.addPartner(batched, outbox.Endpoint{BatchMaxEvents: 10})
-	e.addPartner(single, outbox.Endpoint{})
+	e.addPartner(batched, endpoints.Endpoint{BatchMaxEvents: 10})
+	e.addPartner(single, endpoints.Endpoint{})
 	var hold atomic.Bool
 	hold.Store(true)
 	batched.recv.SetFail(func(*http.Request) int {
@@ -691,18 +705,14 @@ func TestEndpointBatches(t *testing.T) {
 // from its own slot, so each endpoint gets every event it subscribes to, in order per aggregate,
 // and a shard's dead letters and replays name the shard's lane ("default_s0of2/<endpoint>").
 func TestShardedPipelineWithEndpoints(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := newPartner(t, "a", func(string, string, string) bool { return true })
 	b := newPartner(t, "b", func(tenant, _, _ string) bool { return tenant == "t1" })
-	e.addPartner(a, outbox.Endpoint{})
-	e.addPartner(b, outbox.Endpoint{TenantID: "t1"})
+	e.addPartner(a, endpoints.Endpoint{})
+	e.addPartner(b, endpoints.Endpoint{TenantID: "t1"})
 	e.startNoWait(func(cfg *Config) { endpointsConfig(cfg); cfg.Shards = 2 })
-	waitFor(t, 30*time.Second, "both shards' slots", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`,
-			e.slot+"_s%of2").Scan(&n)
-		return n == 2
-	})
+	waitFor(t, 30*time.Second, "both shards' slots", func() bool { return e.countReadySlots(e.slot+"_s%of2") == 2 })
 	live := []*partner{a, b}
 	e.write("s1", tenantEvents{"t1", "order", "order.created", 20, 3}, live)
 	e.write("s2", tenantEvents{"t2", "order", "order.created", 20, 3}, live)
@@ -721,11 +731,12 @@ func TestShardedPipelineWithEndpoints(t *testing.T) {
 // with their attempts not counted; the endpoint beside it is not slowed; the first probe that
 // succeeds closes the breaker and everything goes, in order.
 func TestEndpointCircuitBreaker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down := newPartner(t, "down", func(string, string, string) bool { return true })
 	up := newPartner(t, "up", func(string, string, string) bool { return true })
-	e.addPartner(down, outbox.Endpoint{})
-	e.addPartner(up, outbox.Endpoint{})
+	e.addPartner(down, endpoints.Endpoint{})
+	e.addPartner(up, endpoints.Endpoint{})
 	var failing atomic.Bool
 	failing.Store(true)
 	down.recv.SetFail(func(*http.Request) int {
@@ -756,9 +767,10 @@ func TestEndpointCircuitBreaker(t *testing.T) {
 // An endpoint's batch_linger_ms: a batch that is not full waits that long for more events, so a
 // burst committed one transaction at a time goes out together, not one request per event.
 func TestEndpointBatchLinger(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := newPartner(t, "lingering", func(string, string, string) bool { return true })
-	e.addPartner(p, outbox.Endpoint{BatchMaxEvents: 50, BatchLinger: 400 * time.Millisecond})
+	e.addPartner(p, endpoints.Endpoint{BatchMaxEvents: 50, BatchLinger: 400 * time.Millisecond})
 	e.start(endpointsConfig)
 	for i := 0; i < 6; i++ { // six transactions 30ms apart: without a linger, one request each
 		e.write(fmt.Sprint("l", i), tenantEvents{"", "order", "order.created", 1, 1}, []*partner{p})

@@ -27,6 +27,7 @@ import (
 // a publisher sending to a webhook, and its own Prometheus registry, which then holds the
 // series of both. (Only the test cluster comes from internal/pgtest.)
 func TestPublicPackagesConfigureAStreamAndAPublisher(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dsn := pgtest.NewDB(t)

@@ -22,6 +22,7 @@ import (
 // primary has is delivered, nothing it lacks is (the primary only sends what the standby has,
 // synchronized_standby_slots), and first deliveries keep per-aggregate order.
 func TestFailoverSlotContinuesOnPromotedStandby(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.SlotFailoverVersion, "failover slots")
 	ctx := context.Background()
 	primary, standby, db := primaryWithStandby(t,
@@ -88,6 +89,7 @@ func TestFailoverSlotContinuesOnPromotedStandby(t *testing.T) {
 // With --failover=false on 17 the relay turns the option off on an existing failover slot, and
 // with auto it turns it on again, waiting while another process holds the slot.
 func TestFailoverOptionIsAppliedToAnExistingSlot(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.SlotFailoverVersion, "failover slots")
 	e := newEnv(t)
 	ctx := context.Background()
@@ -148,6 +150,7 @@ func (r *running) streaming(t *testing.T) func() bool {
 // --failover=true on a server without failover slots stops the relay with an error that says
 // so, instead of running without the protection that was asked for.
 func TestFailoverTrueBefore17IsAnError(t *testing.T) {
+	t.Parallel()
 	var num int
 	if err := pgxConnRow(t, "SELECT current_setting('server_version_num')::int", &num); err != nil {
 		t.Fatal(err)

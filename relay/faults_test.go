@@ -92,6 +92,7 @@ func (e *env) currentLSN() int64 {
 
 // The slot's confirmed LSN never passes an undelivered event, and moves past it once delivered.
 func TestConfirmsOnlyAfterDelivery(t *testing.T) {
+	// Not parallel: compares the slot's confirmed position with the cluster's WAL position, which other tests move while they run.
 	e := newEnv(t)
 	r := e.start(func(c *Config) { c.RequestTimeout = 30 * time.Second; c.StatusInterval = 200 * time.Millisecond })
 	e.recv.Hang()
@@ -118,6 +119,7 @@ func TestConfirmsOnlyAfterDelivery(t *testing.T) {
 
 // A quiet outbox while another table writes ~200 MB of WAL: the slot keeps little WAL.
 func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start(nil)
 	res := e.produce(relaytest.Workload{Events: 10, Aggregates: 2, MaxTxSize: 3})
@@ -145,6 +147,7 @@ func TestIdleOutboxDoesNotPinWAL(t *testing.T) {
 
 // wal_sender_timeout=4s and a receiver that hangs 12s: the server does not cut the relay off.
 func TestNotCutOffWhileDeliveryHangs(t *testing.T) {
+	// Not parallel: reads the shared cluster's log, which parallel tests would crowd.
 	e := newEnv(t)
 	ctx := context.Background()
 	dbName := e.dbName()
@@ -181,6 +184,7 @@ func (e *env) dbName() string {
 // A receiver that blocks everything: the buffer stays bounded, reading pauses, and it resumes
 // when the receiver recovers.
 func TestBackpressureBoundsTheBuffer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const maxEvents = 200
 	r := e.start(func(c *Config) {
@@ -205,6 +209,7 @@ func TestBackpressureBoundsTheBuffer(t *testing.T) {
 
 // An immediate (crash) restart of PostgreSQL mid-stream: nothing lost, no operator step.
 func TestServerCrashRestartMidStream(t *testing.T) {
+	// Not parallel: restarts the shared cluster.
 	e := newEnv(t)
 	slow := func(*http.Request) int { time.Sleep(time.Millisecond); return 0 }
 	e.recv.SetFail(slow)
@@ -224,6 +229,7 @@ func TestServerCrashRestartMidStream(t *testing.T) {
 
 // A second relay on the same slot stands by and takes over within seconds when the first stops.
 func TestStandbyTakesOver(t *testing.T) {
+	// Not parallel: reads the shared cluster's log, which parallel tests would crowd.
 	e := newEnv(t)
 	first := e.start(nil)
 	res1 := e.produce(relaytest.Workload{Events: 50, Aggregates: 5, MaxTxSize: 5})
@@ -256,6 +262,7 @@ func TestStandbyTakesOver(t *testing.T) {
 // SIGTERM-like stop: in-flight deliveries finish, the delivered position is confirmed, and Run
 // returns nil.
 func TestGracefulStopConfirmsWhatWasDelivered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.start(nil)
 	res := e.produce(relaytest.Workload{Events: 200, Aggregates: 10, MaxTxSize: 5})
@@ -282,6 +289,7 @@ func TestGracefulStopConfirmsWhatWasDelivered(t *testing.T) {
 
 // Retry-After from the receiver sets the next attempt's delay.
 func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var mu sync.Mutex
 	var first time.Time
@@ -313,6 +321,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 
 // Misconfigurations fail fast with an error that names the fix.
 func TestSetupErrorsNameTheFix(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts servers of its own or runs long: skipped under -short")
 	}
@@ -368,6 +377,7 @@ func wantErr(t *testing.T, err, target error, fix string) {
 
 // An idle relay stops promptly on cancellation, not at its next status update.
 func TestIdleRelayStopsPromptly(t *testing.T) {
+	// Not parallel: bounds how long a stop takes.
 	e := newEnv(t)
 	r := e.start(func(c *Config) { c.StatusInterval = 30 * time.Second })
 	res := e.produce(relaytest.Workload{Events: 1, Aggregates: 1, MaxTxSize: 1})
@@ -386,6 +396,7 @@ func TestIdleRelayStopsPromptly(t *testing.T) {
 // /healthz and /readyz answer meanwhile, although not even the schema of its tables could be
 // resolved yet.
 func TestStartWhileTheServerIsDown(t *testing.T) {
+	// Not parallel: stops the shared cluster.
 	e := newEnv(t)
 	c := pgtest.Shared(t)
 	e.pool.Reset()
@@ -404,7 +415,7 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 	go func() { done <- Run(ctx, cfg) }()
 	// Two failed attempts logged: the relay has had the chance to give up, and has not.
 	waitFor(t, 30*time.Second, "two retries while the server is down", func() bool {
-		return strings.Count(logs.String(), "database not ready; retrying") >= 2
+		return strings.Count(logs.String(), "; retrying") >= 2 // as "database not ready" or with the cause and the fix
 	})
 	select {
 	case err := <-done:
@@ -420,11 +431,7 @@ func TestStartWhileTheServerIsDown(t *testing.T) {
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "slot created once the server is up", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
+	e.waitSlot()
 	res := e.produce(relaytest.Workload{Events: 20, Aggregates: 4, MaxTxSize: 3})
 	requireOK(t, e.waitDelivered(res, 30*time.Second))
 	cancel()

@@ -16,6 +16,7 @@ var zeroWords = regexp.MustCompile(`\b(zero|Zero|[Ee]mpty|[Nn]il|[Ff]alse|0|[Rr]
 // Every exported field of relay's exported config types says what its zero value means (pgx's
 // "If zero, the default is no timeout"): a library caller reads the Go doc, not the flags.
 func TestEveryConfigFieldStatesItsZeroValue(t *testing.T) {
+	t.Parallel()
 	fset := token.NewFileSet()
 	names, err := filepath.Glob("*.go")
 	if err != nil {

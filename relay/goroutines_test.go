@@ -44,6 +44,7 @@ func gaugeIs(reg *prometheus.Registry, name string, want float64) bool {
 // it is stopped in the middle of a backfill page whose deliveries keep failing: started and
 // stopped 100 times, the process holds no goroutine it did not hold before (goleak).
 func TestStartStopLeavesNoGoroutines(t *testing.T) {
+	// Not parallel: counts the process's goroutines.
 	e := newEnv(t)
 	// Rows pending before the slot exists make a backfill, which a failing endpoint never
 	// finishes: each run stops with a page under way and retries scheduled.

@@ -16,6 +16,7 @@ import (
 // The relay signs with Standard Webhooks and two secrets (a rotation); an inbox that knows only
 // the new secret accepts every event and applies each once.
 func TestStandardWebhooksRotationIntoTheInbox(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	oldSecret, newSecret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25kLXNlY3JldC1rZXktZm9yLXJvdGF0aW9u"

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -96,12 +97,13 @@ func (e *env) lag() (retained, current int64) {
 // after the thaw the blacked-out endpoint receives every event, in order per aggregate, and its
 // backlog empties.
 func TestEndpointBlackoutSpillsAndRejoins(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	partners := make([]*partner, 20)
 	for i := range partners {
 		tenant := fmt.Sprintf("t%d", i)
 		partners[i] = newPartner(t, fmt.Sprintf("iso%02d", i), func(tn, _, _ string) bool { return tn == tenant })
-		e.addPartner(partners[i], outbox.Endpoint{TenantID: tenant})
+		e.addPartner(partners[i], endpoints.Endpoint{TenantID: tenant})
 	}
 	victim, others := partners[7], slices.Delete(slices.Clone(partners), 7, 8)
 	r := e.start(func(c *Config) {
@@ -176,21 +178,18 @@ func (e *env) endpointsProcess(args ...string) *exec.Cmd {
 // the next process drains the rest; the endpoint still receives every event, in order per
 // aggregate (first deliveries), and the backlog empties; the others lose nothing either.
 func TestEndpointBacklogDrainSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	partners := make([]*partner, 5)
 	for i := range partners {
 		tenant := fmt.Sprintf("t%d", i)
 		partners[i] = newPartner(t, fmt.Sprintf("kill%d", i), func(tn, _, _ string) bool { return tn == tenant })
-		e.addPartner(partners[i], outbox.Endpoint{TenantID: tenant})
+		e.addPartner(partners[i], endpoints.Endpoint{TenantID: tenant})
 	}
 	victim, others := partners[0], partners[1:]
 	args := []string{"--spill-after", "1s", "--status-interval", "500ms"}
 	cmd := e.endpointsProcess(args...)
-	waitFor(t, 30*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
+	e.waitSlot()
 	victim.recv.Hang()
 	e.write("big", tenantEvents{"t0", "order", "order.created", 40, 50}, partners)
 	for i := range others {

@@ -36,15 +36,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // The relay process SIGKILLed several times mid-stream: nothing lost, first deliveries in order.
 func TestSIGKILLLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	slow := func(*http.Request) int { time.Sleep(200 * time.Microsecond); return 0 }
 	e.recv.SetFail(slow)
 	cmd := e.process()
-	waitFor(t, 30*time.Second, "slot created", func() bool {
-		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
-		return n == 1
-	})
+	e.waitSlot()
 	produced := make(chan relaytest.Result, 1)
 	go func() {
 		res, err := relaytest.Produce(context.Background(), e.pool,

@@ -48,6 +48,7 @@ func runMarker(t *testing.T, m *pgstore.Marker) (stop func()) {
 // The marker keeps at most Max marks waiting; beyond them marks are dropped (the rows stay
 // pending). The dropped rows are markable: a marker without the limit marks them.
 func TestMarkerKeepsAtMostMaxMarksWaiting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var ids []string
 	for i := 0; i < 5; i++ {
@@ -114,6 +115,7 @@ func (tr *markTracer) marks() []int64 {
 // batch that missed it is marked again at a later flush, even when nothing else was delivered
 // meanwhile, and the row ends up done.
 func TestMarkerMarksAgainARowThatWasNotYetVisible(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(e.dsn)
@@ -159,6 +161,7 @@ func TestMarkerMarksAgainARowThatWasNotYetVisible(t *testing.T) {
 // statements of at most Batch rows: a join of tens of thousands of ids is planned as a scan of
 // the whole table, which on a large table makes the marks fall further behind.
 func TestMarkerWritesABacklogInBatches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	var ids []string

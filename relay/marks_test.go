@@ -18,6 +18,7 @@ import (
 // lines in 9s). They back off, log once per distinct error per minute, are counted, and
 // delivery goes on; once the privilege is back, the rows are marked.
 func TestFailingDoneMarksBackOffAndAreCounted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	role := fmt.Sprintf("rw_%d", rand.Uint32())
 	cfg := e.config()

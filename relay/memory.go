@@ -5,7 +5,7 @@ package relay
 // whole, so one larger than the bound overshoots it), and the heap holds about 1.2 bytes per
 // buffered byte (measured: 130 MiB buffered over 4 pipelines, 155 MB live after a GC). A soft
 // memory limit below that live heap makes the GC run back to back without freeing anything:
-// 24 cycles a second at 64 MiB in the same measurement (docs/operations.md, Memory).
+// 24 cycles a second at 64 MiB in the same measurement (docs/operations/starting.md, Memory).
 
 // Bounds of SoftMemoryLimit.
 const (

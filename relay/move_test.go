@@ -104,6 +104,7 @@ func slotState(pool *pgxpool.Pool, slot string) (exists, active bool) {
 // --replication-dsn was refused unless --no-backfill, and with --no-backfill everything
 // committed between the stop and the new slot's creation was lost.)
 func TestSlotMovesToTheStandbyAndBackLosingNothing(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.StandbyDecodingVersion, "logical decoding on a standby")
 	primary, standby, db := primaryWithStandby(t, nil, nil)
 	pool, standbyPool := clusterPool(t, primary.DSN(db)), clusterPool(t, standby.DSN(db))
@@ -151,6 +152,7 @@ func TestSlotMovesToTheStandbyAndBackLosingNothing(t *testing.T) {
 // slot will not carry) are recorded on the primary and delivered first, then the stream. Before
 // this, such a start was refused unless --no-backfill, which never delivered those rows.
 func TestFreshSlotOnAStandbyBackfillsThePendingRows(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.StandbyDecodingVersion, "logical decoding on a standby")
 	primary, standby, db := primaryWithStandby(t, nil, nil)
 	pool, standbyPool := clusterPool(t, primary.DSN(db)), clusterPool(t, standby.DSN(db))
@@ -182,6 +184,7 @@ func TestFreshSlotOnAStandbyBackfillsThePendingRows(t *testing.T) {
 // having delivered nothing past the fence, and names the fix; one run with RecreateSlot creates
 // the new slot again with a backfill (from the standby's snapshot) and nothing is lost.
 func TestMoveWhoseOldSlotIsDroppedStopsAndRecreatingRecoversAll(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.StandbyDecodingVersion, "logical decoding on a standby")
 	ctx := context.Background()
 	primary, standby, db := primaryWithStandby(t, nil, nil)

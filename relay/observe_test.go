@@ -41,6 +41,7 @@ func get(t *testing.T, addr *atomic.Value, path string) (int, string) {
 // /readyz answers 503 while the relay stands by or is stalled, and 200 once it streams and
 // delivers; /healthz is 200 throughout.
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var leaderAddr, standbyAddr atomic.Value
 	leader := e.start(func(c *Config) {
@@ -78,6 +79,7 @@ func TestReadiness(t *testing.T) {
 
 // After a run, the counters agree with what the receiver saw.
 func TestMetricsMatchTheReceiver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var failed atomic.Int64
 	e.recv.SetFail(func(*http.Request) int {
@@ -118,6 +120,7 @@ func TestMetricsMatchTheReceiver(t *testing.T) {
 // The lag gauges rise while delivery is stopped and writes continue, and fall back to zero when
 // it resumes.
 func TestLagGaugesRiseAndFall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.start(func(c *Config) { c.StatusInterval = 200 * time.Millisecond; c.RequestTimeout = time.Minute })
 	e.recv.Hang()
@@ -134,6 +137,7 @@ func TestLagGaugesRiseAndFall(t *testing.T) {
 
 // The logs of a failing run never show the signing secret, a signature or the DSN's password.
 func TestLogsNeverShowSecrets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var logs relaytest.SyncBuffer
 	e.recv.SetFail(func(*http.Request) int { return http.StatusInternalServerError })

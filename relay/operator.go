@@ -16,6 +16,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
+
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 )
 
 // The operator's webhook (Config.OperatorWebhookURL): the endpoints' operational events,
@@ -41,6 +43,18 @@ type operatorHook struct {
 	log    zerolog.Logger
 	ua     string
 	retry  time.Duration // the first retry's delay, doubling
+}
+
+// validateEgress checks the egress proxy.
+func (c *Config) validateEgress() error {
+	if c.EgressProxy == "" {
+		return nil
+	}
+	if _, err := endpoint.ParseProxy(c.EgressProxy); err != nil {
+		return fmt.Errorf("%w: the egress proxy (--egress-proxy, OUTBOX_RELAY_EGRESS_PROXY): %w: give http://host:port "+
+			"or https://user:password@host:port", ErrConfig, err)
+	}
+	return nil
 }
 
 // validateOperator checks the operator's webhook settings.

@@ -56,6 +56,7 @@ func (e *env) walSender() (pid int, reply time.Time) {
 // reconnect is counted, /readyz answers 503. After the thaw, everything written during the
 // freeze is delivered, in order, nothing lost.
 func TestFrozenConnectionIsNoticed(t *testing.T) {
+	// Not parallel: a short wal_sender_timeout must not be missed on a machine loaded by parallel tests.
 	e := newEnv(t)
 	const walSenderTimeout = 4 * time.Second
 	e.setWalSenderTimeout("4s")
@@ -104,6 +105,7 @@ func TestFrozenConnectionIsNoticed(t *testing.T) {
 // timeouts of idleness end no session. The same relay then notices a freeze, so the counter
 // that stayed at 0 is the one that moves.
 func TestHealthyIdleConnectionIsNotCut(t *testing.T) {
+	// Not parallel: a short wal_sender_timeout must not be missed on a machine loaded by parallel tests.
 	e := newEnv(t)
 	const timeout = 2 * time.Second
 	e.setWalSenderTimeout("60s")

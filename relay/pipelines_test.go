@@ -46,8 +46,8 @@ func (e *pipelinesEnv) startBoth(mutate func(*Config)) *running {
 	r := e.startNoWait(mutate)
 	waitFor(e.t, 30*time.Second, "both slots created", func() bool {
 		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1)`,
-			[]string{e.slot + "_all", e.slot + "_orders"}).Scan(&n)
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1)
+			AND confirmed_flush_lsn IS NOT NULL`, []string{e.slot + "_all", e.slot + "_orders"}).Scan(&n)
 		return n == 2
 	})
 	return r
@@ -101,6 +101,7 @@ func waitAll(t *testing.T, recv *relaytest.Receiver, res relaytest.Result, withi
 // past it, while the blacked-out pipeline's slot holds the WAL. Afterwards both have everything,
 // in order per aggregate.
 func TestTwoPipelinesFilteredAndIndependent(t *testing.T) {
+	t.Parallel()
 	e := newPipelinesEnv(t)
 	e.startBoth(e.pipelines)
 	orders1 := e.produce(relaytest.Workload{Events: 300, Aggregates: 20, MaxTxSize: 5, Rollback: 0.05, Type: "order"})
@@ -162,6 +163,7 @@ func TestTwoPipelinesFilteredAndIndependent(t *testing.T) {
 // A filter PostgreSQL refuses stops the start with its reason, naming the pipeline, before any
 // slot or publication exists; the same pipelines with a valid filter start.
 func TestRefusedFilterCreatesNothing(t *testing.T) {
+	t.Parallel()
 	e := newPipelinesEnv(t)
 	cfg := e.config()
 	e.pipelines(&cfg)
@@ -216,6 +218,7 @@ func (e *pipelinesEnv) count(q string, args ...any) int {
 // other pipeline delivers the same rows, and, as the status owner, marks them done. A replay
 // that names the pipeline re-sends them to it, in order, and unparks them.
 func TestPoisonParksInItsPipelineOnly(t *testing.T) {
+	t.Parallel()
 	e := newPipelinesEnv(t)
 	e.orders.SetFail(func(*http.Request) int { return http.StatusBadRequest })
 	e.startBoth(func(c *Config) {
@@ -256,6 +259,7 @@ func TestPoisonParksInItsPipelineOnly(t *testing.T) {
 // A shadow pipeline whose destination is down gives up after its attempts: the events are
 // recorded as abandoned, nothing is parked, and its slot confirms past them (no WAL pinned).
 func TestShadowAbandonsAndNeverPins(t *testing.T) {
+	t.Parallel()
 	e := newPipelinesEnv(t)
 	e.orders.SetFail(func(*http.Request) int { return http.StatusServiceUnavailable })
 	e.startBoth(func(c *Config) {
@@ -283,6 +287,7 @@ func TestShadowAbandonsAndNeverPins(t *testing.T) {
 // With the same aggregates parked in two pipelines, a replay naming one re-sends to that one
 // only; the other stays parked until its own replay.
 func TestReplayReachesOnlyItsPipeline(t *testing.T) {
+	t.Parallel()
 	e := newPipelinesEnv(t)
 	refuse := func(*http.Request) int { return http.StatusBadRequest }
 	e.recv.SetFail(refuse)

@@ -79,6 +79,7 @@ func unmigratedEnv(t *testing.T, setup string) *env {
 // publication and the slot, then looped on decode errors. It must refuse before creating
 // anything, naming the way out.
 func TestRefusesAForeignOutboxTable(t *testing.T) {
+	t.Parallel()
 	e := unmigratedEnv(t, `CREATE TABLE outbox_events (id bigserial PRIMARY KEY, topic text NOT NULL, body jsonb)`)
 	err := refused(t, e.config())
 	if !errors.Is(err, cdc.ErrSchema) || !strings.Contains(err.Error(), "RENAME") {
@@ -91,9 +92,12 @@ func TestRefusesAForeignOutboxTable(t *testing.T) {
 
 // A database migrated to an older version than the binary needs is refused, naming migrate.
 func TestRefusesAnOldSchema(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// What a database migrated by an older release (before 00006) looks like.
-	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_deliveries; DROP TABLE outbox_delivery_attempts; DROP TABLE outbox_endpoint_backlog;
+	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_portal_sessions;
+		DROP TABLE outbox_api_idempotency; DROP TABLE outbox_api_audit; ALTER TABLE outbox_replays DROP COLUMN event_id;
+		DROP TABLE outbox_event_types; DROP TABLE outbox_deliveries; DROP TABLE outbox_delivery_attempts; DROP TABLE outbox_endpoint_backlog;
 		DROP INDEX IF EXISTS outbox_replays_open; DROP TABLE outbox_endpoint_status; DROP TABLE outbox_endpoint_versions;
 		DROP TABLE outbox_endpoints; DROP FUNCTION outbox_endpoints_emit(); ALTER TABLE outbox_events DROP COLUMN tenant_id;
 		DROP TABLE outbox_slot_location; DROP TABLE outbox_reshard; DROP TABLE outbox_replays; DROP TABLE outbox_pipeline_control;
@@ -142,6 +146,7 @@ func (e *env) relayRole(name string) string {
 // failed every done-mark. It must be refused with the exact GRANT statements, and those
 // statements must be enough.
 func TestRefusesARoleWithoutTheWritesItNeeds(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	role := fmt.Sprintf("ro_%d", rand.Uint32())
 	cfg := e.config()

@@ -17,15 +17,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/destination/webhook"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/envelope"
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
+	"github.com/outbox-relay/outbox-relay/internal/tracing"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/signature"
@@ -126,6 +130,14 @@ type Config struct {
 	// Ready, if set, is called with the metrics server's address once it listens (MetricsAddr
 	// ":0" picks a free port). Nil: not called.
 	Ready func(metricsAddr string)
+	// TracerProvider, if set, traces the relay's work with OpenTelemetry: a span for each
+	// transaction's decode and one for each delivery attempt, a child of the trace context the
+	// event's producer stored, whose traceparent the attempt's request carries
+	// (docs/operations/tracing.md). The CLI builds one from --otel-endpoint and the OTEL_*
+	// environment; a program passes its own and shuts it down once Run has returned. Nil (the
+	// default): nothing is traced, and the delivery path has no tracing code in it at all.
+	TracerProvider trace.TracerProvider
+	tracer         trace.Tracer // built by New from TracerProvider; nil without one
 
 	// Failover is --failover: the zero value cdc.FailoverAuto makes the slot a failover slot on
 	// PostgreSQL 17+ (docs/guides/failover.md).
@@ -146,7 +158,7 @@ type Config struct {
 	// outbox_endpoints instead of one webhook (see Pipeline.Endpoints). False: one destination.
 	Endpoints bool
 	// SecretsKeys opens the sealed secrets of partner endpoints: the keys' text, as
-	// OUTBOX_RELAY_SECRETS_KEY or the file of --secrets-key-file holds it (outbox.NewSealer).
+	// OUTBOX_RELAY_SECRETS_KEY or the file of --secrets-key-file holds it (endpoints.NewSealer).
 	// Empty: no key; an endpoint with a sealed secret then fails every attempt with the fix.
 	SecretsKeys string
 	// EndpointMetrics are endpoint ids whose series are always exported; EndpointMetricsMax
@@ -171,8 +183,24 @@ type Config struct {
 	// Empty: none. The secret is required with the URL; comma-separated for rotation.
 	OperatorWebhookURL    string
 	OperatorWebhookSecret string
-	operator              *operatorHook // built by New from the two above; nil without a URL
-	metricsBound          string        // the address MetricsAddr bound, once it listens
+	// Egress is the egress policy of partner endpoints (--egress-deny-private, --egress-allow,
+	// --egress-https-only; docs/guides/endpoint-egress.md), applied to each endpoint's URL when
+	// its row is read and to every address it connects to. Give endpoints.Store the same, so a
+	// URL the relay would refuse is refused when it is written. The zero value: the guard's
+	// own rules (link-local, metadata, "this host", the metrics address) for operators'
+	// endpoints, and the private ranges too for endpoints with deny_private.
+	Egress endpoints.Egress
+	// EgressProxy, if set, is the outbound proxy of partner endpoints (--egress-proxy): an
+	// http:// or https:// URL, with user:password if it needs them; every endpoint connects
+	// through it (a CONNECT tunnel to the address the relay resolved and checked) unless its
+	// row's egress_proxy names another or "direct". A failure of the proxy is retried and not
+	// counted against the endpoint. Empty: endpoints connect directly, or through the
+	// environment's HTTPS_PROXY / HTTP_PROXY when those apply to their URL.
+	EgressProxy string
+	// Resolver looks up the hosts of partner endpoints. Nil: net.DefaultResolver.
+	Resolver     *net.Resolver
+	operator     *operatorHook // built by New from the two above; nil without a URL
+	metricsBound string        // the address MetricsAddr bound, once it listens
 
 	// Pipelines, if not empty, are the pipelines this process runs (`--config`), each with its
 	// own slot, publication, destination and policies; the default-pipeline fields above must
@@ -190,6 +218,14 @@ type Config struct {
 	// Control is the default pipeline's 410 Gone setting and every pipeline's control-row poll
 	// interval (see ControlConfig).
 	Control ControlConfig
+	// ExitOnConfigError makes Run return, at start and while streaming, when the database
+	// cannot be reached for a reason in the configuration: the database or the role does not
+	// exist, the password is wrong, the role may not connect, the host name does not resolve,
+	// the connection requires TLS the server does not offer (or a certificate it cannot
+	// verify), or the connection has been refused for a minute (--exit-on-config-error, for a
+	// supervisor that restarts and alerts). False: the relay keeps retrying, as for an outage,
+	// logging the cause and the fix at every attempt, and /readyz answers 503 with the same.
+	ExitOnConfigError bool
 }
 
 // newDestination opens the pipeline's destination (p.Destination, or the webhook of WebhookURL
@@ -293,17 +329,18 @@ func AttemptsForADay(lo, hi time.Duration) int { return settings.AttemptsForADay
 func (r *runner) checks(ctx context.Context) (Config, error) {
 	cfg := r.cfg
 	var err error
-	if cfg.Schema, err = resolveSchemaWithRetry(ctx, cfg); err != nil {
+	report := notReady(cfg.Logger, r.starts...) // each pipeline's /readyz says why too
+	if cfg.Schema, err = resolveSchemaWithRetry(ctx, cfg, report); err != nil {
 		return cfg, err
 	}
 	pipes := make([]Pipeline, len(r.starts))
 	for i, s := range r.starts {
 		pipes[i] = s.p
 	}
-	if err := validateFiltersWithRetry(ctx, cfg, pipes); err != nil {
+	if err := validateFiltersWithRetry(ctx, cfg, pipes, report); err != nil {
 		return cfg, err
 	}
-	return cfg, checkShardCountsWithRetry(ctx, cfg, pipes) // a stop meanwhile: runPipelines ends cleanly
+	return cfg, checkShardCountsWithRetry(ctx, cfg, pipes, report) // a stop meanwhile: runPipelines ends cleanly
 }
 
 // named prefixes err with the pipeline's name when the pipelines come from Config.Pipelines
@@ -325,18 +362,19 @@ func (c *Config) pipelineLogger(p Pipeline) zerolog.Logger {
 
 // validateFiltersWithRetry has PostgreSQL check every pipeline's row filter, waiting for a
 // database that is not reachable yet; a refused filter is permanent.
-func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline) error {
+func validateFiltersWithRetry(ctx context.Context, cfg Config, pipes []Pipeline, report func(error, time.Duration)) error {
 	filters := map[string]string{}
 	for _, p := range pipes {
 		filters[p.Name] = p.Filter
 	}
+	gate := newConfigGate(cfg)
 	return retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		_, err := cdc.ValidateFilters(ctx, cfg.DSN, cfg.Schema, filters)
 		if errors.Is(err, cdc.ErrFilter) {
 			return retry.Stop(err)
 		}
-		return stopIfPermanent(err)
-	}, notReady(cfg.Logger))
+		return gate.check(err)
+	}, report)
 }
 
 // stoppedDuringStartup reports whether ctx ended (SIGINT or SIGTERM) while a start-up step was
@@ -375,6 +413,9 @@ func permanent(err error) bool {
 		if errors.Is(err, target) {
 			return true
 		}
+	}
+	if _, ok := diagnose.Connect(err); ok {
+		return false // a failed connection is retried, or not, by its diagnosis (configGate)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -467,7 +508,8 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	}
 	r.stream = cdc.NewStream(cdc.Config{DSN: streamDSN, Slot: p.Slot, Publication: p.Publication, Schema: cfg.Schema,
 		StatusInterval: cfg.StatusInterval, ReplicationTimeout: cfg.ReplicationTimeout,
-		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move}, r.tracker)
+		Dial: dialer(userTimeout(cfg)), Logger: log, Registerer: reg, AllowStandby: cfg.ReplicationDSN != "", Move: p.move,
+		ExitOnConfigError: cfg.ExitOnConfigError, Tracer: tracing.Decode(cfg.tracer, p.Name)}, r.tracker)
 	// Every pipeline registers the marker's series, so the set of series does not depend on
 	// which pipeline owns the status; only the owner's marker runs.
 	mc := pgstore.MarkerConfig{Logger: log, Registerer: reg, Schema: cfg.Schema}
@@ -492,6 +534,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		r.pub.Pause("starting: reading the pipeline's control row")
 		return r
 	}
+	dest = tracing.Destination(dest, cfg.tracer, tracing.Target{Pipeline: p.Name, Producer: p.Destination != nil})
 	pc := publisher.Config{MaxInFlight: p.MaxInFlight, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,

@@ -77,13 +77,18 @@ func (e *env) start(mutate func(*Config)) *running {
 	return r
 }
 
-// waitSlot waits until the relay has created the test's slot. Rows committed before the slot
-// exists are not in the stream (that is backfill's job), so tests write only once it does.
+// waitSlot waits until the relay has created the test's slot and the slot has reached its
+// consistent point (confirmed_flush_lsn is set then). Rows committed before that are not in the
+// stream (that is backfill's job), so tests write only once it has. The slot shows in
+// pg_replication_slots as soon as its creation starts, which waits for the transactions running
+// in the whole cluster to end: with tests running in parallel, a write made as soon as the slot
+// shows could commit before that point and reach the relay by backfill instead.
 func (e *env) waitSlot() {
 	e.t.Helper()
 	waitFor(e.t, 30*time.Second, "slot created", func() bool {
 		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&n)
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots
+			WHERE slot_name = $1 AND confirmed_flush_lsn IS NOT NULL`, e.slot).Scan(&n)
 		return n == 1
 	})
 }
@@ -151,6 +156,7 @@ func head(s []string) []string { return s[:min(len(s), 5)] }
 // 10,000 events over 100 aggregates in multi-event transactions, some rolled back, with a
 // receiver failing 10% at random: all delivered, order per aggregate kept, no rolled-back event.
 func TestDeliversEverythingInOrderDespiteFailures(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.recv.SetFail(func(*http.Request) int {
 		if rand.Float64() < 0.10 {
@@ -208,6 +214,7 @@ var testLogLevel = func() zerolog.Level {
 
 // A trace context given to outbox.Enqueue arrives as the webhook's traceparent.
 func TestTraceParentReachesTheWebhook(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start(nil)
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/control"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -92,16 +93,17 @@ func requireExactly(t *testing.T, who string, want relaytest.Result, ds []relayt
 // subscribed to; with their original ids, in order per aggregate; and nothing to the other
 // endpoint.
 func TestEndpointReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	all := newPartner(t, "all", func(string, string, string) bool { return true })
-	e.addPartner(all, outbox.Endpoint{})
+	e.addPartner(all, endpoints.Endpoint{})
 	e.start(endpointsConfig)
 	w := e.writeAcrossRange()
 	all.want = w.all
 	waitPartners(t, all)
 	waitFor(t, 30*time.Second, "the events marked done", func() bool { return e.notDone() == 0 })
 	late := newPartner(t, "t1-late", func(tenant, _, _ string) bool { return tenant == "t1" })
-	e.addPartner(late, outbox.Endpoint{TenantID: "t1"})
+	e.addPartner(late, endpoints.Endpoint{TenantID: "t1"})
 	before := len(all.recv.Deliveries())
 	e.replayRange("default/"+late.id, w, 8) // counted over the range: both tenants
 	requireExactly(t, "endpoint "+late.id, w.t1InRange, late.recv.Deliveries())
@@ -113,6 +115,7 @@ func TestEndpointReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
 // The same range replayed to a pipeline's destination: exactly the events created in
 // [since, until), again, in order per aggregate.
 func TestReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start(nil)
 	w := e.writeAcrossRange()

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/internal/control"
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
 
@@ -178,18 +179,19 @@ func (c shardCheck) checkSlots(fam string, n int) error {
 
 // checkShardCountsWithRetry runs checkShardCountsOnce, waiting for a database that is not
 // reachable yet; a refused count is permanent.
-func checkShardCountsWithRetry(ctx context.Context, cfg Config, pipes []Pipeline) error {
+func checkShardCountsWithRetry(ctx context.Context, cfg Config, pipes []Pipeline, report func(error, time.Duration)) error {
+	gate := newConfigGate(cfg)
 	return retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		err := checkShardCountsOnce(ctx, cfg, pipes)
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+		if _, conn := diagnose.Connect(err); !conn && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
 			return nil // Setup's privilege check names every GRANT missing, before it creates anything
 		}
 		if errors.Is(err, ErrPipeline) {
 			return retry.Stop(err)
 		}
-		return stopIfPermanent(err)
-	}, notReady(cfg.Logger))
+		return gate.check(err)
+	}, report)
 }
 
 // checkShardCountsOnce connects and runs checkShardCounts.

@@ -102,6 +102,7 @@ func (e *env) steadyWriter() (stop func() relaytest.Result) {
 // restarted. Everything arrives, first deliveries in order per aggregate (over both receivers
 // by arrival time), and at the end the old slots are gone and the new ones remain.
 func TestReshardTwoToFourUnderLoadWithSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	slow, fast := relaytest.NewReceiver(secret), relaytest.NewReceiver(secret)
@@ -118,11 +119,7 @@ func TestReshardTwoToFourUnderLoadWithSIGKILL(t *testing.T) {
 	cfg2 := e.shardConfig(2, slow, "    max_in_flight: 1\n")
 	cfg4 := e.shardConfig(4, fast, "")
 	old := []*exec.Cmd{e.shardRun(cfg2, 0), e.shardRun(cfg2, 1)}
-	waitFor(t, time.Minute, "2 slots", func() bool {
-		var n int
-		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`, e.slot+"_s%of2").Scan(&n)
-		return n == 2
-	})
+	waitFor(t, time.Minute, "2 slots", func() bool { return e.countReadySlots(e.slot+"_s%of2") == 2 })
 	stop := e.steadyWriter()
 	waitFor(t, time.Minute, "old shards delivering", func() bool { return len(slow.Deliveries()) > 300 })
 
@@ -200,6 +197,7 @@ func byArrival(rs ...*relaytest.Receiver) []relaytest.Delivery {
 // Editing shards: by hand while the old shards' slots exist is refused at start, naming the
 // command that changes the count safely; the same count starts.
 func TestShardCountContradictingTheSlotsIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	if _, err := e.pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot+"_s1of2"); err != nil {

@@ -88,6 +88,15 @@ func (e *env) countSlots(like string) int {
 	return n
 }
 
+// countReadySlots counts the slots named like that have reached their consistent point, from
+// which rows committed are streamed (see waitSlot): a test writes only once its slots have.
+func (e *env) countReadySlots(like string) int {
+	var n int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1
+		AND confirmed_flush_lsn IS NOT NULL`, like).Scan(&n)
+	return n
+}
+
 // After `reshard` retired an old shard's slot, that old shard started again (a supervisor
 // restarting the pod that exited when it retired) refuses to start, naming the new count, and
 // creates no slot: a slot made again would pin WAL for ever. Both when the reshard is marked
@@ -95,11 +104,12 @@ func (e *env) countSlots(like string) int {
 // it done. (Before, the second start created the old slots again, streamed, retired and exited
 // 0, leaving two stray slots.)
 func TestOldShardAfterReshardDoesNotRecreateItsSlot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	cfg2, cfg4 := e.shardConfig(2, e.recv, ""), e.shardConfig(4, e.recv, "")
 	e.relayProc(cfg2)
-	waitFor(t, time.Minute, "the 2 old slots", func() bool { return e.countSlots(e.slot+"_s%of2") == 2 })
+	waitFor(t, time.Minute, "the 2 old slots", func() bool { return e.countReadySlots(e.slot+"_s%of2") == 2 })
 	first := e.produce(relaytest.Workload{Events: 200, Aggregates: 20, MaxTxSize: 3})
 	requireOK(t, e.waitDelivered(first, time.Minute))
 	reshard := e.reshardCmd(cfg2, "4", "--wait", "2m")
@@ -139,6 +149,7 @@ func TestOldShardAfterReshardDoesNotRecreateItsSlot(t *testing.T) {
 // is lost or out of order. (Before, the missing slot counted as past the fence: the new shards
 // started at once, and the events only that slot carried were never delivered.)
 func TestOldSlotDroppedBeforeTheFenceIsReportedNeverLost(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	old, fresh := relaytest.NewReceiver(secret), relaytest.NewReceiver(secret)
@@ -154,7 +165,7 @@ func TestOldSlotDroppedBeforeTheFenceIsReportedNeverLost(t *testing.T) {
 	cfg2, cfg4 := e.shardConfig(2, old, ""), e.shardConfig(4, fresh, "")
 	shard0, _ := e.relayProc(cfg2, "--shard", "0")
 	e.relayProc(cfg2, "--shard", "1")
-	waitFor(t, time.Minute, "the 2 old slots", func() bool { return e.countSlots(e.slot+"_s%of2") == 2 })
+	waitFor(t, time.Minute, "the 2 old slots", func() bool { return e.countReadySlots(e.slot+"_s%of2") == 2 })
 	stop := e.steadyWriter()
 	waitFor(t, time.Minute, "old shards delivering", func() bool { return len(old.Deliveries()) > 300 })
 	blackout.Store(true)
@@ -184,7 +195,7 @@ func TestOldSlotDroppedBeforeTheFenceIsReportedNeverLost(t *testing.T) {
 	}
 	e.relayProc(cfg2, "--shard", "0", "--recreate-slot")
 	// The command refuses at once while an old slot is missing: start it once the slot is back.
-	waitFor(t, time.Minute, "old slot 0 recreated", func() bool { return e.countSlots(e.slot+"_s0of2") == 1 })
+	waitFor(t, time.Minute, "old slot 0 recreated", func() bool { return e.countReadySlots(e.slot+"_s0of2") == 1 })
 	if code := exitCode(t, e.reshardCmd(cfg2, "4", "--wait", "3m"), 4*time.Minute); code != 0 {
 		t.Fatalf("reshard after the repair exited %d", code)
 	}

@@ -64,6 +64,7 @@ func (e *env) waitConfirmedRows(typ string, slots ...string) {
 // stay pending, yet once every pipeline's slot confirmed them they are pruned: those each
 // pipeline delivered, those the shadow abandoned, and those no filter selects.
 func TestPruneWithoutStatusOwner(t *testing.T) {
+	t.Parallel()
 	e := newPipelinesEnv(t)
 	mirror := relaytest.NewReceiver(secret)
 	t.Cleanup(mirror.Close)
@@ -84,7 +85,8 @@ func TestPruneWithoutStatusOwner(t *testing.T) {
 	}
 	e.startNoWait(func(c *Config) { c.Pipelines = pipelines })
 	waitFor(t, 30*time.Second, "three slots", func() bool {
-		return e.count(`SELECT count(*) FROM pg_replication_slots WHERE database = current_database()`) == 3
+		return e.count(`SELECT count(*) FROM pg_replication_slots WHERE database = current_database()
+			AND confirmed_flush_lsn IS NOT NULL`) == 3 // consistent: rows committed from now on are streamed
 	})
 	orders := e.produce(relaytest.Workload{Events: 100, Aggregates: 10, MaxTxSize: 4, Type: "order"})
 	invoices := e.produce(relaytest.Workload{Events: 100, Aggregates: 10, MaxTxSize: 4, Type: "invoice"})
@@ -112,6 +114,7 @@ func TestPruneWithoutStatusOwner(t *testing.T) {
 // while that pipeline is not running, and while it holds the row dead-lettered or parked; rows
 // every pipeline is done with are pruned meanwhile. After the replay, the rows go too.
 func TestPruneKeepsWhatAPipelineStillNeeds(t *testing.T) {
+	t.Parallel()
 	e := newPipelinesEnv(t)
 	attempts := 1000
 	r := e.startBoth(func(c *Config) {

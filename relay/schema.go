@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,13 +16,14 @@ import (
 // resolveSchemaWithRetry returns the schema of the relay's tables, cfg.Schema or the
 // connection's current_schema() (schema.Resolve), waiting for a database that is not reachable
 // yet. A schema that does not exist, or no current_schema(), is permanent (cdc.ErrSchema).
-func resolveSchemaWithRetry(ctx context.Context, cfg Config) (string, error) {
+func resolveSchemaWithRetry(ctx context.Context, cfg Config, report func(error, time.Duration)) (string, error) {
 	var s string
+	gate := newConfigGate(cfg)
 	err := retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		var err error
 		s, err = resolveSchema(ctx, cfg)
-		return stopIfPermanent(err)
-	}, notReady(cfg.Logger))
+		return gate.check(err)
+	}, report)
 	if err != nil {
 		return "", err
 	}

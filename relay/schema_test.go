@@ -39,6 +39,7 @@ func newEnvIn(t *testing.T, s string) *env {
 // A role without USAGE on the relay's schema sees none of its tables: the start names the
 // GRANT on the schema with those on the tables, and they are enough.
 func TestRefusesARoleWithoutUsageOnTheSchema(t *testing.T) {
+	t.Parallel()
 	e := newEnvIn(t, "app")
 	role := fmt.Sprintf("nousage_%d", rand.Uint32())
 	ctx := context.Background()
@@ -70,6 +71,7 @@ func TestRefusesARoleWithoutUsageOnTheSchema(t *testing.T) {
 // A publication of the relay's name that carries another schema's outbox_events (made for the
 // relay of that schema) is refused: this relay would stream nothing from it.
 func TestRefusesAPublicationOfAnotherSchema(t *testing.T) {
+	t.Parallel()
 	e := newEnvIn(t, "app")
 	ctx := context.Background()
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE public.outbox_events (LIKE app.outbox_events INCLUDING ALL);
@@ -98,6 +100,7 @@ func TestRefusesAPublicationOfAnotherSchema(t *testing.T) {
 // on the standby, recorded in app on the primary), where the slot lives is recorded in app, and
 // public's tables are never read or written (its pending rows are never delivered).
 func TestStandbySlotAndItsMoveKeepToTheRelaysSchema(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.StandbyDecodingVersion, "logical decoding on a standby")
 	ctx := context.Background()
 	primary, standby, db := primaryWithStandby(t, nil, nil) // migrated in public: the decoy

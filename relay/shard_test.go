@@ -16,6 +16,7 @@ func shardPipe(name string, shards int, shard *int) Pipeline {
 }
 
 func TestShardExpansion(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		pipes   []Pipeline
@@ -88,6 +89,7 @@ func TestShardExpansion(t *testing.T) {
 }
 
 func TestShardFilterKeepsTheUserFilter(t *testing.T) {
+	t.Parallel()
 	got := ShardFilter("event_type LIKE 'order%'", 4, 3)
 	want := "(event_type LIKE 'order%') AND ((hashtextextended(aggregate_type || ':' || aggregate_id, 0) % 4) + 4) % 4 = 3"
 	if got != want {
@@ -99,6 +101,7 @@ func TestShardFilterKeepsTheUserFilter(t *testing.T) {
 // each row matches exactly one shard's filter, and that shard is what the consumer's documented
 // query computes. Hashes near the int8 limits are included (abs() there would overflow).
 func TestShardFiltersPartitionTheRows(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	const n = 5

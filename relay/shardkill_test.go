@@ -75,6 +75,7 @@ func (e *env) shardOf(aggs []string, n int) map[string]int {
 // restarted: every event is delivered, every aggregate only by the process of its shard, and no
 // aggregate's events arrive out of order.
 func TestShardsOneProcessEachSurviveSIGKILL(t *testing.T) {
+	t.Parallel()
 	const n = 4
 	e := newEnv(t)
 	recvs := make([]*relaytest.Receiver, n)
@@ -92,8 +93,8 @@ func TestShardsOneProcessEachSurviveSIGKILL(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "4 shard slots created", func() bool {
 		var c int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`,
-			e.slot+"_s%of4").Scan(&c)
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1
+			AND confirmed_flush_lsn IS NOT NULL`, e.slot+"_s%of4").Scan(&c)
 		return c == n
 	})
 	produced := make(chan relaytest.Result, 1)

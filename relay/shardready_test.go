@@ -19,13 +19,15 @@ import (
 // pod takes its own shard over and everything arrives, in order. (Before, the pod stayed 503
 // "not streaming" for as long as the standby pod lived.)
 func TestShardPodBackWhileAStandbyHoldsItsSlotIsReadyAndTakesOver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	pipes := []Pipeline{{Name: "orders", Shards: 2, Slot: e.slot, Publication: "pub_" + e.slot, WebhookURL: e.recv.URL,
 		Secrets: []string{secret}, RetryMin: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond}}
 	standbyPod := e.startNoWait(func(c *Config) { c.Pipelines = pipes })
 	bothActive := func() bool {
 		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1 AND active`,
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1 AND active
+			AND confirmed_flush_lsn IS NOT NULL`,
 			e.slot+"_s%of2").Scan(&n)
 		return n == 2
 	}
@@ -69,6 +71,7 @@ func TestShardPodBackWhileAStandbyHoldsItsSlotIsReadyAndTakesOver(t *testing.T) 
 // <slot>_s<i>of<N>, and everything arrives in order. (Before, --shard without --config was a
 // usage error.)
 func TestFlagPipelineShardsWithoutConfig(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recvs := []*relaytest.Receiver{relaytest.NewReceiver(secret), relaytest.NewReceiver(secret)}
 	for i, recv := range recvs {
@@ -85,7 +88,8 @@ func TestFlagPipelineShardsWithoutConfig(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "slots s0of2 and s1of2 streaming", func() bool {
 		var n int
-		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2) AND active`,
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2) AND active
+			AND confirmed_flush_lsn IS NOT NULL`,
 			e.slot+"_s0of2", e.slot+"_s1of2").Scan(&n)
 		return n == 2
 	})

@@ -17,6 +17,7 @@ import (
 // ever select it. The store here fails for real: the table is locked while the relay stops.
 // The event must stay unconfirmed, and the next run must deliver it.
 func TestStopDoesNotConfirmAnUnstoredDeadLetter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var rejecting atomic.Bool
 	var attempts atomic.Int32
@@ -60,7 +61,7 @@ func TestStopDoesNotConfirmAnUnstoredDeadLetter(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "dead-letter write waiting on the lock", func() bool {
 		var n int
-		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()
 			AND query LIKE 'UPDATE "public"."outbox_events" SET status = ''failed''%'`).Scan(&n)
 		return n > 0
 	})
@@ -82,6 +83,7 @@ func TestStopDoesNotConfirmAnUnstoredDeadLetter(t *testing.T) {
 // cancels it and returns (long before the request timeout), and the undelivered event is not
 // confirmed, so the next run delivers it. An event delivered before shows confirmation works.
 func TestShutdownTimeoutCancelsAHungDeliveryWithoutConfirmingIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const shutdownTimeout = 2 * time.Second
 	r := e.start(func(c *Config) {

@@ -154,6 +154,7 @@ func (e *env) replayed(old, later relaytest.Result) bool {
 // per aggregate the replayed events come in commit order and before the new ones, the restarted
 // relay resumes after the last recorded page, and the relay's RSS stays under 100 MB.
 func TestReplaySinceResendsHistoryInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	addr := freeAddr(t)
@@ -250,6 +251,7 @@ func TestReplaySinceResendsHistoryInOrder(t *testing.T) {
 // checked against the done marks like any other: the request does not make the check fail, which
 // would send every event of the batch again.
 func TestDeliveredCheckIgnoresReplayRequests(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	var id string
@@ -268,6 +270,7 @@ func TestDeliveredCheckIgnoresReplayRequests(t *testing.T) {
 // it waits until everything queued ahead is delivered and marked, so the rows it reads include
 // them, and re-sends them in order.
 func TestReplaySinceIncludesWhatWasQueuedAhead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start(nil)
 	e.recv.Hang() // nothing is delivered before the request

@@ -18,6 +18,7 @@ import (
 // relay does not take the refused restart for a lost connection and retry forever; Run returns
 // ErrSlotMissing, whose message says what was lost and what to do.
 func TestSlotDroppedWhileStreamingEndsTheRunWithErrSlotMissing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.start(nil)
 	res := e.produce(relaytest.Workload{Events: 10, Aggregates: 2, MaxTxSize: 2})

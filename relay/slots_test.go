@@ -47,6 +47,7 @@ func (e *env) dropSlot() {
 // Seen: a slot dropped while the relay ran, then a plain restart: the events committed in
 // between were never delivered. Now the restart's new slot backfills them, in order.
 func TestDroppedSlotRestartDeliversEverything(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.start(nil)
 	res1 := e.produce(relaytest.Workload{Events: 200, Aggregates: 10, MaxTxSize: 5})
@@ -66,6 +67,7 @@ func TestDroppedSlotRestartDeliversEverything(t *testing.T) {
 // slot decodes WAL from before the publication was created again. Now the relay names the
 // cause, drops the slot it cannot use, and a plain restart delivers every committed row in order.
 func TestDroppedPublicationRecoversOnRestart(t *testing.T) {
+	t.Parallel()
 	for _, recreate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("created again=%v", recreate), func(t *testing.T) {
 			e := newEnv(t)
@@ -102,6 +104,7 @@ func TestDroppedPublicationRecoversOnRestart(t *testing.T) {
 // (outbox_slots.publication_oid) at start, and recreates the slot with a backfill: every row
 // arrives, on every version.
 func TestPublicationReplacedWhileStoppedRecreatesTheSlot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	r := e.start(nil)
@@ -133,6 +136,7 @@ func concat(rs ...relaytest.Result) []relaytest.Committed {
 // Seen: a table shadow.outbox_events added to the publication had its rows POSTed. Events come
 // only from public.outbox_events.
 func TestOtherSchemaOutboxTableIsIgnored(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	_, err := e.pool.Exec(ctx, `CREATE SCHEMA shadow;
@@ -171,6 +175,7 @@ func TestOtherSchemaOutboxTableIsIgnored(t *testing.T) {
 // Seen: 2,480 rows older than a new slot pending, and status said healthy. Now it says why it
 // is not; with the default backfill (the positive control) the same rows leave and it is healthy.
 func TestStatusUnhealthyWhileRowsOlderThanTheSlotArePending(t *testing.T) {
+	t.Parallel()
 	for _, noBackfill := range []bool{true, false} {
 		e := newEnv(t)
 		w := &seqWriter{seq: map[string]int{}}
@@ -217,6 +222,7 @@ func insertTx(t *testing.T, ctx context.Context, tx pgx.Tx, agg string, seqs []i
 // Seen: one transaction inserting A1..A10 was backfilled A3 A6 A1 A8 ... (random ids broke
 // the created_at tie). Now a backfill keeps insertion order within a transaction.
 func TestBackfillKeepsInsertionOrderWithinATransaction(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	tx, err := e.pool.Begin(ctx)
@@ -240,6 +246,7 @@ func TestBackfillKeepsInsertionOrderWithinATransaction(t *testing.T) {
 // on, two transactions on one aggregate that commit in the opposite order of their start are
 // backfilled in commit order.
 func TestBackfillKeepsCommitOrderAcrossTransactions(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts servers of its own or runs long: skipped under -short")
 	}
@@ -298,6 +305,7 @@ func TestBackfillKeepsCommitOrderAcrossTransactions(t *testing.T) {
 // publication, sees the slot is older than it (it cannot decode the WAL written in between), and
 // recreates the slot with a backfill, so everything is delivered in order.
 func TestPublicationDroppedWhileStoppedRecoversOnStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.start(nil)
 	res1 := e.produce(relaytest.Workload{Events: 100, Aggregates: 10, MaxTxSize: 5})
@@ -318,6 +326,7 @@ func TestPublicationDroppedWhileStoppedRecoversOnStart(t *testing.T) {
 // streams from (not only an invalidated one) and backfills what is pending; a slot a relay
 // streams from is left alone.
 func TestRecreateSlotReplacesAnInactiveSlot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	pub := "pub_" + e.slot

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // backlogCount returns how many events the endpoint's backlog holds.
@@ -33,8 +33,8 @@ func (e *env) backlogCount(id string) int {
 func (e *env) healthyAndFailing(status int) (ok, bad *partner, failing *atomic.Bool) {
 	ok = newPartner(e.t, "healthy", func(string, string, string) bool { return true })
 	bad = newPartner(e.t, "failing", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(bad, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
+	e.addPartner(bad, endpoints.Endpoint{})
 	failing = new(atomic.Bool)
 	failing.Store(true)
 	bad.recv.SetFail(func(*http.Request) int {
@@ -68,6 +68,7 @@ func (e *env) startEndpointsProcess(stderr io.Writer, flags ...string) *exec.Cmd
 // restarted meanwhile still has the backlog; when the endpoint answers again it receives every
 // event in order per aggregate, from the backlog and then live, and the backlog empties.
 func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok, bad, failing := e.healthyAndFailing(http.StatusInternalServerError)
 	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
@@ -94,6 +95,18 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 		confirmed, _ := e.slotLSNs()
 		return confirmed >= owed && e.backlogCount(bad.id) == 100
 	})
+	// What the endpoint alerts read (deploy/prometheus/alerts.yml): the failing endpoint's own
+	// series say that it fails, what its backlog holds and the age of the oldest event it is
+	// owed, which it reads back from the backlog while it retries; the healthy one, not in
+	// trouble, has none.
+	waitFor(t, 30*time.Second, "the failing endpoint's series", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) > 0 &&
+			r.metric(t, "outbox_relay_endpoint_backlog", "endpoint", bad.id) > 0 &&
+			r.metric(t, "outbox_relay_endpoint_oldest_undelivered_seconds", "endpoint", bad.id) > 0
+	})
+	if v := r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", ok.id); v != -1 {
+		t.Errorf("the healthy endpoint exports failures in a row (%v): only the endpoints in trouble have series", v)
+	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +117,9 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 	failing.Store(false)
 	waitPartners(t, ok, bad)
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+	waitFor(t, 30*time.Second, "the recovered endpoint's series gone (its alerts resolve)", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) == -1
+	})
 	// Rejoined: later events go live.
 	e.write("d", tenantEvents{"", "order", "order.created", 10, 5}, live)
 	waitPartners(t, ok, bad)
@@ -119,13 +135,14 @@ func TestEndpointSpillsToItsBacklogAndRejoins(t *testing.T) {
 // (the slot confirms past them), it is sent nothing committed while it is disabled, and once it
 // is enabled it receives the kept events in order, then what is committed after.
 func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok, bad, failing := e.healthyAndFailing(http.StatusServiceUnavailable)
 	r := e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 }) // no spill but the disable's
 	defer func() { _ = r.stop(t) }()
 	e.write("a", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
 	waitPartners(t, ok)
-	if _, err := outbox.DisableEndpoint(context.Background(), e.pool, bad.id, "maintenance"); err != nil {
+	if _, err := (endpoints.Store{}).Disable(context.Background(), e.pool, bad.id, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	owed := e.currentLSN()
@@ -136,22 +153,26 @@ func TestDisabledEndpointKeepsItsEventsUntilEnabled(t *testing.T) {
 	e.write("b", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok}) // not routed to the disabled one
 	waitPartners(t, ok)
 	failing.Store(false)
-	if _, err := outbox.EnableEndpoint(context.Background(), e.pool, bad.id); err != nil {
+	if _, err := (endpoints.Store{}).Enable(context.Background(), e.pool, bad.id); err != nil {
 		t.Fatal(err)
 	}
 	e.write("c", tenantEvents{"", "order", "order.created", 10, 5}, []*partner{ok, bad})
 	waitPartners(t, ok, bad)
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(bad.id) == 0 })
+	waitFor(t, 30*time.Second, "the recovered endpoint's series gone (its alerts resolve)", func() bool {
+		return r.metric(t, "outbox_relay_endpoint_failures_in_row", "endpoint", bad.id) == -1
+	})
 }
 
 // An endpoint's spill_after_ms wins over the pipeline's spill_after: with the pipeline's an
 // hour, the endpoint whose row says 300ms spills, and the other failing one holds its events.
 func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	quick := newPartner(t, "quick", func(string, string, string) bool { return true })
 	slow := newPartner(t, "slow", func(string, string, string) bool { return true })
-	e.addPartner(quick, outbox.Endpoint{SpillAfter: 300 * time.Millisecond})
-	e.addPartner(slow, outbox.Endpoint{})
+	e.addPartner(quick, endpoints.Endpoint{SpillAfter: 300 * time.Millisecond})
+	e.addPartner(slow, endpoints.Endpoint{})
 	fail := func(*http.Request) int { return http.StatusInternalServerError }
 	quick.recv.SetFail(fail)
 	slow.recv.SetFail(fail)
@@ -169,11 +190,12 @@ func TestEndpointSpillAfterOfItsOwn(t *testing.T) {
 // drains its backlog and rejoins the stream: nothing is lost for either endpoint, and each gets
 // every aggregate's events in order (first deliveries).
 func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "steady", func(string, string, string) bool { return true })
 	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
-	e.addPartner(flaky, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
+	e.addPartner(flaky, endpoints.Endpoint{})
 	var failing atomic.Bool
 	flaky.recv.SetFail(func(*http.Request) int {
 		if failing.Load() {
@@ -249,11 +271,12 @@ func TestSIGKILLWhileAnEndpointSpillsLosesNothing(t *testing.T) {
 // restarted relay buffers one event: reading stops at it), while the paused endpoint spilled
 // an event from before its pause and those after it.
 func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	holder := newPartner(t, "holder", func(_, aggType, _ string) bool { return aggType == "hold" })
 	paused := newPartner(t, "paused", func(_, aggType, _ string) bool { return aggType != "hold" })
-	e.addPartner(holder, outbox.Endpoint{AggregateTypes: []string{"hold"}, SpillAfter: time.Hour})
-	e.addPartner(paused, outbox.Endpoint{AggregateTypes: []string{"pre", "order"}})
+	e.addPartner(holder, endpoints.Endpoint{AggregateTypes: []string{"hold"}, SpillAfter: time.Hour})
+	e.addPartner(paused, endpoints.Endpoint{AggregateTypes: []string{"pre", "order"}})
 	var holding, failing atomic.Bool
 	holding.Store(true)
 	failing.Store(true)
@@ -276,7 +299,7 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 	e.write("b", tenantEvents{"", "pre", "pre.created", 1, 1}, both)
 	waitFor(t, 30*time.Second, "the failing endpoint spilled its first event", func() bool { return e.backlogCount(paused.id) == 1 })
 	ctx := context.Background()
-	if _, err := outbox.PauseEndpoint(ctx, e.pool, paused.id, "partner maintenance"); err != nil {
+	if _, err := (endpoints.Store{}).Pause(ctx, e.pool, paused.id, "partner maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	e.write("c", tenantEvents{"", "order", "order.created", 5, 2}, both)
@@ -306,7 +329,7 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 			t.Fatalf("the paused endpoint was sent %s (%s) before its resume", d.ID, d.Aggregate)
 		}
 	}
-	if _, err := outbox.ResumeEndpoint(ctx, e.pool, paused.id); err != nil {
+	if _, err := (endpoints.Store{}).Resume(ctx, e.pool, paused.id); err != nil {
 		t.Fatal(err)
 	}
 	waitPartners(t, paused)
@@ -317,15 +340,16 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 // later one; a relay that starts again with the slot past that version must still find the
 // backlog it spilled and deliver it.
 func TestBacklogOfAnEndpointAddedWhileRunningSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ok := newPartner(t, "first", func(string, string, string) bool { return true })
-	e.addPartner(ok, outbox.Endpoint{})
+	e.addPartner(ok, endpoints.Endpoint{})
 	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
 	r := e.start(spill)
 	e.write("a", tenantEvents{"", "order", "order.created", 2, 2}, []*partner{ok})
 	waitPartners(t, ok)
 	late := newPartner(t, "late", func(string, string, string) bool { return true })
-	e.addPartner(late, outbox.Endpoint{})
+	e.addPartner(late, endpoints.Endpoint{})
 	var failing atomic.Bool
 	failing.Store(true)
 	late.recv.SetFail(func(*http.Request) int {

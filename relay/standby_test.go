@@ -19,6 +19,7 @@ import (
 // lives and is decoded there, while the publication, the done-marks and replays stay on the
 // primary. Everything is delivered in order and every row ends marked done on the primary.
 func TestStandbyDecodingDeliversAndMarksOnPrimary(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.StandbyDecodingVersion, "logical decoding on a standby")
 	ctx := context.Background()
 	primary, standby, db := primaryWithStandby(t, nil, nil)
@@ -58,6 +59,7 @@ func TestStandbyDecodingDeliversAndMarksOnPrimary(t *testing.T) {
 // standby, it keeps retrying and never streams. The positive control, the same stream allowed
 // onto the standby, streams at once.
 func TestStreamRefusesAStandbyUnlessAllowed(t *testing.T) {
+	t.Parallel()
 	requireVersion(t, cdc.StandbyDecodingVersion, "logical decoding on a standby")
 	ctx := context.Background()
 	primary, standby, db := primaryWithStandby(t, nil, nil)

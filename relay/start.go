@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/retry"
 )
@@ -47,15 +48,25 @@ func newPipelineStart(cfg Config, p Pipeline) *pipelineStart {
 func (s *pipelineStart) setPhase(phase string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.phase = phase
+	s.phase, s.err = phase, nil
+}
+
+// failing records a failed attempt of a start-up step, for /readyz, without logging it.
+func (s *pipelineStart) failing(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
 }
 
 // failed records a failed attempt that is retried in wait, and logs it: at once when it differs
-// from the last one logged, else once a minute.
+// from the last one logged, else once a minute; a failed connection whose diagnosis names a
+// fix, at every attempt.
 func (s *pipelineStart) failed(err error, wait time.Duration) {
-	s.mu.Lock()
-	s.err = err
-	s.mu.Unlock()
+	s.failing(err)
+	if p, ok := diagnose.Connect(err); ok && p.Fix != "" {
+		logRetry(s.log, err, wait)
+		return
+	}
 	if !s.quiet.Log(err) {
 		return
 	}
@@ -113,7 +124,7 @@ func (s *pipelineStart) state() pipelineState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return pipelineState{why: "cannot start (retrying): " + s.err.Error()}
+		return pipelineState{why: "cannot start (retrying): " + s.err.Error() + " (while " + s.phase + ")"}
 	}
 	return pipelineState{why: "starting: " + s.phase}
 }
@@ -157,15 +168,61 @@ func (s *pipelineStart) run(ctx context.Context, cfg Config, pool *pgxpool.Pool)
 // failed attempt reported to s.
 func setupWithRetry(ctx context.Context, cfg Config, p Pipeline, s *pipelineStart) (cdc.SetupResult, error) {
 	var res cdc.SetupResult
+	gate := newConfigGate(cfg)
 	err := retry.Do(ctx, startBackoff, func(ctx context.Context) error {
 		var err error
 		res, err = cdc.Setup(ctx, cfg.DSN, p.Slot, p.Publication,
 			cdc.SetupOptions{Schema: cfg.Schema, NoBackfill: !p.Backfill, RecreateSlot: cfg.RecreateSlot, Filter: p.Filter,
 				Failover: cfg.Failover, ReplicationDSN: cfg.ReplicationDSN, Logger: cfg.pipelineLogger(p),
 				Endpoints: p.Endpoints, Pipeline: p.Name})
-		return stopIfPermanent(err)
+		return gate.check(err)
 	}, s.failed)
 	return res, err
+}
+
+// configGate classifies the failed attempts of one retried start-up step. A failed connection
+// is replaced by its diagnosis (diagnose.Connect), so that the log, /readyz and the error Run
+// returns name the cause and the fix instead of every attempt pgconn made; it is retried,
+// unless ExitOnConfigError and it is a configuration error (a refused connection once it has
+// persisted), which ends the step. Any other error is permanent or retried as
+// stopIfPermanent says.
+type configGate struct {
+	exit  bool
+	watch diagnose.Watch
+}
+
+func newConfigGate(cfg Config) *configGate { return &configGate{exit: cfg.ExitOnConfigError} }
+
+func (g *configGate) check(err error) error {
+	if err == nil {
+		return nil
+	}
+	config := g.watch.Config(err)
+	p, ok := diagnose.Connect(err)
+	switch {
+	case !ok || permanent(err) || p.Kind == diagnose.Outage:
+		return stopIfPermanent(err) // an outage keeps its own words (a server limit names the setting)
+	case config && g.exit:
+		return retry.Stop(p)
+	}
+	return p
+}
+
+// logRetry logs a failed start-up attempt that is retried in wait: a failed connection with its
+// cause and fix (an error when it is a configuration error, a warning while it may be an
+// outage), anything else as the database not being ready.
+func logRetry(log zerolog.Logger, err error, wait time.Duration) {
+	p, ok := diagnose.Connect(err)
+	if !ok || p.Fix == "" {
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
+		return
+	}
+	ev := log.Warn()
+	if p.Config() {
+		ev = log.Error()
+	}
+	ev.Str("cause", p.Cause).Str("fix", p.Fix).Str("database", p.Addr).Dur("retry_in", wait).
+		Msg("cannot connect to the database; retrying")
 }
 
 // startBackoff is the wait between the retries of a start-up step.
@@ -180,10 +237,14 @@ func stopIfPermanent(err error) error {
 	return err
 }
 
-// notReady is the retry report of the start-up steps before the pipelines start.
-func notReady(log zerolog.Logger) func(error, time.Duration) {
+// notReady is the retry report of the start-up steps before the pipelines start: it logs the
+// failure (logRetry) and, for /readyz, records it as each pipeline's.
+func notReady(log zerolog.Logger, starts ...*pipelineStart) func(error, time.Duration) {
 	return func(err error, wait time.Duration) {
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("database not ready; retrying")
+		for _, s := range starts {
+			s.failing(err)
+		}
+		logRetry(log, err, wait)
 	}
 }
 

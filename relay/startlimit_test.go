@@ -191,6 +191,7 @@ func (e *limitEnv) blocked(limit string) []string {
 // Before pipelines started on their own, the relay retried the whole start-up as "database not
 // ready" forever: no pipeline streamed and /readyz never answered.
 func TestPipelinesPastTheSlotLimitDoNotHoldBackTheOthers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts servers of its own or runs long: skipped under -short")
 	}

@@ -15,6 +15,7 @@ import (
 // set-up got (here: before the first connection, when every lookup fails with the cancel). A
 // SIGTERM during start-up used to exit 1 with "look up slot: context canceled".
 func TestStopDuringStartupIsClean(t *testing.T) {
+	t.Parallel()
 	dsn, _ := relaytest.MigratedDB(t)
 	recv := relaytest.NewReceiver("secret")
 	t.Cleanup(recv.Close)

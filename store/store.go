@@ -22,12 +22,18 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/outbox-relay/outbox-relay/envelope"
 )
+
+// ErrNotVisible is what a store's write returns (wrapped) when it names outbox rows it cannot
+// see yet: logical decoding can hand over a transaction a moment before its commit is visible to
+// other sessions (the WAL is flushed before the commit is published). The engine tries again.
+var ErrNotVisible = errors.New("outbox rows not visible yet")
 
 // Aggregate is an ordering key: an aggregate's type and id.
 type Aggregate struct {
@@ -111,6 +117,7 @@ type SinceState struct {
 	Since, Until  time.Time // Until zero: no end
 	AggregateType string
 	EventType     string
+	EventID       string // not empty: that event only (the API's resend of one event)
 	Total, Sent   int64
 	After         SinceCursor
 	Done          bool

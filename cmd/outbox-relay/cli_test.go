@@ -69,7 +69,8 @@ func cliCommandTimeout(t *testing.T, timeout time.Duration, env []string, args .
 }
 
 // cliEnvVars are the environment variables the CLI reads, by the flags that fall back on them.
-var cliEnvVars = []string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env, schemaFlag.env}
+var cliEnvVars = append([]string{dsnFlag.env, urlFlag.env, secretFlag.env, secretFileFlag.env, schemaFlag.env,
+	apiTokensFileFlag.env, apiTokensEnv, apiKeyFileFlag.env, apiKeyEnv}, otelEnvVars...)
 
 // subcommands returns the registered subcommands a user can run (not help).
 func subcommands() []*cobra.Command {
@@ -106,6 +107,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 var envOf = map[string]string{
 	dsnFlag.name: dsnFlag.env, urlFlag.name: urlFlag.env,
 	secretFlag.name: secretFlag.env, secretFileFlag.name: secretFileFlag.env,
+	apiTokensFileFlag.name: apiTokensFileFlag.env, apiKeyFileFlag.name: apiKeyFileFlag.env,
 }
 
 func TestEverySubcommandHelpHasAnExampleAndNamesEnvVars(t *testing.T) {
@@ -161,29 +163,36 @@ func TestVersionPrintsVersionCommitAndGo(t *testing.T) {
 	}
 }
 
-func TestUsageErrorsExitTwoWithAOneLineHint(t *testing.T) {
+// A refusal of the command line is one line: the reason and the fix (the flag to set, the
+// command meant, or the --help of the command at fault), and nothing else.
+func TestUsageErrorsExitTwoWithOneLineNamingTheFix(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
+		fix  string
 	}{
-		{"unknown subcommand", []string{"frobnicate"}},
-		{"unknown root flag", []string{"--frobnicate"}},
-		{"unknown subcommand flag", []string{"run", "--frobnicate"}},
-		{"misspelled flag", []string{"migrate", "--dns", "postgres://x"}},
-		{"stray argument", []string{"version", "extra"}},
-		{"bad flag value", []string{"demo", "--rate", "fast"}},
-		{"bad demo rate", []string{"demo", "--rate", "0"}},
+		{"unknown subcommand", []string{"frobnicate"}, "`outbox-relay --help` lists the commands"},
+		{"misspelled subcommand", []string{"statsu"}, "Did you mean status?"},
+		{"unknown root flag", []string{"--frobnicate"}, "`outbox-relay --help` lists its flags"},
+		{"unknown subcommand flag", []string{"run", "--frobnicate"}, "`outbox-relay run --help` lists its flags"},
+		{"misspelled flag", []string{"migrate", "--dns", "postgres://x"}, "`outbox-relay migrate --help` lists its flags"},
+		{"stray argument", []string{"version", "extra"}, "outbox-relay version takes no arguments"},
+		{"bad flag value", []string{"demo", "--rate", "fast"}, "`outbox-relay demo --help` lists its flags"},
+		{"bad demo rate", []string{"demo", "--rate", "0"}, "--rate"},
+		{"no database", []string{"status"}, "set DB_DSN or pass --dsn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stdout, stderr, code := execCLI(t, nil, tt.args...)
+			stdout, stderr, code := execCLI(t, []string{"DB_DSN="}, tt.args...)
 			if code != exitUsage {
 				t.Errorf("exit %d, want %d", code, exitUsage)
 			}
 			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-			if len(lines) != 2 || !strings.HasPrefix(lines[0], "outbox-relay: ") ||
-				lines[1] != "Run 'outbox-relay --help' for usage." {
-				t.Errorf("stderr is not one error line and the usage hint:\n%s", stderr)
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "outbox-relay: ") || !strings.Contains(lines[0], tt.fix) {
+				t.Errorf("stderr is not one line naming the fix (%s):\n%s", tt.fix, stderr)
+			}
+			if strings.Contains(stderr, "for usage") {
+				t.Errorf("stderr ends with a usage hint that names no fix:\n%s", stderr)
 			}
 			if stdout != "" {
 				t.Errorf("stdout %q, want nothing (no usage dump)", stdout)

@@ -111,3 +111,44 @@ func TestStatusSaysAReplayWasAbandoned(t *testing.T) {
 		t.Errorf("status does not describe the replays:\n%s", out)
 	}
 }
+
+// replay --since --endpoint counts what the endpoint will receive of the range: the rows its
+// subscription takes (tenant, event types, aggregate types), beside the whole range's count.
+func TestReplaySinceToAnEndpointCountsWhatItWouldReceive(t *testing.T) {
+	dsn, pool := migratedDB(t)
+	mustExec(t, pool, `INSERT INTO outbox_endpoints (id, url, secrets, tenant_id, event_types, aggregate_types)
+		VALUES ('acme', 'https://acme.example/webhooks', '[{"secret": "a-long-random-secret-for-acme"}]', 'acme', '{order.*}', '{order}'),
+		       ('ledger', 'https://ledger.example/in', '[{"secret": "a-long-random-secret-for-ledger"}]', NULL, '{invoice.*}', NULL)`)
+	mustExec(t, pool, `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, created_at, tenant_id)
+		SELECT a, i::text, e, '{}', s, now() - interval '1 hour', nullif(tn, '')
+		FROM unnest('{order,order,invoice,order,order,order,order}'::text[],
+		            '{order.created,order.shipped,invoice.paid,order.created,order.created,order.created,order.created}'::text[],
+		            '{acme,acme,acme,globex,"",acme,acme}'::text[],
+		            '{done,failed,done,done,done,pending,done}'::text[]) WITH ORDINALITY AS x(a, e, tn, s, i)`)
+	mustExec(t, pool, `UPDATE outbox_events SET created_at = now() - interval '3 hours' WHERE aggregate_id = '7'`) // outside the range
+
+	out, errOut, code := cli(t, "replay", "--dsn", dsn, "--since", "2h", "--endpoint", "acme", "--dry-run")
+	if code != 0 {
+		t.Fatalf("dry run: exit %d: %s", code, errOut)
+	}
+	// Of the range's 6 rows acme takes its tenant's orders: created, shipped (dead-lettered) and
+	// the pending one; not its invoice, not globex's or the tenantless order.
+	for _, want := range []string{"order 4 events", "endpoint acme takes 3 of these 6 events (tenant acme; event types order.*; aggregate types order;",
+		"dry run: would re-send 3 events to acme"} {
+		if !strings.Contains(squash(out), want) {
+			t.Errorf("dry run lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, _ = cli(t, "replay", "--dsn", dsn, "--since", "2h", "--endpoint", "ledger", "--dry-run", "--json")
+	if !strings.Contains(out, `"endpoint_events": 1`) || !strings.Contains(out, `"endpoint": "ledger"`) {
+		t.Errorf("dry run --json for ledger (every tenant's invoices: 1 row):\n%s", out)
+	}
+	out, errOut, code = cli(t, "replay", "--dsn", dsn, "--since", "2h", "--endpoint", "acme")
+	if code != 0 || !strings.Contains(out, "replay 1 requested: 3 events to acme") {
+		t.Fatalf("request: exit %d, %q %q", code, out, errOut)
+	}
+	var pipeline string
+	if err := pool.QueryRow(context.Background(), `SELECT pipeline FROM outbox_replays`).Scan(&pipeline); err != nil || pipeline != "default/acme" {
+		t.Fatalf("the request is for %q (%v), want default/acme", pipeline, err)
+	}
+}

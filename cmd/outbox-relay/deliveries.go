@@ -21,7 +21,7 @@ func newDeliveriesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "deliveries",
 		Short: "Show the delivery log of endpoints: an event's attempts and delivery, or an endpoint's history",
-		Long: `Reads the delivery log the relay keeps for pipelines run with endpoints (docs/guides/endpoints.md):
+		Long: `Reads the delivery log the relay keeps for pipelines run with endpoints (docs/guides/endpoints-watching.md):
 every failed attempt (time, attempt, HTTP status, latency, the error or the first KB of the answer)
 and when each event was delivered, kept for run --delivery-log-retention (7 days by default).
 

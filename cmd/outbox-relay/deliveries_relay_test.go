@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -37,7 +38,7 @@ func TestDeliveriesOfAFailingThenRecoveringEndpoint(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(flaky.Close)
-	if _, err := outbox.AddEndpoint(ctx, pool, outbox.Endpoint{ID: "flaky", URL: flaky.URL, Secret: "flaky-secret-0123456789"}); err != nil {
+	if _, err := (endpoints.Store{}).Add(ctx, pool, endpoints.Endpoint{ID: "flaky", URL: flaky.URL, Secret: "flaky-secret-0123456789"}); err != nil {
 		t.Fatal(err)
 	}
 	slot := fmt.Sprintf("slot_%d", rand.Uint32())

@@ -19,9 +19,9 @@ schema, and runs a small warehouse consumer (on package inbox) and the relay in 
 with three pipelines: every order to the warehouse, only big orders (a row filter on the
 publication) to an audit endpoint, and one run with endpoints that fans its one slot out to
 four partner endpoints (rows of outbox_endpoints, each with its own secret and receiver):
-acme's and globex's orders to them by tenant, every tenant's orders to ledger, and nothing to
-initech (subscribed to invoice.* only). At the end it prints what each partner received
-against what its subscription should give it.
+acme's, globex's and initech's orders to them by tenant (initech's signed the Standard Webhooks
+way), every tenant's orders to ledger. At the end it prints what each partner received against
+what its subscription should give it.
 It then writes orders at a steady rate, each with its outbox event in one transaction, and
 shows a live status: written, delivered, duplicates absorbed by the inbox, reservations, lag,
 p99 latency and retries. Every %s the consumer fails for %s, and 1 in %d of its answers

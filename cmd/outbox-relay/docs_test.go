@@ -11,7 +11,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -144,8 +146,12 @@ func TestDocsBlocksRunOrSayWhyNot(t *testing.T) {
 		ran += len(run)
 		t.Run(strings.ReplaceAll(page, "/", "_"), func(t *testing.T) {
 			dsn, pool := relaytest.MigratedDB(t)
+			for _, port := range pagePorts[page] {
+				holdPort(t, port)
+			}
+			dir := t.TempDir() // the page's blocks share it, as a reader's terminal does
 			for _, b := range run {
-				runDocBlock(t, b, bin, dsn, pool)
+				runDocBlock(t, b, bin, dir, dsn, pool)
 			}
 			if check, ok := docChecks[page]; ok {
 				check(t, pool)
@@ -162,16 +168,28 @@ func TestDocsBlocksRunOrSayWhyNot(t *testing.T) {
 	}
 }
 
-func runDocBlock(t *testing.T, b docBlock, bin, dsn string, pool *pgxpool.Pool) {
+func runDocBlock(t *testing.T, b docBlock, bin, dir, dsn string, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	if slices.Contains(shellLangs, b.lang) {
 		cmd := exec.CommandContext(ctx, "bash", "-e", "-c", b.body)
-		cmd.Dir = t.TempDir()
+		cmd.Dir = dir
 		cmd.Env = append(cliEnv(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), dsnFlag.env+"="+dsn)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		// A block may start a process in the background (the tutorial's relay and partner),
+		// which outlives bash: it runs in the block's own process group, killed when the page's
+		// test ends; and a background process that kept bash's output open must not make the
+		// block wait for it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		if cmd.Process != nil {
+			pgid := cmd.Process.Pid
+			t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+		}
+		if err != nil {
 			t.Fatalf("%s fails: %v\n%s\n--- output:\n%s", b, err, b.body, out)
 		}
+		t.Logf("%s:\n%s", b, out) // what a reader sees (go test -v)
 		return
 	}
 	var version int
@@ -190,6 +208,24 @@ func runDocBlock(t *testing.T, b docBlock, bin, dsn string, pool *pgxpool.Pool) 
 	if _, err := pool.Exec(ctx, b.body); err != nil {
 		t.Fatalf("%s fails on a migrated database: %v\n%s", b, err, b.body)
 	}
+}
+
+// pagePorts are the fixed local ports a page's blocks listen on (the tutorial's partner, whose
+// URL its SQL names, and its API): the page's run holds a lock per port, so that two test runs on
+// one machine (two worktrees, say) take turns instead of failing to bind.
+var pagePorts = map[string][]int{"docs/tutorial-partners.md": {8473, 8474}}
+
+// holdPort takes an exclusive lock on a file named for port until the test ends.
+func holdPort(t *testing.T, port int) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("outbox-relay-docs-port-%d.lock", port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() })
 }
 
 // cliEnv is this process's environment without the variables the CLI reads.
@@ -239,6 +275,24 @@ var docChecks = map[string]func(*testing.T, *pgxpool.Pool){
 			t.Fatalf("after the producing guide's SQL: %d pending order.created events (%v), want 1", n, err)
 		}
 	},
+	"docs/tutorial-partners.md": func(t *testing.T, pool *pgxpool.Pool) {
+		// The partner got the three orders (its blocks checked its file); here, what the relay
+		// recorded: the secret sealed, the 503s in the delivery log, then the deliveries.
+		ctx := context.Background()
+		var sealed bool
+		var failed503, delivered int
+		if err := pool.QueryRow(ctx, `SELECT (secrets->0->>'secret') LIKE 'sealed:v1:%' FROM outbox_endpoints WHERE id = 'acme'`).
+			Scan(&sealed); err != nil || !sealed {
+			t.Fatalf("the tutorial's endpoint secret is not sealed (%v)", err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_delivery_attempts WHERE endpoint_id = 'acme' AND status_code = 503),
+			(SELECT coalesce(sum(cardinality(event_ids)), 0) FROM outbox_deliveries WHERE endpoint_id = 'acme')`).
+			Scan(&failed503, &delivered); err != nil || failed503 == 0 || delivered != 3 {
+			t.Fatalf("the tutorial's delivery log: %d attempts answered 503, %d deliveries (%v); want some 503s and 3 deliveries",
+				failed503, delivered, err)
+		}
+		checkTutorialAPI(t, pool)
+	},
 	"docs/guides/endpoints.md": func(t *testing.T, pool *pgxpool.Pool) {
 		// The endpoint added by plain SQL is one the relay accepts, enabled again, and the
 		// tenant's event carries its tenant.
@@ -269,6 +323,29 @@ var docChecks = map[string]func(*testing.T, *pgxpool.Pool){
 			t.Fatalf("after the endpoints guide's SQL: %d events of tenant acme (%v), want 1", n, err)
 		}
 	},
+}
+
+// checkTutorialAPI asserts what the tutorial's API and portal step left: an endpoint of tenant
+// acme created with its tenant token (so marked deny_private, and in the audit as the tenant's),
+// which got the invoice and nothing else, and a portal session its link opened.
+func checkTutorialAPI(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	var tenant string
+	var denyPrivate bool
+	var audited, delivered, sessions int
+	if err := pool.QueryRow(ctx, `SELECT tenant_id, deny_private,
+		(SELECT count(*) FROM outbox_api_audit WHERE endpoint_id = 'acme-invoices' AND action = 'endpoint.create'
+			AND actor_kind = 'tenant' AND actor = 'acme'),
+		(SELECT coalesce(sum(cardinality(event_ids)), 0) FROM outbox_deliveries WHERE endpoint_id = 'acme-invoices'),
+		(SELECT count(*) FROM outbox_portal_sessions WHERE kind = 'tenant' AND principal = 'acme')
+		FROM outbox_endpoints WHERE id = 'acme-invoices'`).Scan(&tenant, &denyPrivate, &audited, &delivered, &sessions); err != nil {
+		t.Fatalf("the tutorial's endpoint made through the API: %v", err)
+	}
+	if tenant != "acme" || !denyPrivate || audited != 1 || delivered != 1 || sessions != 1 {
+		t.Fatalf("the tutorial's acme-invoices: tenant %q, deny_private %v, %d audit records of its creation by tenant acme, "+
+			"%d deliveries, %d portal sessions of acme; want acme, true, 1, 1 (the invoice), 1", tenant, denyPrivate, audited, delivered, sessions)
+	}
 }
 
 // The parser finds what a reader sees as blocks, with their info strings, and the not-run
@@ -400,25 +477,32 @@ func TestDocsEveryFlagHasHelp(t *testing.T) {
 	check(cliTree())
 }
 
-// The commands page names every command, and every environment variable the CLI reads is
-// documented there or in the generated reference.
+// The commands pages (run's, and the others') document every command, and every environment
+// variable the CLI reads is documented there or in the generated reference.
 func TestDocsCommandsPageNamesEveryCommand(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot, "docs/reference/commands.md"))
-	if err != nil {
-		t.Fatal(err)
+	var page string
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs/reference/commands*.md"))
+	if err != nil || len(pages) < 3 {
+		t.Fatalf("docs/reference/commands*.md: %d pages, %v", len(pages), err)
 	}
-	page := string(b)
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page += string(b)
+	}
 	for _, sub := range cliTree().Commands() {
 		if !sub.IsAvailableCommand() {
 			continue
 		}
-		if !strings.Contains(page, "`"+sub.Name()) && !strings.Contains(page, "outbox-relay "+sub.Name()) {
-			t.Errorf("docs/reference/commands.md does not mention the %s command", sub.Name())
+		if !strings.Contains(page, "| `"+sub.Name()) && !strings.Contains(page, "## `outbox-relay "+sub.Name()) {
+			t.Errorf("docs/reference/commands*.md document no %s command (a row of a table, or a section)", sub.Name())
 		}
 	}
 	for _, env := range []string{"DB_DSN", "WEBHOOK_URL", "WEBHOOK_SECRET", "WEBHOOK_SECRET_FILE", secretsKeyEnv, secretsKeyFileFlag.env} {
 		if !strings.Contains(page, "`"+env+"`") {
-			t.Errorf("docs/reference/commands.md lacks %s", env)
+			t.Errorf("docs/reference/commands*.md lack %s", env)
 		}
 	}
 }
@@ -522,7 +606,12 @@ func headingSlug(h string) string {
 	return strings.ReplaceAll(slugDrop.ReplaceAllString(strings.ToLower(strings.TrimSpace(h)), ""), " ", "-")
 }
 
-// pageAnchors returns the anchors of a page's headings (outside code blocks).
+// docAnchor is an explicit anchor: a page keeps the anchors of sections that moved to another
+// page this way, so that links from elsewhere still land next to a link to where they went.
+var docAnchor = regexp.MustCompile(`<a id="([^"]+)"></a>`)
+
+// pageAnchors returns the anchors of a page's headings and its explicit anchors (outside code
+// blocks).
 func pageAnchors(text string) map[string]bool {
 	anchors := map[string]bool{}
 	fence := false
@@ -531,8 +620,14 @@ func pageAnchors(text string) map[string]bool {
 			fence = !fence
 			continue
 		}
-		if m := docHeading.FindStringSubmatch(line); m != nil && !fence {
+		if fence {
+			continue
+		}
+		if m := docHeading.FindStringSubmatch(line); m != nil {
 			anchors[headingSlug(m[1])] = true
+		}
+		for _, m := range docAnchor.FindAllStringSubmatch(line, -1) {
+			anchors[m[1]] = true
 		}
 	}
 	return anchors
@@ -576,6 +671,60 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d links: the link pattern is broken", checked)
+	}
+	checkAssetLinks(t, anchors)
+}
+
+// repoURL is how the shipped assets (the alerts' runbook_url) link into this repository's docs.
+const repoURL = "https://github.com/outbox-relay/outbox-relay/blob/main/"
+
+// checkAssetLinks checks that every link of the deploy assets into the docs (each alert's
+// runbook_url) reaches a page and a heading of it.
+func checkAssetLinks(t *testing.T, anchors map[string]map[string]bool) {
+	t.Helper()
+	n := 0
+	for _, asset := range []string{"deploy/prometheus/alerts.yml", "deploy/grafana/outbox-relay.json"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, asset))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(regexp.QuoteMeta(repoURL)+`([^\s"'#)]+)(?:#([^\s"')]+))?`).FindAllStringSubmatch(string(b), -1) {
+			n++
+			page, anchor := m[1], m[2]
+			if _, err := os.Stat(filepath.Join(repoRoot, page)); err != nil {
+				t.Errorf("%s links to %s: no such file", asset, m[0])
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(page, ".md") && !anchors[page][anchor] {
+				t.Errorf("%s links to %s: %s has no heading #%s", asset, m[0], page, anchor)
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found %d links in the deploy assets: every alert links to its runbook", n)
+	}
+}
+
+// No page of docs/ passes 20 KB: a reader finds a task on a page of its own (a longer one is
+// split by task, keeping its anchors: see pageAnchors).
+func TestDocsPagesStayUnder20KB(t *testing.T) {
+	const most = 20 << 10
+	pages := docPages(t)
+	for _, p := range pages {
+		if !strings.HasPrefix(p, "docs/") {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(repoRoot, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > most {
+			t.Errorf("%s is %d bytes, over 20 KB: split it by task (move sections to pages of their own, and keep their "+
+				"anchors on this one with <a id=\"...\"></a> next to a link to where they went)", p, fi.Size())
+		}
+	}
+	if len(pages) < 20 {
+		t.Fatalf("found %d pages: the page walker is broken", len(pages))
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // Settings of the endpoint commands that read the environment.
@@ -70,7 +70,7 @@ func oneID(cmd *cobra.Command, args []string) error {
 func addEndpointCommon(fs *pflag.FlagSet) {
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
-	fs.Bool("json", false, "print the result as JSON (the table's column names; see docs/guides/endpoints.md)")
+	fs.Bool("json", false, "print the result as JSON (the table's column names; see docs/guides/endpoints-managing.md)")
 }
 
 // addSecretsKeyFlag adds the flag of the commands that write secrets.
@@ -81,9 +81,9 @@ func addSecretsKeyFlag(fs *pflag.FlagSet) {
 
 // endpointStore connects and returns the endpoint functions' settings: the relay's schema
 // (--schema, or the connection's current_schema()) and the sealer when a key is configured.
-func endpointStore(cmd *cobra.Command) (*pgx.Conn, outbox.Endpoints, error) {
+func endpointStore(cmd *cobra.Command) (*pgx.Conn, endpoints.Store, error) {
 	fs := cmd.Flags()
-	var eps outbox.Endpoints
+	var eps endpoints.Store
 	dsn, err := requireDSN(fs)
 	if err != nil {
 		return nil, eps, err
@@ -96,6 +96,11 @@ func endpointStore(cmd *cobra.Command) (*pgx.Conn, outbox.Endpoints, error) {
 	if f := fs.Lookup("metrics-addr"); f != nil {
 		eps.RelayMetricsAddr = f.Value.String()
 	}
+	if fs.Lookup(egressDenyFlag.name) != nil {
+		if eps.Egress, err = egressPolicy(fs); err != nil {
+			return nil, eps, err
+		}
+	}
 	conn, s, err := connectSchema(cmd.Context(), fs, dsn, "")
 	if err != nil {
 		return nil, eps, err
@@ -104,7 +109,7 @@ func endpointStore(cmd *cobra.Command) (*pgx.Conn, outbox.Endpoints, error) {
 		conn.Close(context.Background())
 		return nil, eps, err
 	}
-	eps.Schema = outbox.Schema(s)
+	eps.Schema = s
 	return conn, eps, nil
 }
 
@@ -142,14 +147,14 @@ func relayTableIn(ctx context.Context, conn *pgx.Conn, name, s, table string, ve
 }
 
 // loadSealer reads the secrets keys (readSecretsKeys) into a sealer; nil when none is set.
-func loadSealer(fs *pflag.FlagSet) (*outbox.Sealer, error) {
+func loadSealer(fs *pflag.FlagSet) (*endpoints.Sealer, error) {
 	text, from, err := readSecretsKeys(fs)
 	if err != nil || text == "" {
 		return nil, err
 	}
-	s, err := outbox.NewSealer(text)
+	s, err := endpoints.NewSealer(text)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "outbox: "))}
+		return nil, usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "endpoints: "))}
 	}
 	return s, nil
 }
@@ -172,10 +177,10 @@ func readSecretsKeys(fs *pflag.FlagSet) (text, from string, err error) {
 }
 
 // warnClear tells, on stderr, that a secret was stored in clear.
-func warnClear(cmd *cobra.Command, eps outbox.Endpoints) {
+func warnClear(cmd *cobra.Command, eps endpoints.Store) {
 	if eps.Sealer == nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: no secrets key (OUTBOX_RELAY_SECRETS_KEY or --secrets-key-file): "+
-			"the secret is stored in clear in outbox_endpoints (docs/guides/endpoints.md, Secrets)")
+			"the secret is stored in clear in outbox_endpoints (docs/guides/endpoints-secrets.md, Secrets)")
 	}
 }
 
@@ -185,17 +190,17 @@ func endpointError(err error, id string) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, outbox.ErrInvalidEndpoint):
-		return usageError{errors.New(strings.TrimPrefix(err.Error(), "outbox: "))}
-	case errors.Is(err, outbox.ErrEndpointNotFound):
+	case errors.Is(err, endpoints.ErrInvalid):
+		return usageError{errors.New(strings.TrimPrefix(err.Error(), "endpoints: "))}
+	case errors.Is(err, endpoints.ErrNotFound):
 		return fmt.Errorf("no endpoint %q: `outbox-relay endpoint list` lists them", id)
-	case errors.Is(err, outbox.ErrEndpointExists):
+	case errors.Is(err, endpoints.ErrExists):
 		return fmt.Errorf("endpoint %q exists: choose another --id, or change it with `outbox-relay endpoint update %s`", id, id)
 	}
-	return errors.New(strings.TrimPrefix(err.Error(), "outbox: "))
+	return errors.New(strings.TrimPrefix(err.Error(), "endpoints: "))
 }
 
-func withStore(cmd *cobra.Command, f func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error) error {
+func withStore(cmd *cobra.Command, f func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error) error {
 	conn, eps, err := endpointStore(cmd)
 	if err != nil {
 		return err

@@ -9,7 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
+	"github.com/outbox-relay/outbox-relay/internal/settings"
 )
 
 // endpointJSON is an endpoint in --json output: the table's column names, the secrets as
@@ -30,7 +31,11 @@ type endpointJSON struct {
 	MaxInFlight     int             `json:"max_in_flight"`
 	SpillAfterMS    int64           `json:"spill_after_ms"`
 	AllowPrivateURL bool            `json:"allow_private_url"`
+	DenyPrivate     bool            `json:"deny_private"`
+	EgressProxy     *string         `json:"egress_proxy"`
+	Warnings        []string        `json:"warnings,omitempty"`
 	Metadata        json.RawMessage `json:"metadata"`
+	Description     string          `json:"description"`
 	State           string          `json:"state"`
 	PausedReason    string          `json:"paused_reason,omitempty"`
 	PausedAt        *time.Time      `json:"paused_at,omitempty"`
@@ -50,19 +55,23 @@ type secretJSON struct {
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 }
 
-func toJSON(e outbox.Endpoint) endpointJSON {
+func toJSON(e endpoints.Endpoint) endpointJSON {
 	j := endpointJSON{
 		ID: e.ID, URL: e.URL, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes, Scheme: e.Scheme.String(),
 		Format: e.Format, BatchMaxEvents: e.BatchMaxEvents, BatchMaxBytes: e.BatchMaxBytes,
 		BatchLingerMS: e.BatchLinger.Milliseconds(), RateLimit: e.RateLimit, MaxInFlight: e.MaxInFlight,
 		SpillAfterMS:    e.SpillAfter.Milliseconds(),
-		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, State: string(e.State), PausedReason: e.PausedReason,
+		AllowPrivateURL: e.AllowPrivateURL, Metadata: e.Metadata, Description: e.Description, State: string(e.State), PausedReason: e.PausedReason,
 		PausedAt: timePtr(e.PausedAt), DisabledReason: e.DisabledReason, DisabledAt: timePtr(e.DisabledAt),
 		CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt, Secret: e.Secret, Secrets: []secretJSON{},
 	}
 	if e.TenantID != "" {
 		j.TenantID = &e.TenantID
 	}
+	if e.EgressProxy != "" {
+		j.EgressProxy = &e.EgressProxy
+	}
+	j.DenyPrivate, j.Warnings = e.DenyPrivate, e.Warnings
 	for _, s := range e.Secrets {
 		j.Secrets = append(j.Secrets, secretJSON{Fingerprint: s.Fingerprint, Sealed: s.KeyID != "", KeyID: s.KeyID,
 			CreatedAt: timePtr(s.CreatedAt), ExpiresAt: timePtr(s.ExpiresAt)})
@@ -90,7 +99,7 @@ func printJSON(w io.Writer, v any) error {
 
 // printWritten prints the endpoint an add, update or rotate-secret wrote, and its new secret
 // when one was generated.
-func printWritten(cmd *cobra.Command, verb string, e outbox.Endpoint) error {
+func printWritten(cmd *cobra.Command, verb string, e endpoints.Endpoint) error {
 	w := cmd.OutOrStdout()
 	if wantJSON(cmd) {
 		return printJSON(w, toJSON(e))
@@ -101,7 +110,7 @@ func printWritten(cmd *cobra.Command, verb string, e outbox.Endpoint) error {
 	return nil
 }
 
-func printSecret(w io.Writer, e outbox.Endpoint) {
+func printSecret(w io.Writer, e endpoints.Endpoint) {
 	if e.Secret == "" {
 		return
 	}
@@ -110,7 +119,7 @@ func printSecret(w io.Writer, e outbox.Endpoint) {
 }
 
 // subscription says in one line what the endpoint receives.
-func subscription(e outbox.Endpoint) string {
+func subscription(e endpoints.Endpoint) string {
 	tenant := "every tenant's events"
 	if e.TenantID != "" {
 		tenant = "tenant " + e.TenantID
@@ -123,15 +132,18 @@ func subscription(e outbox.Endpoint) string {
 }
 
 // printEndpoint prints one endpoint, field by field (show).
-func printEndpoint(w io.Writer, e outbox.Endpoint) {
+func printEndpoint(w io.Writer, e endpoints.Endpoint) {
 	line := func(k, v string) { fmt.Fprintf(w, "%-16s %s\n", k+":", v) }
 	line("id", e.ID)
 	line("url", e.URL)
+	if e.Description != "" {
+		line("description", e.Description)
+	}
 	state := string(e.State)
 	switch e.State {
-	case outbox.EndpointPaused:
+	case endpoints.Paused:
 		state += fmt.Sprintf(" since %s (%s)", clock(e.PausedAt), e.PausedReason)
-	case outbox.EndpointDisabled:
+	case endpoints.Disabled:
 		state += fmt.Sprintf(" since %s (%s)", clock(e.DisabledAt), e.DisabledReason)
 	}
 	line("state", state)
@@ -142,14 +154,21 @@ func printEndpoint(w io.Writer, e outbox.Endpoint) {
 	line("format", e.Format)
 	line("batch", fmt.Sprintf("%d events, %d bytes, linger %s", e.BatchMaxEvents, e.BatchMaxBytes, e.BatchLinger))
 	line("rate limit", limit(e.RateLimit, "/s", "none"))
-	line("max in flight", limit(e.MaxInFlight, "", "the pipeline's"))
+	line("max in flight", limit(e.MaxInFlight, "", fmt.Sprintf("%d (the default; the pipeline's --max-in-flight is the pool "+
+		"all its endpoints share)", settings.EndpointMaxInFlight)))
 	if e.SpillAfter > 0 {
 		line("spill after", e.SpillAfter.String())
 	} else {
-		line("spill after", "the pipeline's")
+		line("spill after", fmt.Sprintf("the pipeline's --spill-after (%s unless set)", settings.EndpointSpillAfter))
 	}
 	if e.AllowPrivateURL {
 		line("url guard", "off for this endpoint (--allow-private-url)")
+	}
+	if e.DenyPrivate {
+		line("url guard", "public addresses only: the URL came from a tenant (--deny-private)")
+	}
+	if e.EgressProxy != "" {
+		line("egress proxy", e.EgressProxy)
 	}
 	for i, s := range e.Secrets {
 		line(fmt.Sprintf("secret #%d", i+1), describeSecret(s))
@@ -161,7 +180,7 @@ func printEndpoint(w io.Writer, e outbox.Endpoint) {
 	line("updated", clock(e.UpdatedAt))
 }
 
-func describeSecret(s outbox.EndpointSecret) string {
+func describeSecret(s endpoints.Secret) string {
 	d := "fingerprint " + or(s.Fingerprint, "(unknown)")
 	if s.KeyID != "" {
 		d += ", sealed with key " + s.KeyID

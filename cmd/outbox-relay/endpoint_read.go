@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 )
 
 // listPage is how many endpoints list reads per query: its memory stays bounded whatever the
@@ -37,12 +37,12 @@ thousands of endpoints in bounded memory. With --json it prints one JSON array, 
 	fs.String("after", "", "start after this id (to resume a listing)")
 	fs.Int("limit", 0, "print at most this many; 0 = all")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		var f outbox.EndpointFilter
+		var f endpoints.Filter
 		f.TenantID, _ = fs.GetString("tenant")
 		state, _ := fs.GetString("state")
-		f.State = outbox.EndpointState(state)
+		f.State = endpoints.State(state)
 		switch f.State {
-		case "", outbox.EndpointEnabled, outbox.EndpointPaused, outbox.EndpointDisabled:
+		case "", endpoints.Enabled, endpoints.Paused, endpoints.Disabled:
 		default:
 			return usageError{fmt.Errorf("--state %q: use enabled, paused or disabled", state)}
 		}
@@ -51,7 +51,7 @@ thousands of endpoints in bounded memory. With --json it prints one JSON array, 
 		if most < 0 {
 			return usageError{errors.New("--limit must not be negative; 0 lists every endpoint")}
 		}
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			return listEndpoints(ctx, cmd.OutOrStdout(), conn, eps, f, most, wantJSON(cmd))
 		})
 	}
@@ -59,7 +59,7 @@ thousands of endpoints in bounded memory. With --json it prints one JSON array, 
 }
 
 // listEndpoints prints the endpoints f selects, at most most (0: all), a page at a time.
-func listEndpoints(ctx context.Context, w io.Writer, conn *pgx.Conn, eps outbox.Endpoints, f outbox.EndpointFilter, most int, asJSON bool) error {
+func listEndpoints(ctx context.Context, w io.Writer, conn *pgx.Conn, eps endpoints.Store, f endpoints.Filter, most int, asJSON bool) error {
 	buf := bufio.NewWriterSize(w, 64<<10) // flushed after each page
 	out := &endpointLister{w: buf, json: asJSON}
 	n := 0
@@ -97,7 +97,7 @@ type endpointLister struct {
 	count int
 }
 
-func (l *endpointLister) page(page []outbox.Endpoint) error {
+func (l *endpointLister) page(page []endpoints.Endpoint) error {
 	if l.json {
 		for _, e := range page {
 			b, err := json.Marshal(toJSON(e))
@@ -117,15 +117,16 @@ func (l *endpointLister) page(page []outbox.Endpoint) error {
 	}
 	tw := tabwriter.NewWriter(l.w, 0, 4, 2, ' ', 0)
 	if l.count == 0 && len(page) > 0 {
-		fmt.Fprintln(tw, "ID\tSTATE\tTENANT\tEVENT TYPES\tSECRETS\tURL")
+		fmt.Fprintln(tw, "ID\tSTATE\tTENANT\tEVENT TYPES\tAGGREGATE TYPES\tSCHEME\tFORMAT\tSECRETS\tURL")
 	}
 	for _, e := range page {
 		var fps []string
 		for _, s := range e.Secrets {
 			fps = append(fps, or(s.Fingerprint, "?"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.State, or(e.TenantID, "-"), oneLine(strings.Join(e.EventTypes, ","), 40),
-			strings.Join(fps, ","), e.URL)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.State, or(e.TenantID, "-"),
+			oneLine(strings.Join(e.EventTypes, ","), 40), oneLine(or(strings.Join(e.AggregateTypes, ","), "*"), 40),
+			e.Scheme, or(e.Format, "raw"), strings.Join(fps, ","), e.URL)
 		l.count++
 	}
 	return tw.Flush()
@@ -155,7 +156,7 @@ func newEndpointShowCmd() *cobra.Command {
 	}
 	addEndpointCommon(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			e, err := eps.Get(ctx, conn, args[0])
 			if err != nil {
 				return endpointError(err, args[0])

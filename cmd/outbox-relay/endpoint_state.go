@@ -9,16 +9,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/state"
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // stateCommands describe pause, resume, disable and enable.
 var stateCommands = map[string]struct {
 	short, long, example string
 	reason               bool
-	state                outbox.EndpointState
-	do                   func(eps outbox.Endpoints, ctx context.Context, q outbox.Querier, id, reason string) (outbox.Endpoint, error)
+	state                endpoints.State
+	do                   func(eps endpoints.Store, ctx context.Context, q endpoints.Querier, id, reason string) (endpoints.Endpoint, error)
 	after                string
 }{
 	"pause": {
@@ -27,8 +27,8 @@ var stateCommands = map[string]struct {
 and delivers them, in order per aggregate, once it is resumed. Pausing a paused endpoint changes
 nothing; a disabled one is refused (exit 1).`,
 		example: `  outbox-relay endpoint pause acme --reason "partner maintenance until 14:00"`,
-		reason:  true, state: outbox.EndpointPaused,
-		do: func(e outbox.Endpoints, ctx context.Context, q outbox.Querier, id, r string) (outbox.Endpoint, error) {
+		reason:  true, state: endpoints.Paused,
+		do: func(e endpoints.Store, ctx context.Context, q endpoints.Querier, id, r string) (endpoints.Endpoint, error) {
 			return e.Pause(ctx, q, id, r)
 		},
 		after: "`outbox-relay endpoint resume {id}` resumes it",
@@ -36,8 +36,8 @@ nothing; a disabled one is refused (exit 1).`,
 	"resume": {
 		short: "Resume a paused endpoint", long: `Resumes a paused endpoint: it receives the events held since the pause, in order, then the
 new ones. A disabled endpoint is refused (exit 1): enable it.`,
-		example: `  outbox-relay endpoint resume acme`, state: outbox.EndpointEnabled,
-		do: func(e outbox.Endpoints, ctx context.Context, q outbox.Querier, id, _ string) (outbox.Endpoint, error) {
+		example: `  outbox-relay endpoint resume acme`, state: endpoints.Enabled,
+		do: func(e endpoints.Store, ctx context.Context, q endpoints.Querier, id, _ string) (endpoints.Endpoint, error) {
 			return e.Resume(ctx, q, id)
 		},
 		after: "it receives the events held since the pause, then the new ones",
@@ -49,8 +49,8 @@ are not routed to it, and those the relay still holds for it go to its backlog
 (outbox_endpoint_backlog), kept until it is enabled, when they are delivered in order before the
 new ones, or removed. Disabling a disabled endpoint changes nothing.`,
 		example: `  outbox-relay endpoint disable acme --reason "contract ended"`,
-		reason:  true, state: outbox.EndpointDisabled,
-		do: func(e outbox.Endpoints, ctx context.Context, q outbox.Querier, id, r string) (outbox.Endpoint, error) {
+		reason:  true, state: endpoints.Disabled,
+		do: func(e endpoints.Store, ctx context.Context, q endpoints.Querier, id, r string) (endpoints.Endpoint, error) {
 			return e.Disable(ctx, q, id, r)
 		},
 		after: "`outbox-relay endpoint enable {id}` enables it and delivers what it kept",
@@ -58,8 +58,8 @@ new ones, or removed. Disabling a disabled endpoint changes nothing.`,
 	"enable": {
 		short: "Enable a disabled endpoint", long: `Enables a disabled endpoint: it receives the events committed from now on. A paused endpoint is
 refused (exit 1): resume it.`,
-		example: `  outbox-relay endpoint enable acme`, state: outbox.EndpointEnabled,
-		do: func(e outbox.Endpoints, ctx context.Context, q outbox.Querier, id, _ string) (outbox.Endpoint, error) {
+		example: `  outbox-relay endpoint enable acme`, state: endpoints.Enabled,
+		do: func(e endpoints.Store, ctx context.Context, q endpoints.Querier, id, _ string) (endpoints.Endpoint, error) {
 			return e.Enable(ctx, q, id)
 		},
 		after: "it receives the events committed from now on",
@@ -80,7 +80,7 @@ func newEndpointStateCmd(name string) *cobra.Command {
 		if sc.reason {
 			reason, _ = fs.GetString("reason")
 		}
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			before, err := eps.Get(ctx, conn, id)
 			if err != nil {
 				return endpointError(err, id)
@@ -120,7 +120,7 @@ the command's commit.`,
 	fs.Duration("keep-old", 0, "keep the current secrets signing for this long, e.g. 24h; 0 = they stop at once")
 	fs.String("secret", "", "the new secret; left out: a strong one is generated")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		var opts outbox.RotateOptions
+		var opts endpoints.RotateOptions
 		opts.KeepOld, _ = fs.GetDuration("keep-old")
 		opts.Secret, _ = fs.GetString("secret")
 		if fs.Changed("secret") && opts.Secret == "" {
@@ -129,7 +129,7 @@ the command's commit.`,
 		if opts.KeepOld < 0 {
 			return usageError{errors.New("--keep-old must not be negative; 0 stops the old secrets at once")}
 		}
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			e, err := eps.RotateSecret(ctx, conn, args[0], opts)
 			if err != nil {
 				return endpointError(err, args[0])
@@ -193,7 +193,7 @@ entries, in the same transaction: prune no longer keeps their rows for the endpo
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id := args[0]
 		force, _ := cmd.Flags().GetBool("force")
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			var held state.EndpointHolds
 			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				if err := eps.Remove(ctx, tx, id); err != nil {
@@ -244,7 +244,7 @@ per endpoint; running it again changes nothing.`,
 	addEndpointCommon(fs)
 	addSecretsKeyFlag(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			if eps.Sealer == nil {
 				return usageError{errors.New("no secrets key: set OUTBOX_RELAY_SECRETS_KEY or --secrets-key-file")}
 			}
@@ -259,8 +259,8 @@ per endpoint; running it again changes nothing.`,
 	return cmd
 }
 
-func reseal(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) (total, changed int, err error) {
-	f := outbox.EndpointFilter{Limit: listPage}
+func reseal(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) (total, changed int, err error) {
+	f := endpoints.Filter{Limit: listPage}
 	for {
 		page, err := eps.List(ctx, conn, f)
 		if err != nil {

@@ -98,6 +98,11 @@ func TestEndpointCLIRoundTrip(t *testing.T) {
 	}
 	all, _, _ := endpointCLI(t, dsn, nil, "list")
 	shownText, _, _ := endpointCLI(t, dsn, nil, "show", "acme")
+	// The table says what each endpoint receives and how it is sent, not only its id and URL.
+	if header, row, _ := strings.Cut(all, "\n"); !strings.Contains(header, "AGGREGATE TYPES") || !strings.Contains(header, "SCHEME") ||
+		!strings.Contains(header, "FORMAT") || !strings.Contains(row, "standard-webhooks") || !strings.Contains(row, "cloudevents") {
+		t.Fatalf("list does not show the aggregate types, scheme and format:\n%s", all)
+	}
 	for _, secret := range []string{rotated.Secret, strings.TrimPrefix(rotated.Secret, "whsec_")} {
 		if strings.Contains(all+shownText, secret) {
 			t.Fatal("list or show printed the secret")
@@ -345,5 +350,33 @@ func TestEndpointCLIWithSchemaBesideADecoy(t *testing.T) {
 	if _, stderr, code := endpointCLI(t, db.dsn, nil, "list", "--schema", "nope"); code != 1 ||
 		!strings.Contains(stderr, "run `outbox-relay migrate --schema nope`") {
 		t.Fatalf("list --schema nope: exit %d, %q", code, stderr)
+	}
+}
+
+// show names the defaults an endpoint without its own cap or spill time gets, the numbers the
+// docs give, not "the pipeline's".
+func TestEndpointShowNamesTheDefaults(t *testing.T) {
+	dsn, _ := migratedDB(t)
+	if out, stderr, code := endpointCLI(t, dsn, nil, "add", "--id", "globex", "--url", "https://globex.example/webhooks"); code != 0 {
+		t.Fatalf("add: exit %d\n%s%s", code, out, stderr)
+	}
+	out, stderr, code := endpointCLI(t, dsn, nil, "show", "globex")
+	if code != 0 {
+		t.Fatalf("show: exit %d\n%s%s", code, out, stderr)
+	}
+	for _, want := range []string{"max in flight:   16 (the default;", "spill after:     the pipeline's --spill-after (30s unless set)",
+		"aggregate types: (every type)", "scheme:          x-signature", "format:          raw"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	if _, stderr, code := endpointCLI(t, dsn, nil, "update", "globex", "--max-in-flight", "4", "--aggregate-types", "order,invoice"); code != 0 {
+		t.Fatalf("update: exit %d: %s", code, stderr)
+	}
+	if out, _, _ := endpointCLI(t, dsn, nil, "show", "globex"); !strings.Contains(out, "max in flight:   4\n") {
+		t.Errorf("show after --max-in-flight 4:\n%s", out)
+	}
+	if out, _, _ := endpointCLI(t, dsn, nil, "list"); !strings.Contains(squash(out), "globex enabled - * order,invoice x-signature raw") {
+		t.Errorf("list does not show the aggregate types, the scheme and the format:\n%s", out)
 	}
 }

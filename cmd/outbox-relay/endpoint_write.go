@@ -12,15 +12,16 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
 // addEndpointFields adds the flags of an endpoint's writable fields. On update only the flags
 // given change anything; the defaults shown are add's.
 func addEndpointFields(fs *pflag.FlagSet, add bool) {
-	fs.String("url", "", "the partner's absolute https:// URL (required for add)")
+	fs.String("url", "", "the partner's absolute URL, https:// (or http://, for a partner on a private network or a test; "+
+		"the URL guard applies to both) (required for add)")
 	fs.String("tenant", "", "receive only this tenant's events (outbox.Event.TenantID); left out: every tenant's events")
 	fs.String("event-types", "*", "comma-separated patterns: order.created, order.* (every type starting with order.), * (all)")
 	fs.String("aggregate-types", "", "comma-separated aggregate types to receive; empty: every type")
@@ -35,8 +36,13 @@ func addEndpointFields(fs *pflag.FlagSet, add bool) {
 		settings.EndpointMaxInFlight))
 	fs.Duration("spill-after", 0, "how long the endpoint's oldest undelivered event waits before its events go to its backlog off the WAL (100ms to 168h); 0 = the pipeline's --spill-after")
 	fs.String("metadata", "", `your own JSON object about the endpoint, e.g. '{"customer":"Acme"}' (the relay does not read it)`)
+	fs.String("description", "", "what the endpoint is, for people (up to 1024 bytes; the relay does not read it)")
 	fs.Bool("allow-private-url", false, "let the URL reach link-local and metadata addresses and the relay's metrics address (refused otherwise)")
 	fs.String("metrics-addr", ":9187", "the relay's --metrics-addr: a URL at it (localhost or this host) is refused unless --allow-private-url")
+	fs.Bool("deny-private", false, "the URL came from a tenant: refuse loopback, private, CGNAT, link-local and metadata addresses for this endpoint, "+
+		"when written and at every connection (--deny-private=false on update lifts it)")
+	fs.String("egress-proxy", "", "this endpoint's outbound proxy, http://host:port, or direct for none; empty: the relay's --egress-proxy")
+	addEgressPolicyFlags(fs)
 	if add {
 		fs.String("id", "", "the endpoint's id: a-z, 0-9, _ . - (up to 63); left out: ep_ and 16 random hex digits")
 		fs.Bool("paused", false, "add it paused: its events are kept from its creation and delivered once resumed")
@@ -64,9 +70,9 @@ when the id exists.`,
 	addEndpointCommon(fs)
 	addEndpointFields(fs, true)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		ep := outbox.Endpoint{State: outbox.EndpointEnabled}
+		ep := endpoints.Endpoint{State: endpoints.Enabled}
 		if paused, _ := fs.GetBool("paused"); paused {
-			ep.State = outbox.EndpointPaused
+			ep.State = endpoints.Paused
 		}
 		ep.ID, _ = fs.GetString("id")
 		if fs.Changed("id") && ep.ID == "" {
@@ -75,7 +81,7 @@ when the id exists.`,
 		if err := endpointFields(fs, &ep, true); err != nil {
 			return err
 		}
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
 			got, err := eps.Add(ctx, conn, ep)
 			if err != nil {
 				return endpointError(err, ep.ID)
@@ -87,6 +93,7 @@ when the id exists.`,
 			if !generated {
 				got.Secret = ""
 			}
+			printWarnings(cmd, got.Warnings)
 			return printWritten(cmd, "added", got)
 		})
 	}
@@ -118,8 +125,8 @@ every aggregate type.`,
 			return usageError{errors.New("--tenant and --no-tenant contradict each other: pass one")}
 		}
 		var fieldErr error
-		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps outbox.Endpoints) error {
-			got, err := eps.Update(ctx, conn, id, func(ep *outbox.Endpoint) error {
+		return withStore(cmd, func(ctx context.Context, conn *pgx.Conn, eps endpoints.Store) error {
+			got, err := eps.Update(ctx, conn, id, func(ep *endpoints.Endpoint) error {
 				fieldErr = endpointFields(fs, ep, false)
 				return fieldErr
 			})
@@ -134,6 +141,7 @@ every aggregate type.`,
 			} else if got.Secret != "" {
 				warnClear(cmd, eps)
 			}
+			printWarnings(cmd, got.Warnings)
 			return printWritten(cmd, "updated", got)
 		})
 	}
@@ -142,7 +150,8 @@ every aggregate type.`,
 
 // fieldFlags are the flags endpointFields reads.
 var fieldFlags = []string{"url", "tenant", "no-tenant", "event-types", "aggregate-types", "secret", "scheme", "format",
-	"batch-max-events", "batch-max-bytes", "batch-linger", "rate-limit", "max-in-flight", "metadata", "allow-private-url"}
+	"batch-max-events", "batch-max-bytes", "batch-linger", "rate-limit", "max-in-flight", "metadata", "description", "allow-private-url",
+	"deny-private", "egress-proxy"}
 
 func anyFieldChanged(fs *pflag.FlagSet) bool {
 	for _, f := range fieldFlags {
@@ -155,7 +164,7 @@ func anyFieldChanged(fs *pflag.FlagSet) bool {
 
 // endpointFields applies the field flags to ep: every flag on add (the defaults included), only
 // the flags given on update. A bad value is a usage error.
-func endpointFields(fs *pflag.FlagSet, ep *outbox.Endpoint, add bool) error {
+func endpointFields(fs *pflag.FlagSet, ep *endpoints.Endpoint, add bool) error {
 	set := func(name string) bool { return add || fs.Changed(name) }
 	if set("url") {
 		ep.URL, _ = fs.GetString("url")
@@ -199,7 +208,7 @@ func endpointFields(fs *pflag.FlagSet, ep *outbox.Endpoint, add bool) error {
 	return deliveryFields(fs, ep, set)
 }
 
-func deliveryFields(fs *pflag.FlagSet, ep *outbox.Endpoint, set func(string) bool) error {
+func deliveryFields(fs *pflag.FlagSet, ep *endpoints.Endpoint, set func(string) bool) error {
 	if set("format") {
 		ep.Format, _ = fs.GetString("format")
 	}
@@ -224,6 +233,15 @@ func deliveryFields(fs *pflag.FlagSet, ep *outbox.Endpoint, set func(string) boo
 	if set("allow-private-url") {
 		ep.AllowPrivateURL, _ = fs.GetBool("allow-private-url")
 	}
+	if set("deny-private") {
+		ep.DenyPrivate, _ = fs.GetBool("deny-private")
+	}
+	if set("egress-proxy") {
+		ep.EgressProxy, _ = fs.GetString("egress-proxy")
+	}
+	if set("description") {
+		ep.Description, _ = fs.GetString("description")
+	}
 	if set("metadata") {
 		v, _ := fs.GetString("metadata")
 		ep.Metadata = nil
@@ -246,4 +264,11 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// printWarnings prints what the endpoint functions accepted with a warning, to stderr.
+func printWarnings(cmd *cobra.Command, warnings []string) {
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+	}
 }

@@ -6,16 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/internal/diagnose"
 )
 
 func main() {
@@ -36,7 +34,9 @@ func run(args []string) int {
 	}
 	var ue usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(os.Stderr, "outbox-relay: %v\nRun 'outbox-relay --help' for usage.\n", err)
+		// The message names the fix (the flag or variable to set, or the --help that lists the
+		// flags of the command at fault); nothing else is printed.
+		fmt.Fprintf(os.Stderr, "outbox-relay: %v\n", err)
 		return exitUsage
 	}
 	fmt.Fprintf(os.Stderr, "outbox-relay: %v\n", explain(err))
@@ -44,8 +44,9 @@ func run(args []string) int {
 }
 
 // explain replaces an error whose cause an operator fixes in the configuration with one line
-// that names the fix. pgx reports a refused password with every address it tried (and the
-// TLS fallback), none of which helps.
+// that names the fix. pgx reports a failed connection with every address it tried (and, with the
+// default sslmode, a TLS attempt the server refused before the real cause), none of which helps:
+// the diagnosis (internal/diagnose) says the one cause and its fix.
 func explain(err error) error {
 	// The libraries describe the problem; the command line's way to fix it is added here.
 	switch {
@@ -59,18 +60,29 @@ func explain(err error) error {
 		return fmt.Errorf("%w (with outbox-relay: run once with --recreate-slot)", err)
 	case errors.Is(err, cdc.ErrSlotMismatch):
 		return fmt.Errorf("%w (pass it with --slot)", err)
-	case errors.Is(err, cdc.ErrBadDSN):
+	}
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) { // every command's connection string, whichever path parsed it
+		return replaced{err, fmt.Sprintf("the connection string (DB_DSN or --dsn) cannot be parsed: %v; %s", pe, diagnose.DSNFix(pe))}
+	}
+	if errors.Is(err, cdc.ErrBadDSN) {
 		return fmt.Errorf("%w (set DB_DSN or --dsn to a postgres:// URL)", err)
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.InvalidPassword {
-		return err
+	p, ok := diagnose.Connect(err)
+	switch {
+	case ok && p.Fix != "":
+		return fmt.Errorf("%w (the connection string is DB_DSN or --dsn)", p)
+	case ok && !errors.Is(err, cdc.ErrServerLimit): // a server limit's own message names the setting
+		return p
 	}
-	where := ""
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) && ce.Config != nil {
-		where = fmt.Sprintf(" for user %q at %s", ce.Config.User, net.JoinHostPort(ce.Config.Host, strconv.Itoa(int(ce.Config.Port))))
-	}
-	return fmt.Errorf("the database refused the password%s (SQLSTATE %s): check the password in DB_DSN or --dsn "+
-		"(or PGPASSWORD, ~/.pgpass)", where, pgErr.Code)
+	return err
 }
+
+// replaced is an error shown with another message, still matching what it wraps.
+type replaced struct {
+	err error
+	msg string
+}
+
+func (r replaced) Error() string { return r.msg }
+func (r replaced) Unwrap() error { return r.err }

@@ -10,7 +10,7 @@ import (
 )
 
 // The soft memory limit run sets is above the heap that its pipelines' full buffers take: about
-// 1.2 bytes per buffered byte plus some 20 MiB (docs/operations.md, Memory; `outbox-bench memory`). Below
+// 1.2 bytes per buffered byte plus some 20 MiB (docs/operations/starting.md, Memory; `outbox-bench memory`). Below
 // that, the GC runs back to back and frees nothing: the fixed 64 MiB limit measured 24 cycles a
 // second and a fifth of a core with four pipelines' buffers full (this test failed on it: "soft
 // limit 64 MiB below ... 128 MiB of buffers"). GOMEMLIMIT, when set, is left alone.

@@ -22,7 +22,7 @@ lock, so running it twice, or from two processes at once, is safe. The tables go
 (created if missing), or the connection's current_schema(); the applied versions are recorded in
 outbox_relay_schema there, never in goose_db_version, which an application's own goose keeps.
 A database migrated by a release that recorded the relay's versions in goose_db_version has them
-moved first (docs/operations.md, Upgrades). The inbox's own set follows, in the same schema.
+moved first (docs/operations/maintenance.md, Upgrades). The inbox's own set follows, in the same schema.
 
 With --inbox-only it creates inbox_events alone, for a consumer's database: nothing of the
 outbox, and its own version history (` + migrations.InboxHistoryTable + `). Either may run first;

@@ -189,8 +189,8 @@ func TestCompareGo(t *testing.T) {
 	}
 }
 
-// A program that imports only outbox and inbox links no broker client (README: Testing), and
-// no migration framework.
+// A program that imports only outbox and inbox links no broker client, no part of
+// OpenTelemetry (README: Testing; docs/operations/tracing.md) and no migration framework.
 func TestOutboxAndInboxLinkNoBrokerClient(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -212,6 +212,9 @@ func TestOutboxAndInboxLinkNoBrokerClient(t *testing.T) {
 		if strings.HasPrefix(p, "github.com/pressly/goose") || p == "github.com/outbox-relay/outbox-relay/migrations" {
 			t.Errorf("outbox or inbox links %s: a program that only mounts the inbox links no migration framework "+
 				"(the inbox's migration is inbox/inboxmigrate)", p)
+		}
+		if strings.HasPrefix(p, "go.opentelemetry.io/") || strings.HasPrefix(p, "google.golang.org/grpc") {
+			t.Errorf("outbox or inbox links %s: tracing is the relay's (internal/tracing), not the producer's or the consumer's", p)
 		}
 	}
 	// Positive control of the second check: the inbox's migration does link it.

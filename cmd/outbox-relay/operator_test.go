@@ -239,7 +239,7 @@ func TestWrongPasswordNamesTheFix(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, args := range [][]string{{"migrate"}, {"status"}, {"run", "--metrics-addr", ""}} {
+	for _, args := range [][]string{{"migrate"}, {"status"}, {"run", "--metrics-addr", "", "--exit-on-config-error"}} {
 		env := []string{"DB_DSN=" + fmt.Sprintf(base, "wrong"), "WEBHOOK_URL=http://127.0.0.1:1/hook", "WEBHOOK_SECRET=s"}
 		_, stderr, code := execCLI(t, env, args...)
 		// run logs JSON lines before it fails; the error is the last line.

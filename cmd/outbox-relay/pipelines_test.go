@@ -183,7 +183,7 @@ func TestConfigRefusesPerPipelineFlags(t *testing.T) {
 	// set starts (and waits for the unreachable database).
 	p, lines := startCLI(t, append(env, "WEBHOOK_URL=http://127.0.0.1:1/x"), "run", "--config", file, "--metrics-addr", "",
 		"--log-format", "json")
-	waitLine(t, lines, "database not ready")
+	waitLine(t, lines, "cannot connect to the database; retrying") // nothing listens at 127.0.0.1:1
 	p.stop(t, syscall.SIGTERM)
 	if c := strings.Count(p.stderr.String(), "are ignored with --config"); c != 1 {
 		t.Fatalf("%d warnings about WEBHOOK_URL, want 1:\n%s", c, p.stderr.String())

@@ -64,6 +64,13 @@ func checkYAMLKeys(t *testing.T) {
 		t.Fatalf("an unknown key parses without an unknown-key error (%v): this check would prove nothing", err)
 	}
 	for _, s := range settings.Run {
+		if section, key, ok := strings.Cut(s.YAML, "."); ok && (section == "egress" || section == "otel") { // a section at the file's top
+			doc := section + ":\n  " + key + ": x\npipelines:\n  - name: p\n"
+			if _, err := pipeconf.Parse([]byte(doc), env, os.ReadFile); err != nil && strings.Contains(err.Error(), "unknown key") {
+				t.Errorf("YAML key %s of --%s: the pipelines file does not know it at its top: %v", s.YAML, s.Flag, err)
+			}
+			continue
+		}
 		if s.YAML == "" || s.YAML == "dsn" || s.YAML == "schema" || s.YAML == "delivery_log_retention" ||
 			strings.HasPrefix(s.YAML, "operator_webhook.") { // keys at the file's top
 			continue

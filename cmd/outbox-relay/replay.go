@@ -76,7 +76,7 @@ The endpoint's lane in pipeline P is P/ID, the name its dead letters are recorde
 		defer conn.Close(cmd.Context())
 		sel.Schema = s
 		if fs.Changed("endpoint") {
-			if sel.Pipeline, err = endpointLane(cmd.Context(), conn, fs, s, cmd.ErrOrStderr()); err != nil {
+			if sel.Pipeline, _, err = endpointLane(cmd.Context(), conn, fs, s, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 		}

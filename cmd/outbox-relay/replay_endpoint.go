@@ -11,9 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
+	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -21,31 +22,48 @@ import (
 // fan-out engine names the endpoint's publisher and its dead letters. It refuses an id that is
 // not an endpoint, and warns on stderr (warn) when the endpoint is not enabled. P is --pipeline,
 // else the only pipeline that runs with endpoints, else "default".
-func endpointLane(ctx context.Context, conn *pgx.Conn, fs *pflag.FlagSet, s string, warn io.Writer) (lane string, err error) {
+func endpointLane(ctx context.Context, conn *pgx.Conn, fs *pflag.FlagSet, s string, warn io.Writer) (lane string, e endpoints.Endpoint, err error) {
 	id, _ := fs.GetString("endpoint")
 	if err := endpointsTableIn(ctx, conn, schemaName(fs, ""), s); err != nil {
-		return "", err
+		return "", e, err
 	}
-	e, err := outbox.Endpoints{Schema: outbox.Schema(s)}.Get(ctx, conn, id)
-	if errors.Is(err, outbox.ErrEndpointNotFound) {
-		return "", fmt.Errorf("no endpoint %q: `outbox-relay endpoint list` lists them", id)
+	e, err = endpoints.Store{Schema: s}.Get(ctx, conn, id)
+	if errors.Is(err, endpoints.ErrNotFound) {
+		return "", e, fmt.Errorf("no endpoint %q: `outbox-relay endpoint list` lists them", id)
 	}
 	if err != nil {
-		return "", endpointError(err, id)
+		return "", e, endpointError(err, id)
 	}
 	switch e.State {
-	case outbox.EndpointPaused:
+	case endpoints.Paused:
 		fmt.Fprintf(warn, "note: endpoint %s is paused: the replay waits in its lane until `outbox-relay endpoint resume %s`\n", id, id)
-	case outbox.EndpointDisabled:
+	case endpoints.Disabled:
 		fmt.Fprintf(warn, "note: endpoint %s is disabled: it receives nothing until `outbox-relay endpoint enable %s`\n", id, id)
 	}
 	p, _ := fs.GetString("pipeline")
 	if p == "" {
 		if p, err = onlyEndpointPipeline(ctx, conn, schemaName(fs, ""), s); err != nil {
-			return "", err
+			return "", e, err
 		}
 	}
-	return p + "/" + id, nil
+	return p + "/" + id, e, nil
+}
+
+// subscribedInRange counts the rows of a replay --since range that endpoint e's current
+// subscription takes (its tenant, event types and aggregate types), with the relay's own
+// matcher: what the endpoint will receive of the range. pending counts those not delivered yet.
+func subscribedInRange(ctx context.Context, conn *pgx.Conn, s string, r state.ReplayRange, e endpoints.Endpoint) (events, pending int64, err error) {
+	groups, err := state.CountReplayGroups(ctx, conn, s, r)
+	if err != nil {
+		return 0, 0, err
+	}
+	row := endpoint.Row{TenantID: e.TenantID, EventTypes: e.EventTypes, AggregateTypes: e.AggregateTypes}
+	for _, g := range groups {
+		if row.Subscribed(g.TenantID, g.EventType, g.AggregateType) {
+			events, pending = events+g.Events, pending+g.Pending
+		}
+	}
+	return events, pending, nil
 }
 
 // onlyEndpointPipeline returns the one pipeline (or shard) that runs with endpoints, "default"

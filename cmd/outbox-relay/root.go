@@ -37,15 +37,18 @@ aggregates) and confirms the slot only after delivery.`,
 	// noArgs suggests a command for a mistyped one, within this Levenshtein distance (or a
 	// prefix): "statsu" → status.
 	root.SuggestionsMinimumDistance = 2
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w (`%s --help` lists its flags)", err, cmd.CommandPath())}
+	})
 	root.AddCommand(newRunCmd(), newMigrateCmd(), newReplayCmd(), newDemoCmd(), newVersionCmd(), newStatusCmd(), newPruneCmd(),
-		newPauseCmd(), newResumeCmd(), newReshardCmd())
+		newPauseCmd(), newResumeCmd(), newReshardCmd(), newAPICmd(), newAPITokenCmd(), newPortalLinkCmd())
 	for _, c := range root.Commands() {
 		c.Args = noArgs
 	}
 	root.AddCommand(newDropPipelineCmd()) // takes the pipeline's name as its argument
 	root.AddCommand(newEndpointCmd())     // a group: its subcommands take an endpoint id
 	root.AddCommand(newDeliveriesCmd())
+	root.AddCommand(newEventTypesCmd()) // a group: list, sync
 	return root
 }
 
@@ -58,11 +61,11 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	if !cmd.HasParent() {
 		err := fmt.Errorf("unknown command %q", args[0])
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			err = fmt.Errorf("%w. Did you mean %s?", err, strings.Join(s, " or "))
+			return usageError{fmt.Errorf("%w. Did you mean %s?", err, strings.Join(s, " or "))}
 		}
-		return usageError{err}
+		return usageError{fmt.Errorf("%w (`outbox-relay --help` lists the commands)", err)}
 	}
-	return usageError{fmt.Errorf("unexpected argument %q for %q", args[0], cmd.CommandPath())}
+	return usageError{fmt.Errorf("unexpected argument %q: %s takes no arguments (`%s --help`)", args[0], cmd.CommandPath(), cmd.CommandPath())}
 }
 
 // envFlag is a flag that falls back to an environment variable. The flag wins when both are

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -10,13 +12,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/destination/webhook"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/pipeconf"
-	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/publisher"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/signature"
@@ -79,8 +83,10 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "backfill")
 	addSetting(fs, "no-backfill")
 	addSetting(fs, "recreate-slot")
+	addSetting(fs, "exit-on-config-error")
 	addSetting(fs, "log-payloads")
-	addFailoverFlags(fs) // failover.go
+	addSetting(fs, otelEndpointFlag.name) // tracing.go
+	addFailoverFlags(fs)                  // failover.go
 	addDeliveryFlags(fs)
 	addBrokerFlags(fs) // brokers.go
 	addSetting(fs, configFlag.name)
@@ -99,13 +105,18 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 	addSetting(fs, "delivery-log")
 	addSetting(fs, operatorURLFlag.name)
 	addSetting(fs, operatorSecretFlag.name)
+	addEgressPolicyFlags(fs)
+	addSetting(fs, egressProxyFlag.name)
+	addSetting(fs, "api-addr")
+	addAPIFlags(fs)
+	addPortalFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(fs, os.Stderr)
 		if err != nil {
 			return err
 		}
 		if path := stringFrom(fs, configFlag); path != "" {
-			cfg, err := fileConfig(fs, path)
+			cfg, otelFile, err := fileConfig(fs, path)
 			if err != nil {
 				return err
 			}
@@ -117,7 +128,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 					break
 				}
 			}
-			return relay.Run(cmd.Context(), cfg)
+			return runRelay(cmd.Context(), fs, cfg, otelFile, log)
 		}
 		cfg, err := runConfig(fs)
 		if err != nil {
@@ -126,9 +137,51 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 		cfg.Logger = log
 		tuneGC(cfg, log)
 		warnTrimmedSecrets(log, fs)
-		return relay.Run(cmd.Context(), cfg)
+		return runRelay(cmd.Context(), fs, cfg, "", log)
 	}
 	return cmd
+}
+
+// runRelay runs the relay and, with --api-addr, serves the management API beside it (its
+// series in the relay's /metrics) with the portal's pages (unless --portal=false), both
+// stopping when either ends. With --otel-endpoint, an OTEL_EXPORTER_OTLP_*ENDPOINT variable or
+// otelFile (the --config file's otel.endpoint) it traces, and exports the last spans once the
+// relay has returned.
+func runRelay(ctx context.Context, fs *pflag.FlagSet, cfg relay.Config, otelFile string, log zerolog.Logger) error {
+	tp, stopTracing, err := startTracing(ctx, fs, otelFile, cfg.Version, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	if tp != nil {
+		cfg.TracerProvider = tp
+	}
+	addr, _ := fs.GetString("api-addr")
+	if addr == "" {
+		return relay.Run(ctx, cfg)
+	}
+	if cfg.Registerer == nil && cfg.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		return err
+	}
+	h, acfg, err := buildAPI(ctx, fs, cfg.DSN, cfg.Schema, cfg.Egress, cfg.EgressProxy, log, cfg.Registerer)
+	if err != nil {
+		return err
+	}
+	defer acfg.Pool.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/api/v1/", h)
+	if err := mountPortal(mux, fs, h, acfg, log); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Run(gctx) })
+	g.Go(func() error { return serveHTTP(gctx, addr, mux, log, "api") })
+	return g.Wait()
 }
 
 // runConfig turns flags and environment into a relay.Config, rejecting bad input with errors
@@ -191,6 +244,7 @@ func runConfig(fs *pflag.FlagSet) (relay.Config, error) {
 	}
 	cfg.NoBackfill = noBackfill || !backfill
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
+	cfg.ExitOnConfigError, _ = fs.GetBool("exit-on-config-error")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
 		return cfg, err
@@ -254,30 +308,30 @@ func webhookConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	return nil
 }
 
-// fileConfig builds a relay.Config from --config's file and the process-level flags. A
-// per-pipeline flag is a usage error (exit 2); --dsn / DB_DSN override the file's dsn.
-func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
-	var cfg relay.Config
+// fileConfig builds a relay.Config from --config's file and the process-level flags, and
+// returns the file's otel.endpoint beside it (tracing is set up by runRelay). A per-pipeline
+// flag is a usage error (exit 2); --dsn / DB_DSN override the file's dsn.
+func fileConfig(fs *pflag.FlagSet, path string) (cfg relay.Config, otelEndpoint string, err error) {
 	for _, name := range slices.Concat(pipelineFlags, natsFlags, kafkaFlags) {
 		if fs.Changed(name) {
-			return cfg, usageError{fmt.Errorf("--%s is a per-pipeline setting: with --config, set it on each pipeline in %s", name, path)}
+			return cfg, "", usageError{fmt.Errorf("--%s is a per-pipeline setting: with --config, set it on each pipeline in %s", name, path)}
 		}
 	}
 	file, err := pipeconf.Load(path)
 	if err != nil {
-		return cfg, usageError{err}
+		return cfg, "", usageError{err}
 	}
 	cfg.Pipelines = file.Pipelines
 	if shard, _ := fs.GetInt("shard"); shard >= 0 {
 		cfg.Shard = &shard
 	} else if shard < -1 {
-		return cfg, usageError{fmt.Errorf("--shard %d: want a shard index (0-based) or -1 for every shard", shard)}
+		return cfg, "", usageError{fmt.Errorf("--shard %d: want a shard index (0-based) or -1 for every shard", shard)}
 	}
 	if cfg.DSN = stringFrom(fs, dsnFlag); cfg.DSN == "" {
 		cfg.DSN = file.DSN
 	}
 	if cfg.DSN == "" {
-		return cfg, usageError{fmt.Errorf("no database: set dsn in %s, DB_DSN, or pass --dsn postgres://user@host:5432/db", path)}
+		return cfg, "", usageError{fmt.Errorf("no database: set dsn in %s, DB_DSN, or pass --dsn postgres://user@host:5432/db", path)}
 	}
 	cfg.Schema = schemaName(fs, file.Schema)
 	cfg.MetricsAddr, _ = fs.GetString("metrics-addr")
@@ -285,17 +339,18 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	cfg.StallTimeout, _ = fs.GetDuration("stall-timeout")
 	cfg.StatusInterval, _ = fs.GetDuration("status-interval")
 	if cfg.ReplicationTimeout, err = durationFrom(fs, replTimeoutFlag); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	cfg.Retention, _ = fs.GetDuration("retention")
 	cfg.LogPayloads, _ = fs.GetBool("log-payloads")
 	cfg.RecreateSlot, _ = fs.GetBool("recreate-slot")
+	cfg.ExitOnConfigError, _ = fs.GetBool("exit-on-config-error")
 	cfg.Version, cfg.Commit, _ = buildInfo()
 	if err := failoverConfig(fs, &cfg); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	if err := endpointRunConfig(fs, &cfg); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	if cfg.OperatorWebhookURL == "" { // the flags and the environment win over the file
 		cfg.OperatorWebhookURL, cfg.OperatorWebhookSecret = file.OperatorWebhookURL, file.OperatorWebhookSecret
@@ -303,7 +358,10 @@ func fileConfig(fs *pflag.FlagSet, path string) (relay.Config, error) {
 	if !fs.Changed("delivery-log-retention") && file.DeliveryLogRetention != 0 {
 		cfg.DeliveryLogRetention = file.DeliveryLogRetention
 	}
-	return cfg, nil
+	if err := fileEgress(fs, &cfg, file.Egress); err != nil {
+		return cfg, "", err
+	}
+	return cfg, file.OTelEndpoint, nil
 }
 
 // durationFrom returns the flag's value if it was given, else the environment variable's, else
@@ -401,7 +459,7 @@ func tuneGC(cfg relay.Config, log zerolog.Logger) {
 		limit = hard / 10 * 9
 		log.Warn().Int64("wanted_mib", sized>>20).Int64("cgroup_memory_max_mib", hard>>20).
 			Msg("the pipelines' buffers, once full, may not fit in the container's memory: raise its memory limit " +
-				"to the wanted size, or lower max_buffered_bytes (docs/operations.md, Memory)")
+				"to the wanted size, or lower max_buffered_bytes (docs/operations/starting.md, Memory)")
 	}
 	debug.SetMemoryLimit(limit)
 	log.Info().Int64("soft_limit_mib", limit>>20).
@@ -474,8 +532,8 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 		return err
 	}
 	if text != "" {
-		if _, err := outbox.NewSealer(text); err != nil {
-			return usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "outbox: "))}
+		if _, err := endpoints.NewSealer(text); err != nil {
+			return usageError{fmt.Errorf("%s: %s", from, strings.TrimPrefix(err.Error(), "endpoints: "))}
 		}
 	}
 	cfg.SecretsKeys = text
@@ -497,5 +555,9 @@ func endpointRunConfig(fs *pflag.FlagSet, cfg *relay.Config) error {
 	if cfg.EndpointMetricsMax == 0 {
 		cfg.EndpointMetricsMax = -1 // 0 on the command line: none beyond --endpoint-metrics
 	}
+	if cfg.Egress, err = egressPolicy(fs); err != nil {
+		return err
+	}
+	cfg.EgressProxy = stringFrom(fs, egressProxyFlag)
 	return nil
 }

@@ -22,6 +22,8 @@ func addSetting(fs *pflag.FlagSet, name string) {
 		fs.Int(name, d, s.Help)
 	case time.Duration:
 		fs.Duration(name, d, s.Help)
+	case []string:
+		fs.StringArray(name, d, s.Help)
 	default:
 		panic(fmt.Sprintf("settings row --%s: default %T is not a flag type", name, s.Default))
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/control"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
@@ -74,8 +76,15 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 	}
 	defer conn.Close(cmd.Context())
 	req.Schema = s
+	var sub *endpointShare // with --endpoint: what its subscription takes of the range
 	if fs.Changed("endpoint") {
-		if req.Pipeline, err = endpointLane(cmd.Context(), conn, fs, s, cmd.ErrOrStderr()); err != nil {
+		var e endpoints.Endpoint
+		if req.Pipeline, e, err = endpointLane(cmd.Context(), conn, fs, s, cmd.ErrOrStderr()); err != nil {
+			return err
+		}
+		r := state.ReplayRange{Since: req.Since, Until: req.Until, AggregateType: req.AggregateType, EventType: req.EventType}
+		sub = &endpointShare{subscription: subscription(e)}
+		if sub.Events, sub.Pending, err = subscribedInRange(cmd.Context(), conn, s, r, e); err != nil {
 			return err
 		}
 	} else if err := notAnEndpointPipeline(cmd.Context(), conn, s, req.Pipeline); err != nil {
@@ -93,21 +102,29 @@ func runReplaySince(cmd *cobra.Command, fs *pflag.FlagSet, dsn string) error {
 		doc := map[string]any{"dry_run": dry, "since": req.Since, "until": req.Until, "plan": plan, "pruned": plan.Pruned(req.Since)}
 		if p, id := laneEndpoint(req.Pipeline); id != "" {
 			doc["pipeline"], doc["endpoint"] = p, id
+			doc["endpoint_events"] = sub.Events + sub.Pending
 		}
 		return enc.Encode(doc)
 	}
-	printSince(cmd.OutOrStdout(), req, plan, dry)
+	printSince(cmd.OutOrStdout(), req, plan, sub, dry)
 	return nil
 }
 
-func printSince(w io.Writer, req control.SinceRequest, plan control.SincePlan, dry bool) {
+// endpointShare is what an endpoint's subscription takes of a replay --since range: the rows it
+// will be sent (Events delivered, dead-lettered or parked; Pending not delivered yet).
+type endpointShare struct {
+	subscription    string
+	Events, Pending int64
+}
+
+func printSince(w io.Writer, req control.SinceRequest, plan control.SincePlan, sub *endpointShare, dry bool) {
 	until := "now"
 	if !req.Until.IsZero() {
 		until = clock(req.Until)
 	}
 	if p, id := laneEndpoint(req.Pipeline); id != "" {
-		fmt.Fprintf(w, "endpoint %s of pipeline %s, rows created from %s to %s (counted over the whole range: the endpoint "+
-			"receives those within its subscription)\n", id, p, clock(req.Since), until)
+		fmt.Fprintf(w, "endpoint %s of pipeline %s, rows created from %s to %s; the range, every tenant and type:\n",
+			id, p, clock(req.Since), until)
 	} else {
 		fmt.Fprintf(w, "pipeline %s, rows created from %s to %s\n", req.Pipeline, clock(req.Since), until)
 	}
@@ -128,6 +145,11 @@ func printSince(w io.Writer, req control.SinceRequest, plan control.SincePlan, d
 		fmt.Fprintf(w, "note: %d rows of the range are not delivered yet: they go out first, as usual, and again with the replay\n", plan.Pending)
 	}
 	total := plan.Events + plan.Pending
+	if sub != nil && total > 0 {
+		_, id := laneEndpoint(req.Pipeline)
+		printEndpointShare(w, id, plan, *sub, dry)
+		return
+	}
 	switch {
 	case total == 0:
 		fmt.Fprintln(w, "nothing to replay: no row matches")
@@ -136,5 +158,22 @@ func printSince(w io.Writer, req control.SinceRequest, plan control.SincePlan, d
 	default:
 		fmt.Fprintf(w, "replay %d requested: %d events; the relay re-sends them in order, with their original ids "+
 			"and sequences, ahead of anything committed later (outbox-relay status shows the progress)\n", plan.ID, total)
+	}
+}
+
+// printEndpointShare ends the plan of a replay --since to one endpoint: how many of the range's
+// rows its subscription takes, which is what it will receive.
+func printEndpointShare(w io.Writer, id string, plan control.SincePlan, sub endpointShare, dry bool) {
+	n, total := sub.Events+sub.Pending, plan.Events+plan.Pending
+	fmt.Fprintf(w, "endpoint %s takes %d of these %d events (%s)\n", id, n, total, sub.subscription)
+	switch {
+	case dry && n == 0:
+		fmt.Fprintf(w, "dry run: would re-send nothing to %s: none of the range is in its subscription\n", id)
+	case dry:
+		fmt.Fprintf(w, "dry run: would re-send %d events to %s\n", n, id)
+	default:
+		fmt.Fprintf(w, "replay %d requested: %d events to %s; the relay reads the %d rows of the range in order and "+
+			"re-sends those, with their original ids and sequences, ahead of anything committed later "+
+			"(outbox-relay status shows the progress over the range)\n", plan.ID, n, id, total)
 	}
 }

@@ -32,7 +32,7 @@ database, or no process streams from it) or the check failed (no connection, tab
 run 'outbox-relay migrate'); 2 bad command line. The report is printed in every case where it
 could be read, so it works as a probe and for scripts (--json).
 
-With --endpoints it reports the endpoints instead (docs/guides/endpoints.md): one line per
+With --endpoints it reports the endpoints instead (docs/guides/endpoints-watching.md): one line per
 endpoint and pipeline run with endpoints, with the endpoint's state and what the pipeline's
 relay last reported about it (rows of outbox_endpoint_status, written when they change; the
 shards of a pipeline summed) and how old those figures are, its parked aggregates, and for each
@@ -49,7 +49,7 @@ Exit 0 when the report was read: a failing endpoint is not an unhealthy relay.`,
 	addDSNFlag(fs)
 	addSchemaFlag(fs)
 	fs.String("slot", relay.DefaultSlot, "logical replication slot name (with --endpoints: the default pipeline's)")
-	fs.Bool("json", false, "print the report as JSON (stable field names; see docs/operations.md)")
+	fs.Bool("json", false, "print the report as JSON (stable field names; see docs/operations/delivery.md)")
 	fs.Int("top", 10, "parked aggregates to list, oldest first")
 	fs.Duration("timeout", 10*time.Second, "give up after this long")
 	fs.String(configFlag.name, "", "report every pipeline of this YAML file (env OUTBOX_RELAY_CONFIG), as `run --config` runs them")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -41,9 +42,9 @@ func TestStatusAndReplayOfARelayWithEndpoints(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(bad.Close)
-	for _, ep := range []outbox.Endpoint{{ID: "good", URL: good.URL, Secret: "good-secret-0123456789"},
+	for _, ep := range []endpoints.Endpoint{{ID: "good", URL: good.URL, Secret: "good-secret-0123456789"},
 		{ID: "bad", URL: bad.URL, Secret: "bad-secret-0123456789"}} {
-		if _, err := outbox.AddEndpoint(ctx, pool, ep); err != nil {
+		if _, err := (endpoints.Store{}).Add(ctx, pool, ep); err != nil {
 			t.Fatal(err)
 		}
 	}

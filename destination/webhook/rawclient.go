@@ -26,6 +26,7 @@ type rawClient struct {
 	timeout time.Duration
 	idle    chan *rawConn
 	dialer  net.Dialer
+	tunnel  *tunnel // set: every connection goes through this proxy
 }
 
 type rawConn struct {
@@ -123,18 +124,32 @@ func (rc *rawClient) get(ctx context.Context) (*rawConn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, rc.timeout)
 	defer cancel()
-	var c net.Conn
-	var err error
-	if rc.tls != nil {
-		d := tls.Dialer{NetDialer: &rc.dialer, Config: rc.tls}
-		c, err = d.DialContext(ctx, "tcp", rc.addr)
-	} else {
-		c, err = rc.dialer.DialContext(ctx, "tcp", rc.addr)
-	}
+	c, err := rc.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &rawConn{c: c, br: bufio.NewReaderSize(c, 4096), buf: make([]byte, 0, 1024)}, nil
+}
+
+// dial connects to the endpoint, directly or through the tunnel, with TLS for https.
+func (rc *rawClient) dial(ctx context.Context) (net.Conn, error) {
+	if rc.tunnel == nil {
+		if rc.tls != nil {
+			d := tls.Dialer{NetDialer: &rc.dialer, Config: rc.tls}
+			return d.DialContext(ctx, "tcp", rc.addr)
+		}
+		return rc.dialer.DialContext(ctx, "tcp", rc.addr)
+	}
+	c, err := rc.tunnel.dial(ctx)
+	if err != nil || rc.tls == nil {
+		return c, err
+	}
+	tc := tls.Client(c, rc.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 func (rc *rawClient) put(c *rawConn) {

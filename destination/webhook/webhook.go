@@ -23,9 +23,11 @@
 //
 // For a direct connection, a lean HTTP/1.1 client keeps up to MaxConns connections alive and
 // writes each request in one call: it costs about half the CPU of net/http's client per request,
-// which on a machine shared with PostgreSQL is most of the relay's cost. When the environment's
-// proxy settings (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) apply to the URL, net/http's client is used
-// instead, through the proxy.
+// which on a machine shared with PostgreSQL is most of the relay's cost. With Config.Proxy (the
+// egress proxy of partner endpoints) the same client goes through a CONNECT tunnel to an
+// address it resolved and checked itself. Otherwise, when the environment's proxy settings
+// (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) apply to the URL, net/http's client is used instead,
+// through the proxy.
 package webhook
 
 import (
@@ -84,6 +86,15 @@ type Config struct {
 	// net.Dialer.Control): the URL guard of partner endpoints refuses addresses there. Nil:
 	// none.
 	Control func(network, address string, c syscall.RawConn) error
+	// Proxy, if set, is the outbound proxy every connection goes through (the relay's
+	// --egress-proxy, or an endpoint's egress_proxy): a CONNECT tunnel, for http and https URLs
+	// alike, to the address this client resolved and Control admitted, so the proxy never
+	// resolves a name itself; its user:password, if any, is sent as Proxy-Authorization. A
+	// failure of the proxy itself is a ProxyError, reported as destination.ResultProxy and
+	// Result.Unblamed. Nil: direct, or the environment's proxy settings.
+	Proxy *url.URL
+	// Resolver looks up the URL's host. Nil: net.DefaultResolver.
+	Resolver *net.Resolver
 }
 
 // Destination sends one signed POST per attempt; it is the destination.Destination (a
@@ -169,7 +180,10 @@ func New(cfg Config) (*Destination, error) {
 	if w.source == "" {
 		w.source = "/outbox-relay"
 	}
-	if proxy, _ := http.ProxyFromEnvironment(&http.Request{URL: u}); proxy != nil {
+	if cfg.Proxy != nil {
+		w.raw = newRawClient(u, cfg.TLS, cfg.Timeout, cfg.MaxConns)
+		w.raw.tunnel = newTunnel(cfg.Proxy, u, portOrDefault(u), cfg.Resolver, cfg.Control, cfg.Timeout)
+	} else if proxy, _ := http.ProxyFromEnvironment(&http.Request{URL: u}); proxy != nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConns = cfg.MaxConns * 2
 		tr.MaxIdleConnsPerHost = cfg.MaxConns * 2
@@ -183,8 +197,16 @@ func New(cfg Config) (*Destination, error) {
 	} else {
 		w.raw = newRawClient(u, cfg.TLS, cfg.Timeout, cfg.MaxConns)
 		w.raw.dialer.Control = cfg.Control
+		w.raw.dialer.Resolver = cfg.Resolver
 	}
 	return w, nil
+}
+
+func portOrDefault(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	return map[string]string{"http": "80", "https": "443"}[u.Scheme]
 }
 
 // Close releases idle connections. It may be called more than once; a Send after it opens a
@@ -278,6 +300,10 @@ func (w *Destination) sendStd(ctx context.Context, heads func(headerSink), body 
 }
 
 func result(ctx context.Context, resp response, err error) destination.Result {
+	var pe *ProxyError
+	if errors.As(err, &pe) {
+		return destination.Result{Err: err, Label: destination.ResultProxy, Unblamed: true}
+	}
 	if err != nil {
 		return destination.Result{Err: err, Label: errorResult(ctx, err)}
 	}

@@ -151,22 +151,35 @@ func RecordFence(ctx context.Context, db ReshardDB, s string, r Reshard) (FenceP
 	if r.Reached != nil || r.Finished != nil || r.Fence == "" {
 		return ReadFence(ctx, db, s, r)
 	}
-	tag, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_reshard} r SET fence_reached_at = now()
-		WHERE pipeline = $1 AND fence IS NOT NULL AND fence_reached_at IS NULL AND NOT EXISTS (
-			SELECT 1 FROM unnest(r.old_slots) AS o(slot) LEFT JOIN pg_replication_slots s ON s.slot_name = o.slot
-			WHERE `+oldSlotBehind("r.fence")+`)`), r.Pipeline)
-	if err != nil {
-		return FenceProgress{}, fmt.Errorf("record the reshard's fence as reached: %w", err)
+	for try := 0; ; try++ {
+		tag, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_reshard} r SET fence_reached_at = now()
+			WHERE pipeline = $1 AND fence IS NOT NULL AND fence_reached_at IS NULL AND NOT EXISTS (
+				SELECT 1 FROM unnest(r.old_slots) AS o(slot) LEFT JOIN pg_replication_slots s ON s.slot_name = o.slot
+				WHERE `+oldSlotBehind("r.fence")+`)`), r.Pipeline)
+		if err != nil {
+			return FenceProgress{}, fmt.Errorf("record the reshard's fence as reached: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return FenceProgress{Reached: true}, nil
+		}
+		if now, ok, err := ReadReshard(ctx, db, s, r.Pipeline); err != nil || !ok {
+			return FenceProgress{}, err
+		} else if now.Reached != nil { // recorded by another process meanwhile
+			return FenceProgress{Reached: true}, nil
+		}
+		p, err := ReadFence(ctx, db, s, r)
+		if err != nil || !p.Reached {
+			return p, err
+		}
+		// The last old slot confirmed the fence between the update and this read: record it
+		// now, since a fence reached and not recorded would make an old slot that `reshard`
+		// then drops look lost (as dropped before the fence) to a relay started after an
+		// interruption. If it keeps slipping, report it not reached yet: the callers poll.
+		if try == 2 {
+			p.Reached, p.Behind = false, r.OldSlots
+			return p, nil
+		}
 	}
-	if tag.RowsAffected() == 1 {
-		return FenceProgress{Reached: true}, nil
-	}
-	if now, ok, err := ReadReshard(ctx, db, s, r.Pipeline); err != nil || !ok {
-		return FenceProgress{}, err
-	} else if now.Reached != nil { // recorded by another process meanwhile
-		return FenceProgress{Reached: true}, nil
-	}
-	return ReadFence(ctx, db, s, r)
 }
 
 // MissingFix is what to do about old slots dropped before the fence (FenceProgress.Missing).

@@ -19,6 +19,9 @@ type SinceRequest struct {
 	// AggregateType and EventType, if not empty, keep only rows with that value.
 	AggregateType string
 	EventType     string
+	// EventID, if not empty, keeps only that event (the API's resend of one event to one
+	// endpoint: Since and Until then bracket its created_at).
+	EventID string
 	// Schema is the PostgreSQL schema of the outbox tables. Empty: as the connection's
 	// search_path resolves them.
 	Schema string
@@ -56,7 +59,7 @@ func (p SincePlan) Pruned(since time.Time) bool {
 
 // replayRange is r as internal/state selects it.
 func (r SinceRequest) replayRange() state.ReplayRange {
-	return state.ReplayRange{Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType}
+	return state.ReplayRange{Since: r.Since, Until: r.Until, AggregateType: r.AggregateType, EventType: r.EventType, EventID: r.EventID}
 }
 
 // RequestReplaySince counts what req selects and, unless dryRun or nothing matches, records the
@@ -64,8 +67,11 @@ func (r SinceRequest) replayRange() state.ReplayRange {
 // message. The relay leading req.Pipeline meets it at its place in the stream, after every event
 // committed before it and before every event committed after it, and there re-sends the rows in
 // their original commit order per aggregate, with their original ids and X-Event-Sequence, page
-// by page.
-func RequestReplaySince(ctx context.Context, conn *pgx.Conn, req SinceRequest, dryRun bool) (SincePlan, error) {
+// by page. conn is a *pgx.Conn, or a pgx.Tx to record the request in a transaction of the
+// caller's (a savepoint of it).
+func RequestReplaySince(ctx context.Context, conn interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, req SinceRequest, dryRun bool) (SincePlan, error) {
 	plan := SincePlan{Pipeline: req.Pipeline, ByType: []TypeCount{}}
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := countSince(ctx, tx, req, &plan); err != nil {

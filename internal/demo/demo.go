@@ -17,8 +17,8 @@
 // A third pipeline runs with endpoints: one slot fanned out to the partners of newPartners,
 // rows of outbox_endpoints added before the relay starts, each with a secret of its own and a
 // receiver (partners.go) that verifies its signature and counts each event once. Each order's
-// event carries its customer's tenant (tenantOf), so acme and globex receive their own tenant's
-// orders, ledger every order, and initech, subscribed to invoice.* only, nothing. The drain
+// event carries its customer's tenant (tenantOf), so acme, globex and initech receive their own
+// tenant's orders (initech's signed the Standard Webhooks way) and ledger every order. The drain
 // waits for each partner to have what its subscription gives it, and the end prints it.
 //
 // # With NATS JetStream

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/signature"
 )
 
@@ -31,7 +32,8 @@ type partner struct {
 	tenant         string   // "": every tenant
 	eventTypes     []string // patterns
 	aggregateTypes []string // nil: every type
-	secret         string
+	scheme         signature.Scheme
+	secret         string // whsec_<base64> for Standard Webhooks
 
 	mu       sync.Mutex
 	seen     map[string]bool // event ids received, so a redelivery counts once
@@ -39,14 +41,15 @@ type partner struct {
 	badSig   atomic.Int64    // requests whose signature did not verify with this partner's secret
 }
 
-// newPartners are the demo's endpoints: two tenants' own, one of every tenant's orders, and one
-// subscribed to events the demo never writes (it receives nothing: a subscription filters).
+// newPartners are the demo's endpoints: three tenants' own (initech's signed the Standard
+// Webhooks way, the others with X-Signature) and one of every tenant's orders. Each receives
+// only what its subscription selects, and every one of them receives something.
 func newPartners() []*partner {
 	return []*partner{
 		{id: "acme", tenant: "acme", eventTypes: []string{"order.*"}},
 		{id: "globex", tenant: "globex", eventTypes: []string{"order.created"}, aggregateTypes: []string{"order"}},
 		{id: "ledger", eventTypes: []string{"order.created"}},
-		{id: "initech", tenant: "initech", eventTypes: []string{"invoice.*"}},
+		{id: "initech", tenant: "initech", eventTypes: []string{"order.*"}, scheme: signature.StandardWebhooks},
 	}
 }
 
@@ -95,6 +98,9 @@ func (p *partner) subscription() string {
 	if p.aggregateTypes != nil {
 		s += ", aggregate " + strings.Join(p.aggregateTypes, ",")
 	}
+	if p.scheme == signature.StandardWebhooks {
+		s += ", Standard Webhooks"
+	}
 	return s
 }
 
@@ -105,8 +111,7 @@ func (p *partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	key := [][]byte{[]byte(p.secret)}
-	if !signature.VerifyX(key, r.Header.Get(signature.HeaderXTimestamp), body, r.Header.Values(signature.HeaderXSignature)...) {
+	if !p.verify(r, body) {
 		p.badSig.Add(1)
 		w.WriteHeader(http.StatusUnauthorized)
 		return
@@ -119,6 +124,19 @@ func (p *partner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// verify checks the request's signature in the partner's scheme, with the partner's secret.
+func (p *partner) verify(r *http.Request, body []byte) bool {
+	keys, err := signature.Keys(p.scheme, []string{p.secret})
+	if err != nil {
+		return false
+	}
+	if p.scheme == signature.StandardWebhooks {
+		return signature.VerifyStandard(keys, r.Header.Get(signature.HeaderWebhookID), r.Header.Get(signature.HeaderWebhookTimestamp),
+			body, r.Header.Values(signature.HeaderWebhookSignature)...)
+	}
+	return signature.VerifyX(keys, r.Header.Get(signature.HeaderXTimestamp), body, r.Header.Values(signature.HeaderXSignature)...)
 }
 
 // startPartners serves every partner's receiver on one local port (a path each) until
@@ -134,6 +152,9 @@ func (d *demo) startPartners(ctx context.Context) error {
 		if p.secret, err = newSecret(); err != nil {
 			ln.Close()
 			return err
+		}
+		if p.scheme == signature.StandardWebhooks {
+			p.secret = "whsec_" + base64.StdEncoding.EncodeToString([]byte(p.secret))
 		}
 		p.seen = map[string]bool{}
 		mux.Handle("POST /partners/"+p.id, p)
@@ -156,12 +177,13 @@ func (d *demo) startPartners(ctx context.Context) error {
 // addEndpoints writes the partners' rows, replacing the rows of an earlier run in a database
 // the demo was given.
 func (d *demo) addEndpoints(ctx context.Context) error {
+	var eps endpoints.Store
 	for _, p := range d.partners {
-		if err := outbox.RemoveEndpoint(ctx, d.pool, p.id); err != nil && !errors.Is(err, outbox.ErrEndpointNotFound) {
+		if err := eps.Remove(ctx, d.pool, p.id); err != nil && !errors.Is(err, endpoints.ErrNotFound) {
 			return fmt.Errorf("remove the demo's endpoint %s: %w", p.id, err)
 		}
-		_, err := outbox.AddEndpoint(ctx, d.pool, outbox.Endpoint{ID: p.id, URL: d.partnerURL(p), Secret: p.secret,
-			TenantID: p.tenant, EventTypes: p.eventTypes, AggregateTypes: p.aggregateTypes})
+		_, err := eps.Add(ctx, d.pool, endpoints.Endpoint{ID: p.id, URL: d.partnerURL(p), Secret: p.secret,
+			TenantID: p.tenant, EventTypes: p.eventTypes, AggregateTypes: p.aggregateTypes, Scheme: p.scheme})
 		if err != nil {
 			return fmt.Errorf("add the demo's endpoint %s: %w", p.id, err)
 		}
@@ -172,8 +194,9 @@ func (d *demo) addEndpoints(ctx context.Context) error {
 // removeEndpoints removes the partners' rows from a database the demo was given.
 func (d *demo) removeEndpoints(ctx context.Context) error {
 	var errs []error
+	var eps endpoints.Store
 	for _, p := range d.partners {
-		if err := outbox.RemoveEndpoint(ctx, d.pool, p.id); err != nil && !errors.Is(err, outbox.ErrEndpointNotFound) {
+		if err := eps.Remove(ctx, d.pool, p.id); err != nil && !errors.Is(err, endpoints.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}

@@ -62,10 +62,18 @@ func (r *Row) SetColumn(name string, text []byte, null bool) error {
 		r.AllowPrivateURL, err = strconv.ParseBool(s)
 	case "metadata":
 		r.Metadata = json.RawMessage(s)
+	case "description":
+		r.Description = s
 	case "created_at":
 		r.CreatedAt, err = timestamptz(text)
 	case "updated_at":
 		r.UpdatedAt, err = timestamptz(text)
+	case "spill_after_ms":
+		r.SpillAfterMS, err = strconv.Atoi(s)
+	case "deny_private":
+		r.DenyPrivate, err = strconv.ParseBool(s)
+	case "egress_proxy":
+		r.EgressProxy = s
 	}
 	if err != nil {
 		return fmt.Errorf("%s column %s: %w", schema.Endpoints, name, err)
@@ -93,8 +101,14 @@ func (r *Row) setNull(name string) error {
 		r.DisabledAt = time.Time{}
 	case "metadata":
 		r.Metadata = nil
+	case "description":
+		r.Description = ""
+	case "spill_after_ms":
+		r.SpillAfterMS = 0
+	case "egress_proxy":
+		r.EgressProxy = ""
 	case "id", "url", "secrets", "scheme", "format", "batch_max_events", "batch_max_bytes", "batch_linger_ms",
-		"event_types", "state", "allow_private_url", "created_at", "updated_at":
+		"event_types", "state", "allow_private_url", "created_at", "updated_at", "deny_private":
 		return fmt.Errorf("%s column %s is NULL, which the table does not allow", schema.Endpoints, name)
 	}
 	return nil

@@ -7,10 +7,11 @@
 //
 // # Who uses it
 //
-// Package outbox writes rows with it (outbox.AddEndpoint and friends, in the application's
-// transaction), `outbox-relay endpoint` through package outbox, and the relay reads rows from its
-// slot with SetColumn, checks them with Validate, routes events with Subscribed or an index built
-// on ParsePattern, signs with Row.Keys and dials through Guard.Control. Nothing here does I/O.
+// Package endpoints writes rows with it (endpoints.Store.Add and friends, in the application's
+// transaction; `outbox-relay endpoint` and the HTTP API through it), and the relay reads rows
+// from its slot with SetColumn, checks them with Validate, routes events with Subscribed or an
+// index built on ParsePattern, signs with Row.Keys and dials through Guard.Control. Nothing here
+// does I/O.
 //
 // # Subscriptions
 //
@@ -20,4 +21,15 @@
 // when the endpoint lists any. A pattern is an event type ("order.created"), a prefix
 // ("order.*": every type starting with "order." and longer than it) or "*". Patterns that could
 // never match ("", "order.", "*.created", "a**") are refused.
+//
+// # The URL guard
+//
+// Each endpoint has an Access (Guard.AccessOf): AccessDefault refuses link-local and metadata
+// addresses, "this host" and the relay's metrics address; AccessPublic, for an endpoint with
+// deny_private (its URL came from a tenant) or every endpoint under Egress.DenyPrivate, refuses
+// loopback, private, CGNAT, multicast and reserved addresses too, and those carried inside IPv6
+// addresses, unless Egress.Allow admits them; AccessAny (allow_private_url) refuses nothing.
+// CheckURL reads literal addresses the way a resolver does (0x7f.1, 2130706433) without any
+// lookup; Control checks the address a name resolved to at each connection, which is what stops
+// DNS rebinding. Egress.HTTPSOnly refuses http:// for every endpoint.
 package endpoint

@@ -55,7 +55,7 @@ func TestGuardCheckURL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = g.CheckURL(u)
+			err = g.CheckURL(u, AccessDefault)
 			switch {
 			case tt.refusal == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -83,12 +83,12 @@ func TestNewGuardMetricsAddress(t *testing.T) {
 		want bool
 	}{{"10.1.2.3:9187", true}, {"127.0.0.1:9187", true}, {"10.1.2.4:9187", false}, {"10.1.2.3:9188", false}} {
 		ap := netip.MustParseAddrPort(tt.addr)
-		if got := g.CheckAddr(ap.Addr(), int(ap.Port())) != nil; got != tt.want {
+		if got := g.CheckAddr(ap.Addr(), int(ap.Port()), AccessDefault) != nil; got != tt.want {
 			t.Errorf("metrics at 10.1.2.3:9187: CheckAddr(%s) refused = %v, want %v", tt.addr, got, tt.want)
 		}
 	}
 	var zero Guard
-	if err := zero.CheckAddr(netip.MustParseAddr("127.0.0.1"), 9187); err != nil {
+	if err := zero.CheckAddr(netip.MustParseAddr("127.0.0.1"), 9187, AccessDefault); err != nil {
 		t.Errorf("the zero guard knows no metrics address, yet refused: %v", err)
 	}
 }
@@ -117,23 +117,25 @@ func TestGuardControlRefusesAtDialTime(t *testing.T) {
 	}
 	open := &Guard{}
 	u, _ := url.Parse("http://partner.example:" + strconv.Itoa(port) + "/")
-	if err := metrics.CheckURL(u); err != nil {
+	if err := metrics.CheckURL(u, AccessDefault); err != nil {
 		t.Fatalf("CheckURL refused a plain name: %v", err)
 	}
 	for _, tt := range []struct {
-		name         string
-		g            *Guard
-		resolvesTo   string
-		allowPrivate bool
-		refused      bool
+		name       string
+		g          *Guard
+		resolvesTo string
+		access     Access
+		refused    bool
 	}{
-		{"a name resolving to a plain address connects", open, "127.0.0.1", false, false},
-		{"a name rebound to the metadata address", open, "169.254.169.254", false, true},
-		{"a name resolving to the relay's metrics address", metrics, "127.0.0.1", false, true},
-		{"allow_private_url lets it through", metrics, "127.0.0.1", true, false},
+		{"a name resolving to a plain address connects", open, "127.0.0.1", AccessDefault, false},
+		{"a name rebound to the metadata address", open, "169.254.169.254", AccessDefault, true},
+		{"a name resolving to the relay's metrics address", metrics, "127.0.0.1", AccessDefault, true},
+		{"allow_private_url lets it through", metrics, "127.0.0.1", AccessAny, false},
+		{"a tenant's endpoint: a name rebound to loopback", open, "127.0.0.1", AccessPublic, true},
+		{"a tenant's endpoint: loopback admitted by --egress-allow", &Guard{Egress: Egress{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}, "127.0.0.1", AccessPublic, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := net.Dialer{Timeout: 5 * time.Second, Control: tt.g.Control(tt.allowPrivate), Resolver: fakeDNS(t, tt.resolvesTo)}
+			d := net.Dialer{Timeout: 5 * time.Second, Control: tt.g.Control(tt.access), Resolver: fakeDNS(t, tt.resolvesTo)}
 			c, err := d.DialContext(context.Background(), "tcp", net.JoinHostPort("partner.example", strconv.Itoa(port)))
 			if c != nil {
 				c.Close()

@@ -56,6 +56,9 @@ type Row struct {
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	SpillAfterMS    int             `json:"spill_after_ms"` // 0: NULL, the pipeline's spill_after
+	DenyPrivate     bool            `json:"deny_private"`   // the URL came from a tenant: AccessPublic
+	EgressProxy     string          `json:"egress_proxy"`   // "": NULL, the relay's --egress-proxy; "direct": none
+	Description     string          `json:"description"`    // "": NULL, none
 }
 
 // Secret is one element of the secrets column.

@@ -86,9 +86,9 @@ func CheckTenant(t string) error {
 }
 
 // CheckURL checks an endpoint URL: absolute http or https, a host, no user:password, no
-// spaces or control characters, at most MaxURLLen bytes, and, unless allowPrivate, not an
-// address the guard refuses. g may be nil: the link-local and metadata rules still hold.
-func CheckURL(raw string, g *Guard, allowPrivate bool) (*url.URL, error) {
+// spaces or control characters, at most MaxURLLen bytes, and not what the guard refuses for
+// Access a (Guard.AccessOf). g may be nil: the link-local and metadata rules still hold.
+func CheckURL(raw string, g *Guard, a Access) (*url.URL, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("%w: url is empty: give the partner's absolute https:// URL", ErrInvalid)
 	}
@@ -103,13 +103,10 @@ func CheckURL(raw string, g *Guard, allowPrivate bool) (*url.URL, error) {
 		return nil, fmt.Errorf("%w: url %q is malformed: it must be an absolute http:// or https:// URL with a host "+
 			"and no user:password, e.g. https://partner.example/webhooks", ErrInvalid, redact(raw))
 	}
-	if allowPrivate {
-		return u, nil
-	}
 	if g == nil {
 		g = &Guard{}
 	}
-	if err := g.CheckURL(u); err != nil {
+	if err := g.CheckURL(u, a); err != nil {
 		return nil, fmt.Errorf("%w: url %q: %w", ErrInvalid, u.Redacted(), err)
 	}
 	return u, nil
@@ -167,34 +164,91 @@ func CheckAggregateTypes(types []string) error {
 // the Go API and the CLI before every write. It does not open sealed secrets.
 func (r *Row) Validate(g *Guard) error {
 	if err := CheckID(r.ID); err != nil {
-		return err
+		return Field("id", err)
 	}
-	if _, err := CheckURL(r.URL, g, r.AllowPrivateURL); err != nil {
+	if err := r.checkEgress(g); err != nil {
 		return err
 	}
 	scheme, err := signature.ParseScheme(r.Scheme)
 	if err != nil || r.Scheme == "" {
-		return fmt.Errorf("%w: scheme %q: use x-signature or standard-webhooks", ErrInvalid, r.Scheme)
+		return Field("scheme", fmt.Errorf("%w: scheme %q: use x-signature or standard-webhooks", ErrInvalid, r.Scheme))
 	}
 	if err := r.checkSecrets(scheme); err != nil {
-		return err
+		return Field("secret", err)
 	}
 	if err := r.checkDelivery(); err != nil {
 		return err
 	}
 	if err := CheckTenant(r.TenantID); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Field("tenant_id", fmt.Errorf("%w: %w", ErrInvalid, err))
 	}
 	if err := CheckPatterns(r.EventTypes); err != nil {
-		return err
+		return Field("event_types", err)
 	}
 	if err := CheckAggregateTypes(r.AggregateTypes); err != nil {
-		return err
+		return Field("aggregate_types", err)
 	}
 	if err := r.checkState(); err != nil {
-		return err
+		return Field("state", err)
 	}
-	return checkMetadata(r.Metadata)
+	if err := CheckDescription(r.Description); err != nil {
+		return Field("description", err)
+	}
+	return Field("metadata", checkMetadata(r.Metadata))
+}
+
+// checkEgress checks the URL against the guard for the row's Access, and the row's egress
+// columns (deny_private, allow_private_url, egress_proxy).
+func (r *Row) checkEgress(g *Guard) error {
+	if r.DenyPrivate && r.AllowPrivateURL {
+		return Field("allow_private_url", fmt.Errorf("%w: allow_private_url cannot be set on an endpoint whose URL a tenant gave (deny_private): "+
+			"an operator clears deny_private first", ErrInvalid))
+	}
+	if _, err := CheckURL(r.URL, g, g.AccessOf(r.DenyPrivate, r.AllowPrivateURL)); err != nil {
+		return Field("url", err)
+	}
+	return Field("egress_proxy", CheckProxy(r.EgressProxy))
+}
+
+// CheckProxy checks an endpoint's egress_proxy: empty (the relay's --egress-proxy), "direct"
+// (none), or an absolute http:// or https:// URL of a host and port without user:password
+// or path (credentials belong in --egress-proxy, which is not written to the table).
+func CheckProxy(raw string) error {
+	if raw == "" || raw == ProxyDirect {
+		return nil
+	}
+	_, err := ParseProxy(raw)
+	if err == nil && strings.Contains(raw, "@") {
+		err = errors.New("it has user:password")
+	}
+	if err != nil {
+		return fmt.Errorf("%w: egress proxy %q: %w: give http://host:port (credentials only in --egress-proxy), "+
+			"direct for none, or nothing for the relay's --egress-proxy", ErrInvalid, redact(raw), err)
+	}
+	return nil
+}
+
+// ProxyDirect is the egress_proxy of an endpoint that connects directly, whatever the relay's
+// --egress-proxy.
+const ProxyDirect = "direct"
+
+// ParseProxy parses an egress proxy URL: http:// or https://, a host, an optional port (80 or
+// 443 by default), an optional user:password, no path, query or fragment.
+func ParseProxy(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, errors.New("it is not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, errors.New("its scheme is not http or https")
+	case u.Hostname() == "" || u.Opaque != "":
+		return nil, errors.New("it has no host")
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "":
+		return nil, errors.New("it has a path, a query or a fragment")
+	case len(raw) > MaxURLLen:
+		return nil, fmt.Errorf("it is longer than %d bytes", MaxURLLen)
+	}
+	return u, nil
 }
 
 func (r *Row) checkSecrets(scheme signature.Scheme) error {
@@ -238,19 +292,19 @@ func secretWord(s signature.Scheme) string {
 func (r *Row) checkDelivery() error {
 	switch {
 	case r.Format != FormatRaw && r.Format != FormatCloudEvents:
-		return fmt.Errorf("%w: format %q: use raw or cloudevents", ErrInvalid, r.Format)
+		return Field("format", fmt.Errorf("%w: format %q: use raw or cloudevents", ErrInvalid, r.Format))
 	case r.BatchMaxEvents < 1 || r.BatchMaxEvents > MaxBatchEvents:
-		return fmt.Errorf("%w: batch max events %d: use 1 (no batching) to %d", ErrInvalid, r.BatchMaxEvents, MaxBatchEvents)
+		return Field("batch_max_events", fmt.Errorf("%w: batch max events %d: use 1 (no batching) to %d", ErrInvalid, r.BatchMaxEvents, MaxBatchEvents))
 	case r.BatchMaxBytes < MinBatchBytes || r.BatchMaxBytes > MaxBatchBytes:
-		return fmt.Errorf("%w: batch max bytes %d: use %d to %d", ErrInvalid, r.BatchMaxBytes, MinBatchBytes, MaxBatchBytes)
+		return Field("batch_max_bytes", fmt.Errorf("%w: batch max bytes %d: use %d to %d", ErrInvalid, r.BatchMaxBytes, MinBatchBytes, MaxBatchBytes))
 	case r.BatchLingerMS < 0 || r.BatchLingerMS > MaxLingerMS:
-		return fmt.Errorf("%w: batch linger %s: use 0 to 1m, in whole milliseconds", ErrInvalid, r.Linger())
+		return Field("batch_linger_ms", fmt.Errorf("%w: batch linger %s: use 0 to 1m, in whole milliseconds", ErrInvalid, r.Linger()))
 	case r.RateLimit < 0 || r.RateLimit > MaxRateLimit:
-		return fmt.Errorf("%w: rate limit %d: use 1 to %d requests per second, or 0 for no limit", ErrInvalid, r.RateLimit, MaxRateLimit)
+		return Field("rate_limit", fmt.Errorf("%w: rate limit %d: use 1 to %d requests per second, or 0 for no limit", ErrInvalid, r.RateLimit, MaxRateLimit))
 	case r.MaxInFlight < 0 || r.MaxInFlight > MaxInFlightCap:
-		return fmt.Errorf("%w: max in flight %d: use 1 to %d, or 0 for the pipeline's setting", ErrInvalid, r.MaxInFlight, MaxInFlightCap)
+		return Field("max_in_flight", fmt.Errorf("%w: max in flight %d: use 1 to %d, or 0 for the pipeline's setting", ErrInvalid, r.MaxInFlight, MaxInFlightCap))
 	case r.SpillAfterMS != 0 && (r.SpillAfterMS < MinSpillAfterMS || r.SpillAfterMS > MaxSpillAfterMS):
-		return fmt.Errorf("%w: spill after %dms: use 100ms to 168h, or 0 for the pipeline's --spill-after", ErrInvalid, r.SpillAfterMS)
+		return Field("spill_after_ms", fmt.Errorf("%w: spill after %dms: use 100ms to 168h, or 0 for the pipeline's --spill-after", ErrInvalid, r.SpillAfterMS))
 	}
 	return nil
 }
@@ -326,6 +380,21 @@ func hasNUL(v any) bool {
 		}
 	}
 	return false
+}
+
+// MaxDescriptionLen bounds an endpoint's description (outbox_endpoints_description_check).
+const MaxDescriptionLen = 1024
+
+// CheckDescription checks an endpoint's description: text of at most MaxDescriptionLen bytes,
+// valid UTF-8, without NUL.
+func CheckDescription(d string) error {
+	switch {
+	case len(d) > MaxDescriptionLen:
+		return fmt.Errorf("%w: description is %d bytes long, more than %d", ErrInvalid, len(d), MaxDescriptionLen)
+	case !utf8.ValidString(d) || strings.IndexByte(d, 0) >= 0:
+		return fmt.Errorf("%w: description is not valid UTF-8 text", ErrInvalid)
+	}
+	return nil
 }
 
 // CheckReason checks the reason of a pause or a disable: text of at most MaxReasonLen bytes,

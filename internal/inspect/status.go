@@ -25,7 +25,7 @@ var ErrNoSchema = schemacheck.ErrNoSchema
 var statuses = []string{"pending", "done", "failed", "parked"}
 
 // Report is the state of one slot and the outbox table, as read from the database. The JSON
-// names are a stable interface for scripts (docs/operations.md, status). Values the server
+// names are a stable interface for scripts (docs/operations/delivery.md, status). Values the server
 // reports as NULL are nil pointers and encode as null.
 type Report struct {
 	// CheckedAt is the database's clock when the report was taken.

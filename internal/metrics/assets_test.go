@@ -28,6 +28,10 @@ var (
 	alertsPath    = filepath.Join("..", "..", "deploy", "prometheus", "alerts.yml")
 )
 
+// runbookBase is where each alert's runbook_url points, followed by the alert's name in lower
+// case: its heading in docs/operations/alerts.md.
+const runbookBase = "https://github.com/outbox-relay/outbox-relay/blob/main/docs/operations/alerts.md#"
+
 // series is one registered metric family: its type and label names.
 type series struct {
 	typ    dto.MetricType
@@ -57,6 +61,17 @@ func registered(t *testing.T) map[string]series {
 		t.Fatalf("gather: %v", err)
 	}
 	out := make(map[string]series, len(families))
+	// A family that exports nothing until there is something to say (a collector of constant
+	// metrics, such as the per-endpoint series of the endpoints in trouble) is known by its
+	// descriptor: its name and variable labels, a gauge.
+	for _, c := range rec.all {
+		for _, d := range descs(c) {
+			name, labels := parseDesc(d)
+			if name != "" {
+				out[name] = series{typ: dto.MetricType_GAUGE, labels: append(labels, "pipeline")}
+			}
+		}
+	}
 	for _, f := range families {
 		s := series{typ: f.GetType()}
 		if len(f.GetMetric()) > 0 {
@@ -95,13 +110,43 @@ func (r *recording) MustRegister(cs ...prometheus.Collector) {
 
 // describe names a collector by its descriptors, for an error message.
 func describe(c prometheus.Collector) string {
-	descs := make(chan *prometheus.Desc)
-	go func() { c.Describe(descs); close(descs) }()
 	var out []string
-	for d := range descs {
+	for _, d := range descs(c) {
 		out = append(out, d.String())
 	}
 	return strings.Join(out, ", ")
+}
+
+// descs returns a collector's descriptors.
+func descs(c prometheus.Collector) []*prometheus.Desc {
+	ch := make(chan *prometheus.Desc)
+	go func() { c.Describe(ch); close(ch) }()
+	var out []*prometheus.Desc
+	for d := range ch {
+		out = append(out, d)
+	}
+	return out
+}
+
+var (
+	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
+	descLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+)
+
+// parseDesc reads a descriptor's name and variable labels from its String (Desc exports no
+// accessor for them).
+func parseDesc(d *prometheus.Desc) (name string, labels []string) {
+	m := descName.FindStringSubmatch(d.String())
+	if m == nil {
+		return "", nil
+	}
+	if l := descLabels.FindStringSubmatch(d.String()); l != nil && l[1] != "" {
+		for _, v := range strings.Split(l[1], ",") {
+			labels = append(labels, strings.TrimSpace(v))
+		}
+	}
+	sort.Strings(labels)
+	return m[1], labels
 }
 
 // identifier is a PromQL metric name or label name token.
@@ -379,10 +424,14 @@ func TestAlertRulesAreCompleteAndReadRegisteredSeries(t *testing.T) {
 			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
 				t.Errorf("%s: severity %q, want critical or warning", where, s)
 			}
-			for _, key := range []string{"summary", "description", "runbook"} {
+			for _, key := range []string{"summary", "description", "runbook", "runbook_url"} {
 				if strings.TrimSpace(r.Annotations[key]) == "" {
 					t.Errorf("%s: no %s annotation", where, key)
 				}
+			}
+			if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q (its section of the alerts runbook; the docs test checks the anchor)",
+					where, r.Annotations["runbook_url"], want)
 			}
 			if !strings.Contains(r.Annotations["runbook"], "outbox-relay status") &&
 				!strings.Contains(r.Annotations["runbook"], "outbox-relay replay") {
@@ -402,6 +451,12 @@ func TestAlertRulesAreCompleteAndReadRegisteredSeries(t *testing.T) {
 		"outbox_relay_slot_retained_wal_bytes",    // retained WAL
 		"outbox_relay_streaming",                  // no leader
 		"outbox_relay_pipeline_up",                // a pipeline that cannot start (issue 27)
+		// endpoints (issue 39): failing, breaker open, old backlog, disabled, dead letters
+		"outbox_relay_endpoint_failures_in_row",
+		"outbox_relay_endpoints_circuit_open",
+		"outbox_relay_endpoint_oldest_undelivered_seconds",
+		"outbox_relay_endpoint_transitions_total",
+		"outbox_relay_endpoints",
 	} {
 		if !used[name] {
 			t.Errorf("%s: no alert reads %s", alertsPath, name)
@@ -485,10 +540,61 @@ func TestDashboardPanelsQueryRegisteredSeries(t *testing.T) {
 		"outbox_relay_slot_active",
 		"outbox_relay_outbox_rows",
 		"outbox_relay_reconnects_total",
+		// the endpoints row (issue 39): troubled endpoints, backlog, delivery rate and latency
+		"outbox_relay_endpoints",
+		"outbox_relay_endpoints_failing",
+		"outbox_relay_endpoints_circuit_open",
+		"outbox_relay_endpoints_spilling",
+		"outbox_relay_endpoint_backlog_events",
+		"outbox_relay_endpoint_backlog",
+		"outbox_relay_endpoint_failures_in_row",
+		"outbox_relay_endpoint_oldest_undelivered_seconds",
+		"outbox_relay_endpoint_transitions_total",
 	} {
 		if !used[name] {
 			t.Errorf("%s: no panel queries %s", dashboardPath, name)
 		}
+	}
+}
+
+// The endpoints row reads bounded series only: the pipeline's own (summed over its endpoints)
+// and the per-endpoint ones, which exist for the endpoints in trouble only (at most
+// --endpoint-metrics-max) and which each panel shows through topk, so a panel has as many lines
+// whatever the number of endpoints.
+func TestDashboardEndpointsRowReadsBoundedSeries(t *testing.T) {
+	reg := registered(t)
+	_, panels := loadDashboard(t)
+	row := -1
+	for i, p := range panels {
+		if p.Type == "row" && strings.HasPrefix(p.Title, "Endpoints") {
+			row = i
+		}
+	}
+	if row < 0 {
+		t.Fatalf("%s has no Endpoints row", dashboardPath)
+	}
+	n := 0
+	for _, p := range panels[row+1:] {
+		if p.Type == "row" {
+			break
+		}
+		n++
+		for _, tg := range p.Targets {
+			for _, f := range checkNames(t, reg, p.Title, tg.Expr) {
+				if !slices.Contains(reg[f].labels, "endpoint") {
+					continue
+				}
+				if !strings.Contains(tg.Expr, "topk(") {
+					t.Errorf("panel %q reads the per-endpoint %s without topk: %s", p.Title, f, tg.Expr)
+				}
+			}
+			if strings.Contains(tg.Expr, "by (endpoint") && !strings.Contains(tg.Expr, "topk(") {
+				t.Errorf("panel %q groups by endpoint without topk: %s", p.Title, tg.Expr)
+			}
+		}
+	}
+	if n < 6 {
+		t.Fatalf("the Endpoints row has %d panels: want the troubled endpoints, backlog, delivery rate and latency", n)
 	}
 }
 

@@ -101,3 +101,17 @@ func SharedCluster() *Cluster {
 	}
 	return shared
 }
+
+// LongEnv is the environment variable that runs the long tests: the soak and torture runs that
+// `make test` leaves to `make test-long`, which CI runs in a later stage of .ci/run.
+const LongEnv = "OUTBOX_RELAY_LONG_TESTS"
+
+// Long skips t, saying where it runs, unless LongEnv is set: a test of minutes whose guarantee is
+// also checked, more briefly, by the default suite's own tests, and in full by `make test-long`.
+func Long(t testing.TB) {
+	t.Helper()
+	if os.Getenv(LongEnv) == "" {
+		t.Skipf("a long soak or torture run: make test-long runs it (and CI, in a later stage of .ci/run); "+
+			"or set %s=1", LongEnv)
+	}
+}

@@ -40,6 +40,21 @@ type File struct {
 	// DeliveryLogRetention is the file's delivery_log_retention; zero if it has none
 	// (--delivery-log-retention overrides it), negative for 0 (record none).
 	DeliveryLogRetention time.Duration
+	// Egress is the file's egress: {deny_private, allow, https_only, proxy}; the flags and
+	// their environment variables override each key.
+	Egress Egress
+	// OTelEndpoint is the file's otel.endpoint: the OTLP receiver of the relay's traces
+	// (--otel-endpoint and the OTEL_EXPORTER_OTLP_*ENDPOINT variables override it); empty if
+	// it has none.
+	OTelEndpoint string
+}
+
+// Egress is the file's egress section, each key with whether the file sets it.
+type Egress struct {
+	DenyPrivate, HTTPSOnly       bool
+	SetDenyPrivate, SetHTTPSOnly bool
+	Allow                        []string // nil: not set
+	Proxy                        string
 }
 
 // Env looks up an environment variable; os.LookupEnv is one.
@@ -84,6 +99,21 @@ type rawFile struct {
 	// DeliveryLogRetention is of the process, as the delivery log is written by every pipeline
 	// with endpoints and pruned once.
 	DeliveryLogRetention scalar `yaml:"delivery_log_retention"`
+	// Egress is of the process too: one guard serves every pipeline's endpoints.
+	Egress *rawEgress `yaml:"egress"`
+	// OTel is of the process: one exporter takes every pipeline's spans.
+	OTel *rawOTel `yaml:"otel"`
+}
+
+type rawOTel struct {
+	Endpoint scalar `yaml:"endpoint"`
+}
+
+type rawEgress struct {
+	DenyPrivate scalar   `yaml:"deny_private"`
+	Allow       []scalar `yaml:"allow"`
+	HTTPSOnly   scalar   `yaml:"https_only"`
+	Proxy       scalar   `yaml:"proxy"`
 }
 
 type rawOperator struct {
@@ -209,6 +239,24 @@ func Parse(data []byte, env Env, readFile func(string) ([]byte, error)) (File, e
 		if f.DeliveryLogRetention = p.duration(raw.DeliveryLogRetention, "delivery_log_retention"); f.DeliveryLogRetention == 0 {
 			f.DeliveryLogRetention = -1
 		}
+	}
+	if e := raw.Egress; e != nil {
+		f.Egress = Egress{SetDenyPrivate: e.DenyPrivate.set, SetHTTPSOnly: e.HTTPSOnly.set, Proxy: p.str(e.Proxy)}
+		if e.DenyPrivate.set {
+			f.Egress.DenyPrivate = p.boolean(e.DenyPrivate, "egress.deny_private")
+		}
+		if e.HTTPSOnly.set {
+			f.Egress.HTTPSOnly = p.boolean(e.HTTPSOnly, "egress.https_only")
+		}
+		if e.Allow != nil {
+			f.Egress.Allow = []string{}
+			for _, a := range e.Allow {
+				f.Egress.Allow = append(f.Egress.Allow, p.str(a))
+			}
+		}
+	}
+	if raw.OTel != nil {
+		f.OTelEndpoint = p.str(raw.OTel.Endpoint)
 	}
 	if len(raw.Pipelines) == 0 && p.err == nil {
 		return f, fmt.Errorf("%w: no pipelines: the file needs `pipelines:` with at least one entry", ErrConfig)

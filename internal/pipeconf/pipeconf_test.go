@@ -376,3 +376,39 @@ func TestParseSchema(t *testing.T) {
 		t.Fatalf("no schema: gave %q, %v", f.Schema, err)
 	}
 }
+
+// The egress section at the file's top: each key read with ${NAME}, and whether it is set.
+func TestParseEgress(t *testing.T) {
+	env := func(name string) (string, bool) {
+		return map[string]string{"PROXY": "http://u:p@proxy:3128"}[name], name == "PROXY"
+	}
+	f, err := Parse([]byte("egress:\n  deny_private: true\n  allow: [10.20.0.0/16, 192.168.7.0/24]\n  proxy: ${PROXY}\n"+
+		"pipelines:\n  - name: p\n    endpoints: true\n"), env, os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := f.Egress
+	if !e.SetDenyPrivate || !e.DenyPrivate || e.SetHTTPSOnly || len(e.Allow) != 2 || e.Allow[1] != "192.168.7.0/24" || e.Proxy != "http://u:p@proxy:3128" {
+		t.Fatalf("egress: %+v", e)
+	}
+	if _, err := Parse([]byte("egress:\n  deny_privat: true\npipelines:\n  - name: p\n    endpoints: true\n"), env, os.ReadFile); err == nil ||
+		!strings.Contains(err.Error(), "deny_privat") {
+		t.Fatalf("an unknown egress key: %v", err)
+	}
+}
+
+// otel at the file's top: the OTLP receiver of the relay's traces, read with ${NAME}.
+func TestParseOTel(t *testing.T) {
+	const pipes = "pipelines:\n  - name: a\n    webhook: {url: http://localhost/h, secret: s}\n"
+	f, err := Parse([]byte("otel: {endpoint: '${COLLECTOR}'}\n"+pipes), env(map[string]string{"COLLECTOR": "http://otel:4318"}), files(nil))
+	if err != nil || f.OTelEndpoint != "http://otel:4318" {
+		t.Fatalf("otel.endpoint: ${COLLECTOR} gave %q, %v; want http://otel:4318", f.OTelEndpoint, err)
+	}
+	if f, err := Parse([]byte(pipes), env(nil), files(nil)); err != nil || f.OTelEndpoint != "" {
+		t.Fatalf("no otel: gave %q, %v", f.OTelEndpoint, err)
+	}
+	if _, err := Parse([]byte("otel: {endpont: http://otel:4318}\n"+pipes), env(nil), files(nil)); err == nil ||
+		!strings.Contains(err.Error(), "endpont") {
+		t.Fatalf("an unknown otel key: %v", err)
+	}
+}

@@ -53,6 +53,15 @@ const (
 	DeliveryAttempts = "outbox_delivery_attempts"
 	// Deliveries is the delivery log's successes, one row per flush.
 	Deliveries = "outbox_deliveries"
+	// EventTypes is the event-type catalog (package catalog).
+	EventTypes = "outbox_event_types"
+	// APIAudit records every change made through the management API (package api).
+	APIAudit = "outbox_api_audit"
+	// APIIdempotency keeps the first answer of an API create sent with an Idempotency-Key.
+	APIIdempotency = "outbox_api_idempotency"
+	// PortalSessions are the sign-in sessions of the partner portal and the operator console
+	// (package portal).
+	PortalSessions = "outbox_portal_sessions"
 	// Inbox is the consumer side's table; the relay itself neither reads nor needs it.
 	Inbox = "inbox_events"
 )
@@ -138,7 +147,7 @@ var Tables = []Table{
 	{Name: Replays, Since: 8, Columns: []Column{
 		{"id", 8}, {"pipeline", 8}, {"since", 8}, {"until", 8}, {"aggregate_type", 8}, {"event_type", 8},
 		{"requested_at", 8}, {"total", 8}, {"sent", 8}, {"after_sequence", 8}, {"after_insert", 8}, {"after_id", 8},
-		{"request_lsn", 8}, {"state", 8}, {"finished_at", 8},
+		{"request_lsn", 8}, {"state", 8}, {"finished_at", 8}, {"event_id", 17},
 	}, Indexes: []Index{{"outbox_replays_open", 15}}},
 	{Name: Reshard, Since: 9, Columns: []Column{
 		{"pipeline", 9}, {"from_shards", 9}, {"to_shards", 9}, {"old_slots", 9}, {"old_pubs", 9}, {"new_slots", 9},
@@ -152,7 +161,8 @@ var Tables = []Table{
 		{"batch_max_bytes", 13}, {"batch_linger_ms", 13}, {"tenant_id", 13}, {"event_types", 13},
 		{"aggregate_types", 13}, {"rate_limit", 13}, {"max_in_flight", 13}, {"state", 13}, {"paused_reason", 13},
 		{"paused_at", 13}, {"disabled_reason", 13}, {"disabled_at", 13}, {"allow_private_url", 13}, {"metadata", 13},
-		{"created_at", 13}, {"updated_at", 13}, {"spill_after_ms", 15},
+		{"created_at", 13}, {"updated_at", 13}, {"spill_after_ms", 15}, {"deny_private", 16}, {"egress_proxy", 16},
+		{"description", 17},
 	}, Indexes: []Index{{"idx_outbox_endpoints_tenant", 13}},
 		// They write each change as a logical decoding message (the function
 		// outbox_endpoints_emit): without them a relay with endpoints never learns of a change.
@@ -177,6 +187,21 @@ var Tables = []Table{
 		{"pipeline", 15}, {"endpoint_id", 15}, {"first_at", 15}, {"last_at", 15}, {"event_ids", 15},
 		{"delivered_at", 15}, {"attempts", 15}, {"latency_ms", 15},
 	}, Indexes: []Index{{"outbox_deliveries_event", 15}, {"outbox_deliveries_endpoint", 15}}},
+	{Name: EventTypes, Since: 16, Columns: []Column{
+		{"name", 16}, {"description", 16}, {"schema", 16}, {"example", 16}, {"deprecated", 16}, {"replaced_by", 16},
+		{"created_at", 16}, {"updated_at", 16},
+	}},
+	{Name: APIAudit, Since: 17, Columns: []Column{
+		{"id", 17}, {"at", 17}, {"actor_kind", 17}, {"actor", 17}, {"action", 17}, {"tenant_id", 17}, {"endpoint_id", 17},
+		{"detail", 17},
+	}, Indexes: []Index{{"outbox_api_audit_tenant", 17}, {"outbox_api_audit_endpoint", 17}}},
+	{Name: APIIdempotency, Since: 17, Columns: []Column{
+		{"principal", 17}, {"key", 17}, {"request_hash", 17}, {"status", 17}, {"body", 17}, {"created_at", 17},
+	}, Indexes: []Index{{"outbox_api_idempotency_created", 17}}},
+	{Name: PortalSessions, Since: 18, Columns: []Column{
+		{"id_hash", 18}, {"kind", 18}, {"principal", 18}, {"link_hash", 18}, {"created_at", 18}, {"expires_at", 18},
+		{"keep_until", 18},
+	}, Indexes: []Index{{"outbox_portal_sessions_keep", 18}, {"outbox_portal_sessions_link_key", 18}}},
 }
 
 // CoreColumns are the outbox_events columns of the first migration: a table of that name

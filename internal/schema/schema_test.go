@@ -18,7 +18,7 @@ import (
 // Schema field or argument): each of their SQL statements must name the tables through
 // schema.SQL placeholders ({outbox_events}) or schema.Qualify, never bare, or it reads the
 // search_path's table instead (a decoy in public, say).
-var qualifiedPackages = []string{"cdc", "publisher", "relay", "outbox", "inbox", "migrations", "internal/inspect", "internal/schemacheck", "internal/control", "internal/state", "cmd/outbox-relay"}
+var qualifiedPackages = []string{"cdc", "publisher", "relay", "outbox", "endpoints", "api", "catalog", "inbox", "migrations", "internal/inspect", "internal/schemacheck", "internal/control", "internal/state", "cmd/outbox-relay"}
 
 // bareTable finds a table of the relay named bare where a statement expects a table.
 var bareTable = regexp.MustCompile(`(?i)\b(FROM|JOIN|INTO|UPDATE|USING|TABLE)\s+(` +
@@ -137,6 +137,8 @@ var owners = map[string]string{
 	schema.Replays:          "internal/state",
 	schema.EndpointVersions: "internal/state",
 	schema.EndpointStatus:   "internal/state",
+	schema.APIAudit:         "internal/state",
+	schema.APIIdempotency:   "internal/state",
 	statusMarks:             "internal/state",
 }
 

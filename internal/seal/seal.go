@@ -63,7 +63,32 @@ type key struct {
 // separated by newlines or commas, blank lines and lines starting with # ignored. The first
 // key seals. The error names the line, never its content.
 func Parse(text string) (*Keyring, error) {
+	raws, err := ParseRaw(text, "secrets key")
+	if err != nil {
+		return nil, err
+	}
 	var r Keyring
+	for _, raw := range raws {
+		k, err := newKey(raw.Key)
+		if err != nil {
+			return nil, err
+		}
+		r.keys = append(r.keys, k)
+	}
+	return &r, nil
+}
+
+// RawKey is one key of a key file, with its id (KeyID).
+type RawKey struct {
+	ID  string
+	Key []byte
+}
+
+// ParseRaw reads a key file as Parse does and returns its keys as they are, first first, for
+// another use of the same format (the API's token signing keys); what names the keys in its
+// errors ("secrets key"). The error names the line, never its content.
+func ParseRaw(text, what string) ([]RawKey, error) {
+	var out []RawKey
 	seen := map[string]bool{}
 	for n, line := range strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n") {
 		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
@@ -73,28 +98,25 @@ func Parse(text string) (*Keyring, error) {
 			if item = strings.TrimSpace(item); item == "" {
 				continue
 			}
-			k, err := newKey(item)
+			raw, err := decodeKey(item)
 			if err != nil {
-				return nil, fmt.Errorf("secrets key on line %d: %w", n+1, err)
+				return nil, fmt.Errorf("%s on line %d: %w", what, n+1, err)
 			}
-			if seen[k.id] {
-				return nil, fmt.Errorf("secrets key on line %d: the same key (id %s) is listed twice", n+1, k.id)
+			id := KeyID(raw)
+			if seen[id] {
+				return nil, fmt.Errorf("%s on line %d: the same key (id %s) is listed twice", what, n+1, id)
 			}
-			seen[k.id] = true
-			r.keys = append(r.keys, k)
+			seen[id] = true
+			out = append(out, RawKey{ID: id, Key: raw})
 		}
 	}
-	if len(r.keys) == 0 {
-		return nil, errors.New("no secrets key: give one or more keys of 32 random bytes in base64 (openssl rand -base64 32)")
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no %s: give one or more keys of 32 random bytes in base64 (openssl rand -base64 32)", what)
 	}
-	return &r, nil
+	return out, nil
 }
 
-func newKey(b64 string) (key, error) {
-	raw, err := decodeKey(b64)
-	if err != nil {
-		return key{}, err
-	}
+func newKey(raw []byte) (key, error) {
 	block, err := aes.NewCipher(raw)
 	if err != nil {
 		return key{}, err

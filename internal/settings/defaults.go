@@ -43,6 +43,9 @@ const (
 	NATSStreamReplicas = 1
 	KafkaTopic         = "outbox.event.{aggregate_type}"
 	KafkaCompression   = "none"
+	// PortalSessionTTL is how long a session of the partner portal or the operator console
+	// lasts from its sign-in (issue 36): a working day.
+	PortalSessionTTL = 8 * time.Hour
 	// A pipeline with endpoints (issue 24): the workers its endpoints share, an endpoint's
 	// in-flight cap when its row sets none, and how many troubled endpoints get series of their
 	// own.

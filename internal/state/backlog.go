@@ -24,7 +24,8 @@ type BacklogEntry struct {
 }
 
 // BacklogEvent is an entry with its event, as a drain reads it. Missing is set when the row is
-// no longer in outbox_events (deleted by hand: prune keeps the rows a backlog names).
+// not found in outbox_events: not visible yet (its commit was decoded a moment before it was
+// visible to other sessions), or deleted by hand (prune keeps the rows a backlog names).
 type BacklogEvent struct {
 	BacklogEntry
 	Event

@@ -78,21 +78,32 @@ type deliveryRow struct {
 	attempts, latency  []int32
 }
 
-// InsertDeliveries writes successes, one row per (pipeline, endpoint) of e, in one batch.
+// DeliveryRowSpan bounds the times of one outbox_deliveries row: its entries' times fall in one
+// window of this length (aligned on the epoch), so last_at - first_at < DeliveryRowSpan. A
+// page of an endpoint's log relies on it to read a bounded range of rows (deliverylog_page.go).
+const DeliveryRowSpan = time.Minute
+
+// InsertDeliveries writes successes, one row per (pipeline, endpoint, DeliveryRowSpan window)
+// of e (in practice one row per endpoint of a flush, two when the flush straddles a window's
+// end), in one batch.
 func InsertDeliveries(ctx context.Context, db Batcher, s string, e *DeliveryEntries) error {
+	type key struct {
+		pipeline, endpoint string
+		window             int64
+	}
 	var rows []*deliveryRow
-	byKey := map[[2]string]*deliveryRow{}
+	byKey := map[key]*deliveryRow{}
 	for i, id := range e.EventIDs {
-		k := [2]string{e.Pipelines[i], e.Endpoints[i]}
+		k := key{e.Pipelines[i], e.Endpoints[i], e.At[i].UnixNano() / int64(DeliveryRowSpan)}
 		r := byKey[k]
 		if r == nil {
-			r = &deliveryRow{pipeline: k[0], endpoint: k[1]}
+			r = &deliveryRow{pipeline: k.pipeline, endpoint: k.endpoint}
 			byKey[k] = r
 			rows = append(rows, r)
 		}
 		u, err := uuid.Parse(id)
 		if err != nil {
-			return fmt.Errorf("a delivery of event %q to endpoint %s: the id is not a UUID: %w", id, k[1], err)
+			return fmt.Errorf("a delivery of event %q to endpoint %s: the id is not a UUID: %w", id, k.endpoint, err)
 		}
 		r.ids, r.at = append(r.ids, u), append(r.at, e.At[i])
 		r.attempts, r.latency = append(r.attempts, e.Attempts[i]), append(r.latency, e.LatencyMS[i])

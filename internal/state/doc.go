@@ -42,6 +42,11 @@
 //     pipeline (CountEndpointHolds, DropEndpointHolds: its backlog, its lanes' dead letters and
 //     parked aggregates);
 //   - event.go: the rows a replay or a backfill re-sends (Event, Aggregate, with the tenant).
+//   - deliverylog_page.go and endpoint_stats.go: what the management API reads of the delivery
+//     log and the endpoints' status (EndpointLogPage, a keyset page newest first through the
+//     log's (pipeline, endpoint_id, time) indexes; ReadEndpointStats);
+//   - api_audit.go and api_idempotency.go: the API's own tables (outbox_api_audit: InsertAudit,
+//     ListAudit; outbox_api_idempotency: ClaimIdempotencyKey, RecordIdempotentAnswer).
 //
 // The engine depends on package store's interfaces, so a program can plug its own store;
 // store/pgstore, the implementation on these tables, only turns these rows

@@ -1,9 +1,14 @@
 package state
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/schema"
 )
 
 // Aggregate is an aggregate's type and id, as outbox_events and outbox_parked_aggregates hold them.
@@ -50,4 +55,25 @@ func collectEvents(rows pgx.Rows, agg Aggregate) ([]Event, error) {
 		evs = append(evs, ev)
 	}
 	return evs, rows.Err()
+}
+
+// ErrNoEvent means outbox_events has no row of that id.
+var ErrNoEvent = errors.New("no such event")
+
+// ReadEvent reads the outbox row id of schema s, as a replay would send it.
+func ReadEvent(ctx context.Context, db DB, s, id string) (Event, error) {
+	var ev Event
+	var payload, headers string
+	err := db.QueryRow(ctx, schema.SQL(s, `SELECT id::text, aggregate_type, aggregate_id, event_type, payload::text,
+		coalesce(headers::text, ''), coalesce(event_sequence, ''), created_at, coalesce(tenant_id, '')
+		FROM {outbox_events} WHERE id = $1::uuid`), id).Scan(&ev.ID, &ev.AggregateType, &ev.AggregateID, &ev.EventType,
+		&payload, &headers, &ev.Sequence, &ev.CreatedAt, &ev.TenantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ev, ErrNoEvent
+	}
+	if err != nil {
+		return ev, fmt.Errorf("read event %s: %w", id, err)
+	}
+	ev.setText(payload, headers)
+	return ev, nil
 }

@@ -12,7 +12,6 @@ package memstore
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -172,7 +171,7 @@ func (db *DB) Deliveries(id string) (delivered, failed []store.DeliveryAttempt) 
 
 // errNotVisible is what a write naming a row that does not exist returns, as pgstore does for a
 // row not visible yet: the engine retries it.
-var errNotVisible = errors.New("outbox rows not visible yet")
+var errNotVisible = store.ErrNotVisible
 
 // message returns row r's message with sequence seq.
 func (r *row) message(seq string) *envelope.Message {

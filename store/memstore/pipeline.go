@@ -215,7 +215,7 @@ func (p pipeline) SincePage(_ context.Context, st store.SinceState, limit int, a
 		m := &r.m
 		switch {
 		case m.CreatedAt.Before(st.Since), !st.Until.IsZero() && !m.CreatedAt.Before(st.Until),
-			st.AggregateType != "" && m.AggregateType != st.AggregateType, st.EventType != "" && m.EventType != st.EventType,
+			st.AggregateType != "" && m.AggregateType != st.AggregateType, st.EventType != "" && m.EventType != st.EventType, st.EventID != "" && m.ID != st.EventID,
 			r.status != "done" && r.status != "failed" && r.status != "parked":
 			continue
 		}

@@ -10,7 +10,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
@@ -115,7 +114,7 @@ func (s Pipeline) Park(ctx context.Context, evs []*envelope.Message) error {
 // errNotVisible means an update found fewer rows than it named. Logical decoding can hand over a
 // transaction a moment before its commit is visible to other sessions (the WAL is flushed before
 // the commit is published), so an update right after receipt can miss rows; the caller retries.
-var errNotVisible = errors.New("outbox rows not visible yet")
+var errNotVisible = store.ErrNotVisible
 
 func visible(affected int64, want int) error {
 	if affected < int64(want) {
@@ -184,12 +183,13 @@ func (s Pipeline) BackfillDone(ctx context.Context, slot string) error {
 func (s Pipeline) SinceState(ctx context.Context, id int64) (store.SinceState, error) {
 	r, err := state.ReadReplay(ctx, s.Pool, s.Schema, id)
 	return store.SinceState{ID: id, Pipeline: r.Pipeline, Since: r.Since, Until: r.Until, AggregateType: r.AggregateType,
-		EventType: r.EventType, Total: r.Total, Sent: r.Sent, After: store.SinceCursor(r.After), Done: r.Done}, err
+		EventType: r.EventType, EventID: r.EventID, Total: r.Total, Sent: r.Sent, After: store.SinceCursor(r.After), Done: r.Done}, err
 }
 
 // replayRange is what st selects, as internal/state reads it.
 func replayRange(st store.SinceState) state.ReplayRange {
-	return state.ReplayRange{Since: st.Since, Until: st.Until, AggregateType: st.AggregateType, EventType: st.EventType}
+	return state.ReplayRange{Since: st.Since, Until: st.Until, AggregateType: st.AggregateType, EventType: st.EventType,
+		EventID: st.EventID}
 }
 
 // SincePage implements store.Replays.

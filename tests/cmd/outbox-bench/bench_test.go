@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
 // TestMain lets the test binary stand in for outbox-bench when the suite starts its receiver
@@ -26,11 +28,14 @@ func TestSuiteSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, builds the relay and runs every row: skipped with -short")
 	}
+	pgtest.Long(t) // about two minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	// The isolation row at its shortest (two runs of 20s) and a light load.
-	res, err := runSuite(ctx, config{Events: 2000, Steady: time.Second, IsolationRate: 200, IsolationDuration: 20 * time.Second}, &progress)
+	// The isolation row at its shortest (two runs of 20s) and a light load; the fan-out rows at
+	// their smallest with a failing and a slow endpoint (N=100), about 30s in all.
+	res, err := runSuite(ctx, config{Events: 2000, Steady: time.Second, IsolationRate: 200, IsolationDuration: 20 * time.Second,
+		FanoutN: []int{1, 100}, FanoutF: []int{1, 10}}, &progress)
 	if err != nil {
 		t.Fatalf("suite: %v\nprogress:\n%s", err, progress.String())
 	}
@@ -53,6 +58,14 @@ func TestSuiteSmall(t *testing.T) {
 	for _, c := range endpointCases {
 		names = append(names, c.row)
 	}
+	names = append(names, rowFanoutCeiling)
+	for _, c := range res.cfg.fanoutCases() {
+		names = append(names, c.row())
+		if d := res.fanout[c.row()]; d != nil && c.N == 100 && !c.NoFaults && (d.Account.Routed == 0 || d.Routed.ByKind[slow] == 0) {
+			t.Errorf("%s: %d events routed to the failing endpoint, %d deliveries to the slow one; want some of each", c.row(),
+				d.Account.Routed, d.Routed.ByKind[slow])
+		}
+	}
 	for _, name := range names {
 		if !strings.Contains(report, "| "+name+" | ") {
 			t.Errorf("report has no row %q", name)
@@ -62,7 +75,9 @@ func TestSuiteSmall(t *testing.T) {
 		t.Errorf("report shows a failed row")
 	}
 	for _, target := range []string{"× HTTP ceiling", "p99 < 5ms", "relay CPU-s per 100k", "peak RSS < 100 MB",
-		"× the 1-endpoint row's", "at 1,000 endpoints"} {
+		"× the 1-endpoint row's", "at 1,000 endpoints", "× the HTTP ceiling, healthy deliveries/s (issue 40)",
+		"relay CPU per delivery at N=100, F=10", "PostgreSQL CPU per delivery at N=100, F=10", "relay peak RSS < 150.0 MB at N=100",
+		"the same rate with no failing or slow endpoint (issue 40)"} {
 		if !strings.Contains(report, target) {
 			t.Errorf("report has no target line %q", target)
 		}

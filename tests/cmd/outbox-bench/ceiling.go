@@ -141,7 +141,13 @@ func (p *leanPoster) appendRequest(b []byte, r *request, ts int64) []byte {
 		b = append(b, v...)
 		b = append(b, "\r\n"...)
 	}
-	b = append(b, "POST /hook HTTP/1.1\r\n"...)
+	path := r.Path
+	if path == "" {
+		path = "/hook"
+	}
+	b = append(b, "POST "...)
+	b = append(b, path...)
+	b = append(b, " HTTP/1.1\r\n"...)
 	header("Host", p.host)
 	header("User-Agent", "outbox-relay/bench")
 	header("Content-Length", strconv.Itoa(len(r.Body)))

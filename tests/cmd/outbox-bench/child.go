@@ -169,6 +169,12 @@ func (r *receiverProc) PerEndpoint(ctx context.Context) (map[string]int64, error
 	return m, r.getJSON(ctx, "/endpoints", &m)
 }
 
+// Failures returns what each failing endpoint was sent (POST /fail/{id}).
+func (r *receiverProc) Failures(ctx context.Context) (map[string]failures, error) {
+	m := map[string]failures{}
+	return m, r.getJSON(ctx, "/failures", &m)
+}
+
 func (r *receiverProc) Arrivals(ctx context.Context) (map[string]int64, error) {
 	m := map[string]int64{}
 	return m, r.getJSON(ctx, "/arrivals", &m)

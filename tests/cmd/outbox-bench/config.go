@@ -26,6 +26,14 @@ type config struct {
 	// IsolationArgs are extra relay flags for the isolation row (BENCH_ISOLATION_ARGS, split on
 	// spaces), e.g. "--spill-after 1h --spill-size 1000000000" for the relay without the spill.
 	IsolationArgs []string
+	// FanoutN and FanoutF are the fan-out rows' endpoint counts and endpoints per event
+	// (BENCH_FANOUT_N, BENCH_FANOUT_F). Empty: 1, 1,000 and 10,000; 1 and 10.
+	FanoutN, FanoutF []int
+	// FanoutRate is the fan-out rows' fixed rate in deliveries/s (BENCH_FANOUT_RATE). Zero: 2,000.
+	FanoutRate int
+	// OTel makes every relay trace to an OTLP receiver in the bench's process (BENCH_OTEL=1,
+	// otel.go). False: no tracing.
+	OTel bool
 }
 
 func (c config) isolationRate() int {

@@ -131,6 +131,8 @@ func (db *benchDB) writeChunks(ctx context.Context, events int, sql string, args
 type request struct {
 	ID, AggregateType, AggregateID, EventType string
 	Body                                      []byte
+	// Path is where the lean client posts it; "" is /hook.
+	Path string
 }
 
 // loadRequests reads every row of outbox_events as the relay would post it.

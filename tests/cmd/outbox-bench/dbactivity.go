@@ -15,13 +15,19 @@ import (
 type dbActivity struct {
 	Commits int64
 	Writes  map[string]int64 // table → rows written
+	// Inserted, Updated and Deleted split Writes by operation (a table absent from one has
+	// none of that operation).
+	Inserted, Updated, Deleted map[string]int64
+	// WALRecords and WALBytes are the whole cluster's (pg_stat_wal): what the row's database
+	// wrote, as long as no other database of the cluster is busy meanwhile.
+	WALRecords, WALBytes int64
 }
 
 // activity reads the counters. It first flushes this connection's own pending counters (a
 // backend publishes them at most once a second, or when it exits), so that a reading taken
 // before the relay starts includes the backlog written just before.
 func (db *benchDB) activity(ctx context.Context) (dbActivity, error) {
-	a := dbActivity{Writes: map[string]int64{}}
+	a := dbActivity{Writes: map[string]int64{}, Inserted: map[string]int64{}, Updated: map[string]int64{}, Deleted: map[string]int64{}}
 	if _, err := db.conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
 		return a, fmt.Errorf("flush statistics (PostgreSQL 15 or later): %w", err)
 	}
@@ -29,18 +35,23 @@ func (db *benchDB) activity(ctx context.Context) (dbActivity, error) {
 		Scan(&a.Commits); err != nil {
 		return a, fmt.Errorf("read pg_stat_database: %w", err)
 	}
-	rows, err := db.conn.Query(ctx, `SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables`)
+	if err := db.conn.QueryRow(ctx, `SELECT wal_records, wal_bytes::bigint FROM pg_stat_wal`).
+		Scan(&a.WALRecords, &a.WALBytes); err != nil {
+		return a, fmt.Errorf("read pg_stat_wal: %w", err)
+	}
+	rows, err := db.conn.Query(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables`)
 	if err != nil {
 		return a, fmt.Errorf("read pg_stat_user_tables: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var table string
-		var n int64
-		if err := rows.Scan(&table, &n); err != nil {
+		var ins, upd, del int64
+		if err := rows.Scan(&table, &ins, &upd, &del); err != nil {
 			return a, err
 		}
-		a.Writes[table] = n
+		a.Writes[table] = ins + upd + del
+		a.Inserted[table], a.Updated[table], a.Deleted[table] = ins, upd, del
 	}
 	return a, rows.Err()
 }
@@ -73,10 +84,17 @@ func (db *benchDB) waitAlone(ctx context.Context, limit time.Duration) error {
 // minus is what was counted between b and a. The readings' own statements (a handful) are
 // included.
 func (a dbActivity) minus(b dbActivity) dbActivity {
-	d := dbActivity{Commits: a.Commits - b.Commits, Writes: map[string]int64{}}
-	for t, n := range a.Writes {
-		if n -= b.Writes[t]; n != 0 {
-			d.Writes[t] = n
+	return dbActivity{Commits: a.Commits - b.Commits, Writes: mapMinus(a.Writes, b.Writes),
+		Inserted: mapMinus(a.Inserted, b.Inserted), Updated: mapMinus(a.Updated, b.Updated),
+		Deleted: mapMinus(a.Deleted, b.Deleted), WALRecords: a.WALRecords - b.WALRecords, WALBytes: a.WALBytes - b.WALBytes}
+}
+
+// mapMinus is a - b per key, without the keys whose difference is zero.
+func mapMinus(a, b map[string]int64) map[string]int64 {
+	d := map[string]int64{}
+	for t, n := range a {
+		if n -= b[t]; n != 0 {
+			d[t] = n
 		}
 	}
 	return d

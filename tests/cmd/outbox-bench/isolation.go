@@ -168,7 +168,7 @@ func (e *env) isolationRun(ctx context.Context, rate int, d time.Duration, black
 	sampled.Add(1)
 	go func() {
 		defer sampled.Done()
-		run.Samples, sampleErr = sampleWAL(sampleCtx, db.dsn, start)
+		run.Samples, sampleErr = sampleWAL(sampleCtx, db.dsn, start, isolationSample)
 	}()
 	type produced struct {
 		commits  []commit
@@ -257,9 +257,9 @@ func sleepUntil(ctx context.Context, t time.Time) {
 	}
 }
 
-// sampleWAL reads the slot's retained and unconfirmed WAL every isolationSample until ctx ends,
-// on a connection of its own (the writers' pool stays theirs).
-func sampleWAL(ctx context.Context, dsn string, start time.Time) ([]walSample, error) {
+// sampleWAL reads the slot's retained and unconfirmed WAL every interval until ctx ends, on a
+// connection of its own (the writers' pool stays theirs).
+func sampleWAL(ctx context.Context, dsn string, start time.Time, every time.Duration) ([]walSample, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("WAL sampler: %w", err)
@@ -267,7 +267,7 @@ func sampleWAL(ctx context.Context, dsn string, start time.Time) ([]walSample, e
 	defer conn.Close(context.Background())
 	var out []walSample
 	var first int64
-	tick := time.NewTicker(isolationSample)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		var s walSample
@@ -298,6 +298,7 @@ func sampleWAL(ctx context.Context, dsn string, start time.Time) ([]walSample, e
 // slopes (bytes/s, least squares) of retained and written WAL over the interval's second half.
 type walFigures struct {
 	Max, MaxUnconfirmed, End  int64
+	EndUnconfirmed            int64 // the last sample's unconfirmed WAL
 	Slope, WrittenSlope       float64
 	HaveSlope, HaveAnySamples bool
 }
@@ -311,6 +312,7 @@ func (run *isolationRun) wal(from, to time.Duration) walFigures {
 		}
 		f.HaveAnySamples = true
 		f.Max, f.MaxUnconfirmed, f.End = max(f.Max, s.Retained), max(f.MaxUnconfirmed, s.Unconfirmed), s.Retained
+		f.EndUnconfirmed = s.Unconfirmed
 		if s.At >= from+(to-from)/2 {
 			half = append(half, s)
 		}

@@ -39,6 +39,33 @@
 //   - Replay --since (since.go): `outbox-relay replay --since` of the newer half of a table of
 //     10 × BENCH_EVENTS delivered rows; the request, the time to the first and to the last
 //     re-sent event, the relay's peak RSS, and the table reads (sequential and index) per event.
+//   - Fan-out (fanout.go, issue 40), a table of its own: N endpoints (BENCH_FANOUT_N) made with
+//     plain SQL in N/F tenants of F (BENCH_FANOUT_F), every event going to the F endpoints of
+//     its tenant, 1% of them failing every attempt (500) and 1% answering after 1 s, the
+//     receiver telling them apart by path. Each (N, F) with F dividing N runs as a drain of a
+//     backlog of BENCH_EVENTS deliveries and at a fixed rate of BENCH_FANOUT_RATE deliveries/s
+//     for BENCH_STEADY; the largest runs each way again without failing or slow endpoints; an
+//     HTTP ceiling to the healthy endpoints' paths is measured in the same run. Per row:
+//     healthy deliveries/s (drains, over that ceiling), the healthy endpoints' commit-to-delivery
+//     p50/p99/max (rate rows), relay and PostgreSQL CPU-s per 100k accepted deliveries, relay
+//     peak RSS, the slot's retained WAL, and rows written per delivery by table and operation
+//     with what each row is, and WAL bytes per delivery. A row fails unless every healthy and
+//     slow endpoint got exactly what was routed to it and, once the relay has stopped, every
+//     event routed to a failing endpoint is in its backlog or after the slot's confirmed
+//     position (decoded from the slot). Issue 40's targets compare the largest case with one
+//     endpoint in the same run. At full size the fan-out rows take about 3 minutes.
+//
+// # The API
+//
+// The API row (api.go) times GET /api/v1/endpoints/{id}/deliveries, pages of 100, on an
+// endpoint with 10 × BENCH_EVENTS delivery-log entries (p50 and p99 of the newest page, deep
+// pages and failed attempts only), and fails if the plan of a page scans a log table.
+//
+// # The portal
+//
+// The portal row (portal.go) times the operator console's pages over HTTP: every page of the
+// list of 5,000 endpoints sorted by state and by undelivered, and an endpoint's page (its
+// figures and newest deliveries, and deep pages) on 10 × BENCH_EVENTS delivery-log entries.
 //
 // # Memory
 //
@@ -58,9 +85,18 @@
 //	                          retained WAL's slope needs a second half of several samples)
 //	BENCH_ISOLATION_ARGS      extra relay flags for that row, e.g. "--spill-after 1h
 //	                          --spill-size 1000000000" to see the endpoint hold the slot
+//	BENCH_FANOUT_N     the fan-out rows' endpoint counts (default "1,1000,10000")
+//	BENCH_FANOUT_F     their endpoints per event (default "1,10"); an N that F does not divide
+//	                   is skipped for that F
+//	BENCH_FANOUT_RATE  their fixed rate in deliveries/s (default 2000: 2,000 events/s at F=1,
+//	                   200 at F=10)
+//	BENCH_OTEL     1 to make every relay trace (--otel-endpoint) to an OTLP/HTTP receiver in
+//	               this process, every span sampled (otel.go); compare a row with and without
 //	BENCH_RELAY    a relay binary to measure instead of building ./cmd/outbox-relay
 //	BENCH_ONLY     comma-separated parts of row names to run just those, e.g. "steady,sweep";
-//	               a number matches whole ("endpoints 10" is not "Endpoints 100")
+//	               a number matches whole ("endpoints 10" is not "Endpoints 100"); "fanout"
+//	               runs the fan-out rows, "fanout backlog n=1" the one-endpoint drain alone,
+//	               "fanout backlog n=10000 f=10" that drain and its run without faults
 //
 // Progress goes to stderr, the report to stdout. The exit code is 1 if any row failed (a
 // missed target is reported, not failed).
@@ -151,7 +187,7 @@ func newReceiverCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-// configFromEnv reads BENCH_EVENTS, BENCH_STEADY and BENCH_DURABLE.
+// configFromEnv reads BENCH_EVENTS, BENCH_STEADY, BENCH_DURABLE, BENCH_OTEL and the rows' own.
 func configFromEnv() (config, error) {
 	cfg := config{Events: 100_000}
 	if v := os.Getenv("BENCH_EVENTS"); v != "" {
@@ -186,6 +222,16 @@ func configFromEnv() (config, error) {
 		cfg.IsolationDuration = d
 	}
 	cfg.IsolationArgs = strings.Fields(os.Getenv("BENCH_ISOLATION_ARGS"))
+	if err := fanoutFromEnv(&cfg); err != nil {
+		return cfg, err
+	}
+	if v := os.Getenv("BENCH_OTEL"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("BENCH_OTEL=%q: set 1 (every relay traces, to an OTLP receiver in the bench) or 0", v)
+		}
+		cfg.OTel = b
+	}
 	if v := os.Getenv("BENCH_DURABLE"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -194,4 +240,31 @@ func configFromEnv() (config, error) {
 		cfg.Durable = b
 	}
 	return cfg, nil
+}
+
+// fanoutFromEnv reads BENCH_FANOUT_N, BENCH_FANOUT_F and BENCH_FANOUT_RATE.
+func fanoutFromEnv(cfg *config) error {
+	var err error
+	if v := os.Getenv("BENCH_FANOUT_N"); v != "" {
+		if cfg.FanoutN, err = parseCounts("BENCH_FANOUT_N", v, 1, 100_000); err != nil {
+			return err
+		}
+	}
+	if v := os.Getenv("BENCH_FANOUT_F"); v != "" {
+		if cfg.FanoutF, err = parseCounts("BENCH_FANOUT_F", v, 1, 1000); err != nil {
+			return err
+		}
+	}
+	if len(cfg.fanoutCases()) == 0 {
+		return fmt.Errorf("BENCH_FANOUT_N=%v and BENCH_FANOUT_F=%v: no endpoint count is a multiple of a fan-out; "+
+			"include 1 in BENCH_FANOUT_F, or an N that one of them divides", cfg.fanoutN(), cfg.fanoutF())
+	}
+	if v := os.Getenv("BENCH_FANOUT_RATE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 10 {
+			return fmt.Errorf("BENCH_FANOUT_RATE=%q: set a whole number of deliveries per second, at least 10 (default 2000)", v)
+		}
+		cfg.FanoutRate = n
+	}
+	return nil
 }

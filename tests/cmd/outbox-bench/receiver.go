@@ -27,6 +27,9 @@ import (
 //	POST /ep/{id}    the same for endpoint id of a pipeline with endpoints (endpoints.go): a
 //	                 delivery is an (endpoint, event) pair, so the same event at two endpoints
 //	                 is two deliveries, not a duplicate, and order is checked per endpoint
+//	POST /slow/{id}  /ep/{id}, answered after slowAnswer (1 s): a slow partner (fanout.go)
+//	POST /fail/{id}  a failing partner: verify, count the attempt, answer 500 (fanout.go)
+//	GET  /failures   {"<endpoint id>": {"attempts": n, "events": distinct event ids}, ...}
 //	GET  /stats      receiverStats as JSON
 //	GET  /endpoints  {"<endpoint id>": <distinct deliveries>, ...}
 //	GET  /arrivals   {"<event id>": <unix nanos of first arrival>, ...} (endpoints: "<id> <event id>")
@@ -53,7 +56,18 @@ type receiver struct {
 	arrivals    map[string]int64
 	lastSeq     map[string]int64 // [endpoint ]aggregate type/id → seq of its latest first delivery
 	perEndpoint map[string]int64 // endpoint id → distinct deliveries
+	failures    map[string]*failures
 }
+
+// failures is what POST /fail/{id} saw of one endpoint.
+type failures struct {
+	Attempts int64 `json:"attempts"`
+	Events   int   `json:"events"`
+	ids      map[string]bool
+}
+
+// slowAnswer is how long /slow/{id} takes to answer.
+const slowAnswer = time.Second
 
 func newReceiver(secret string) *receiver {
 	r := &receiver{keys: [][]byte{[]byte(secret)}}
@@ -68,6 +82,7 @@ func (r *receiver) reset() {
 	r.arrivals = map[string]int64{}
 	r.lastSeq = map[string]int64{}
 	r.perEndpoint = map[string]int64{}
+	r.failures = map[string]*failures{}
 }
 
 func (r *receiver) snapshot() receiverStats {
@@ -82,6 +97,19 @@ func (r *receiver) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hook", func(w http.ResponseWriter, req *http.Request) { r.hook(w, req, "") })
 	mux.HandleFunc("POST /ep/{id}", func(w http.ResponseWriter, req *http.Request) { r.hook(w, req, req.PathValue("id")) })
+	mux.HandleFunc("POST /slow/{id}", func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case <-time.After(slowAnswer):
+			r.hook(w, req, req.PathValue("id"))
+		case <-req.Context().Done():
+		}
+	})
+	mux.HandleFunc("POST /fail/{id}", r.fail)
+	mux.HandleFunc("GET /failures", func(w http.ResponseWriter, _ *http.Request) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		writeJSON(w, r.failures)
+	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.snapshot()) })
 	mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, _ *http.Request) {
 		r.mu.Lock()
@@ -144,6 +172,42 @@ func (r *receiver) hook(w http.ResponseWriter, req *http.Request, ep string) {
 	agg := req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")
 	r.record(ep, id, agg, payloadSeq(body), len(body), at)
 	w.WriteHeader(http.StatusOK)
+}
+
+// fail is a failing partner's endpoint: it checks the signature as /ep/{id} does (a bad one is
+// a 401 and counted as one), counts the attempt and the event id, and answers 500.
+func (r *receiver) fail(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if !r.verify(req.Header, body) {
+		r.mu.Lock()
+		r.stats.Requests++
+		r.stats.BadSignatures++
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	r.countFailure(req.PathValue("id"), req.Header.Get("X-Event-Id"))
+	http.Error(w, "bench: this endpoint fails every attempt", http.StatusInternalServerError)
+}
+
+func (r *receiver) countFailure(ep, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stats.Requests++
+	f := r.failures[ep]
+	if f == nil {
+		f = &failures{ids: map[string]bool{}}
+		r.failures[ep] = f
+	}
+	f.Attempts++
+	if !f.ids[id] {
+		f.ids[id] = true
+		f.Events++
+	}
 }
 
 func (r *receiver) verify(h http.Header, body []byte) bool {

@@ -38,8 +38,13 @@ func writeReport(w io.Writer, r *results) {
 		m.CPUs, m.Model, m.Go, m.Postgres, fsync, m.Relay, r.cfg.Events, r.cfg.steady())
 	fmt.Fprintln(w, r.noiseLine())
 	fmt.Fprintln(w)
-	writeTable(w, r.tableRows())
+	fmt.Fprintln(w, r.otelLine())
 	fmt.Fprintln(w)
+	if rows := r.tableRows(); len(rows) > 0 || !r.fanoutAsked() {
+		writeTable(w, tableHeader, rows)
+		fmt.Fprintln(w)
+	}
+	writeFanout(w, r) // fanout_report.go
 	if s := r.cpuSplit(); s != "" {
 		fmt.Fprintln(w, s)
 		fmt.Fprintln(w)
@@ -55,10 +60,10 @@ func writeReport(w io.Writer, r *results) {
 	}
 }
 
-func writeTable(w io.Writer, rows [][]string) {
+func writeTable(w io.Writer, header []string, rows [][]string) {
 	line := func(cells []string) { fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |") }
-	line(tableHeader)
-	sep := make([]string, len(tableHeader))
+	line(header)
+	sep := make([]string, len(header))
 	for i := range sep {
 		sep[i] = "---"
 	}
@@ -128,6 +133,8 @@ func (r *results) tableRows() [][]string {
 		add(c.row, d != nil, func() []string { return r.endpointCells(c, d) })
 	}
 	add(rowIsolation, r.isolation != nil, func() []string { return r.isolationCells(r.isolation) })
+	add(rowAPI, r.api != nil, func() []string { return r.apiCells(r.api) })
+	add(rowPortal, r.portal != nil, func() []string { return r.portalCells(r.portal) })
 	add(sinceRow(sinceScale*r.cfg.Events), r.since != nil, func() []string { return r.sinceCells(r.since) })
 	return out
 }
@@ -247,6 +254,14 @@ func (r *results) noise() (row string, cpus float64) {
 			consider(name, d.Load.OtherCPUs(d.Relay.CPU))
 		}
 	}
+	for name, d := range r.fanout {
+		if d != nil {
+			consider(name, d.Load.OtherCPUs(d.Relay.CPU))
+		}
+	}
+	if c := r.fanoutCeiling; c != nil {
+		consider(rowFanoutCeiling, c.Load.OtherCPUs(0))
+	}
 	return row, cpus
 }
 
@@ -321,6 +336,9 @@ func writeMethod(w io.Writer, r *results) {
 			"the relay's status marker to flush); PostgreSQL is the postmaster and all its children, including those reaped " +
 			"meanwhile. Peak RSS is the relay's VmHWM.",
 	}
+	if r.fanoutAsked() { // fanout.go
+		notes = append(notes, fanoutMethod)
+	}
 	if x := r.isolation; x != nil { // isolation.go
 		notes = append(notes, "Endpoint isolation: the slot's retained WAL (pg_current_wal_lsn() - restart_lsn) in the blackout run, "+
 			"every "+isolationSample.String()+" from the start of the measured writes: "+x.isolationSamples()+".")
@@ -388,8 +406,9 @@ func (r *results) targets() []string {
 	} else {
 		out = append(out, "MISS peak RSS < 100 MB on 300k: no data")
 	}
-	out = append(out, r.endpointTargets()...)   // endpoints.go
-	return append(out, r.isolationTargets()...) // isolation.go
+	out = append(out, r.endpointTargets()...)  // endpoints.go
+	out = append(out, r.isolationTargets()...) // isolation.go
+	return append(out, r.fanoutTargets()...)   // fanout_report.go
 }
 
 func (r *results) cpuTarget() string {

@@ -61,9 +61,18 @@ type results struct {
 	since       *sinceResult                // replay --since of half a large table (since.go)
 	endpoints   map[string]*endpointsResult // the drains to outbox_endpoints (endpoints.go), by row name
 	isolation   *isolationResult            // one endpoint blacked out among 100 (isolation.go)
+	api         *apiResult                  // GET /deliveries of the management API (api.go)
+	portal      *portalResult               // the console's and an endpoint's pages (portal.go)
 	errs        map[string]error            // row → why it failed
 	errOrder    []string
 	bodyAvg     float64
+
+	// fanout are the fan-out rows (fanout.go) by row name, beside the HTTP ceiling they measure.
+	fanout        map[string]*fanoutResult
+	fanoutCeiling *ceilingResult
+
+	// spans and spanRequests are what the OTLP receiver got with BENCH_OTEL=1 (otel.go).
+	spans, spanRequests int
 }
 
 func (r *results) fail(row string, err error) {
@@ -129,6 +138,15 @@ func runSuite(ctx context.Context, cfg config, progress io.Writer) (*results, er
 		return nil, err
 	}
 	defer e.recv.Stop(5 * time.Second)
+	otlp, stopOTLP, err := startTracing(cfg.OTel)
+	if err != nil {
+		return nil, err
+	}
+	defer stopOTLP()
+	if otlp != nil {
+		defer func() { res.spans, res.spanRequests = len(otlp.Spans()), otlp.Requests() }()
+		e.logf("tracing on: every relay exports its spans to %s", otlp.URL)
+	}
 	for _, row := range e.rows(res) {
 		if !cfg.selected(row.name) {
 			continue
@@ -244,6 +262,9 @@ func (e *env) rows(res *results) []suiteRow {
 	}
 	rows = append(rows, e.endpointRows(res)...)
 	rows = append(rows, e.isolationRow(res))
+	rows = append(rows, e.fanoutRows(res)...)
+	rows = append(rows, e.apiRow(res))
+	rows = append(rows, e.portalRow(res))
 	rows = append(rows, suiteRow{sinceRow(sinceScale * n), func(ctx context.Context) error {
 		s, err := e.since(ctx)
 		res.since = keep(s, err)

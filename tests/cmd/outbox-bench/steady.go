@@ -46,6 +46,14 @@ func produceSteady(ctx context.Context, pool *pgxpool.Pool, n, rate, seq0 int) (
 // produceSteadySQL is produceSteady with another INSERT of the same parameters (aggregate id,
 // seq, pad), e.g. one that sets a tenant.
 func produceSteadySQL(ctx context.Context, pool *pgxpool.Pool, sql string, n, rate, seq0 int) ([]commit, float64, error) {
+	return produceSteadyArgs(ctx, pool, sql, n, rate, seq0, func(seq int) []any {
+		return []any{fmt.Sprint(seq % steadyAggregates), seq, payloadPad}
+	})
+}
+
+// produceSteadyArgs is produceSteadySQL with the INSERT's arguments for each seq given by args.
+// The aggregate args puts seq in must have one writer: one whose number is seq % steadyWriters.
+func produceSteadyArgs(ctx context.Context, pool *pgxpool.Pool, sql string, n, rate, seq0 int, args func(seq int) []any) ([]commit, float64, error) {
 	interval := time.Second / time.Duration(rate)
 	start := time.Now().Add(5 * time.Millisecond)
 	per := make([][]commit, steadyWriters)
@@ -61,7 +69,7 @@ func produceSteadySQL(ctx context.Context, pool *pgxpool.Pool, sql string, n, ra
 				}
 				seq := seq0 + k
 				var id string
-				if err := pool.QueryRow(ctx, sql, fmt.Sprint(seq%steadyAggregates), seq, payloadPad).Scan(&id); err != nil {
+				if err := pool.QueryRow(ctx, sql, args(seq)...).Scan(&id); err != nil {
 					errs[w] = fmt.Errorf("steady insert: %w", err)
 					return
 				}

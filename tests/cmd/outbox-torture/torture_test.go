@@ -24,6 +24,7 @@ func TestTortureShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay and runs it under faults for 35s: skipped with -short")
 	}
+	pgtest.Long(t)
 	cfg := defaultConfig()
 	cfg.Events, cfg.Duration, cfg.Drain = 1500, 35*time.Second, time.Minute
 	// Every kind runs once, shuffled, before any repeats: short gaps fit all twelve in the run,
@@ -84,6 +85,7 @@ func TestTortureTwoPipelines(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay and runs it under faults for 20s: skipped with -short")
 	}
+	pgtest.Long(t)
 	cfg := defaultConfig()
 	cfg.Pipelines = 2
 	cfg.Events, cfg.Duration, cfg.Drain = 800, 20*time.Second, time.Minute
@@ -115,6 +117,7 @@ func TestTortureEndpointsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the relay and runs it under faults for 25s: skipped with -short")
 	}
+	pgtest.Long(t)
 	cfg := defaultConfig()
 	cfg.Endpoints = true
 	cfg.Events, cfg.Duration, cfg.Drain = 1200, 25*time.Second, time.Minute
