@@ -229,7 +229,11 @@ func (e *engine) finished(a *attempt, r destination.Result, now time.Time) {
 		}
 		l.finished(b)
 	} else {
-		ch := l.health.Observe(now, health.Outcome{OK: r.Delivered, Gone: r.Gone, Reason: r.Reason()})
+		o := health.Outcome{OK: r.Delivered, Gone: r.Gone}
+		if !r.Delivered {
+			o.Reason = r.Reason() // (a delivery needs none: formatting it costs every event)
+		}
+		ch := l.health.Observe(now, o)
 		l.finished(b)
 		e.transitions(l, ch)
 	}

@@ -34,6 +34,7 @@ type lane struct {
 	parked    map[cdc.Aggregate]bool
 	replaying map[cdc.Aggregate]int // replayed events not yet delivered, per key
 	replays   uint64                // counts the times the replays under way were given up (abortReplays)
+	touched   []cdc.Aggregate       // done's scratch: the keys a finished batch touched
 	parkOps   int                   // dead letters and parks being written (a replay waits for them)
 	// replayReads counts the replays of parked aggregates reading what is parked; parks wait
 	// meanwhile in deferred (parkNow).
@@ -306,7 +307,7 @@ func (l *lane) finished(b *batch) {
 // rest of a split key, or else each key's next event. It returns the keys whose replay it
 // completed.
 func (l *lane) done(b *batch) (replayed []cdc.Aggregate) {
-	var touched []cdc.Aggregate
+	touched := l.touched[:0] // (reused: done runs once per delivery)
 	for _, it := range b.items {
 		k := it.key()
 		if it.kind == kindReplay && it.replays == l.replays {
@@ -323,6 +324,7 @@ func (l *lane) done(b *batch) (replayed []cdc.Aggregate) {
 			touched = append(touched, k)
 		}
 	}
+	l.touched = touched
 	if b.after != nil && b.afterGen == l.retryGen {
 		l.pushFormed(b.after)
 		return replayed
