@@ -35,7 +35,8 @@ type TestResult struct {
 	// StatusCode is the HTTP status answered; null when there was no answer.
 	StatusCode *int `json:"status_code"`
 	LatencyMS  int  `json:"latency_ms"`
-	// Answer is the first KB of a failed answer's body (the log keeps nothing of a 2xx body).
+	// Answer is the first KB of the answer's body, a 2xx answer's too (the delivery log keeps
+	// only a failed one's); null when there was no answer or it had no body.
 	Answer *string `json:"answer"`
 	// Error says why the attempt failed; null when delivered.
 	Error *string `json:"error"`
@@ -82,13 +83,15 @@ func (a *API) testEndpoint(w http.ResponseWriter, r *http.Request) error {
 	}
 	var entries state.DeliveryEntries
 	errText := ""
+	if len(res.Answer) > 0 {
+		answer := string(res.Answer)
+		out.Answer = &answer
+	}
 	if !res.Delivered {
 		errText = res.Reason()
 		out.Error = &errText
-		if len(res.Answer) > 0 {
-			answer := string(res.Answer)
-			out.Answer = &answer
-			errText += ": " + answer
+		if out.Answer != nil {
+			errText += ": " + *out.Answer
 		}
 	}
 	entries.Add(TestPipeline, id, m.ID, 1, start, res.Status, elapsed, errText)
@@ -174,7 +177,8 @@ func (a *API) testDestination(row endpoint.Row) (*webhook.Destination, error) {
 	}
 	return webhook.New(webhook.Config{URL: row.URL, Keys: keys, Scheme: row.SignatureScheme(), Timeout: a.cfg.TestTimeout,
 		MaxConns: 1, UserAgent: "outbox-relay/" + a.cfg.Version, Format: webhook.Format(row.Format),
-		DefaultSource: "/outbox-relay/" + TestPipeline, Control: a.guard.Control(access), Proxy: proxy, Resolver: a.cfg.Resolver})
+		DefaultSource: "/outbox-relay/" + TestPipeline, Control: a.guard.Control(access), Proxy: proxy, Resolver: a.cfg.Resolver,
+		KeepAnswers: true})
 }
 
 // proxy is the outbound proxy of an endpoint's connections, as the relay chooses it: the row's
