@@ -43,6 +43,9 @@ type endpointState struct {
 	parked   map[string][]cdc.Aggregate
 	backlogs map[string]store.BacklogSize
 	route    router
+	// first is each endpoint's first version not applied yet, as boundBacklogs last found it:
+	// what a lane made meanwhile bounds its backlog reads by.
+	first map[string]pglogrepl.LSN
 }
 
 // router indexes the lanes that may receive events by tenant, so that routing an event looks
@@ -113,6 +116,7 @@ func (s *endpointState) load() {
 			return
 		}
 		s.pending = sortVersions(got.vs)
+		s.boundBacklogs() // before any lane reads its backlog: by its first version, whatever applies it
 		e.hold("read the endpoints' parked aggregates", func(ctx context.Context) (any, error) { return ep.Parked(ctx) },
 			func(v any) {
 				s.parked = map[string][]cdc.Aggregate{}
@@ -126,7 +130,10 @@ func (s *endpointState) load() {
 			e.hold("read the endpoints' backlogs", func(ctx context.Context) (any, error) { return bl.Sizes(ctx) },
 				func(v any) { s.backlogs = v.(map[string]store.BacklogSize) })
 		}
-		e.first(func() { s.applyPending(got.marker + 1) }, s.loaded)
+		// findDoomed bounds each lane's backlog by its versions still pending, also when none
+		// is applied here (applyPending then does nothing): a backlog written while the
+		// endpoint was paused waits for that pause, met again in the stream, and its resume.
+		e.first(func() { s.applyPending(got.marker + 1) }, s.findDoomed, s.loaded)
 	})
 }
 
@@ -182,6 +189,7 @@ func (s *endpointState) applyPending(lsn pglogrepl.LSN) {
 	}
 	vs := s.pending[:n:n]
 	s.pending = s.pending[n:]
+	s.boundBacklogs(vs...) // until the steps below have applied them (findDoomed bounds again then)
 	steps := make([]func(), 0, n+1)
 	for _, v := range vs {
 		steps = append(steps, func() { s.apply(v) })
@@ -262,15 +270,22 @@ func rowDisabled(row []byte) bool {
 	return json.Unmarshal(row, &r) == nil && r.State == endpoint.Disabled
 }
 
-// boundBacklogs gives each lane the commit LSN of its first version still pending (see
+// boundBacklogs gives each lane the commit LSN of its first version still pending, or of
+// those in toApply, versions about to be applied as steps of the intake (see
 // laneBacklog.through).
-func (s *endpointState) boundBacklogs() {
+func (s *endpointState) boundBacklogs(toApply ...store.EndpointVersion) {
 	first := map[string]pglogrepl.LSN{}
-	for _, v := range s.pending { // in LSN order
-		if _, ok := first[v.ID]; !ok {
-			first[v.ID] = v.LSN
+	for _, vs := range [][]store.EndpointVersion{toApply, s.pending} {
+		for _, v := range vs {
+			if l := s.e.byID[v.ID]; l != nil && pglogrepl.LSN(l.applied) >= v.LSN {
+				continue // applied already
+			}
+			if f, ok := first[v.ID]; !ok || v.LSN < f {
+				first[v.ID] = v.LSN
+			}
 		}
 	}
+	s.first = first
 	for _, l := range s.e.lanes {
 		l.bl.before = first[l.id]
 	}
@@ -324,6 +339,16 @@ func (s *endpointState) resync(lsn pglogrepl.LSN, then func()) {
 			changed = append(changed, v)
 		}
 		apply = append(apply, sortVersions(changed)...)
+		// Until its versions are applied (the steps below), a lane reads no backlog entry
+		// past the first version it has not applied (not only the latest, which the steps
+		// jump to): one written while it was paused waits for that pause.
+		unapplied := slices.Clone(apply)
+		for _, v := range vs[:n] {
+			if l := e.byID[v.ID]; l == nil || pglogrepl.LSN(l.applied) < v.LSN {
+				unapplied = append(unapplied, v)
+			}
+		}
+		s.boundBacklogs(unapplied...)
 		steps := make([]func(), 0, len(apply)+2)
 		for _, v := range apply {
 			steps = append(steps, func() { s.apply(v) })
@@ -332,7 +357,7 @@ func (s *endpointState) resync(lsn pglogrepl.LSN, then func()) {
 			e.log.Info().Int("endpoints_changed", len(apply)).Str("lsn", lsn.String()).
 				Msg("endpoints brought up to date from the versions log (another relay led the slot meanwhile)")
 		}
-		e.first(append(steps, s.boundBacklogs, then)...)
+		e.first(append(steps, func() { s.boundBacklogs() }, then)...)
 	})
 }
 
@@ -417,6 +442,7 @@ func (s *endpointState) newLane(id string) *lane {
 	e := s.e
 	l := newLane(e, id, e.cfg.pipeline+"/"+id)
 	l.store = e.cfg.laneStore(l.name)
+	l.bl.before = s.first[id] // its reads wait for its versions still to apply (boundBacklogs)
 	if b, ok := s.backlogs[id]; ok {
 		delete(s.backlogs, id)
 		if b.Entries > 0 {

@@ -19,6 +19,8 @@ import (
 //   - nothing lost: every pair routed at commit (enabled or paused, and subscribed) is delivered
 //     by the end, unless a later disable or removal of the endpoint let the relay abandon it;
 //   - nothing outside its subscription: no delivery of a pair that was not routed at commit;
+//   - nothing while paused: a pair routed while its endpoint was paused is not delivered before
+//     the change that ended the pause was committed;
 //   - order: per (endpoint, aggregate), first deliveries in commit order (duplicates allowed);
 //   - confirm: the slot's confirmed position never passes a transaction with a pair that is
 //     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later disable or
@@ -68,11 +70,33 @@ func (w *world) routed(id string, ev *eventInfo) bool {
 	return row != nil && row.State != endpoint.Disabled && row.Subscribed(ev.m.TenantID, ev.m.EventType, ev.m.AggregateType)
 }
 
+// pausedUntil reports whether endpoint id was paused at ev's commit and, if so, when the change
+// that ended the pause was committed (the far future when none did).
+func (w *world) pausedUntil(id string, ev *eventInfo) (time.Time, bool) {
+	if w.eps == nil {
+		return time.Time{}, false
+	}
+	if row := w.stateAt(id, ev); row == nil || row.State != endpoint.Paused {
+		return time.Time{}, false
+	}
+	pos := w.position(ev)
+	for _, c := range w.eps.history {
+		if c.id == id && (c.commit > pos.LSN || c.commit == pos.LSN && c.at > pos.Idx) &&
+			(c.row == nil || c.row.State != endpoint.Paused) {
+			return c.when, true
+		}
+	}
+	return time.Unix(math.MaxInt32, 0), true
+}
+
 // excused reports whether a disable or removal of endpoint id was committed after ev, or a
 // shadow pipeline gave ev up (recorded it abandoned).
 func (w *world) excused(id string, ev *eventInfo) bool {
 	if w.eps == nil {
-		return w.abandoned[ev.m.ID] // a shadow gave it up (recorded)
+		// A shadow gives an event up after its last attempt and settles it at once; the
+		// record of it is best effort (it never holds the slot for its own bookkeeping).
+		o := w.opts
+		return w.abandoned[ev.m.ID] || o.shadow && o.maxAttempts > 0 && w.tries[ev.m.ID] >= o.maxAttempts
 	}
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
@@ -248,6 +272,10 @@ func (w *world) checkEnd() {
 			w.failf("outside: event %s (%s, tenant %q) delivered to %q, which it was not routed to at its commit %v",
 				d.id, ev.m.EventType, ev.m.TenantID, d.endpoint, w.position(ev))
 			continue
+		}
+		if end, paused := w.pausedUntil(d.endpoint, ev); paused && d.at.Before(end) {
+			w.failf("paused: event %s (%v) delivered to %q at %s, while paused, before its resume was committed at %s",
+				d.id, w.position(ev), d.endpoint, d.at.Sub(w.start), end.Sub(w.start))
 		}
 		if first[pairKey{d.endpoint, d.id}] {
 			continue

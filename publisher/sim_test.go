@@ -164,6 +164,7 @@ type world struct {
 	deliveries []delivery
 	got        map[pairKey]bool      // the deliveries' (endpoint, event) pairs
 	abandoned  map[string]bool       // events a shadow pipeline abandoned
+	tries      map[string]int        // the most attempts a lone event had (simDest.tried)
 	events     map[string]*eventInfo // every committed event, by id
 	aggs       []string
 	ids        int
@@ -555,12 +556,24 @@ func (d *simDest) answer(ms []*envelope.Message) destination.Result {
 	return destination.Result{Delivered: true, Status: 200, Label: destination.ResultSuccess}
 }
 
-func (d *simDest) Send(_ context.Context, m *envelope.Message, _ int) destination.Result {
+func (d *simDest) Send(_ context.Context, m *envelope.Message, attempt int) destination.Result {
+	d.tried(m, attempt)
 	return d.answer([]*envelope.Message{m})
 }
 
-func (d *simDest) SendBatch(_ context.Context, ms []*envelope.Message, _ int) destination.Result {
+func (d *simDest) SendBatch(_ context.Context, ms []*envelope.Message, attempt int) destination.Result {
+	if len(ms) == 1 {
+		d.tried(ms[0], attempt)
+	}
 	return d.answer(ms)
+}
+
+// tried notes the attempts a lone event had: a shadow pipeline gives it up after its last one.
+func (d *simDest) tried(m *envelope.Message, attempt int) {
+	if d.w.tries == nil {
+		d.w.tries = map[string]int{}
+	}
+	d.w.tries[m.ID] = max(d.w.tries[m.ID], attempt)
 }
 
 // --- the relay processes ---
@@ -1018,7 +1031,8 @@ type epModel struct {
 
 type epChange struct {
 	commit pglogrepl.LSN
-	at     int // its index among the transaction's events
+	when   time.Time // its transaction's commit time
+	at     int       // its index among the transaction's events
 	id     string
 	row    *endpoint.Row // nil: removed
 }
@@ -1139,7 +1153,7 @@ func (m *epModel) committed(tx *walTx) {
 		if ch.Op == cdc.EndpointDelete {
 			delete(m.rows, ch.ID)
 			m.w.db.DeleteEndpoint(ch.ID)
-			m.history = append(m.history, epChange{commit: tx.commit, at: c.At, id: ch.ID})
+			m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, at: c.At, id: ch.ID})
 			continue
 		}
 		var row endpoint.Row
@@ -1148,7 +1162,7 @@ func (m *epModel) committed(tx *walTx) {
 		}
 		m.rows[ch.ID] = &row
 		m.w.db.PutEndpoint(ch.ID, ch.Row)
-		m.history = append(m.history, epChange{commit: tx.commit, at: c.At, id: ch.ID, row: clone(&row)})
+		m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, at: c.At, id: ch.ID, row: clone(&row)})
 	}
 }
 
