@@ -47,9 +47,11 @@
 // cut off from the slot (dropConfirmed). The slot confirms only what the tracker pops, so it never
 // passes an event that is none of these; what a stopped relay held is sent again by the next.
 //
-// Nothing outside its subscription: an endpoint change takes effect at its place in the stream,
-// once recorded in the versions log (endpointState.change), and a relay that starts or leads
-// again brings the endpoints to what the log says they were at its place (resync, applyPending).
+// Nothing outside its subscription: an endpoint change takes effect at its transaction's commit,
+// for every event of that transaction (the intake carries out a transaction's endpoint changes
+// before its first event: controlsInOrder), once recorded in the versions log
+// (endpointState.change), and a relay that starts or leads again brings the endpoints to what
+// the log says they were at its place (resync, applyPending).
 //
 // Nothing stranded: every wait has an end that comes without the stream (a timer, a store
 // operation, a delivery), a lane that holds events is woken by its own timers (lane.wakeLater),

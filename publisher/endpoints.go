@@ -24,9 +24,11 @@ import (
 //   - Routing. Each event goes to every endpoint that is not disabled and whose subscription
 //     matches it (tenant, event-type patterns, aggregate types), as the endpoints stood when the
 //     event's transaction committed: changes of outbox_endpoints reach the stream as
-//     transactional logical messages (the table's trigger), each applied at its place in
-//     commit order and recorded in the versions log (store.Endpoints), from which a relay that
-//     starts or takes over knows the endpoints as of every transaction it is sent again.
+//     transactional logical messages (the table's trigger), each applied in commit order, before
+//     the first event of its own transaction (controlsInOrder: a change applies to the whole
+//     transaction that commits it), and recorded in the versions log (store.Endpoints), from
+//     which a relay that starts or takes over knows the endpoints as of every transaction it is
+//     sent again.
 //   - Lanes. Each endpoint is a lane of its own, named "<pipeline>/<endpoint id>", with its own
 //     destination (its URL, secrets, scheme and format), in-flight cap, rate limit, batching,
 //     dead letters and parked aggregates. The lanes share the engine's workers.

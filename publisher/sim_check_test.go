@@ -13,8 +13,9 @@ import (
 )
 
 // The simulation's invariants, as the torture checks them, per (event, endpoint) pair ("" is
-// the one destination of a pipeline without endpoints), from the endpoint's version at the
-// event's commit (an endpoint change applies at its place in commit order):
+// the one destination of a pipeline without endpoints), from the endpoint's version as of the
+// commit of the event's transaction (an endpoint change applies to the whole transaction that
+// commits it):
 //
 //   - nothing lost: every pair routed at commit (enabled or paused, and subscribed) is delivered
 //     by the end, unless a later disable or removal of the endpoint let the relay abandon it;
@@ -47,12 +48,14 @@ func (w *world) position(ev *eventInfo) store.BacklogPos {
 	return store.BacklogPos{LSN: ev.tx.commit, Idx: ev.idx}
 }
 
-// stateAt returns endpoint id's row at the event's place in the stream (nil: it did not exist).
+// stateAt returns endpoint id's row as of the commit of the event's transaction (nil: it did
+// not exist): a change applies to every event of the transaction that commits it, written
+// before or after it.
 func (w *world) stateAt(id string, ev *eventInfo) *endpoint.Row {
 	var row *endpoint.Row
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
-		if c.id == id && (c.commit < pos.LSN || c.commit == pos.LSN && c.at <= pos.Idx || c.commit == 0) {
+		if c.id == id && (c.commit <= pos.LSN || c.commit == 0) {
 			row = c.row
 		}
 	}
