@@ -18,12 +18,13 @@ import (
 // commits it):
 //
 //   - nothing lost: every pair routed at commit (enabled or paused, and subscribed) is delivered
-//     by the end, unless a later disable or removal of the endpoint let the relay abandon it;
+//     by the end, unless a later removal of the endpoint let the relay abandon it (a disable
+//     keeps what the endpoint is owed until it is enabled);
 //   - nothing outside its subscription: no delivery of a pair that was not routed at commit;
 //   - order: per (endpoint, aggregate), first deliveries in commit order (duplicates allowed);
 //   - confirm: the slot's confirmed position never passes a transaction with a pair that is
-//     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later disable or
-//     removal excusing it);
+//     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later removal
+//     excusing it);
 //   - nothing stranded: once the workload ends, the destinations recover, disabled endpoints are
 //     enabled and parked aggregates replayed, everything settles: the slot confirms the whole
 //     log, no lane holds an event, no backlog holds an entry, nothing is parked.
@@ -71,16 +72,17 @@ func (w *world) routed(id string, ev *eventInfo) bool {
 	return row != nil && row.State != endpoint.Disabled && row.Subscribed(ev.m.TenantID, ev.m.EventType, ev.m.AggregateType)
 }
 
-// excused reports whether a disable or removal of endpoint id was committed after ev, or a
-// shadow pipeline gave ev up (recorded it abandoned).
+// excused reports whether a removal of endpoint id was committed after ev's transaction, or a
+// shadow pipeline gave ev up (recorded it abandoned). A disable excuses nothing: what the
+// endpoint was owed at the disable is kept and delivered once it is enabled (every endpoint is
+// enabled at the end).
 func (w *world) excused(id string, ev *eventInfo) bool {
 	if w.eps == nil {
 		return w.abandoned[ev.m.ID] // a shadow gave it up (recorded)
 	}
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
-		if c.id == id && (c.commit > pos.LSN || c.commit == pos.LSN && c.at > pos.Idx) &&
-			(c.row == nil || c.row.State == endpoint.Disabled) {
+		if c.id == id && c.commit > pos.LSN && c.row == nil {
 			return true
 		}
 	}

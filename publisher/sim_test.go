@@ -1018,7 +1018,6 @@ type epModel struct {
 
 type epChange struct {
 	commit pglogrepl.LSN
-	at     int // its index among the transaction's events
 	id     string
 	row    *endpoint.Row // nil: removed
 }
@@ -1139,7 +1138,7 @@ func (m *epModel) committed(tx *walTx) {
 		if ch.Op == cdc.EndpointDelete {
 			delete(m.rows, ch.ID)
 			m.w.db.DeleteEndpoint(ch.ID)
-			m.history = append(m.history, epChange{commit: tx.commit, at: c.At, id: ch.ID})
+			m.history = append(m.history, epChange{commit: tx.commit, id: ch.ID})
 			continue
 		}
 		var row endpoint.Row
@@ -1148,7 +1147,7 @@ func (m *epModel) committed(tx *walTx) {
 		}
 		m.rows[ch.ID] = &row
 		m.w.db.PutEndpoint(ch.ID, ch.Row)
-		m.history = append(m.history, epChange{commit: tx.commit, at: c.At, id: ch.ID, row: clone(&row)})
+		m.history = append(m.history, epChange{commit: tx.commit, id: ch.ID, row: clone(&row)})
 	}
 }
 
