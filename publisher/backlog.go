@@ -142,6 +142,7 @@ func (e *engine) backlogTick() {
 		e.spillChecked = e.now
 	}
 	leading := e.leading()
+	e.flushLaterMarks()
 	for _, l := range e.lanes {
 		if check && !l.bl.on && leading {
 			if why := e.spillDue(l); why != "" {

@@ -24,9 +24,11 @@ import (
 //   - Routing. Each event goes to every endpoint that is not disabled and whose subscription
 //     matches it (tenant, event-type patterns, aggregate types), as the endpoints stood when the
 //     event's transaction committed: changes of outbox_endpoints reach the stream as
-//     transactional logical messages (the table's trigger), each applied at its place in
-//     commit order and recorded in the versions log (store.Endpoints), from which a relay that
-//     starts or takes over knows the endpoints as of every transaction it is sent again.
+//     transactional logical messages (the table's trigger), each applied in commit order, before
+//     the first event of its own transaction (controlsInOrder: a change applies to the whole
+//     transaction that commits it), and recorded in the versions log (store.Endpoints), from
+//     which a relay that starts or takes over knows the endpoints as of every transaction it is
+//     sent again.
 //   - Lanes. Each endpoint is a lane of its own, named "<pipeline>/<endpoint id>", with its own
 //     destination (its URL, secrets, scheme and format), in-flight cap, rate limit, batching,
 //     dead letters and parked aggregates. The lanes share the engine's workers.
@@ -197,17 +199,19 @@ func (s *endpointState) applyPending(lsn pglogrepl.LSN) {
 	s.e.first(append(steps, s.findDoomed)...)
 }
 
-// findDoomed notes the endpoints that the versions still pending disable or remove. A relay
-// that led the slot before this one applied those versions already, and settled without sending
-// what it held for the endpoint then, while it went on delivering the endpoint's later events.
-// An event resent from before such a disable is therefore not routed to that endpoint again:
-// delivering it now would put it after later events of its aggregate that the endpoint got
-// already (and the event was one its disable may drop in any case). It also bounds what each
-// lane reads of its backlog by its versions still pending (boundBacklogs).
+// findDoomed notes the endpoints that the versions still pending remove. A relay that led the
+// slot before this one applied those removals already, and settled without sending what it held
+// for the endpoint then. An event resent from before such a removal is therefore not routed to
+// that endpoint again: the removal drops it in any case. (A pending disable dooms nothing: what
+// an endpoint is owed at its disable is kept in its backlog and delivered once it is enabled,
+// so an event resent from before it is routed to it, and kept at the disable, unless the relay
+// that applied it wrote it to the backlog already: an entry written twice is kept once.) It
+// also bounds what each lane reads of its backlog by its versions still pending
+// (boundBacklogs).
 func (s *endpointState) findDoomed() {
 	clear(s.doomed)
 	for _, v := range s.pending {
-		if v.Row == nil || rowDisabled(v.Row) {
+		if v.Row == nil {
 			if s.doomed == nil {
 				s.doomed = map[string]bool{}
 			}
@@ -218,37 +222,27 @@ func (s *endpointState) findDoomed() {
 }
 
 // dropOvertaken settles, unsent, what a lane holds from before this streaming session when a
-// disable of its endpoint excuses it and another relay may have led the slot meanwhile: with a
-// disable or removal still pending (findDoomed: events sent again from before it are not routed
-// to the endpoint either), all it holds (an attempt of them under way that fails is settled too:
-// the lane's generation moves on); after a disable applied here, what it kept at the disable and
-// has not written, which means it did not lead then. Another relay that led meanwhile applied
-// the same disable with these events sent again from before it, dropped them as doomed, and may
-// have enabled the endpoint and delivered its later events since; sent now, they would go out
-// after those.
+// removal of its endpoint is still pending (findDoomed: events sent again from before it are not
+// routed to the endpoint either): all it holds (an attempt of them under way that fails is
+// settled too: the lane's generation moves on). Another relay that led meanwhile may have
+// applied the removal already.
+//
+// What a lane kept at a disable applied here and has not written yet (it did not lead then) it
+// keeps, and writes once it leads: the slot did not confirm past those events (dropConfirmed
+// settles those it did), so no relay settled them, or one did by keeping them at the same
+// disable, in the same backlog (an entry written twice is kept once; written again after that
+// relay delivered and deleted it, it is a duplicate, after the first delivery, which was in
+// order). Dropped, they would be lost: the stream sends them again, but this relay routes them
+// with the endpoint as it stands, disabled, when it applied the disable already.
 func (s *endpointState) dropOvertaken() {
 	e := s.e
 	for _, l := range e.lanes {
 		var its []*item
-		switch {
-		case s.doomed[l.id]: // a disable or removal pending: it comes after all the lane holds
+		if s.doomed[l.id] { // a removal pending: it comes after all the lane holds
 			its = append(l.takeOut(func(it *item) bool { return it.kind != kindLive }), l.bl.buf...)
 			l.bl.buf = nil
 			l.gen++
 			e.reread(l) // what it read of its backlog stays there: not settled (deleted) by a failure
-		case l.disabledAt > 0: // disabled here before this session, when it may not have led
-			// What the lane kept at that disable and has not written (it did not lead then):
-			// another relay may have applied the same disable, sent again from before it, and
-			// dropped these events as doomed.
-			keep := l.bl.buf[:0]
-			for _, it := range l.bl.buf {
-				if position(it.m, it.tx).LSN <= l.disabledAt { // its transaction, or an earlier one
-					its = append(its, it)
-				} else {
-					keep = append(keep, it)
-				}
-			}
-			l.bl.buf = keep
 		}
 		for _, it := range its {
 			e.recordAbandoned(l, it, "another relay led the slot and moved the endpoint on while this one held the event")
@@ -260,14 +254,6 @@ func (s *endpointState) dropOvertaken() {
 				Msg("another relay led the slot and changed the endpoint while this one was cut off from it; the events this one held for it are not sent (that relay dealt with them)")
 		}
 	}
-}
-
-// rowDisabled reports whether an endpoint row (to_jsonb) is in state disabled.
-func rowDisabled(row []byte) bool {
-	var r struct {
-		State string `json:"state"`
-	}
-	return json.Unmarshal(row, &r) == nil && r.State == endpoint.Disabled
 }
 
 // boundBacklogs gives each lane the commit LSN of its first version still pending, or of
@@ -459,6 +445,7 @@ func (s *endpointState) newLane(id string) *lane {
 // backlog and status are dropped.
 func (s *endpointState) remove(l *lane, lsn pglogrepl.LSN) {
 	e := s.e
+	l.removed = true
 	e.retire(l, "the endpoint was removed", false)
 	e.releaseDest(l)
 	e.dropBacklog(l)
@@ -480,7 +467,6 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 			if row.DisabledReason != "" {
 				reason += ": " + row.DisabledReason
 			}
-			l.disabledAt = v.LSN
 			e.retire(l, reason, true)
 			e.releaseDest(l)
 			e.log.Info().Str("endpoint", l.id).Str("reason", row.DisabledReason).Msg("endpoint disabled")
@@ -564,7 +550,7 @@ func (s *endpointState) setParked(l *lane, aggs []cdc.Aggregate) {
 	s.e.m.ParkedAggregates.Add(float64(len(aggs)))
 	if len(aggs) > 0 {
 		s.e.log.Warn().Str("lane", l.name).Int("parked_aggregates", len(aggs)).Msg("aggregates are parked behind dead letters; " +
-			"replay them to the endpoint once it accepts them")
+			"once the endpoint accepts them: " + s.e.replayCommand(l, "--all"))
 	}
 }
 
@@ -606,17 +592,23 @@ func (e *engine) retire(l *lane, reason string, keep bool) {
 		e.spillRetired(l, its, inFlight)
 		if len(its) > 0 || inFlight > 0 {
 			e.log.Info().Str("lane", l.name).Int("events", len(its)).Int("in_flight", inFlight).Str("reason", reason).
-				Msg("the endpoint's events are kept in its backlog; `outbox-relay endpoint enable` delivers them in order")
+				Msg("the endpoint's events are kept in its backlog; `outbox-relay endpoint enable " + l.id + "` delivers them first, in order")
 		}
 		return
 	}
 	for _, it := range its {
-		e.recordAbandoned(l, it, reason)
-		e.settle(l, it)
+		e.release(l, it, reason)
 	}
-	if len(its) > 0 {
+	switch {
+	case len(its) == 0:
+	case !keep:
 		e.log.Warn().Str("lane", l.name).Int("events", len(its)).Str("reason", reason).
-			Msg("events queued for the endpoint were not sent; they are recorded as abandoned, and a replay since a time for the endpoint re-sends them")
+			Msg("events queued for the endpoint were not sent; they are recorded as abandoned under its lane, and the " +
+				"endpoint no longer exists: nothing is owed to it any more")
+	default:
+		e.log.Warn().Str("lane", l.name).Int("events", len(its)).Str("reason", reason).
+			Msg("events queued for the endpoint were not sent (the pipeline has no backlog to keep them); they are recorded " +
+				"as abandoned: after `outbox-relay endpoint enable " + l.id + "`, " + e.replayCommand(l, "--since TIME") + " re-sends them")
 	}
 }
 

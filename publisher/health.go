@@ -71,6 +71,7 @@ func (e *engine) transitions(l *lane, ch health.Change) {
 // housekeep checks the endpoints' health, saves their status, rebuilds the destinations whose
 // secret expired and prunes the versions log; it runs every StatusInterval.
 func (e *engine) housekeep() {
+	e.flushLaterMarks()
 	e.checkHealth()
 	e.saveStatus()
 	for _, l := range e.lanes {
@@ -113,7 +114,7 @@ func (e *engine) checkHealth() {
 			}
 			e.log.Warn().Str("endpoint", id).Time("failing_since", st.FailingSince).Int("failures", st.FailuresInRow).
 				Str("last_error", lastError).
-				Msg("endpoint disabled automatically: it failed for endpoint_disable_after; fix it, then `outbox-relay endpoint enable`")
+				Msg("endpoint disabled automatically: it failed for endpoint_disable_after; fix it, then `outbox-relay endpoint enable " + id + "`")
 			e.disabled(l, reason, lastError, st)
 		})
 	}
@@ -122,7 +123,7 @@ func (e *engine) checkHealth() {
 // disabledGone reports an endpoint that answered 410 Gone and whose disable is recorded.
 func (e *engine) disabledGone(l *lane, reason string) {
 	e.log.Warn().Str("endpoint", l.id).Str("reason", reason).
-		Msg("endpoint disabled automatically: it answered 410 Gone; `outbox-relay endpoint enable` once it is back")
+		Msg("endpoint disabled automatically: it answered 410 Gone; `outbox-relay endpoint enable " + l.id + "` once it is back")
 	e.disabled(l, reason, reason, l.health.Status())
 }
 

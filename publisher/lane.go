@@ -4,8 +4,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
@@ -61,16 +59,16 @@ type lane struct {
 	partial bool                    // dest is a PartialBatchDestination: one event per key in a batch
 	store   store.Pipeline          // dead letters, parked aggregates, replays; nil: none
 	active  bool                    // started: false while an endpoint is disabled, and after removal
+	removed bool                    // its endpoint was removed: it owes nothing any more
 	gen     uint64                  // counts starts; a backlog page read for an earlier start is dropped
 
 	// An endpoint's row and what follows it (endpoints.go).
-	row        endpoint.Row
-	raw        []byte
-	applied    int64         // the LSN of the version row is
-	disabledAt pglogrepl.LSN // the LSN of the last disable applied here (0: none)
-	release    func()
-	rebuildAt  time.Time
-	started    time.Time
+	row       endpoint.Row
+	raw       []byte
+	applied   int64 // the LSN of the version row is
+	release   func()
+	rebuildAt time.Time
+	started   time.Time
 
 	bl     laneBacklog // backlog.go
 	status laneStatus  // what was last saved of its status

@@ -49,9 +49,12 @@ func (e *engine) replayLane(req *cdc.ReplayRequest) *lane {
 			"endpoint's lane, <pipeline>/<endpoint id>; ignored")
 	case !ok:
 		// another pipeline's request
-	case l == nil || !l.active:
-		e.log.Warn().Str("endpoint", id).Msg("replay request for an endpoint that does not exist or is disabled; ignored " +
-			"(enable it first: outbox-relay endpoint enable)")
+	case l == nil:
+		e.log.Warn().Str("endpoint", id).Msg("replay request for an endpoint that does not exist (removed before the request " +
+			"committed); ignored: nothing is owed to it")
+	case !l.active:
+		e.log.Warn().Str("endpoint", id).Msg("replay request for an endpoint that is disabled; ignored: `outbox-relay endpoint enable " +
+			id + "`, then replay again")
 	default:
 		return l
 	}

@@ -13,18 +13,20 @@ import (
 )
 
 // The simulation's invariants, as the torture checks them, per (event, endpoint) pair ("" is
-// the one destination of a pipeline without endpoints), from the endpoint's version at the
-// event's commit (an endpoint change applies at its place in commit order):
+// the one destination of a pipeline without endpoints), from the endpoint's version as of the
+// commit of the event's transaction (an endpoint change applies to the whole transaction that
+// commits it):
 //
 //   - nothing lost: every pair routed at commit (enabled or paused, and subscribed) is delivered
-//     by the end, unless a later disable or removal of the endpoint let the relay abandon it;
+//     by the end, unless a later removal of the endpoint let the relay abandon it (a disable
+//     keeps what the endpoint is owed until it is enabled);
 //   - nothing outside its subscription: no delivery of a pair that was not routed at commit;
 //   - nothing while paused: a pair routed while its endpoint was paused is not delivered before
 //     the change that ended the pause was committed;
 //   - order: per (endpoint, aggregate), first deliveries in commit order (duplicates allowed);
 //   - confirm: the slot's confirmed position never passes a transaction with a pair that is
-//     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later disable or
-//     removal excusing it);
+//     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later removal
+//     excusing it);
 //   - nothing stranded: once the workload ends, the destinations recover, disabled endpoints are
 //     enabled and parked aggregates replayed, everything settles: the slot confirms the whole
 //     log, no lane holds an event, no backlog holds an entry, nothing is parked.
@@ -49,12 +51,14 @@ func (w *world) position(ev *eventInfo) store.BacklogPos {
 	return store.BacklogPos{LSN: ev.tx.commit, Idx: ev.idx}
 }
 
-// stateAt returns endpoint id's row at the event's place in the stream (nil: it did not exist).
+// stateAt returns endpoint id's row as of the commit of the event's transaction (nil: it did
+// not exist): a change applies to every event of the transaction that commits it, written
+// before or after it.
 func (w *world) stateAt(id string, ev *eventInfo) *endpoint.Row {
 	var row *endpoint.Row
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
-		if c.id == id && (c.commit < pos.LSN || c.commit == pos.LSN && c.at <= pos.Idx || c.commit == 0) {
+		if c.id == id && (c.commit <= pos.LSN || c.commit == 0) {
 			row = c.row
 		}
 	}
@@ -81,16 +85,17 @@ func (w *world) pausedUntil(id string, ev *eventInfo) (time.Time, bool) {
 	}
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
-		if c.id == id && (c.commit > pos.LSN || c.commit == pos.LSN && c.at > pos.Idx) &&
-			(c.row == nil || c.row.State != endpoint.Paused) {
+		if c.id == id && c.commit > pos.LSN && (c.row == nil || c.row.State != endpoint.Paused) {
 			return c.when, true
 		}
 	}
 	return time.Unix(math.MaxInt32, 0), true
 }
 
-// excused reports whether a disable or removal of endpoint id was committed after ev, or a
-// shadow pipeline gave ev up (recorded it abandoned).
+// excused reports whether a removal of endpoint id was committed after ev's transaction, or a
+// shadow pipeline gave ev up (recorded it abandoned). A disable excuses nothing: what the
+// endpoint was owed at the disable is kept and delivered once it is enabled (every endpoint is
+// enabled at the end).
 func (w *world) excused(id string, ev *eventInfo) bool {
 	if w.eps == nil {
 		// A shadow gives an event up after its last attempt and settles it at once; the
@@ -100,8 +105,7 @@ func (w *world) excused(id string, ev *eventInfo) bool {
 	}
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
-		if c.id == id && (c.commit > pos.LSN || c.commit == pos.LSN && c.at > pos.Idx) &&
-			(c.row == nil || c.row.State == endpoint.Disabled) {
+		if c.id == id && c.commit > pos.LSN && c.row == nil {
 			return true
 		}
 	}

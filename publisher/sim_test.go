@@ -1032,7 +1032,6 @@ type epModel struct {
 type epChange struct {
 	commit pglogrepl.LSN
 	when   time.Time // its transaction's commit time
-	at     int       // its index among the transaction's events
 	id     string
 	row    *endpoint.Row // nil: removed
 }
@@ -1153,7 +1152,7 @@ func (m *epModel) committed(tx *walTx) {
 		if ch.Op == cdc.EndpointDelete {
 			delete(m.rows, ch.ID)
 			m.w.db.DeleteEndpoint(ch.ID)
-			m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, at: c.At, id: ch.ID})
+			m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, id: ch.ID})
 			continue
 		}
 		var row endpoint.Row
@@ -1162,7 +1161,7 @@ func (m *epModel) committed(tx *walTx) {
 		}
 		m.rows[ch.ID] = &row
 		m.w.db.PutEndpoint(ch.ID, ch.Row)
-		m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, at: c.At, id: ch.ID, row: clone(&row)})
+		m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, id: ch.ID, row: clone(&row)})
 	}
 }
 

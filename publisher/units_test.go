@@ -225,3 +225,52 @@ func TestSortItemsIsStreamOrder(t *testing.T) {
 		t.Fatalf("sorted: %s", got)
 	}
 }
+
+// A transaction's endpoint changes are carried out before its first event, in their order; its
+// replays stay at their places among the events; a transaction in that order already is taken
+// as it is (no copy).
+func TestControlsInOrderPutsEndpointChangesFirst(t *testing.T) {
+	ep := func(id string, at int) cdc.Control {
+		return cdc.Control{At: at, Endpoint: &cdc.EndpointChange{Op: cdc.EndpointUpsert, ID: id}}
+	}
+	replay := func(p string, at int) cdc.Control {
+		return cdc.Control{At: at, Replay: &cdc.ReplayRequest{Pipeline: p}}
+	}
+	describe := func(cs []cdc.Control) string {
+		s := ""
+		for _, c := range cs {
+			if c.Endpoint != nil {
+				s += c.Endpoint.ID
+			} else {
+				s += c.Replay.Pipeline
+			}
+			s += "@" + string(rune('0'+c.At)) + " "
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		in   []cdc.Control
+		want string
+	}{
+		{"after an event (signup: the event, then the endpoint)", []cdc.Control{ep("a", 1)}, "a@0 "},
+		{"several, between events", []cdc.Control{ep("a", 1), ep("b", 3), ep("a", 3)}, "a@0 b@0 a@0 "},
+		{"a replay stays at its place", []cdc.Control{replay("r", 1), ep("a", 2)}, "a@0 r@1 "},
+		{"already first", []cdc.Control{ep("a", 0), replay("r", 2)}, "a@0 r@2 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append([]cdc.Control(nil), tc.in...)
+			got := controlsInOrder(in)
+			if d := describe(got); d != tc.want {
+				t.Fatalf("got %s, want %s", d, tc.want)
+			}
+			if d := describe(in); d != describe(tc.in) {
+				t.Fatalf("the transaction's own records changed: %s", d)
+			}
+		})
+	}
+	ordered := []cdc.Control{ep("a", 0), replay("r", 1)}
+	if got := controlsInOrder(ordered); &got[0] != &ordered[0] {
+		t.Fatal("a transaction in order already was copied")
+	}
+}
