@@ -288,6 +288,9 @@ func (e *engine) observeDelivered(it *item) {
 		if it.kind == kindReplay && e.ep == nil {
 			break // one destination: it is done
 		}
+		if it.resent {
+			return // re-sent by a replay --since: it keeps its record, as kindSince does
+		}
 		if e.marks != nil && (it.mark || e.cfg.confirmed != nil && e.cfg.confirmed() > position(it.m, it.tx).LSN) {
 			e.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1)
 		}
