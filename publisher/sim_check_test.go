@@ -122,10 +122,7 @@ func (w *world) safe(id string, ev *eventInfo, delivered map[pairKey]bool) bool 
 	}
 	ctx := context.Background()
 	pos := w.position(ev)
-	after := store.BacklogPos{LSN: pos.LSN, Idx: pos.Idx - 1}
-	if pos.Idx == 0 {
-		after = store.BacklogPos{LSN: pos.LSN - 1, Idx: math.MaxInt32}
-	}
+	after := store.BacklogPos{LSN: pos.LSN, Idx: pos.Idx - 1} // (a replay --since's entries sort below index 0)
 	if es, _ := w.db.Backlog(simPipeline).Page(ctx, id, after, pos, 1); len(es) == 1 && es[0].EventID == ev.m.ID {
 		return true
 	}
@@ -253,7 +250,8 @@ func (w *world) checkEnd() {
 	first := map[pairKey]bool{}
 	for _, d := range w.deliveries {
 		ev := w.events[d.id]
-		if d.resent {
+		if d.resent || !w.routed(d.endpoint, ev) && w.recoveredAfter(d.endpoint, ev) {
+			// a re-send (one of a parked aggregate is parked again, then replayed with it)
 			w.checkResent(d, ev)
 			continue
 		}

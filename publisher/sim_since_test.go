@@ -60,6 +60,18 @@ func (w *world) checkIsolated(p *proc) {
 	}
 }
 
+// recoveredAfter reports whether endpoint ep was recovered (replay --since) after ev's commit:
+// ev may then reach it although it was not routed to it at its commit.
+func (w *world) recoveredAfter(ep string, ev *eventInfo) bool {
+	pos := w.position(ev)
+	for _, s := range w.sinces {
+		if s.endpoint == ep && s.commit >= pos.LSN {
+			return true
+		}
+	}
+	return false
+}
+
 // checkResent checks a re-send of a replay --since: to an endpoint, only events of its tenant.
 func (w *world) checkResent(d delivery, ev *eventInfo) {
 	if w.eps == nil {
