@@ -68,6 +68,9 @@ type laneBacklog struct {
 	removed bool
 	// reads counts the times the lane forgot what it read (reread): a page read before is dropped.
 	reads uint64
+	// since are the replays --since whose rows are not all written yet, in stream order
+	// (sincebacklog.go): nothing is written or read past the first one's place before they are.
+	since []*sinceJob
 	// invisible is the event of the next entry to read when its row was not found, and
 	// invisibleSince when that was first seen (see visible); no read starts before readAt.
 	invisible      string
@@ -117,6 +120,11 @@ func (b *laneBacklog) through() store.BacklogPos {
 	t := b.written
 	if b.before > 0 && b.before <= t.LSN {
 		t = store.BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
+	}
+	if len(b.since) > 0 { // the rows of a replay --since being written, not past them
+		if c := (store.BacklogPos{LSN: b.since[0].tx.CommitLSN, Idx: -1}); c.Less(t) {
+			t = c
+		}
 	}
 	return t
 }
@@ -260,7 +268,7 @@ func (e *engine) spill(l *lane, why string, fromLive bool) {
 
 // before returns the position just before p.
 func before(p store.BacklogPos) store.BacklogPos {
-	if p.Idx > 0 {
+	if p.Idx > math.MinInt32 { // (an index below 0 is a replay --since's entry)
 		return store.BacklogPos{LSN: p.LSN, Idx: p.Idx - 1}
 	}
 	return store.BacklogPos{LSN: p.LSN - 1, Idx: math.MaxInt32}
@@ -334,8 +342,8 @@ func (e *engine) backlogStep(l *lane) {
 	b := &l.bl
 	switch {
 	case b.busy || !b.on && len(b.pages) == 0:
-	case b.live == 0 && len(b.buf) > 0 && e.leading():
-		e.writeSpilled(l)
+	case b.live == 0 && len(b.buf) > 0 && e.leading() && e.writeSpilled(l):
+	case len(b.since) > 0 && b.live == 0 && e.leading() && e.sinceStep(l):
 	case e.trim(l):
 	case b.live > 0:
 	// a short page read everything there was up to its bound: read again once the bound moved
@@ -357,10 +365,19 @@ func (e *engine) backlogStep(l *lane) {
 // (an endpoints torture run found this after a failover). Holding them costs the slot nothing,
 // as it cannot confirm past the unsettled attempt anyway; the lane keeps at most a request
 // timeout's worth of events in memory meanwhile.
-func (e *engine) writeSpilled(l *lane) {
+//
+// While a replay --since's rows are being written, only the events committed before its request
+// are: it reports false when there are none.
+func (e *engine) writeSpilled(l *lane) bool {
 	b := &l.bl
 	its := b.buf
 	b.buf = nil
+	if len(b.since) > 0 {
+		its, b.buf = splitBefore(its, b.since[0].tx.CommitLSN)
+		if len(its) == 0 {
+			return false
+		}
+	}
 	sortItems(its)
 	es := make([]store.BacklogEntry, len(its))
 	for i, it := range its {
@@ -389,6 +406,7 @@ func (e *engine) writeSpilled(l *lane) {
 		e.m.EventsSpilled.Add(float64(len(its)))
 		e.backlogStep(l)
 	})
+	return true
 }
 
 // readPage reads the next page of the backlog into the lane's queues.
@@ -427,12 +445,16 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 					"in outbox_events (deleted by hand?); it cannot be delivered and is skipped")
 				continue
 			}
-			ev.Message.Sequence = envelope.Sequence(uint64(ev.Pos.LSN), ev.Pos.Idx)
+			if ev.Pos.Replayed() {
+				ev.Message.Sequence = resentSequence(ev.Message, ev.Pos)
+			} else {
+				ev.Message.Sequence = envelope.Sequence(uint64(ev.Pos.LSN), ev.Pos.Idx)
+			}
 			if tx == nil || tx.CommitLSN != ev.Pos.LSN {
 				tx = &cdc.Tx{CommitLSN: ev.Pos.LSN} // for the log lines; it settles against its page, not the stream
 			}
 			it := e.newItem(ev.Message, tx, kindBacklog)
-			it.attempt, it.mark, it.page = ev.Attempts, ev.Mark, pg
+			it.attempt, it.mark, it.page, it.resent = ev.Attempts, ev.Mark, pg, ev.Pos.Replayed()
 			pg.left++
 			b.inMem++
 			if !l.add(it) {
@@ -509,7 +531,7 @@ func (e *engine) trim(l *lane) bool {
 // what it read, are queued behind it.
 func (e *engine) rejoin(l *lane) {
 	b := &l.bl
-	if !b.on || !l.active || b.busy || b.live > 0 || !b.short || b.read.Less(b.written) || l.health.Failing() {
+	if !b.on || !l.active || b.busy || b.live > 0 || !b.short || b.read.Less(b.written) || l.health.Failing() || len(b.since) > 0 {
 		return
 	}
 	b.on = false
@@ -535,6 +557,7 @@ func (e *engine) dropBacklog(l *lane) {
 	}
 	b := &l.bl
 	b.removed, b.on = true, false
+	e.dropSince(l, nil)
 	its := b.buf
 	b.buf, b.pages, b.inMem, b.entries = nil, nil, 0, 0
 	for _, it := range its {

@@ -74,7 +74,9 @@
 // every head back unacknowledged, so the buffer fills and the slot keeps its position; a 410 Gone
 // pauses the pipeline (or disables the endpoint), recorded durably. A replay request arrives in
 // the stream as a logical message at its place in commit order (cdc.Control): parked aggregates
-// are re-queued there; a replay since a time is read page by page ahead of everything later.
+// are re-queued there; a replay since a time is read page by page ahead of everything later,
+// or, to an endpoint, written into its backlog there (sincebacklog.go) while the other
+// endpoints take the stream.
 //
 // # Metrics and lifetime
 //

@@ -296,6 +296,9 @@ func (e *engine) observeDelivered(it *item) {
 		if it.kind == kindReplay && e.ep == nil {
 			break // one destination: it is done
 		}
+		if it.resent {
+			return // re-sent by a replay --since: it keeps its record, as kindSince does
+		}
 		if it.mark {
 			e.markDone(it.m, it.attempt-1)
 		} else {
@@ -631,6 +634,8 @@ func (e *engine) abandonRetired(l *lane, b *batch, reason string) {
 func (e *engine) release(l *lane, it *item, reason string) {
 	e.recordAbandoned(l, it, reason)
 	switch c := e.fan[it.m]; {
+	case it.resent:
+		// re-sent by a replay --since: its row keeps its record
 	case c != nil:
 		c.released++
 	case it.kind == kindLive, it.kind == kindBackfill, it.kind == kindBacklog && it.mark:

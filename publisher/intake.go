@@ -278,6 +278,7 @@ func (e *engine) dropConfirmed() {
 			}
 		}
 		l.bl.buf = buf
+		e.dropSince(l, old)
 	}
 	if n > 0 {
 		e.tracef("drop confirmed up to %s: %d", in.from, n)

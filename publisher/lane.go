@@ -456,6 +456,9 @@ func sortItems(its []*item) {
 func (l *lane) undelivered() (n int, oldest time.Time) {
 	for _, q := range l.keys {
 		head := q.peek()
+		if head.resent {
+			continue // re-sent by a replay --since: delivered long ago, not owed
+		}
 		t := head.tx.CommitTime
 		if t.IsZero() && head.m != nil {
 			t = head.m.CreatedAt // read back from the backlog: its row's created_at stands in

@@ -36,6 +36,7 @@ type item struct {
 	// disabled with its events kept); it counts in laneBacklog.live until it settles.
 	counted bool
 	mark    bool         // read from the backlog: its delivery marks the row done
+	resent  bool         // read from the backlog, where a replay --since wrote it: a re-send, never marked
 	replays uint64       // a replayed event: its lane's replays as it was queued (lane.replays)
 	page    *backlogPage // read from the backlog: the page it counts down
 }

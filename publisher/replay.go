@@ -107,7 +107,8 @@ func (e *engine) replayAggregate(l *lane, tx *cdc.Tx, agg cdc.Aggregate) {
 		})
 }
 
-// replaySince handles a replay --since request of tx for l at its place in the stream. It waits
+// replaySince handles a replay --since request of tx for l at its place in the stream: to an
+// endpoint, through its backlog (sincebacklog.go), the intake going on meanwhile. Else it waits
 // until every event queued before the request is settled and marked, then reads the rows page
 // by page in replay order and queues each page behind what is queued for its aggregates; it
 // waits for a page to settle before reading the next, and takes nothing from the stream
@@ -119,6 +120,9 @@ func (e *engine) replaySince(l *lane, tx *cdc.Tx, id int64) {
 	st := l.store
 	if st == nil {
 		e.acker.AckControl(tx)
+		return
+	}
+	if e.sinceThroughBacklog(l, tx, id) {
 		return
 	}
 	e.hold("read replay request", func(ctx context.Context) (any, error) { return st.SinceState(ctx, id) }, func(v any) {

@@ -162,7 +162,8 @@ type world struct {
 	eps        *epModel
 	recv       map[string]*receiver // by endpoint id ("": the one destination)
 	deliveries []delivery
-	got        map[pairKey]bool      // the deliveries' (endpoint, event) pairs
+	got        map[pairKey]bool      // the deliveries' (endpoint, event) pairs, re-sends by a replay --since apart
+	sinces     []simSince            // the replay --since requests committed
 	abandoned  map[string]bool       // events a shadow pipeline abandoned
 	tries      map[string]int        // the most attempts a lone event had (simDest.tried)
 	events     map[string]*eventInfo // every committed event, by id
@@ -191,6 +192,7 @@ type eventInfo struct {
 type delivery struct {
 	endpoint, id string
 	at           time.Time
+	resent       bool // re-sent by a replay --since
 }
 
 const (
@@ -383,6 +385,7 @@ func (w *world) commit(events []*envelope.Message, controls []cdc.Control) *walT
 	}
 	w.db.Insert(events...)
 	w.wal = append(w.wal, tx)
+	w.noteSince(tx)
 	if w.eps != nil {
 		w.eps.committed(tx)
 	}
@@ -455,8 +458,9 @@ func (w *world) control() *cdc.Control {
 		since := w.now.Add(-time.Duration(1+w.rng.IntN(3)) * time.Second)
 		id := w.db.RequestSince(store.SinceState{Pipeline: simPipeline, Since: since, Total: 1})
 		return &cdc.Control{Replay: &cdc.ReplayRequest{Pipeline: simPipeline, SinceRequest: id}}
+	default:
+		return w.recoverEndpoint()
 	}
-	return nil
 }
 
 // replayParked asks a lane with parked aggregates to replay them.
@@ -715,6 +719,7 @@ func (p *proc) input(f func(e *engine)) {
 			p.op(eff.op)
 		}
 	}
+	p.w.checkIsolated(p)
 	if dl := p.e.deadline(); !dl.IsZero() && (p.tickAt.IsZero() || dl.Before(p.tickAt)) {
 		p.tickAt = dl
 		p.tickSeq++
@@ -741,8 +746,8 @@ func (p *proc) attempt(a *attempt) {
 	w.tracef("attempt p%d %s #%d %v -> %s", p.id, a.lane.name, a.n, ids, r.Label)
 	w.schedule(res.latency, "answer", func() {
 		if res.applied {
-			for _, m := range a.ms {
-				w.delivered(a.lane.id, m.ID)
+			for i, m := range a.ms {
+				w.delivered(a.lane.id, m.ID, a.b.items[i].resent || a.b.items[i].kind == kindSince)
 			}
 		}
 		if p.alive {

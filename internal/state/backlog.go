@@ -50,11 +50,13 @@ func SpillBacklog(ctx context.Context, db DB, s, pipeline, endpoint string, es [
 }
 
 // BacklogPage returns up to limit entries of the backlog after position (lsn, idx) and up to
-// position (toLSN, toIdx), in stream order, with their events.
+// position (toLSN, toIdx), in stream order, with their events (each with the sequence recorded
+// when it was delivered, dead-lettered or parked: what a replay --since re-sends it with).
 func BacklogPage(ctx context.Context, db DB, s, pipeline, endpoint string, lsn pglogrepl.LSN, idx int, toLSN pglogrepl.LSN, toIdx, limit int) ([]BacklogEvent, error) {
 	rows, err := db.Query(ctx, schema.SQL(s, `SELECT b.lsn::text, b.idx, b.event_id::text, b.attempts, b.mark, o.id IS NULL,
 			coalesce(o.aggregate_type, ''), coalesce(o.aggregate_id, ''), coalesce(o.event_type, ''), coalesce(o.payload::text, ''),
-			coalesce(o.headers::text, ''), coalesce(o.created_at, b.spilled_at), coalesce(o.tenant_id, '')
+			coalesce(o.headers::text, ''), coalesce(o.created_at, b.spilled_at), coalesce(o.tenant_id, ''),
+			coalesce(o.event_sequence, '')
 		FROM {outbox_endpoint_backlog} b LEFT JOIN {outbox_events} o ON o.id = b.event_id
 		WHERE b.pipeline = $1 AND b.endpoint_id = $2 AND (b.lsn, b.idx) > ($3::pg_lsn, $4)
 			AND (b.lsn, b.idx) <= ($5::pg_lsn, $6)
@@ -68,7 +70,7 @@ func BacklogPage(ctx context.Context, db DB, s, pipeline, endpoint string, lsn p
 		var e BacklogEvent
 		var l, payload, headers string
 		if err := rows.Scan(&l, &e.Idx, &e.EventID, &e.Attempts, &e.Mark, &e.Missing, &e.AggregateType, &e.AggregateID,
-			&e.EventType, &payload, &headers, &e.CreatedAt, &e.TenantID); err != nil {
+			&e.EventType, &payload, &headers, &e.CreatedAt, &e.TenantID, &e.Sequence); err != nil {
 			return nil, err
 		}
 		if e.LSN, err = pglogrepl.ParseLSN(l); err != nil {

@@ -10,6 +10,8 @@ import (
 // Backlog returns the store.Backlog of pipeline's endpoints.
 func (db *DB) Backlog(pipeline string) store.Backlog { return backlog{db: db, pipeline: pipeline} }
 
+var _ store.ReplayBacklog = backlog{}
+
 type backlog struct {
 	db       *DB
 	pipeline string
@@ -55,6 +57,13 @@ func (b backlog) Spill(_ context.Context, endpoint string, es []store.BacklogEnt
 	return nil
 }
 
+func (b backlog) SpillReplay(ctx context.Context, endpoint string, es []store.BacklogEntry, st store.SinceState) error {
+	if err := b.Spill(ctx, endpoint, es); err != nil {
+		return err
+	}
+	return pipeline{db: b.db}.SinceProgress(ctx, st)
+}
+
 func (b backlog) Page(_ context.Context, endpoint string, after, through store.BacklogPos, limit int) ([]store.BacklogEvent, error) {
 	b.db.mu.Lock()
 	defer b.db.mu.Unlock()
@@ -70,7 +79,7 @@ func (b backlog) Page(_ context.Context, endpoint string, after, through store.B
 		}
 		ev := store.BacklogEvent{BacklogEntry: e}
 		if r := b.db.rows[e.EventID]; r != nil {
-			ev.Message = r.message("")
+			ev.Message = r.message(r.seq)
 		}
 		out = append(out, ev)
 	}
