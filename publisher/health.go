@@ -72,6 +72,7 @@ func (e *engine) transitions(l *lane, ch health.Change) {
 // secret expired and prunes the versions log; it runs every StatusInterval.
 func (e *engine) housekeep() {
 	e.checkHealth()
+	e.refreshOldest()
 	e.saveStatus()
 	for _, l := range e.lanes {
 		if l.active && !l.rebuildAt.IsZero() && !e.now.Before(l.rebuildAt) {
@@ -150,10 +151,8 @@ func (e *engine) status(l *lane) store.EndpointStatus {
 	h := l.health.Status()
 	st := store.EndpointStatus{ID: l.id, FailingSince: h.FailingSince, LastSuccess: h.LastSuccess, LastError: h.LastError,
 		LastErrorAt: h.LastErrorAt, FailuresInRow: h.FailuresInRow}
-	if l.active {
-		n, oldest := l.undelivered()
-		st.Undelivered, st.OldestUndelivered = int64(n), oldest
-	}
+	n, oldest := l.undelivered() // (a disabled endpoint's backlog is kept for its enable)
+	st.Undelivered, st.OldestUndelivered = int64(n), oldest
 	return st
 }
 
