@@ -471,3 +471,25 @@ func (p *Publisher) OnlyPaused() bool {
 	}
 	return held
 }
+
+// HeldByEndpoints reports whether every event the lanes hold is held by an endpoint that answers
+// for it: one that is paused, or failing (its last attempt failed). Nothing delivered is then the
+// endpoints' doing, which each one's own series (outbox_relay_endpoint_failures_in_row,
+// _oldest_undelivered_seconds) and alert report, not a stall of the relay: /readyz is about the
+// relay. For a pipeline with one destination it is OnlyPaused: its destination failing is the
+// pipeline's stall.
+func (p *Publisher) HeldByEndpoints() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	held := false
+	for _, l := range p.e.lanes {
+		if !l.active || l.queued == 0 && len(l.bl.buf) == 0 && len(l.bl.writing) == 0 {
+			continue
+		}
+		if !l.paused && (l == p.e.single || l.health.Status().FailuresInRow == 0) {
+			return false
+		}
+		held = true
+	}
+	return held
+}
