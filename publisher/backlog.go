@@ -538,10 +538,9 @@ func (e *engine) rejoin(l *lane) {
 		}
 	}
 	e.parkNow(l, parked, func() {})
-	if b.entries > 0 {
+	if b.rejoined = b.entries > 0; b.rejoined {
 		// What it read is not all delivered yet (a paused endpoint delivers none of it): it is
 		// caught up once the last of it is, and the backlog is empty (emptied).
-		b.rejoined = true
 		n, _ := l.undelivered()
 		e.log.Info().Str("lane", l.name).Int("undelivered", n).Int64("backlog", b.entries).
 			Msg("endpoint read its whole backlog; it takes the live stream again behind what it still has to deliver")
@@ -661,6 +660,7 @@ func (e *engine) resyncBacklogs(then func()) {
 				l.bl.on = true
 			}
 		}
+		e.refreshOldest() // another relay may have written or emptied them
 		then()
 	})
 }

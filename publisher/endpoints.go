@@ -154,6 +154,7 @@ func (s *endpointState) loaded() {
 			delete(s.backlogs, id)
 		}
 	}
+	e.refreshOldest() // the backlogs found at start: their age, before the first status save
 	e.log.Info().Int("endpoints", len(e.lanes)).Int("versions", len(s.pending)).Msg("endpoints loaded")
 }
 
