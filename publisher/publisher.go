@@ -209,6 +209,13 @@ type FanoutConfig struct {
 	// endpoints are delivered, spilled and recorded only while it does (see Slot). Nil: as if
 	// it always held it.
 	Slot Slot
+	// Shard and Shards say which shard of how many this engine delivers, when the pipeline is
+	// sharded (one engine per shard, each delivering its aggregates to every endpoint): each
+	// endpoint's rate_limit and in-flight cap (its row's max_in_flight, else
+	// EndpointMaxInFlight) are split among the shards, this one taking its share, so that the
+	// shards together hold them (a cap below Shards still lets each shard one request). Zero
+	// Shards (or 1): not sharded, each endpoint's whole limits.
+	Shard, Shards int
 }
 
 // Acker is told about every settled event and control record, and about the events a replay
@@ -258,6 +265,7 @@ type engineConfig struct {
 	clock                        func() time.Time
 	trace                        func(format string, args ...any) // the simulation's trace of decisions; nil: none
 	slot                         Slot
+	shard, shards                int // this engine's shard, of shards (0 or 1: not sharded)
 }
 
 // Publisher is the delivery engine of one pipeline: its deterministic core (engine) and the
@@ -289,7 +297,7 @@ func New(cfg Config, dest destination.Destination, acker Acker, marks Marks) *Pu
 	if _, ok := dest.(destination.BatchDestination); ok && cfg.Batch.Enabled() {
 		l.batching = cfg.Batch
 	}
-	l.setRateLimit(cfg.RateLimit)
+	l.setRateLimit(cfg.RateLimit, time.Second)
 	l.setDest(dest)
 	return &Publisher{shutdown: cfg.ShutdownTimeout, owner: owner{e: e}}
 }
@@ -305,7 +313,8 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Publisher {
 		logPayloads: cfg.LogPayloads, store: cfg.Store, backfillSlot: cfg.BackfillSlot, resume: cfg.Resume,
 		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable,
 		confirmed: cfg.Confirmed, statusInterval: cfg.StatusInterval, backlog: cfg.Backlog, spillAfter: cfg.SpillAfter,
-		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot}
+		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot,
+		shard: cfg.Shard, shards: cfg.Shards}
 	ec.fanoutDefaults()
 	max := cfg.MetricsMax
 	if max == 0 {

@@ -135,7 +135,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
-		DeliveryLog: deliveryLogOf(dlog), Slot: slot,
+		DeliveryLog: deliveryLogOf(dlog), Slot: slot, Shard: p.shard.index, Shards: p.shard.of,
 	}, acker, marks)
 }
 
