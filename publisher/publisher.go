@@ -177,7 +177,9 @@ type FanoutConfig struct {
 	// its events retry until it is fixed. Required.
 	Open func(id string, row []byte) (dest destination.Destination, release func(), rebuildAt time.Time, err error)
 	// Disable disables endpoint id with reason (a 410 Gone, or failing for DisableAfter): its
-	// row changes, and the change reaches every relay through the stream. Required.
+	// row changes, and the change reaches every relay through the stream. It returns an error
+	// wrapping ErrDisabledAlready when it changed nothing (disabled already, or removed): the
+	// operator is then not notified by this engine. Required.
 	Disable func(ctx context.Context, id, reason string) error
 	// Confirmed returns the position the slot confirmed, to prune the versions log and to mark
 	// an event read from a backlog. Nil: never pruned, and such an event keeps its status.
