@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/store"
 )
@@ -297,10 +298,10 @@ func (w *world) checkNotified(id string) {
 
 // checkGauges checks, every second, what the leading relay reports of each endpoint (its status,
 // which `status --endpoints` and the endpoint series show) against the stores: an endpoint whose
-// backlog holds an event it is still owed (neither delivered to it nor dead-lettered or parked
-// for its lane) owes at least one event, counts among the endpoints with a backlog
-// (endpoints_spilling), and its oldest undelivered event, when it has one, is no younger than
-// that event. It checks only what the relay can know: the endpoints whose backlog no other
+// backlog holds an event it is still owed (neither delivered to it nor dead-lettered, nor of an
+// aggregate parked for its lane: those are reported as parked) owes at least one event, counts among the endpoints with a backlog
+// (endpoints_spilling), and its oldest undelivered event, when it has one and the backlog's age
+// is known, is no younger than that event. It checks only what the relay can know: the endpoints whose backlog no other
 // relay wrote to since this one's streaming session began (it reads the backlogs then).
 func (w *world) checkGauges() {
 	defer w.schedule(time.Second, "gauges", w.checkGauges)
@@ -312,7 +313,7 @@ func (w *world) checkGauges() {
 		if w.foreignSpill(l.id, p) {
 			continue
 		}
-		owed := w.firstOwed(l.id)
+		owed := w.firstOwed(l)
 		if owed == nil {
 			continue
 		}
@@ -321,6 +322,9 @@ func (w *world) checkGauges() {
 		case st.Undelivered < 1 || !l.hasBacklog():
 			w.failf("gauges: p%d reports endpoint %q owing %d events (with a backlog: %v), but its backlog holds event %s, "+
 				"not delivered", p.id, l.id, st.Undelivered, l.hasBacklog(), owed.m.ID)
+		case l.bl.entries > 0 && l.bl.oldest.IsZero():
+			// the backlog's age is being read (at start, after another relay led, or again at
+			// the next status save after a read that failed): what is in memory shows meanwhile
 		case !st.OldestUndelivered.IsZero() && st.OldestUndelivered.After(owed.m.CreatedAt):
 			w.failf("gauges: p%d reports endpoint %q's oldest undelivered event at %s, after event %s of its backlog (%s)",
 				p.id, l.id, st.OldestUndelivered.Sub(w.start), owed.m.ID, owed.m.CreatedAt.Sub(w.start))
@@ -339,9 +343,11 @@ func (w *world) foreignSpill(id string, p *proc) bool {
 	return false
 }
 
-// firstOwed returns the first event of endpoint id's backlog that is neither delivered to it
-// nor dead-lettered or parked for its lane (nil: none).
-func (w *world) firstOwed(id string) *eventInfo {
+// firstOwed returns the first event of lane l's backlog that is neither delivered to it nor
+// dead-lettered or parked (or being parked: its aggregate is parked) for it (nil: none).
+// Parked events are reported as parked aggregates, not as undelivered.
+func (w *world) firstOwed(l *lane) *eventInfo {
+	id := l.id
 	ctx := context.Background()
 	max := store.BacklogPos{LSN: math.MaxUint64, Idx: math.MaxInt32}
 	after := store.BacklogPos{}
@@ -349,7 +355,8 @@ func (w *world) firstOwed(id string) *eventInfo {
 		page, _ := w.db.Backlog(simPipeline).Page(ctx, id, after, max, 50)
 		for _, en := range page {
 			ev := w.events[en.EventID]
-			if ev != nil && !w.got[pairKey{id, en.EventID}] && !w.deadLettered(id, ev) {
+			if ev != nil && !w.got[pairKey{id, en.EventID}] && !w.deadLettered(id, ev) &&
+				!l.parked[cdc.Aggregate{Type: ev.m.AggregateType, ID: ev.m.AggregateID}] {
 				return ev
 			}
 		}
