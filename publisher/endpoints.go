@@ -478,7 +478,7 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 	if e.cfg.shards > 1 && capped < e.cfg.shards && (fresh || before.MaxInFlight != row.MaxInFlight) {
 		e.log.Warn().Str("endpoint", l.id).Int("max_in_flight", capped).Int("shards", e.cfg.shards).
 			Msgf("the endpoint's max_in_flight is below the pipeline's shards: each shard keeps one request in flight, %d in all; "+
-				"raise it to %d or more (`outbox-relay endpoint update %s --max-in-flight %d`)", e.cfg.shards, e.cfg.shards, l.id, e.cfg.shards)
+				"set its max_in_flight to %d or more (`outbox-relay endpoint update`)", e.cfg.shards, e.cfg.shards)
 	}
 	linger := row.Linger()
 	if linger <= 0 {
