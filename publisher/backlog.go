@@ -45,9 +45,11 @@ import (
 type laneBacklog struct {
 	// on: the streamed events routed to the lane are spilled (buf) instead of queued.
 	on bool
-	// buf are the events spilled and not written yet.
-	buf  []*item
-	busy bool // a store operation of the backlog is under way
+	// buf are the events spilled and not written yet; writing those of the write under way
+	// (writeSpilled), counted in neither buf nor entries until it is done.
+	buf     []*item
+	writing []*item
+	busy    bool // a store operation of the backlog is under way
 	// written is the position of the last entry written (or found at start), read that of the
 	// last entry read; short is set when the last page read was not full, readTo is how far
 	// that read could go (see through).
@@ -65,7 +67,15 @@ type laneBacklog struct {
 	inMem int
 	// entries is how many entries the backlog holds, as far as this process knows.
 	entries int64
-	removed bool
+	// oldest is when the event of the backlog's first entry was created, as last known: set by
+	// a write into an empty backlog, and read again from the store at each status save
+	// (refreshOldest), off the delivery path; zero: unknown yet, or no entry. It is what the
+	// endpoint's oldest undelivered event is once its events are in the backlog (undelivered).
+	oldest time.Time
+	// rejoined is set when the lane rejoined the stream with entries still to deliver: "caught
+	// up" is logged once they are delivered (emptied).
+	rejoined bool
+	removed  bool
 	// reads counts the times the lane forgot what it read (reread): a page read before is dropped.
 	reads uint64
 	// since are the replays --since whose rows are not all written yet, in stream order
@@ -83,6 +93,7 @@ type laneBacklog struct {
 type backlogPage struct {
 	high store.BacklogPos
 	left int
+	n    int // entries read in it
 }
 
 const (
@@ -383,7 +394,7 @@ func (e *engine) writeSpilled(l *lane) bool {
 	for i, it := range its {
 		es[i] = store.BacklogEntry{Pos: position(it.m, it.tx), EventID: it.m.ID, Attempts: it.attempt, Mark: e.fan[it.m] == nil}
 	}
-	b.busy = true
+	b.busy, b.writing = true, its
 	id, bl := l.id, e.cfg.backlog
 	if e.cfg.trace != nil {
 		for _, en := range es {
@@ -391,7 +402,10 @@ func (e *engine) writeSpilled(l *lane) bool {
 		}
 	}
 	e.durably("record events in an endpoint's backlog", func(ctx context.Context) error { return bl.Spill(ctx, id, es) }, func() {
-		b.busy = false
+		b.busy, b.writing = false, nil
+		if b.entries == 0 { // the first entries: the backlog is as old as the oldest of them
+			b.oldest = oldestOf(its)
+		}
 		e.tracef("written %s %d entries up to %v", l.name, len(es), es[len(es)-1].Pos)
 		if last := es[len(es)-1].Pos; b.written.Less(last) {
 			b.written = last
@@ -456,6 +470,7 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 			it := e.newItem(ev.Message, tx, kindBacklog)
 			it.attempt, it.mark, it.page, it.resent = ev.Attempts, ev.Mark, pg, ev.Pos.Replayed()
 			pg.left++
+			pg.n++
 			b.inMem++
 			if !l.add(it) {
 				parked = append(parked, it)
@@ -521,6 +536,7 @@ func (e *engine) trim(l *lane) bool {
 			b.pages = b.pages[n:]
 		}
 		b.entries = max(b.entries-gone, 0)
+		e.emptied(l)
 		e.backlogStep(l)
 	})
 	return true
@@ -545,7 +561,69 @@ func (e *engine) rejoin(l *lane) {
 		}
 	}
 	e.parkNow(l, parked, func() {})
+	if b.rejoined = b.entries > 0; b.rejoined {
+		// What it read is not all delivered yet (a paused endpoint delivers none of it): it is
+		// caught up once the last of it is, and the backlog is empty (emptied).
+		n, _ := l.undelivered()
+		e.log.Info().Str("lane", l.name).Int("undelivered", n).Int64("backlog", b.entries).
+			Msg("endpoint read its whole backlog; it takes the live stream again behind what it still has to deliver")
+		return
+	}
 	e.log.Info().Str("lane", l.name).Int("queued", len(its)).Msg("endpoint caught up with its backlog; it takes the live stream again")
+}
+
+// emptied notes a backlog that a trim or a drop left without entries: its oldest is forgotten,
+// and a lane that rejoined the stream before it delivered what it read is caught up now.
+func (e *engine) emptied(l *lane) {
+	b := &l.bl
+	if b.entries > 0 {
+		return
+	}
+	b.oldest = time.Time{}
+	if b.rejoined && !b.on {
+		b.rejoined = false
+		e.log.Info().Str("lane", l.name).Msg("endpoint caught up with its backlog: it is empty, and the endpoint takes the live stream")
+	}
+}
+
+// oldestOf returns when the oldest of its was committed (or created, when that is unknown).
+func oldestOf(its []*item) time.Time {
+	var t time.Time
+	for _, it := range its {
+		if at := it.since(); !at.IsZero() && (t.IsZero() || at.Before(t)) {
+			t = at
+		}
+	}
+	return t
+}
+
+// refreshOldest reads when the first entry of each backlog was created, for the lanes that have
+// a backlog; it runs at each status save, off the delivery path. A backlog written meanwhile
+// into an empty one keeps what its write set (the read saw none).
+func (e *engine) refreshOldest() {
+	bl := e.cfg.backlog
+	var ids []string
+	for _, l := range e.lanes {
+		if l.bl.entries > 0 {
+			ids = append(ids, l.id)
+		}
+	}
+	if bl == nil || len(ids) == 0 {
+		return
+	}
+	e.do("read the oldest events of the endpoints' backlogs", false, func(ctx context.Context) (any, error) {
+		return bl.Oldest(ctx, ids)
+	}, func(v any, err error) {
+		if err != nil && !e.stopping {
+			e.log.Warn().Err(err).Msg("reading the oldest events of the endpoints' backlogs failed; their age is read again at the next status save")
+		}
+		oldest, _ := v.(map[string]time.Time)
+		for id, t := range oldest {
+			if l := e.byID[id]; l != nil && l.bl.entries > 0 {
+				l.bl.oldest = t
+			}
+		}
+	})
 }
 
 // dropBacklog forgets the backlog of a removed lane: the events spilled and not written are
@@ -559,7 +637,7 @@ func (e *engine) dropBacklog(l *lane) {
 	b.removed, b.on = true, false
 	e.dropSince(l, nil)
 	its := b.buf
-	b.buf, b.pages, b.inMem, b.entries = nil, nil, 0, 0
+	b.buf, b.pages, b.inMem, b.entries, b.oldest, b.rejoined = nil, nil, 0, 0, time.Time{}, false
 	for _, it := range its {
 		e.settle(l, it)
 	}
@@ -606,6 +684,7 @@ func (e *engine) resyncBacklogs(then func()) {
 				l.bl.on = true
 			}
 		}
+		e.refreshOldest() // another relay may have written or emptied them
 		then()
 	})
 }

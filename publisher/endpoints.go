@@ -163,6 +163,7 @@ func (s *endpointState) loaded() {
 			delete(s.backlogs, id)
 		}
 	}
+	e.refreshOldest() // the backlogs found at start: their age, before the first status save
 	e.log.Info().Int("endpoints", len(e.lanes)).Int("versions", len(s.pending)).Msg("endpoints loaded")
 }
 
@@ -481,9 +482,15 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 		l.raw = v.Row
 		e.rebuild(l)
 	}
-	l.maxInFlight = row.MaxInFlight
-	if l.maxInFlight <= 0 {
-		l.maxInFlight = e.cfg.endpointMaxInFlight
+	capped := row.MaxInFlight
+	if capped <= 0 {
+		capped = e.cfg.endpointMaxInFlight
+	}
+	l.maxInFlight = shareOf(capped, e.cfg.shard, e.cfg.shards)
+	if e.cfg.shards > 1 && capped < e.cfg.shards && (fresh || before.MaxInFlight != row.MaxInFlight) {
+		e.log.Warn().Str("endpoint", l.id).Int("max_in_flight", capped).Int("shards", e.cfg.shards).
+			Msgf("the endpoint's max_in_flight is below the pipeline's shards: each shard keeps one request in flight, %d in all; "+
+				"set its max_in_flight to %d or more (`outbox-relay endpoint update`)", e.cfg.shards, e.cfg.shards)
 	}
 	linger := row.Linger()
 	if linger <= 0 {
@@ -491,7 +498,7 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 	}
 	l.batching = Batch{MaxEvents: row.BatchMaxEvents, MaxBytes: row.BatchMaxBytes, Linger: linger}
 	l.batching.defaults()
-	l.setRateLimit(row.RateLimit)
+	l.setRateLimit(rateShare(row.RateLimit, e.cfg.shard, e.cfg.shards))
 	e.refreshPause(l)
 	e.wake(l)
 	if fresh {
@@ -499,13 +506,13 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 	}
 }
 
-// setRateLimit bounds the attempts l starts in any one second (0: unlimited).
-func (l *lane) setRateLimit(perSecond int) {
+// setRateLimit bounds the attempts l starts in any window of per to n (0: unlimited).
+func (l *lane) setRateLimit(n int, per time.Duration) {
 	switch {
-	case perSecond <= 0:
+	case n <= 0:
 		l.limit = nil
-	case l.limit == nil || len(l.limit.starts) != perSecond:
-		l.limit = newWindowLimiter(perSecond, time.Second)
+	case l.limit == nil || len(l.limit.starts) != n || l.limit.per != per:
+		l.limit = newWindowLimiter(n, per)
 	}
 }
 

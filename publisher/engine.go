@@ -669,21 +669,24 @@ func (e *engine) gone(l *lane, b *batch, r destination.Result) {
 		e.refreshPause(l)
 	}
 	l.pushFormed(b)
-	record := e.cfg.recordPause
-	if l != e.single {
-		id := l.id
-		record = func(ctx context.Context, reason string) error { return e.cfg.disable(ctx, id, reason) }
-	}
-	if record == nil {
-		e.logGone(l, first, r, false)
-		return
-	}
-	e.durably("record the 410 Gone", func(ctx context.Context) error { return record(ctx, reason) }, func() {
-		if l == e.single {
-			e.logGone(l, first, r, true)
+	if l == e.single {
+		record := e.cfg.recordPause
+		if record == nil {
+			e.logGone(l, first, r, false)
 			return
 		}
-		e.disabledGone(l, reason)
+		e.durably("record the 410 Gone", func(ctx context.Context) error { return record(ctx, reason) }, func() {
+			e.logGone(l, first, r, true)
+		})
+		return
+	}
+	id, disable := l.id, e.cfg.disable
+	e.do("record the 410 Gone", true, func(ctx context.Context) (any, error) { return disableOnce(ctx, disable, id, reason) }, func(v any, _ error) {
+		if won, _ := v.(bool); won {
+			e.disabledGone(l, reason)
+		} else {
+			e.disabledAlready(l, reason)
+		}
 		// What a replay or a backfill re-sent is settled unsent now, as its disable will (retire):
 		// the intake may wait for it (a backfill page), and the disable reaches this relay only
 		// through the intake.

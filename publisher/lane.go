@@ -451,21 +451,38 @@ func sortItems(its []*item) {
 	})
 }
 
-// undelivered returns how many events the lane holds (queued, in flight, waiting for a retry)
-// and the commit time of the oldest of its heads (zero when none is known).
+// undelivered returns how many events the lane owes: those it holds (queued, in flight, waiting
+// for a retry), those spilled and not written yet, and the entries of its backlog it has not
+// read; and when the oldest of them was committed (zero when none is known). The backlog's
+// oldest is what the store said at the last status save (refreshOldest), or its first write.
 func (l *lane) undelivered() (n int, oldest time.Time) {
-	for _, q := range l.keys {
-		head := q.peek()
-		if head.resent {
-			continue // re-sent by a replay --since: delivered long ago, not owed
-		}
-		t := head.tx.CommitTime
-		if t.IsZero() && head.m != nil {
-			t = head.m.CreatedAt // read back from the backlog: its row's created_at stands in
-		}
+	earlier := func(t time.Time) {
 		if !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
 			oldest = t
 		}
 	}
-	return l.queued, oldest
+	for _, q := range l.keys {
+		earlier(q.peek().since())
+	}
+	b := &l.bl
+	for _, its := range [][]*item{b.buf, b.writing} {
+		for _, it := range its {
+			earlier(it.since())
+		}
+	}
+	unread := b.entries
+	for _, pg := range b.pages {
+		unread -= int64(pg.n)
+	}
+	if b.entries > 0 {
+		earlier(b.oldest)
+	}
+	return l.queued + len(b.buf) + len(b.writing) + int(max(unread, 0)), oldest
+}
+
+// hasBacklog reports whether the lane spills, or its backlog holds entries (a paused endpoint
+// that read its whole backlog and rejoined the stream still owes them).
+func (l *lane) hasBacklog() bool {
+	b := &l.bl
+	return b.on || b.entries > 0 || len(b.buf) > 0 || len(b.writing) > 0
 }

@@ -46,6 +46,18 @@ func (it *item) key() cdc.Aggregate {
 	return cdc.Aggregate{Type: it.m.AggregateType, ID: it.m.AggregateID}
 }
 
+// since is when the item's event was committed; for one read back from the backlog (no commit
+// time), its row's created_at stands in.
+func (it *item) since() time.Time {
+	if it.resent {
+		return time.Time{} // re-sent by a replay --since: delivered long ago, not owed
+	}
+	if t := it.tx.CommitTime; !t.IsZero() || it.m == nil {
+		return t
+	}
+	return it.m.CreatedAt
+}
+
 // fifo is a slice-backed queue that reuses its storage.
 type fifo struct {
 	buf  []*item

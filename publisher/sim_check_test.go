@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/store"
 )
@@ -33,6 +34,9 @@ import (
 //   - recovery isolated (sim_since_test.go): the intake never waits for the deliveries of a
 //     replay --since to an endpoint, which goes through the endpoint's backlog; its
 //     re-sends stay within the endpoint's tenant, and every request taken is complete at the end.
+//   - gauges: an endpoint whose backlog holds an event it is owed is reported as owing events,
+//     as old as that one at least, and with a backlog (checkGauges);
+//   - notify: the operator is told of each disable of an endpoint once (checkNotified).
 
 type pairKey struct{ endpoint, id string }
 
@@ -324,4 +328,100 @@ func (e *engine) describe() string {
 			l.limitUntil.Format(time.StampMicro), l.inRunq, l.batching, l.startable())
 	}
 	return b.String()
+}
+
+// checkNotified checks that the operator was told of endpoint id's disables once each: a relay
+// that finds the endpoint disabled already (another relay, leading or cut off from the slot, got
+// there first) does not report it again.
+func (w *world) checkNotified(id string) {
+	if w.notified[id] > w.disables[id] {
+		w.failf("notify: %d endpoint.disabled notifications for endpoint %q, which the relays disabled %d times",
+			w.notified[id], id, w.disables[id])
+	}
+}
+
+// checkGauges checks, every second, what the leading relay reports of each endpoint (its status,
+// which `status --endpoints` and the endpoint series show) against the stores: an endpoint whose
+// backlog holds an event it is still owed (neither delivered to it nor dead-lettered, nor of an
+// aggregate parked for its lane: those are reported as parked) owes at least one event, counts among the endpoints with a backlog
+// (endpoints_spilling), and its oldest undelivered event, when it has one and the backlog's age
+// is known, is no younger than that event. It checks only what the relay can know: the endpoints whose backlog no other
+// relay wrote to since this one's streaming session began (it reads the backlogs then).
+func (w *world) checkGauges() {
+	defer w.schedule(time.Second, "gauges", w.checkGauges)
+	p := w.leader
+	if p == nil || !p.alive || !p.streaming || w.eps == nil || !w.opts.backlog || !p.e.leading() {
+		return
+	}
+	for _, l := range p.e.lanes {
+		if w.foreignSpill(l.id, p) {
+			continue
+		}
+		owed := w.firstOwed(l)
+		if owed == nil {
+			continue
+		}
+		st := p.e.status(l)
+		switch {
+		case st.Undelivered < 1 || !l.hasBacklog():
+			w.failf("gauges: p%d reports endpoint %q owing %d events (with a backlog: %v), but its backlog holds event %s, "+
+				"not delivered", p.id, l.id, st.Undelivered, l.hasBacklog(), owed.m.ID)
+		case l.bl.entries > 0 && l.bl.oldest.IsZero():
+			// the backlog's age is being read (at start, after another relay led, or again at
+			// the next status save after a read that failed): what is in memory shows meanwhile
+		case !st.OldestUndelivered.IsZero() && st.OldestUndelivered.After(owed.m.CreatedAt):
+			w.failf("gauges: p%d reports endpoint %q's oldest undelivered event at %s, after event %s of its backlog (%s)",
+				p.id, l.id, st.OldestUndelivered.Sub(w.start), owed.m.ID, owed.m.CreatedAt.Sub(w.start))
+		}
+	}
+}
+
+// foreignSpill reports whether a process other than p wrote to endpoint id's backlog since p's
+// streaming session began.
+func (w *world) foreignSpill(id string, p *proc) bool {
+	for q, at := range w.spilled[id] {
+		if q != p.id && !at.Before(p.since) {
+			return true
+		}
+	}
+	return false
+}
+
+// firstOwed returns the first event of lane l's backlog (not a replay's re-send) that is neither delivered to it nor
+// dead-lettered or parked (or being parked: its aggregate is parked) for it (nil: none).
+// Parked events are reported as parked aggregates, not as undelivered.
+func (w *world) firstOwed(l *lane) *eventInfo {
+	id := l.id
+	ctx := context.Background()
+	max := store.BacklogPos{LSN: math.MaxUint64, Idx: math.MaxInt32}
+	after := store.BacklogPos{}
+	for {
+		page, _ := w.db.Backlog(simPipeline).Page(ctx, id, after, max, 50)
+		for _, en := range page {
+			ev := w.events[en.EventID]
+			if en.Pos.Idx < 0 {
+				continue // written by a replay --since (store.ReplayIdx): a re-send, not owed
+			}
+			if ev != nil && !w.got[pairKey{id, en.EventID}] && !w.deadLettered(id, ev) &&
+				!l.parked[cdc.Aggregate{Type: ev.m.AggregateType, ID: ev.m.AggregateID}] {
+				return ev
+			}
+		}
+		if len(page) < 50 {
+			return nil
+		}
+		after = page[len(page)-1].Pos
+	}
+}
+
+// deadLettered reports whether ev is failed or parked in endpoint id's lane.
+func (w *world) deadLettered(id string, ev *eventInfo) bool {
+	ms, _ := w.db.Pipeline(laneName(id), true).Replayable(context.Background(),
+		store.Aggregate{Type: ev.m.AggregateType, ID: ev.m.AggregateID}, 0)
+	for _, m := range ms {
+		if m.ID == ev.m.ID {
+			return true
+		}
+	}
+	return false
 }

@@ -173,6 +173,11 @@ type world struct {
 	fails      []string
 	steps      int
 	stale      int // backlog entries left at the end by a relay cut off from the slot, of events delivered
+	// disables counts, per endpoint, the relays' disables that changed its row; notified the
+	// endpoint.disabled notifications the relays sent (at most one per disable: checkNotified).
+	disables, notified map[string]int
+	// spilled is when each process last wrote to each endpoint's backlog (checkGauges).
+	spilled map[string]map[int]time.Time
 }
 
 type walTx struct {
@@ -204,7 +209,8 @@ func runSim(seed uint64, full bool) *world {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := &world{seed: seed, rng: r, now: t0, start: t0, trace: &tracer{full: full}, abandoned: map[string]bool{}, opts: drawOpts(r),
-		recv: map[string]*receiver{}, events: map[string]*eventInfo{}, nextLSN: 0x1000}
+		recv: map[string]*receiver{}, events: map[string]*eventInfo{}, nextLSN: 0x1000, disables: map[string]int{}, notified: map[string]int{},
+		spilled: map[string]map[int]time.Time{}}
 	w.db = memstore.New(func() time.Time { return w.now })
 	for i := range 4 + r.IntN(8) {
 		w.aggs = append(w.aggs, fmt.Sprintf("a%d", i))
@@ -221,6 +227,7 @@ func runSim(seed uint64, full bool) *world {
 	// the table as it is then: a change committed before would be in the bootstrap).
 	w.schedule(time.Second, "write", w.write)
 	w.schedule(100*time.Millisecond, "confirm", w.confirmStep)
+	w.schedule(time.Second, "gauges", w.checkGauges)
 	w.schedule(time.Second+time.Duration(w.rng.Float64()/w.opts.faults*float64(time.Second)), "fault", w.fault)
 	w.schedule(w.opts.workload, "end", w.end)
 	limit := t0.Add(w.opts.workload + 5*time.Minute)
@@ -620,7 +627,7 @@ func (w *world) startProc() *proc {
 		cfg.maxAttempts = -1
 	}
 	if o.backlog {
-		cfg.backlog = w.db.Backlog(simPipeline)
+		cfg.backlog = simBacklog{w.db.Backlog(simPipeline), p}
 	}
 	cfg.store = w.db.Pipeline(simPipeline, o.endpoints)
 	if o.shadow {
@@ -633,7 +640,19 @@ func (w *world) startProc() *proc {
 		cfg.open = func(id string, _ []byte) (destination.Destination, func(), time.Time, error) {
 			return p.dest(id), nil, time.Time{}, nil
 		}
-		cfg.disable = func(_ context.Context, id, reason string) error { w.eps.disable(id, reason); return nil }
+		cfg.disable = func(_ context.Context, id, reason string) error {
+			if !w.eps.disable(id, reason) {
+				return ErrDisabledAlready
+			}
+			w.disables[id]++
+			return nil
+		}
+		cfg.notify = func(ev EndpointEvent) {
+			if ev.Type == EventEndpointDisabled {
+				w.notified[ev.Endpoint]++
+				w.checkNotified(ev.Endpoint)
+			}
+		}
 	} else {
 		recordPause = func(context.Context, string) error { w.paused = true; return nil }
 		cfg.recordPause = recordPause
@@ -1170,16 +1189,18 @@ func (m *epModel) committed(tx *walTx) {
 	}
 }
 
-// disable disables endpoint id, as outbox.Endpoints.Disable does (the relay's auto-disable and
-// its answer to a 410): a change in the log, unless it is gone or disabled already.
-func (m *epModel) disable(id, reason string) {
+// disable disables endpoint id, as endpoints.Store.DisableOnce does (the relay's auto-disable
+// and its answer to a 410): a change in the log, unless it is gone or disabled already; it
+// reports whether it changed the row.
+func (m *epModel) disable(id, reason string) bool {
 	row := m.rows[id]
 	if row == nil || row.State == endpoint.Disabled {
-		return
+		return false
 	}
 	row = clone(row)
 	row.State, row.DisabledReason = endpoint.Disabled, reason
 	m.w.commit(nil, []cdc.Control{*m.upsert(row)})
+	return true
 }
 
 // operate is the operator: enable a disabled endpoint, resume a paused one.
@@ -1211,3 +1232,34 @@ func (m *epModel) enableAll() {
 
 // unwrap returns the simulated destination inside a lane's decorated one.
 func (o *observed) unwrap() *simDest { return o.inner.(*simDest) }
+
+// simBacklog notes which process wrote to an endpoint's backlog when (checkGauges).
+type simBacklog struct {
+	store.Backlog
+	p *proc
+}
+
+func (b simBacklog) Spill(ctx context.Context, endpoint string, es []store.BacklogEntry) error {
+	err := b.Backlog.Spill(ctx, endpoint, es)
+	if err == nil {
+		b.wrote(endpoint)
+	}
+	return err
+}
+
+// SpillReplay passes a replay --since's rows on to the in-memory backlog (store.ReplayBacklog).
+func (b simBacklog) SpillReplay(ctx context.Context, endpoint string, es []store.BacklogEntry, st store.SinceState) error {
+	err := b.Backlog.(store.ReplayBacklog).SpillReplay(ctx, endpoint, es, st)
+	if err == nil {
+		b.wrote(endpoint)
+	}
+	return err
+}
+
+func (b simBacklog) wrote(endpoint string) {
+	w := b.p.w
+	if w.spilled[endpoint] == nil {
+		w.spilled[endpoint] = map[int]time.Time{}
+	}
+	w.spilled[endpoint][b.p.id] = w.now
+}

@@ -108,11 +108,18 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		return tracing.Destination(w, cfg.tracer, tracing.Target{Pipeline: p.Name, Endpoint: id}), w.Close, next, nil
 	}
 	disable := func(ctx context.Context, id, reason string) error {
-		_, err := eps.Disable(ctx, pool, id, reason)
-		if errors.Is(err, endpoints.ErrNotFound) || errors.Is(err, endpoints.ErrState) {
-			return nil // removed or disabled meanwhile: nothing left to do
+		// The conditional update: of the shards (and relays) that disable the endpoint at once,
+		// one changes the row; the others are told, and notify nobody.
+		_, changed, err := eps.DisableOnce(ctx, pool, id, reason)
+		switch {
+		case errors.Is(err, endpoints.ErrNotFound) || errors.Is(err, endpoints.ErrState):
+			return fmt.Errorf("disable endpoint %s: %w", id, publisher.ErrDisabledAlready) // removed meanwhile
+		case err != nil:
+			return err
+		case !changed:
+			return fmt.Errorf("disable endpoint %s: %w", id, publisher.ErrDisabledAlready)
 		}
-		return err
+		return nil
 	}
 	workers := max(p.MaxInFlight, settings.EndpointWorkers)
 	return publisher.NewFanout(publisher.FanoutConfig{Pipeline: p.Name, Workers: workers, RetryMin: p.RetryMin,
@@ -127,6 +134,6 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
-		DeliveryLog: deliveryLogOf(dlog), Slot: slot,
+		DeliveryLog: deliveryLogOf(dlog), Slot: slot, Shard: p.shard.index, Shards: p.shard.of,
 	}, acker, marks)
 }

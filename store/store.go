@@ -148,6 +148,11 @@ type Backlog interface {
 	Drop(ctx context.Context, endpoint string) error
 	// Sizes returns the backlog of each endpoint that has one.
 	Sizes(ctx context.Context) (map[string]BacklogSize, error)
+	// Oldest returns, for each of endpoints whose backlog holds an entry whose event is still in
+	// the outbox, when the first such entry's event was created (outbox_events.created_at): the
+	// age an endpoint owes its backlog from. It reads one entry per endpoint (the engine asks
+	// at each status save, for the endpoints with a backlog only).
+	Oldest(ctx context.Context, endpoints []string) (map[string]time.Time, error)
 }
 
 // ReplayBacklog is a Backlog that also takes the rows of a replay --since (pgstore's and

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -131,6 +132,33 @@ func BacklogSizes(ctx context.Context, db DB, s, pipeline string) (map[string]Ba
 			return nil, err
 		}
 		out[id] = b
+	}
+	return out, rows.Err()
+}
+
+// BacklogOldest returns, for each of endpoints of pipeline whose backlog names an event still in
+// outbox_events, the created_at of the first such event in stream order: one index probe per
+// endpoint (the primary key's order), so that its cost grows with the endpoints asked for, not
+// with the size of their backlogs.
+func BacklogOldest(ctx context.Context, db DB, s, pipeline string, endpoints []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	if len(endpoints) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT e.id, f.created_at FROM unnest($2::text[]) AS e(id)
+		CROSS JOIN LATERAL (SELECT o.created_at FROM {outbox_endpoint_backlog} b JOIN {outbox_events} o ON o.id = b.event_id
+			WHERE b.pipeline = $1 AND b.endpoint_id = e.id ORDER BY b.lsn, b.idx LIMIT 1) f`), pipeline, endpoints)
+	if err != nil {
+		return nil, fmt.Errorf("read the oldest events of the endpoints' backlogs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out[id] = at
 	}
 	return out, rows.Err()
 }

@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/store"
 )
@@ -114,6 +115,21 @@ func (b backlog) Sizes(context.Context) (map[string]store.BacklogSize, error) {
 	for id, es := range b.db.backlogs[b.pipeline] {
 		if len(es) > 0 {
 			out[id] = store.BacklogSize{Entries: int64(len(es)), Last: es[len(es)-1].Pos}
+		}
+	}
+	return out, nil
+}
+
+func (b backlog) Oldest(_ context.Context, endpoints []string) (map[string]time.Time, error) {
+	b.db.mu.Lock()
+	defer b.db.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, id := range endpoints {
+		for _, e := range b.entries(id) {
+			if r := b.db.rows[e.EventID]; r != nil {
+				out[id] = r.m.CreatedAt
+				break
+			}
 		}
 	}
 	return out, nil

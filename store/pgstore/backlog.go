@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -82,4 +83,9 @@ func (s Backlog) Sizes(ctx context.Context) (map[string]store.BacklogSize, error
 		out[id] = store.BacklogSize{Entries: r.Entries, Last: store.BacklogPos{LSN: r.LSN, Idx: r.Idx}}
 	}
 	return out, nil
+}
+
+// Oldest implements store.Backlog.
+func (s Backlog) Oldest(ctx context.Context, endpoints []string) (map[string]time.Time, error) {
+	return state.BacklogOldest(ctx, s.Pool, s.Schema, s.Pipeline, endpoints)
 }

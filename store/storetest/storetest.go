@@ -322,6 +322,10 @@ func testBacklog(t *testing.T, db DB) {
 	sizes, err = b.Sizes(ctx)
 	must(t, err)
 	equal(t, "sizes after a trim", sizes, map[string]store.BacklogSize{"ep1": {Entries: 2, Last: pos(0x30, 0)}})
+	oldest, err := b.Oldest(ctx, []string{"ep1", "nobody"})
+	must(t, err)
+	equal(t, "the oldest after a trim: its first entry's event's created_at", fmt.Sprint(len(oldest), oldest["ep1"].Equal(ev(3, "b").CreatedAt)),
+		"1 true")
 	must(t, b.Drop(ctx, "ep1"))
 	sizes, err = b.Sizes(ctx)
 	must(t, err)
@@ -329,6 +333,16 @@ func testBacklog(t *testing.T, db DB) {
 	sizes, err = db.Backlog("q").Sizes(ctx)
 	must(t, err)
 	equal(t, "another pipeline's backlog", sizes, map[string]store.BacklogSize{"ep1": {Entries: 1, Last: pos(0x10, 0)}})
+	// The oldest skips entries whose row is gone (they are skipped when read), and reads
+	// only the endpoints asked for.
+	must(t, db.Backlog("q").Spill(ctx, "ep2", []store.BacklogEntry{{Pos: pos(0x30, 0), EventID: uuid(4)}}))
+	must(t, db.Backlog("q").Spill(ctx, "ep3", []store.BacklogEntry{{Pos: pos(0x30, 0), EventID: uuid(4)}, {Pos: pos(0x40, 0), EventID: uuid(2)}}))
+	oldest, err = db.Backlog("q").Oldest(ctx, []string{"ep2", "ep3"})
+	must(t, err)
+	equal(t, "the oldest of backlogs with rows gone", fmt.Sprint(len(oldest), oldest["ep3"].Equal(ev(2, "a").CreatedAt)), "1 true")
+	oldest, err = db.Backlog("q").Oldest(ctx, nil)
+	must(t, err)
+	equal(t, "the oldest of no endpoint", len(oldest), 0)
 }
 
 // A replay --since writes its rows into an endpoint's backlog at its request's commit, before
