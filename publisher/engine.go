@@ -610,6 +610,15 @@ func (e *engine) abandonRetired(l *lane, b *batch, reason string) {
 		switch {
 		case l.removed || e.cfg.backlog == nil:
 			e.release(l, it, reason)
+		case it.kind == kindLive && l.bl.on && !l.bl.removed:
+			// A disable that keeps what the endpoint was owed (retire, keep): the event goes to
+			// its backlog, as spillFailed does (which takes a batch of streamed events only:
+			// this one also held events read from the backlog).
+			if it.counted {
+				it.counted = false
+				l.bl.live--
+			}
+			l.bl.buf = append(l.bl.buf, it)
 		case it.kind == kindLive || it.kind == kindBackfill:
 			e.recordAbandoned(l, it, reason)
 			e.settle(l, it)
