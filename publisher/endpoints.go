@@ -557,7 +557,7 @@ func (s *endpointState) setParked(l *lane, aggs []cdc.Aggregate) {
 	s.e.m.ParkedAggregates.Add(float64(len(aggs)))
 	if len(aggs) > 0 {
 		s.e.log.Warn().Str("lane", l.name).Int("parked_aggregates", len(aggs)).Msg("aggregates are parked behind dead letters; " +
-			"once the endpoint accepts them: " + s.e.replayCommand(l, "--all"))
+			"once the endpoint accepts them: " + s.e.replayCommand(l, "everything parked"))
 	}
 }
 
@@ -615,7 +615,7 @@ func (e *engine) retire(l *lane, reason string, keep bool) {
 	default:
 		e.log.Warn().Str("lane", l.name).Int("events", len(its)).Str("reason", reason).
 			Msg("events queued for the endpoint were not sent (the pipeline has no backlog to keep them); they are recorded " +
-				"as abandoned: after `outbox-relay endpoint enable " + l.id + "`, " + e.replayCommand(l, "--since TIME") + " re-sends them")
+				"as abandoned: after `outbox-relay endpoint enable " + l.id + "`, " + e.replayCommand(l, "the events since a time") + " re-sends them")
 	}
 }
 

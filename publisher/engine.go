@@ -494,7 +494,7 @@ func (e *engine) deadLetter(l *lane, it *item, r destination.Result) {
 		e.log.Error().Str("lane", l.name).Str("event_id", it.m.ID).Str("aggregate_type", it.m.AggregateType).
 			Str("aggregate_id", it.m.AggregateID).Str("event_type", it.m.EventType).Int("attempt", it.attempt).
 			Str("last_error", reason).Int("parked_behind", len(behind)).
-			Msg("event dead-lettered; its aggregate is parked until " + e.replayCommand(l, "--aggregate "+it.m.AggregateType+"/"+it.m.AggregateID))
+			Msg("event dead-lettered; its aggregate is parked until " + e.replayCommand(l, "aggregate "+it.m.AggregateType+"/"+it.m.AggregateID))
 		e.parkNow(l, behind, func() {
 			e.settle(l, it)
 			l.parkOps--
@@ -565,14 +565,14 @@ func (e *engine) abandon(l *lane, b *batch, r destination.Result) {
 	e.settle(l, it)
 }
 
-// replayCommand is the command that replays what l parked, narrowed by what (a flag), for a
-// log line.
+// replayCommand is the command that replays what l parked, narrowed by what (in words: a
+// library's messages name no CLI flag), for a log line.
 func (e *engine) replayCommand(l *lane, what string) string {
-	cmd := "`outbox-relay replay " + what
+	cmd := "`outbox-relay replay` of " + what
 	if l.id != "" {
-		cmd += " --endpoint " + l.id
+		cmd += " for endpoint " + l.id
 	}
-	return cmd + " --pipeline " + e.cfg.pipeline + "`"
+	return cmd + " of pipeline " + e.cfg.pipeline
 }
 
 func (e *engine) recordAbandoned(l *lane, it *item, reason string) {

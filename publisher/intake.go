@@ -318,7 +318,7 @@ func (e *engine) resyncParked(then func()) {
 			if len(news) > 0 {
 				e.log.Warn().Str("lane", l.name).Int("aggregates", len(news)).Msg("a replay under way was given up, since another " +
 					"relay led the slot meanwhile and may have parked more of its events; its aggregates stay parked: replay them " +
-					"again with " + e.replayCommand(l, "--all"))
+					"again with " + e.replayCommand(l, "everything parked"))
 			}
 			clear(l.replaying)
 			l.replays++

@@ -57,7 +57,7 @@ func (e *engine) sinceThroughBacklog(l *lane, tx *cdc.Tx, id int64) bool {
 	}
 	b := &l.bl
 	if !b.on {
-		e.spill(l, "a replay --since goes through its backlog", true)
+		e.spill(l, "a replay since a time goes through its backlog", true)
 	}
 	if place := (store.BacklogPos{LSN: tx.CommitLSN, Idx: store.ReplayIdx(0)}); !b.read.Less(place) {
 		// It read entries of the request's own transaction already (written while the intake
@@ -90,7 +90,7 @@ func (e *engine) sinceStep(l *lane) bool {
 	b.busy = true
 	rb, st, id := e.cfg.backlog.(store.ReplayBacklog), l.store, l.id
 	row, place, tx := l.row, j.tx.CommitLSN, j.tx
-	e.do("write a replay --since into an endpoint's backlog", true, func(ctx context.Context) (any, error) {
+	e.do("write a replay since a time into an endpoint's backlog", true, func(ctx context.Context) (any, error) {
 		return writeSincePage(ctx, st, rb, id, row, tx, place, j.id)
 	}, func(v any, _ error) {
 		b.busy = false
