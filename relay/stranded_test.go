@@ -12,8 +12,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // abandonedUnder counts the events recorded as abandoned under the lanes of the default
@@ -126,21 +124,7 @@ func (e *env) waitDisabled(id string) {
 // (relaytest.Check) then says whether the events an endpoint held came first, per aggregate.
 func (e *env) writeAfter(prefix string, w tenantEvents, from int, live []*partner) {
 	e.t.Helper()
-	ctx := context.Background()
-	for s := from + 1; s <= from+w.perAggregate; s++ {
-		for a := 0; a < w.aggregates; a++ {
-			agg := fmt.Sprintf("%s-%d", prefix, a)
-			id, err := outbox.Enqueue(ctx, e.pool, outbox.Event{AggregateType: w.aggType, AggregateID: agg, EventType: w.evType,
-				TenantID: w.tenant, Payload: map[string]int{"seq": s}})
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			c := relaytest.Committed{ID: id.String(), Aggregate: w.aggType + "/" + agg, Seq: s}
-			for _, p := range live {
-				p.want.Committed = append(p.want.Committed, c)
-			}
-		}
-	}
+	e.writeSeqs(prefix, w, from, live, false)
 }
 
 // What an endpoint disabled by a 410 Gone held is delivered after `endpoint enable`, first (per
