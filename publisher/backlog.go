@@ -314,13 +314,25 @@ func (e *engine) spillFailed(l *lane, b *batch) bool {
 	}
 	l.done(b)
 	for _, it := range b.items {
-		if it.counted {
-			it.counted = false
-			bl.live--
-		}
-		bl.buf = append(bl.buf, it)
+		bl.keep(it)
 	}
 	return true
+}
+
+// keep takes a streamed event whose attempt failed into the events to write (buf), no longer
+// counted as an attempt under way since the spill (live).
+func (b *laneBacklog) keep(it *item) {
+	b.uncount(it)
+	b.buf = append(b.buf, it)
+}
+
+// uncount ends its count in live: its attempt that was under way when the lane spilled (or
+// was disabled) has settled.
+func (b *laneBacklog) uncount(it *item) {
+	if it.counted {
+		it.counted = false
+		b.live--
+	}
 }
 
 // spillRetired keeps in the backlog what a lane being disabled holds: the streamed events are

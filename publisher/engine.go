@@ -376,10 +376,7 @@ func (e *engine) settle(l *lane, it *item) {
 		l.bl.settled(it)
 		return
 	}
-	if it.counted {
-		it.counted = false
-		l.bl.live--
-	}
+	l.bl.uncount(it)
 	switch it.kind {
 	case kindBackfill:
 		e.backfillLeft--
@@ -614,11 +611,7 @@ func (e *engine) abandonRetired(l *lane, b *batch, reason string) {
 			// A disable that keeps what the endpoint was owed (retire, keep): the event goes to
 			// its backlog, as spillFailed does (which takes a batch of streamed events only:
 			// this one also held events read from the backlog).
-			if it.counted {
-				it.counted = false
-				l.bl.live--
-			}
-			l.bl.buf = append(l.bl.buf, it)
+			l.bl.keep(it)
 		case it.kind == kindLive || it.kind == kindBackfill:
 			e.recordAbandoned(l, it, reason)
 			e.settle(l, it)
