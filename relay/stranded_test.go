@@ -94,6 +94,18 @@ func TestRemovingEndpointsWithQueuedEventsStrandsNoRow(t *testing.T) {
 	t.Logf("%d events abandoned by the removals", n)
 }
 
+// healthyAndGone adds two endpoints of every event: ok, healthy, and p, whose receiver fails
+// (failing is set) as goneThenFixed says.
+func (e *env) healthyAndGone(t *testing.T) (ok, p *partner, failing, gone *atomic.Bool) {
+	ok = newPartner(t, "ok", func(string, string, string) bool { return true })
+	p = newPartner(t, "partner", func(string, string, string) bool { return true })
+	e.addPartner(ok, endpoints.Endpoint{})
+	e.addPartner(p, endpoints.Endpoint{})
+	failing, gone = goneThenFixed(p)
+	failing.Store(true)
+	return ok, p, failing, gone
+}
+
 // goneThenFixed makes p answer 503 while failing is set, then 410 Gone while gone is set, else
 // 200.
 func goneThenFixed(p *partner) (failing, gone *atomic.Bool) {
@@ -148,12 +160,7 @@ func TestGoneThenEnableDeliversWhatItHeld(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			ok := newPartner(t, "ok", func(string, string, string) bool { return true })
-			p := newPartner(t, "partner", func(string, string, string) bool { return true })
-			e.addPartner(ok, endpoints.Endpoint{})
-			e.addPartner(p, endpoints.Endpoint{})
-			failing, gone := goneThenFixed(p)
-			failing.Store(true)
+			ok, p, failing, gone := e.healthyAndGone(t)
 			cfg := func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 }
 			if tc.spill {
 				cfg = func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond }
@@ -200,12 +207,7 @@ func TestGoneThenEnableDeliversWhatItHeld(t *testing.T) {
 func TestDisableRecordedBeforeARestartKeepsWhatTheEndpointWasOwed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ok := newPartner(t, "ok", func(string, string, string) bool { return true })
-	p := newPartner(t, "partner", func(string, string, string) bool { return true })
-	e.addPartner(ok, endpoints.Endpoint{})
-	e.addPartner(p, endpoints.Endpoint{})
-	failing, _ := goneThenFixed(p)
-	failing.Store(true)
+	ok, p, failing, _ := e.healthyAndGone(t)
 	cfg := func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = time.Hour, 1<<30 }
 	r := e.start(cfg)
 	e.write("a", tenantEvents{"", "order", "order.created", 10, 3}, []*partner{ok, p})
