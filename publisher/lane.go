@@ -52,6 +52,7 @@ type lane struct {
 
 	health  health.Tracker
 	breaker bool // the breaker holds attempts back while open (else it is only reported)
+	outage  int  // the record of its endpoint's outage (outageNone, ...: health.go)
 	paused  bool // held back: the pipeline, the endpoint, or a 410 being recorded
 	gone    bool // answered 410 Gone: held until its disable (or the pipeline's pause) is recorded and applied
 

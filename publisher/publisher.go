@@ -181,6 +181,13 @@ type FanoutConfig struct {
 	// wrapping ErrDisabledAlready when it changed nothing (disabled already, or removed): the
 	// operator is then not notified by this engine. Required.
 	Disable func(ctx context.Context, id, reason string) error
+	// Outage records an endpoint's outage where every shard and relay of it sees it: began
+	// (its circuit breaker opened here) records it unless it is recorded already; !began (it
+	// recovered here) ends it and reports whether this call did. Of several shards that see the
+	// endpoint recover, the one that ended the outage reports endpoint.recovered (Notify and the
+	// recovered transition); the others report nothing. Nil: each engine reports the recoveries
+	// it sees (right with one shard).
+	Outage func(ctx context.Context, id string, began bool) (ended bool, err error)
 	// Confirmed returns the position the slot confirmed, to prune the versions log and to mark
 	// an event read from a backlog. Nil: never pruned, and such an event keeps its status.
 	Confirmed func() pglogrepl.LSN
@@ -257,6 +264,7 @@ type engineConfig struct {
 	laneStore                    func(name string) store.Pipeline
 	open                         func(id string, row []byte) (destination.Destination, func(), time.Time, error)
 	disable                      func(ctx context.Context, id, reason string) error
+	outage                       func(ctx context.Context, id string, began bool) (bool, error)
 	confirmed                    func() pglogrepl.LSN
 	statusInterval               time.Duration
 	backlog                      store.Backlog
@@ -313,7 +321,7 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Publisher {
 	ec := engineConfig{pipeline: cfg.Pipeline, workers: cfg.Workers, endpointMaxInFlight: cfg.EndpointMaxInFlight,
 		retryMin: c.RetryMin, retryMax: c.RetryMax, maxAttempts: c.MaxAttempts, shutdownTimeout: c.ShutdownTimeout,
 		logPayloads: cfg.LogPayloads, store: cfg.Store, backfillSlot: cfg.BackfillSlot, resume: cfg.Resume,
-		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable,
+		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable, outage: cfg.Outage,
 		confirmed: cfg.Confirmed, statusInterval: cfg.StatusInterval, backlog: cfg.Backlog, spillAfter: cfg.SpillAfter,
 		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot,
 		shard: cfg.Shard, shards: cfg.Shards}
