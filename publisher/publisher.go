@@ -58,6 +58,12 @@ type Config struct {
 	// RateLimit, if positive, bounds the attempts started in any one-second window to this
 	// many, retries included. Zero (the default): unlimited.
 	RateLimit int
+	// Shard and Shards say which shard of how many this engine delivers, when the pipeline is
+	// sharded (one engine per shard, all sending to the one destination): RateLimit is split
+	// among the shards, this one taking its share, so that the destination sees at most
+	// RateLimit a second from them together (below Shards, one attempt every Shards/RateLimit
+	// seconds each). Zero Shards (or 1): not sharded, the whole RateLimit.
+	Shard, Shards int
 	// Registerer receives the engine's series (outbox_relay_events_delivered_total,
 	// _delivery_attempts_total, _parked_aggregates, ...; see docs/reference/metrics.md). If
 	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
@@ -307,7 +313,7 @@ func New(cfg Config, dest destination.Destination, acker Acker, marks Marks) *Pu
 	if _, ok := dest.(destination.BatchDestination); ok && cfg.Batch.Enabled() {
 		l.batching = cfg.Batch
 	}
-	l.setRateLimit(cfg.RateLimit, time.Second)
+	l.setRateLimit(rateShare(cfg.RateLimit, cfg.Shard, cfg.Shards))
 	l.setDest(dest)
 	return &Publisher{shutdown: cfg.ShutdownTimeout, owner: owner{e: e}}
 }

@@ -218,3 +218,31 @@ func TestShardedEndpointRecoveredOnce(t *testing.T) {
 		t.Fatalf("circuit_opened transitions over the shards = %v, want 2 (each shard's breaker opened)", n)
 	}
 }
+
+// A one-destination pipeline's rate_limit holds across its shards together, as an endpoint's
+// does: each shard takes its share. With the whole limit each, the 120 events would arrive
+// within about 6 s, 120 in one 10 s window.
+func TestShardedPipelineRateLimitHoldsTogether(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startNoWait(func(c *Config) {
+		c.Pipelines = []Pipeline{{Name: "orders", Shards: 2, Slot: e.slot, WebhookURL: e.recv.URL, Secrets: []string{secret},
+			RateLimit: 10}}
+	})
+	waitFor(t, 30*time.Second, "both shards' slots", func() bool { return e.countReadySlots(e.slot+"_s%of2") == 2 })
+	res := e.produce(relaytest.Workload{Events: 120, Aggregates: 40, MaxTxSize: 4})
+	if rep := e.waitDelivered(res, 60*time.Second); len(rep.Lost) != 0 {
+		t.Fatalf("%d events lost", len(rep.Lost))
+	}
+	var at []time.Time
+	for _, d := range e.recv.Deliveries() {
+		at = append(at, d.At)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	if n := maxInWindow(at, 10*time.Second); n > 110 {
+		t.Fatalf("%d requests in 10 s to a destination with rate_limit 10 over 2 shards: want at most 100 (110 with the margin)", n)
+	}
+	if len(at) < 120 {
+		t.Fatalf("%d requests, want every one of the 120 events", len(at)) // (the window's positive control)
+	}
+}
