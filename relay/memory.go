@@ -16,11 +16,13 @@ const (
 	// heap per buffered byte, with room for the GC to collect at a calm pace.
 	MemoryPerBufferedByte = 2
 	// MemoryPerEndpoint is the limit's allowance per partner endpoint of each pipeline (and
-	// shard) with endpoints: what its lane and its webhook client hold live (measured about 8 KB
-	// each at 10,000 endpoints: a kept-alive connection's buffers, the lane's queues and maps, its
-	// versions), with room for the GC. Without it a relay of 10,000 endpoints held about 118 MB
-	// live under a 96 MiB limit, and the GC took half of its CPU.
-	MemoryPerEndpoint = 24 << 10
+	// shard) with endpoints: what its lane and its webhook client hold live (measured about 3.5
+	// KB each at 10,000 endpoints: the lane's queues and maps, its client and signer; a
+	// connection's buffers are lent per request, not per endpoint). With the buffers'
+	// allowance, which a drain of many endpoints leaves mostly unused, it gives the GC room:
+	// the 10,000-endpoint drain held about 77 MB live (its delivery log's flushes included)
+	// under a limit of 135 MiB.
+	MemoryPerEndpoint = 4 << 10
 )
 
 // BufferedBytesBound returns the sum of MaxBufferedBytes (defaults applied) over the pipelines
@@ -50,7 +52,7 @@ func SoftMemoryLimit(cfg Config) (int64, error) {
 
 // SoftMemoryLimitFor is SoftMemoryLimit with endpoints partner endpoints (outbox_endpoints'
 // rows): MemoryPerEndpoint each, for every pipeline (and shard) with endpoints, since each holds
-// a lane and a client per endpoint (10,000 endpoints on one pipeline: 330 MiB).
+// a lane and a client per endpoint (10,000 endpoints on one pipeline: 135 MiB).
 func SoftMemoryLimitFor(cfg Config, endpoints int) (int64, error) {
 	cfg.defaults()
 	pipes, err := cfg.pipelines()
