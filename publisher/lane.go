@@ -65,8 +65,8 @@ type lane struct {
 
 	// An endpoint's row and what follows it (endpoints.go).
 	row       endpoint.Row
-	raw       []byte
-	applied   int64 // the LSN of the version row is
+	raw       []byte // the row's JSON, for a rebuild at rebuildAt; nil when none is due
+	applied   int64  // the LSN of the version row is
 	release   func()
 	rebuildAt time.Time
 	started   time.Time
