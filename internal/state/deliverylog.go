@@ -117,6 +117,36 @@ func InsertDeliveries(ctx context.Context, db Batcher, s string, e *DeliveryEntr
 	return db.SendBatch(ctx, b).Close()
 }
 
+// deliveredToSQL finds the deliveries of some events ($2) in a pipeline's log: the GIN index
+// on event_ids finds the rows that hold any of them (one row per endpoint per flush), whose
+// arrays are unnested and matched against the ids by a hash.
+const deliveredToSQL = `SELECT DISTINCT u.id::text, d.endpoint_id
+	FROM {outbox_deliveries} d CROSS JOIN LATERAL unnest(d.event_ids) AS u(id)
+	WHERE d.pipeline = $1 AND d.event_ids && $2::uuid[] AND u.id IN (SELECT unnest($2::uuid[]))
+	ORDER BY 1, 2`
+
+// DeliveredTo returns, for those of ids (none empty) that the delivery log in schema s records
+// delivered in pipeline, the endpoints each was delivered to, sorted.
+func DeliveredTo(ctx context.Context, db DB, s, pipeline string, ids []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, schema.SQL(s, deliveredToSQL), pipeline, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, ep string
+		if err := rows.Scan(&id, &ep); err != nil {
+			return nil, err
+		}
+		out[id] = append(out[id], ep)
+	}
+	return out, rows.Err()
+}
+
 // pruneSQL deletes up to $2 rows of {table} older than $1, found per (pipeline, endpoint_id)
 // through the index that leads with them: a loose index scan lists the pairs (a few probes of
 // the index each), and each pair's oldest rows come from the index in order, so a chunk reads

@@ -5,8 +5,9 @@
 // A DB is the database: the outbox rows a producer writes (Insert), the endpoints table
 // (PutEndpoint), a slot's backfill list (Backfill) and the replay requests (RequestSince) on one
 // side, the relay's own state on the other, which the views it returns (Pipeline, Backlog,
-// Endpoints, Marks, DeliveryLog) read and write. Everything is guarded by one mutex, so a DB may
-// be shared by goroutines; a write is durable as soon as it returns, as a committed one is.
+// Endpoints, Marks, DeliveryLog, DeliveryHistory) read and write. Everything is guarded by one
+// mutex, so a DB may be shared by goroutines; a write is durable as soon as it returns, as a
+// committed one is.
 package memstore
 
 import (
@@ -223,6 +224,30 @@ func (l deliveryLog) Delivered(a store.DeliveryAttempt) {
 	l.db.mu.Lock()
 	defer l.db.mu.Unlock()
 	l.db.delivered = append(l.db.delivered, a)
+}
+
+// DeliveryHistory returns the delivery log read back (store.DeliveryHistory).
+func (db *DB) DeliveryHistory() store.DeliveryHistory { return deliveryLog{db} }
+
+func (l deliveryLog) DeliveredTo(_ context.Context, pipeline string, ids []string) (map[string][]string, error) {
+	l.db.mu.Lock()
+	defer l.db.mu.Unlock()
+	want := map[string]bool{}
+	for _, id := range ids {
+		if id != "" {
+			want[id] = true
+		}
+	}
+	out := map[string][]string{}
+	for _, a := range l.db.delivered {
+		if a.Pipeline == pipeline && want[a.EventID] && !slices.Contains(out[a.EventID], a.Endpoint) {
+			out[a.EventID] = append(out[a.EventID], a.Endpoint)
+		}
+	}
+	for _, eps := range out {
+		slices.Sort(eps)
+	}
+	return out, nil
 }
 
 // compareCursor orders replay positions as pgstore does: sequence (bytewise), insertion, id.

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,7 +53,10 @@ type DeliveryLog struct {
 	logged  time.Time // when a failed flush was last logged (Run's goroutine only)
 }
 
-var _ store.DeliveryLog = (*DeliveryLog)(nil)
+var (
+	_ store.DeliveryLog     = (*DeliveryLog)(nil)
+	_ store.DeliveryHistory = (*DeliveryLog)(nil)
+)
 
 // NewDeliveryLog returns a DeliveryLog writing through pool. Nothing is written
 // until Run runs.
@@ -179,6 +183,16 @@ func (w *DeliveryLog) requeue(into, e *state.DeliveryEntries) {
 	for i := range later.Len() {
 		appendEntry(into, &later, i)
 	}
+}
+
+// DeliveredTo implements store.DeliveryHistory: which endpoints of pipeline the log records
+// each of ids delivered to. Deliveries still queued here (written every Interval) are not
+// seen; it gives up after the Timeout.
+func (w *DeliveryLog) DeliveredTo(ctx context.Context, pipeline string, ids []string) (map[string][]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
+	return state.DeliveredTo(ctx, w.pool, w.cfg.Schema, pipeline, ids)
 }
 
 func insertAttempts(ctx context.Context, db state.Batcher, s string, e *state.DeliveryEntries) error {
