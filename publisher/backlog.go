@@ -395,12 +395,18 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 	b := &l.bl
 	b.busy = true
 	gen, reads, id, bl := l.gen, b.reads, l.id, e.cfg.backlog
+	history, pipeline := e.history(), e.cfg.pipeline
 	e.do("read an endpoint's backlog", true, func(ctx context.Context) (any, error) {
-		return bl.Page(ctx, id, after, through, backlogPageSize)
+		evs, err := bl.Page(ctx, id, after, through, backlogPageSize)
+		if err != nil {
+			return nil, err
+		}
+		return backlogRead{evs, deliveredHere(ctx, history, pipeline, id, evs)}, nil
 	}, func(v any, _ error) {
 		b.busy = false
 		defer e.backlogStep(l)
-		evs, _ := v.([]store.BacklogEvent)
+		read, _ := v.(backlogRead)
+		evs := read.evs
 		e.tracef("read %s after %v through %v: %d entries (read %v gen %d/%d active %v)", l.name, after, through, len(evs), b.read, gen,
 			l.gen, l.active)
 		if b.read != after || l.gen != gen || b.reads != reads || !l.active { // disabled meanwhile: read again from its start later
@@ -427,6 +433,10 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 				continue
 			}
 			ev.Message.Sequence = envelope.Sequence(uint64(ev.Pos.LSN), ev.Pos.Idx)
+			if read.had[ev.EventID] {
+				e.skipRead(l, ev)
+				continue
+			}
 			if tx == nil || tx.CommitLSN != ev.Pos.LSN {
 				tx = &cdc.Tx{CommitLSN: ev.Pos.LSN} // for the log lines; it settles against its page, not the stream
 			}

@@ -219,11 +219,20 @@ func (e *engine) backfillPage(tx *cdc.Tx, after int64, total int) {
 	type page struct {
 		ms   []*envelope.Message
 		last int64
+		had  map[string][]string // the endpoints an earlier process delivered each to (progress.go)
 	}
-	st, slot := e.cfg.store, e.cfg.backfillSlot
+	st, slot, history, pipeline := e.cfg.store, e.cfg.backfillSlot, e.history(), e.cfg.pipeline
 	e.hold("read the backfill", func(ctx context.Context) (any, error) {
 		ms, last, err := st.BackfillPage(ctx, slot, after, backfillPage, 0)
-		return page{ms, last}, err
+		if err != nil || history == nil || len(ms) == 0 {
+			return page{ms, last, nil}, err
+		}
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = m.ID
+		}
+		had, _ := history.DeliveredTo(ctx, pipeline, ids) // a lookup that fails sends them again
+		return page{ms, last, had}, nil
 	}, func(v any) {
 		p := v.(page)
 		if len(p.ms) == 0 {
@@ -235,6 +244,9 @@ func (e *engine) backfillPage(tx *cdc.Tx, after int64, total int) {
 		}
 		for _, m := range p.ms {
 			lanes := e.routeTo(m)
+			if had := p.had[m.ID]; len(had) > 0 && len(lanes) > 0 {
+				lanes = e.withoutPrior(m, lanes, had)
+			}
 			e.backfillLeft += len(lanes)
 			e.send(tx, m, lanes, kindBackfill)
 		}
