@@ -170,7 +170,9 @@ type world struct {
 	checked    int // the transactions whose confirmation was checked
 	fails      []string
 	steps      int
-	stale      int // backlog entries left at the end by a relay cut off from the slot, of events delivered
+	stale      int       // backlog entries left at the end by a relay cut off from the slot, of events delivered
+	pairs      pairLog   // every pair's deliveries and when the log recorded one (sim_check_test.go)
+	dups       dupCounts // pairs delivered again, by why that was allowed
 }
 
 type walTx struct {
@@ -245,7 +247,10 @@ func (w *world) summary() string {
 }
 
 // simTotals sums the runs of TestSimulation.
-type simTotals struct{ runs, events, deliveries, steps, kills, cuts, stale int }
+type simTotals struct {
+	runs, events, deliveries, steps, kills, cuts, stale int
+	dups                                                dupCounts
+}
 
 func (s *simTotals) add(w *world) {
 	s.runs++
@@ -255,11 +260,12 @@ func (s *simTotals) add(w *world) {
 	s.kills += w.trace.count["kill"]
 	s.cuts += w.trace.count["cut"]
 	s.stale += w.stale
+	s.dups.add(w.dups)
 }
 
 func (s simTotals) String() string {
 	return fmt.Sprintf("%d events, %d deliveries, %d steps, %d kills, %d leaders cut off, %d stale backlog entries left by "+
-		"relays cut off", s.events, s.deliveries, s.steps, s.kills, s.cuts, s.stale)
+		"relays cut off; %s", s.events, s.deliveries, s.steps, s.kills, s.cuts, s.stale, s.dups)
 }
 
 // --- the event queue and the trace ---
@@ -583,16 +589,18 @@ type proc struct {
 	tickSeq   int
 	kicked    bool
 	dests     map[string]*simDest
+	seen      procSeen // what it knew of earlier deliveries (sim_check_test.go)
 }
 
 func (w *world) startProc() *proc {
 	w.procIDs++
-	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{}}
+	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{},
+		seen: procSeen{log: simLog{w: w}, looked: map[string][]time.Time{}}}
 	p.marks = &simMarks{w: w, db: w.db.Marks()}
 	o := w.opts
 	cfg := engineConfig{pipeline: simPipeline, workers: o.workers, endpointMaxInFlight: 1 + w.rng.IntN(4),
 		retryMin: 10 * time.Millisecond, retryMax: 500 * time.Millisecond, maxAttempts: o.maxAttempts, shutdownTimeout: time.Second,
-		onGone: GonePause, backfillSlot: "slot", resume: &Resume{Delivered: p.marks.Delivered}, deliveryLog: w.db.DeliveryLog(),
+		onGone: GonePause, backfillSlot: "slot", resume: &Resume{Delivered: p.marks.Delivered, History: simHistory{p}}, deliveryLog: &p.seen.log,
 		confirmed: func() pglogrepl.LSN { return w.slot }, statusInterval: time.Second, spillAfter: o.spillAfter,
 		spillSize: 20 + w.rng.IntN(100), disableAfter: o.disable, clock: func() time.Time { return w.now }}
 	cfg.slot = p
@@ -661,6 +669,7 @@ func (w *world) lead(p *proc) {
 	for p.next < len(w.wal) && w.wal[p.next].end <= w.slot {
 		p.next++
 	}
+	p.seen.sessions = append(p.seen.sessions, w.now)
 	w.tracef("lead p%d session %d from %s", p.id, p.session, w.slot)
 	p.kick()
 }
@@ -719,6 +728,7 @@ func (p *proc) input(f func(e *engine)) {
 func (p *proc) attempt(a *attempt) {
 	w := p.w
 	r := a.Send(context.Background())
+	sent := p.sent(a)
 	d := a.dest.(interface{ unwrap() *simDest })
 	res := d.unwrap().last
 	ids := make([]string, len(a.ms))
@@ -728,10 +738,12 @@ func (p *proc) attempt(a *attempt) {
 	w.tracef("attempt p%d %s #%d %v -> %s", p.id, a.lane.name, a.n, ids, r.Label)
 	w.schedule(res.latency, "answer", func() {
 		if res.applied {
-			for _, m := range a.ms {
+			for i, m := range a.ms {
 				w.delivered(a.lane.id, m.ID)
+				w.checkDup(p, a.lane.id, m.ID, sent.items[i], r.Delivered)
 			}
 		}
+		p.answered(sent)
 		if p.alive {
 			p.input(func(e *engine) { e.finished(a, r, w.now) })
 		}
@@ -753,6 +765,7 @@ func (p *proc) op(o *op) {
 				w.schedule(time.Duration(10+w.rng.IntN(200))*time.Millisecond, "retry op", exec)
 				return
 			}
+			p.seen.refused(o, w.now)
 			w.schedule(time.Millisecond, "op failed", func() { p.input(func(e *engine) { e.opDone(o, nil, errSim, false, w.now) }) })
 			return
 		}
@@ -917,6 +930,7 @@ func (w *world) kill(p *proc) {
 	}
 	p.alive, p.streaming = false, false
 	p.marks.dead = true
+	p.seen.log.dead = true
 	w.tracef("kill p%d", p.id)
 	if w.leader == p {
 		w.leader = nil
