@@ -173,14 +173,17 @@ func (e *engine) begin(session uint64, at func(from pglogrepl.LSN) pglogrepl.LSN
 		e.in.session = session
 		e.begin(session, func(pglogrepl.LSN) pglogrepl.LSN { return lsn }, done)
 	}
+	resync := func() {
+		if e.ep != nil {
+			e.ep.resync(lsn, func() { e.resyncBacklogs(func() { e.resyncParked(then) }) })
+		} else {
+			e.resyncBacklogs(func() { e.resyncParked(then) })
+		}
+	}
 	if e.in.session != 0 { // another relay may have led: what it delivered of what this one holds is not sent again
-		then = e.recheckHeld(then)
+		resync = e.recheckHeld(resync)
 	}
-	if e.ep != nil {
-		e.ep.resync(lsn, func() { e.resyncBacklogs(func() { e.resyncParked(then) }) })
-	} else {
-		e.resyncBacklogs(func() { e.resyncParked(then) })
-	}
+	resync()
 }
 
 // settledElsewhere reports whether the slot's position moved past tx, which this process
