@@ -222,7 +222,7 @@ func deliveredHere(ctx context.Context, history store.DeliveryHistory, pipeline,
 			ids = append(ids, ev.EventID)
 		}
 	}
-	to, err := history.DeliveredTo(ctx, pipeline, ids)
+	to, err := history.DeliveredTo(ctx, pipeline, ids, id)
 	if err != nil {
 		return nil
 	}

@@ -341,7 +341,7 @@ func (d dupCounts) String() string {
 // procSeen is what a process knew of earlier deliveries, and its delivery log.
 type procSeen struct {
 	log      simLog
-	looked   map[string][]time.Time // when it looked each event up in the delivery log
+	looked   map[pairKey][]time.Time // when it looked each pair up in the delivery log (anyEndpoint: every endpoint)
 	sessions []time.Time            // when each of its streaming sessions began
 	refusals []time.Time            // when a lookup of what an earlier process delivered was refused
 }
@@ -367,15 +367,18 @@ func (s *procSeen) sessionAt(t time.Time) time.Time {
 // knewBy returns the last time up to t (an attempt's start) that the process looked event id
 // up, or began the session of t: a record written before either is one it should have seen
 // (what it holds from an earlier session it looks up again as the session begins).
-func (s *procSeen) knewBy(id string, t time.Time) time.Time {
+func (s *procSeen) knewBy(ep, id string, t time.Time) time.Time {
 	at := s.sessionAt(t)
-	for _, l := range s.looked[id] {
+	for _, l := range append(s.looked[pairKey{anyEndpoint, id}], s.looked[pairKey{ep, id}]...) {
 		if !l.After(t) && l.After(at) {
 			at = l
 		}
 	}
 	return at
 }
+
+// anyEndpoint stands for every endpoint in procSeen.looked.
+const anyEndpoint = "*"
 
 // refusedIn reports whether a lookup was refused in the session of t, up to t.
 func (s *procSeen) refusedIn(t time.Time) bool {
@@ -391,11 +394,18 @@ func (s *procSeen) refusedIn(t time.Time) bool {
 // simHistory is the delivery log read back by a process: it notes when it looked each event up.
 type simHistory struct{ p *proc }
 
-func (h simHistory) DeliveredTo(ctx context.Context, pipeline string, ids []string) (map[string][]string, error) {
-	for _, id := range ids {
-		h.p.seen.looked[id] = append(h.p.seen.looked[id], h.p.w.now)
+func (h simHistory) DeliveredTo(ctx context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error) {
+	eps := endpoints
+	if len(eps) == 0 {
+		eps = []string{anyEndpoint}
 	}
-	return h.p.w.db.DeliveryHistory().DeliveredTo(ctx, pipeline, ids)
+	for _, id := range ids {
+		for _, ep := range eps {
+			k := pairKey{ep, id}
+			h.p.seen.looked[k] = append(h.p.seen.looked[k], h.p.w.now)
+		}
+	}
+	return h.p.w.db.DeliveryHistory().DeliveredTo(ctx, pipeline, ids, endpoints...)
 }
 
 // simLog is a process's delivery log as pgstore.DeliveryLog writes it: a delivery is queued
@@ -467,7 +477,7 @@ func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
 	d := &w.dups
 	rec, ok := w.pairs.recorded[k]
 	last := before[len(before)-1]
-	knew := p.seen.knewBy(id, it.sent)
+	knew := p.seen.knewBy(ep, id, it.sent)
 	switch {
 	case it.kind == kindSince:
 		d.since++

@@ -595,7 +595,7 @@ type proc struct {
 func (w *world) startProc() *proc {
 	w.procIDs++
 	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{},
-		seen: procSeen{log: simLog{w: w}, looked: map[string][]time.Time{}}}
+		seen: procSeen{log: simLog{w: w}, looked: map[pairKey][]time.Time{}}}
 	p.marks = &simMarks{w: w, db: w.db.Marks()}
 	o := w.opts
 	cfg := engineConfig{pipeline: simPipeline, workers: o.workers, endpointMaxInFlight: 1 + w.rng.IntN(4),

@@ -249,9 +249,10 @@ type DeliveryLog interface {
 // in batches: pgstore.DeliveryLog's Interval).
 type DeliveryHistory interface {
 	// DeliveredTo returns, for those of ids that the log records delivered in pipeline, the
-	// endpoints each was delivered to, sorted ("" is a pipeline's one destination). ids may
-	// hold "" (never delivered); an id delivered nowhere is absent.
-	DeliveredTo(ctx context.Context, pipeline string, ids []string) (map[string][]string, error)
+	// endpoints each was delivered to, sorted ("" is a pipeline's one destination); only
+	// those of endpoints when any are given. ids may hold "" (never delivered); an id
+	// delivered nowhere is absent.
+	DeliveredTo(ctx context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error)
 }
 
 // DeliveryAttempt is one attempt to deliver one event to one endpoint. A batch attempt is one

@@ -117,22 +117,27 @@ func InsertDeliveries(ctx context.Context, db Batcher, s string, e *DeliveryEntr
 	return db.SendBatch(ctx, b).Close()
 }
 
-// deliveredToSQL finds the deliveries of some events ($2) in a pipeline's log: the GIN index
-// on event_ids finds the rows that hold any of them (one row per endpoint per flush), whose
-// arrays are unnested and matched against the ids by a hash.
+// deliveredToSQL finds the deliveries of some events ($2) in a pipeline's log, to some endpoints
+// ($3; empty: any): the GIN index on event_ids finds the rows that hold any of the events (one
+// row per endpoint per flush), whose arrays are unnested and matched against the ids by a hash.
 const deliveredToSQL = `SELECT DISTINCT u.id::text, d.endpoint_id
 	FROM {outbox_deliveries} d CROSS JOIN LATERAL unnest(d.event_ids) AS u(id)
-	WHERE d.pipeline = $1 AND d.event_ids && $2::uuid[] AND u.id IN (SELECT unnest($2::uuid[]))
+	WHERE d.pipeline = $1 AND d.event_ids && $2::uuid[] AND (cardinality($3::text[]) = 0 OR d.endpoint_id = ANY($3::text[]))
+		AND u.id IN (SELECT unnest($2::uuid[]))
 	ORDER BY 1, 2`
 
 // DeliveredTo returns, for those of ids (none empty) that the delivery log in schema s records
-// delivered in pipeline, the endpoints each was delivered to, sorted.
-func DeliveredTo(ctx context.Context, db DB, s, pipeline string, ids []string) (map[string][]string, error) {
+// delivered in pipeline, the endpoints each was delivered to (of endpoints, unless empty),
+// sorted.
+func DeliveredTo(ctx context.Context, db DB, s, pipeline string, ids, endpoints []string) (map[string][]string, error) {
 	out := map[string][]string{}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := db.Query(ctx, schema.SQL(s, deliveredToSQL), pipeline, ids)
+	if endpoints == nil {
+		endpoints = []string{}
+	}
+	rows, err := db.Query(ctx, schema.SQL(s, deliveredToSQL), pipeline, ids, endpoints)
 	if err != nil {
 		return nil, err
 	}

@@ -229,7 +229,7 @@ func (l deliveryLog) Delivered(a store.DeliveryAttempt) {
 // DeliveryHistory returns the delivery log read back (store.DeliveryHistory).
 func (db *DB) DeliveryHistory() store.DeliveryHistory { return deliveryLog{db} }
 
-func (l deliveryLog) DeliveredTo(_ context.Context, pipeline string, ids []string) (map[string][]string, error) {
+func (l deliveryLog) DeliveredTo(_ context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error) {
 	l.db.mu.Lock()
 	defer l.db.mu.Unlock()
 	want := map[string]bool{}
@@ -240,7 +240,8 @@ func (l deliveryLog) DeliveredTo(_ context.Context, pipeline string, ids []strin
 	}
 	out := map[string][]string{}
 	for _, a := range l.db.delivered {
-		if a.Pipeline == pipeline && want[a.EventID] && !slices.Contains(out[a.EventID], a.Endpoint) {
+		if a.Pipeline == pipeline && want[a.EventID] && !slices.Contains(out[a.EventID], a.Endpoint) &&
+			(len(endpoints) == 0 || slices.Contains(endpoints, a.Endpoint)) {
 			out[a.EventID] = append(out[a.EventID], a.Endpoint)
 		}
 	}

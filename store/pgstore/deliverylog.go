@@ -188,11 +188,11 @@ func (w *DeliveryLog) requeue(into, e *state.DeliveryEntries) {
 // DeliveredTo implements store.DeliveryHistory: which endpoints of pipeline the log records
 // each of ids delivered to. Deliveries still queued here (written every Interval) are not
 // seen; it gives up after the Timeout.
-func (w *DeliveryLog) DeliveredTo(ctx context.Context, pipeline string, ids []string) (map[string][]string, error) {
+func (w *DeliveryLog) DeliveredTo(ctx context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 	defer cancel()
 	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
-	return state.DeliveredTo(ctx, w.pool, w.cfg.Schema, pipeline, ids)
+	return state.DeliveredTo(ctx, w.pool, w.cfg.Schema, pipeline, ids, endpoints)
 }
 
 func insertAttempts(ctx context.Context, db state.Batcher, s string, e *state.DeliveryEntries) error {
