@@ -411,6 +411,7 @@ func (e *engine) newItem(m *envelope.Message, tx *cdc.Tx, kind itemKind) *item {
 // next control record, see flushParked).
 func (e *engine) queueIn(l *lane, it *item) {
 	switch {
+	case e.settledInBacklog(l, it):
 	case l.bl.on && it.kind == kindLive:
 		l.bl.buf = append(l.bl.buf, it)
 	case !l.add(it):

@@ -366,3 +366,36 @@ func (l *lane) queuedItems() []*item {
 	}
 	return its
 }
+
+// settledInBacklog settles unsent a streamed event sent again at or before the last entry
+// written to l's backlog (by this relay or the one before): whoever wrote that entry had
+// settled every earlier event of the endpoint first (writeSpilled), so this one is in the
+// backlog, read or to be read, or was delivered, parked or dropped by a disable. Queued, it
+// would reach the endpoint twice: once from the backlog, once from the stream (after the lane
+// rejoined), or written again after its entry was delivered and deleted.
+func (e *engine) settledInBacklog(l *lane, it *item) bool {
+	b := &l.bl
+	if it.kind != kindLive || e.cfg.backlog == nil || b.written.LSN == 0 || b.written.Less(position(it.m, it.tx)) {
+		return false
+	}
+	e.tracef("skip %s to %q: at or before its backlog's last entry %v", it.m.ID, l.id, b.written)
+	e.settle(l, it)
+	return true
+}
+
+// notDeliveredHere returns ms without the events the delivery log says endpoint id of pipeline
+// has (all of them if the lookup fails).
+func notDeliveredHere(ctx context.Context, history store.DeliveryHistory, pipeline, id string, ms []*envelope.Message) []*envelope.Message {
+	if history == nil || len(ms) == 0 {
+		return ms
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	to, err := history.DeliveredTo(ctx, pipeline, ids, id)
+	if err != nil || len(to) == 0 {
+		return ms
+	}
+	return slices.DeleteFunc(ms, func(m *envelope.Message) bool { return len(to[m.ID]) > 0 })
+}

@@ -80,9 +80,17 @@ func (e *engine) replayAggregate(l *lane, tx *cdc.Tx, agg cdc.Aggregate) {
 			Msg("replay request for an aggregate that is not parked; ignored")
 		return
 	}
-	st := l.store
+	st, history, pipeline, id := l.store, e.history(), e.cfg.pipeline, l.id
 	l.replayReads++
-	e.hold("load replay", func(ctx context.Context) (any, error) { return st.Replayable(ctx, storeAggregate(agg), tx.CommitLSN) },
+	e.hold("load replay", func(ctx context.Context) (any, error) {
+		ms, err := st.Replayable(ctx, storeAggregate(agg), tx.CommitLSN)
+		if err != nil {
+			return nil, err
+		}
+		// A dead letter or a parked event is recorded delivered only once a replay delivered it:
+		// a previous leader carried this request out (or part of it) before it died.
+		return notDeliveredHere(ctx, history, pipeline, id, ms), nil
+	},
 		func(v any) {
 			ms, _ := v.([]*envelope.Message)
 			defer func() {

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/store"
 )
@@ -296,6 +299,7 @@ func (e *engine) describe() string {
 
 // pairLog is every pair's applied deliveries and when the delivery log first recorded one.
 type pairLog struct {
+	since    map[pairKey]bool // pairs a replay since a time selected (re-sent on purpose, or parked and replayed later)
 	applied  map[pairKey][]pairDelivery
 	recorded map[pairKey]time.Time
 	lag      *rand.Rand // how long a delivery log takes to write (its own source: the seed's draws stay as they were)
@@ -342,8 +346,8 @@ func (d dupCounts) String() string {
 type procSeen struct {
 	log      simLog
 	looked   map[pairKey][]time.Time // when it looked each pair up in the delivery log (anyEndpoint: every endpoint)
-	sessions []time.Time            // when each of its streaming sessions began
-	refusals []time.Time            // when a lookup of what an earlier process delivered was refused
+	sessions []time.Time             // when each of its streaming sessions began
+	refusals []time.Time             // when a lookup of what an earlier process delivered was refused
 }
 
 // refused notes a store operation the simulated database refused.
@@ -367,9 +371,13 @@ func (s *procSeen) sessionAt(t time.Time) time.Time {
 // knewBy returns the last time up to t (an attempt's start) that the process looked event id
 // up, or began the session of t: a record written before either is one it should have seen
 // (what it holds from an earlier session it looks up again as the session begins).
-func (s *procSeen) knewBy(ep, id string, t time.Time) time.Time {
+func (s *procSeen) knewBy(ep, id string, t time.Time, kind itemKind) time.Time {
 	at := s.sessionAt(t)
-	for _, l := range append(s.looked[pairKey{anyEndpoint, id}], s.looked[pairKey{ep, id}]...) {
+	looked := s.looked[pairKey{ep, id}] // a backlog's page or a replay asks about its endpoint
+	if kind == kindLive || kind == kindBackfill {
+		looked = s.looked[pairKey{anyEndpoint, id}] // the stream's and the backfill's events, about every endpoint
+	}
+	for _, l := range looked {
 		if !l.After(t) && l.After(at) {
 			at = l
 		}
@@ -477,9 +485,16 @@ func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
 	d := &w.dups
 	rec, ok := w.pairs.recorded[k]
 	last := before[len(before)-1]
-	knew := p.seen.knewBy(ep, id, it.sent)
+	// A streamed event is looked up before it is queued, and again, if it is still held, when its
+	// relay streams again after another led (recheckHeld): what was known as it was sent counts.
+	// One read from a backlog or the backfill, or replayed, is looked up as it is read.
+	at := it.created
+	if it.kind == kindLive {
+		at = it.sent
+	}
+	knew := p.seen.knewBy(ep, id, at, it.kind)
 	switch {
-	case it.kind == kindSince:
+	case it.kind == kindSince || it.kind == kindReplay && w.pairs.since[k]:
 		d.since++
 	case !ok && last.dead:
 		d.inFlight++
@@ -489,7 +504,7 @@ func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
 		d.unrecorded++
 	case !rec.Before(knew):
 		d.late++
-	case p.seen.refusedIn(it.sent):
+	case p.seen.refusedIn(at):
 		d.failed++
 	default:
 		w.failf("duplicate: %q got event %s again (p%d, %s item made at %s) though the delivery log recorded it at %s, "+
@@ -500,4 +515,23 @@ func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
 
 func kindName(k itemKind) string {
 	return [...]string{"live", "replay", "since", "backfill", "backlog"}[k]
+}
+
+// sinceNoted notes the events a replay since a time selects for a lane (endpoint ep): sent on
+// purpose again, or parked behind a dead letter and sent by a replay of the aggregate later.
+type sinceNoted struct {
+	store.Pipeline
+	w  *world
+	ep string
+}
+
+func (s sinceNoted) SincePage(ctx context.Context, st store.SinceState, limit int, at pglogrepl.LSN) ([]*envelope.Message, store.SinceCursor, error) {
+	ms, cur, err := s.Pipeline.SincePage(ctx, st, limit, at)
+	if s.w.pairs.since == nil {
+		s.w.pairs.since = map[pairKey]bool{}
+	}
+	for _, m := range ms {
+		s.w.pairs.since[pairKey{s.ep, m.ID}] = true
+	}
+	return ms, cur, err
 }

@@ -613,14 +613,16 @@ func (w *world) startProc() *proc {
 	if o.backlog {
 		cfg.backlog = w.db.Backlog(simPipeline)
 	}
-	cfg.store = w.db.Pipeline(simPipeline, o.endpoints)
+	cfg.store = sinceNoted{w.db.Pipeline(simPipeline, o.endpoints), w, ""}
 	if o.shadow {
 		cfg.shadow, cfg.store = true, abandons{cfg.store, w}
 	}
 	var recordPause func(context.Context, string) error
 	if o.endpoints {
 		cfg.endpoints = w.db.Endpoints(simPipeline)
-		cfg.laneStore = func(name string) store.Pipeline { return w.db.Pipeline(name, true) }
+		cfg.laneStore = func(name string) store.Pipeline {
+			return sinceNoted{w.db.Pipeline(name, true), w, strings.TrimPrefix(name, simPipeline+"/")}
+		}
 		cfg.open = func(id string, _ []byte) (destination.Destination, func(), time.Time, error) {
 			return p.dest(id), nil, time.Time{}, nil
 		}
@@ -744,6 +746,10 @@ func (p *proc) attempt(a *attempt) {
 			}
 		}
 		p.answered(sent)
+		if p.alive && w.opts.shadow && !r.Delivered && !r.Gone && a.n >= w.opts.maxAttempts && len(a.ms) == 1 {
+			// the shadow gives the event up now (its record is best effort, and may come later)
+			w.abandoned[a.ms[0].ID] = true
+		}
 		if p.alive {
 			p.input(func(e *engine) { e.finished(a, r, w.now) })
 		}

@@ -25,21 +25,22 @@ import (
 // DB is an in-memory database of the outbox rows and the relay's state. The zero value is not
 // ready: use New.
 type DB struct {
-	mu         sync.Mutex
-	now        func() time.Time
-	rows       map[string]*row
-	inserted   int64
-	endpoints  map[string][]byte
-	backfills  map[string][]backfillRow
-	parked     map[string]map[store.Aggregate]parkedRow
-	pipeEvents map[string]map[string]*pipeEvent
-	replays    map[int64]*store.SinceState
-	replayIDs  int64
-	versions   map[string]*versionLog
-	status     map[string]map[string]store.EndpointStatus
-	backlogs   map[string]map[string][]store.BacklogEntry
-	delivered  []store.DeliveryAttempt
-	failed     []store.DeliveryAttempt
+	mu          sync.Mutex
+	now         func() time.Time
+	rows        map[string]*row
+	inserted    int64
+	endpoints   map[string][]byte
+	backfills   map[string][]backfillRow
+	parked      map[string]map[store.Aggregate]parkedRow
+	pipeEvents  map[string]map[string]*pipeEvent
+	replays     map[int64]*store.SinceState
+	replayIDs   int64
+	versions    map[string]*versionLog
+	status      map[string]map[string]store.EndpointStatus
+	backlogs    map[string]map[string][]store.BacklogEntry
+	delivered   []store.DeliveryAttempt
+	deliveredBy map[string][]int // indexes of delivered, by event id
+	failed      []store.DeliveryAttempt
 }
 
 // row is one outbox_events row and the relay's status columns of it.
@@ -223,6 +224,10 @@ func (l deliveryLog) Failed(a store.DeliveryAttempt) {
 func (l deliveryLog) Delivered(a store.DeliveryAttempt) {
 	l.db.mu.Lock()
 	defer l.db.mu.Unlock()
+	if l.db.deliveredBy == nil {
+		l.db.deliveredBy = map[string][]int{}
+	}
+	l.db.deliveredBy[a.EventID] = append(l.db.deliveredBy[a.EventID], len(l.db.delivered))
 	l.db.delivered = append(l.db.delivered, a)
 }
 
@@ -239,10 +244,13 @@ func (l deliveryLog) DeliveredTo(_ context.Context, pipeline string, ids []strin
 		}
 	}
 	out := map[string][]string{}
-	for _, a := range l.db.delivered {
-		if a.Pipeline == pipeline && want[a.EventID] && !slices.Contains(out[a.EventID], a.Endpoint) &&
-			(len(endpoints) == 0 || slices.Contains(endpoints, a.Endpoint)) {
-			out[a.EventID] = append(out[a.EventID], a.Endpoint)
+	for id := range want {
+		for _, i := range l.db.deliveredBy[id] {
+			a := l.db.delivered[i]
+			if a.Pipeline == pipeline && !slices.Contains(out[a.EventID], a.Endpoint) &&
+				(len(endpoints) == 0 || slices.Contains(endpoints, a.Endpoint)) {
+				out[a.EventID] = append(out[a.EventID], a.Endpoint)
+			}
 		}
 	}
 	for _, eps := range out {
