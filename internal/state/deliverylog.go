@@ -117,19 +117,21 @@ func InsertDeliveries(ctx context.Context, db Batcher, s string, e *DeliveryEntr
 	return db.SendBatch(ctx, b).Close()
 }
 
-// deliveredToSQL finds the deliveries of some events ($2) in a pipeline's log, to some endpoints
-// ($3; empty: any): the GIN index on event_ids finds the rows that hold any of the events (one
-// row per endpoint per flush), whose arrays are unnested and matched against the ids by a hash.
-const deliveredToSQL = `SELECT DISTINCT u.id::text, d.endpoint_id
-	FROM {outbox_deliveries} d CROSS JOIN LATERAL unnest(d.event_ids) AS u(id)
-	WHERE d.pipeline = $1 AND d.event_ids && $2::uuid[] AND (cardinality($3::text[]) = 0 OR d.endpoint_id = ANY($3::text[]))
-		AND u.id IN (SELECT unnest($2::uuid[]))
-	ORDER BY 1, 2`
+// deliveredToSQL finds the endpoints of a pipeline's log ($1) that one event ($2) was delivered
+// to, of some endpoints ($3; empty: any): the GIN index on event_ids finds the rows that hold it
+// (one row per endpoint per flush), whose arrays are not read. One statement per event, sent in
+// one batch, with sequential and plain index scans off (pgstore.DeliveryLog.DeliveredTo): the
+// planner prices the table by its heap, where the arrays are not (TOAST), and so prefers a
+// scan that reads and compares every array. Measured on a million deliveries (20 endpoints, rows
+// of 1,000): 1,000 events at once with && took 11 s; one statement each, 80 ms for 1,000.
+const deliveredToSQL = `SELECT DISTINCT endpoint_id FROM {outbox_deliveries}
+	WHERE event_ids @> ARRAY[$2::uuid] AND pipeline = $1 AND (cardinality($3::text[]) = 0 OR endpoint_id = ANY($3::text[]))
+	ORDER BY 1`
 
 // DeliveredTo returns, for those of ids (none empty) that the delivery log in schema s records
 // delivered in pipeline, the endpoints each was delivered to (of endpoints, unless empty),
 // sorted.
-func DeliveredTo(ctx context.Context, db DB, s, pipeline string, ids, endpoints []string) (map[string][]string, error) {
+func DeliveredTo(ctx context.Context, db Batcher, s, pipeline string, ids, endpoints []string) (map[string][]string, error) {
 	out := map[string][]string{}
 	if len(ids) == 0 {
 		return out, nil
@@ -137,19 +139,32 @@ func DeliveredTo(ctx context.Context, db DB, s, pipeline string, ids, endpoints 
 	if endpoints == nil {
 		endpoints = []string{}
 	}
-	rows, err := db.Query(ctx, schema.SQL(s, deliveredToSQL), pipeline, ids, endpoints)
-	if err != nil {
-		return nil, err
+	q := schema.SQL(s, deliveredToSQL)
+	b := &pgx.Batch{}
+	for _, id := range ids {
+		b.Queue(q, pipeline, id, endpoints)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, ep string
-		if err := rows.Scan(&id, &ep); err != nil {
+	res := db.SendBatch(ctx, b)
+	defer res.Close()
+	for _, id := range ids {
+		rows, err := res.Query()
+		if err != nil {
 			return nil, err
 		}
-		out[id] = append(out[id], ep)
+		for rows.Next() {
+			var ep string
+			if err := rows.Scan(&ep); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[id] = append(out[id], ep)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
 	}
-	return out, rows.Err()
+	return out, res.Close()
 }
 
 // pruneSQL deletes up to $2 rows of {table} older than $1, found per (pipeline, endpoint_id)
