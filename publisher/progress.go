@@ -17,9 +17,13 @@ import (
 // leader delivered: the status marks (an event delivered to every endpoint it routes to is
 // done) and the delivery log (each delivery, per endpoint: store.DeliveryHistory). The engine
 // looks both up for the transactions the stream sends again (cdc.Tx.Resent), a batch at a
-// time, and routes each event only to the endpoints that do not have it (queueEvent); a lane
-// reading its backlog skips the entries the log says it delivered (readPage: entries delivered
-// but not deleted before a restart, or read again after another relay led).
+// time, and routes each event only to the endpoints that do not have it (queueEvent). The log
+// is asked too by a lane reading its backlog (readPage: entries delivered but not deleted before
+// a restart, or read again after another relay led), by a backfill page (backfillPage) and by a
+// replay of parked aggregates that a previous leader carried out (replayAggregate); a relay that
+// streams again after another led asks about what it still holds (recheckHeld); and a streamed
+// event sent again at or before the last entry of its endpoint's backlog is settled there
+// (settledInBacklog).
 //
 // The records are written in batches, off the delivery path, so what the previous leader
 // delivered in its last moments (the attempts under way when it died, and the deliveries its
