@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -136,6 +138,9 @@ func TestTestSendsASignedEventAndLogsIt(t *testing.T) {
 	if recv.Requests() != 1 || recv.BadSignatures() != 0 || !recv.Has(ok["event_id"].(string)) {
 		t.Fatalf("the receiver saw %d requests, %d badly signed", recv.Requests(), recv.BadSignatures())
 	}
+	if ok["answer"] != nil {
+		t.Fatalf("an answer without a body came back as %q, want null", ok["answer"])
+	}
 	recv.SetFail(func(*http.Request) int { return http.StatusServiceUnavailable })
 	bad := e.must(200, "POST", "/api/v1/endpoints/acme/test", opToken, nil)
 	if bad["delivered"] != false || bad["status_code"] != float64(503) || !strings.Contains(fmt.Sprint(bad["error"]), "503") {
@@ -153,5 +158,22 @@ func TestTestSendsASignedEventAndLogsIt(t *testing.T) {
 	st := e.must(200, "GET", "/api/v1/endpoints/acme/stats", opToken, nil)
 	if h := st["last_hour"].(map[string]any); h["succeeded"] != float64(1) || h["failed"] != float64(1) || st["state"] != "enabled" {
 		t.Fatalf("stats %v, want one success and one failure in the last hour", st)
+	}
+}
+
+// A test attempt answers the first KB of the partner's answer, a 2xx one's too: what their
+// server said is what a partner wiring a receiver wants to see.
+func TestTestAnswersTheBodyOfASuccess(t *testing.T) {
+	e := newEnv(t)
+	body := "accepted by the partner " + strings.Repeat("x", 2000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	e.must(201, "POST", "/api/v1/endpoints", opToken, map[string]any{"id": "talker", "url": srv.URL})
+	res := e.must(200, "POST", "/api/v1/endpoints/talker/test", opToken, nil)
+	if res["delivered"] != true || res["answer"] != body[:1024] {
+		t.Fatalf("test answered delivered=%v answer=%.60q…, want the first 1024 bytes of the body", res["delivered"], res["answer"])
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/internal/endpointdest"
 	"github.com/outbox-relay/outbox-relay/internal/schema"
 	"github.com/outbox-relay/outbox-relay/internal/state"
 )
@@ -35,7 +34,8 @@ type TestResult struct {
 	// StatusCode is the HTTP status answered; null when there was no answer.
 	StatusCode *int `json:"status_code"`
 	LatencyMS  int  `json:"latency_ms"`
-	// Answer is the first KB of a failed answer's body (the log keeps nothing of a 2xx body).
+	// Answer is the first KB of the answer's body, a 2xx answer's too (the delivery log keeps
+	// only a failed one's); null when there was no answer or it had no body.
 	Answer *string `json:"answer"`
 	// Error says why the attempt failed; null when delivered.
 	Error *string `json:"error"`
@@ -82,13 +82,15 @@ func (a *API) testEndpoint(w http.ResponseWriter, r *http.Request) error {
 	}
 	var entries state.DeliveryEntries
 	errText := ""
+	if len(res.Answer) > 0 {
+		answer := string(res.Answer)
+		out.Answer = &answer
+	}
 	if !res.Delivered {
 		errText = res.Reason()
 		out.Error = &errText
-		if len(res.Answer) > 0 {
-			answer := string(res.Answer)
-			out.Answer = &answer
-			errText += ": " + answer
+		if out.Answer != nil {
+			errText += ": " + *out.Answer
 		}
 	}
 	entries.Add(TestPipeline, id, m.ID, 1, start, res.Status, elapsed, errText)
@@ -156,45 +158,24 @@ func (a *API) testMessage(ctx context.Context, row endpoint.Row, typ string) (*e
 	return m, nil
 }
 
-// testDestination builds the webhook the relay would deliver to row with: its secrets, its
-// format, its egress (the guard at every connection, its proxy).
+// testDestination builds the webhook the relay would deliver to row with (endpointdest, as the
+// relay opens it): its secrets, its format, its egress (the guard at every connection, its proxy).
 func (a *API) testDestination(row endpoint.Row) (*webhook.Destination, error) {
-	access := a.guard.AccessOf(row.DenyPrivate, row.AllowPrivateURL)
-	u, err := endpoint.CheckURL(row.URL, a.guard, access)
-	if err != nil {
-		return nil, invalid(endpoint.Field("url", err))
+	d, _, err := endpointdest.Open(row, endpointdest.Options{Guard: a.guard, Ring: a.ring, Proxy: a.cfg.EgressProxy,
+		Resolver: a.cfg.Resolver, Timeout: a.cfg.TestTimeout, MaxConns: 1, UserAgent: "outbox-relay/" + a.cfg.Version,
+		Source: "/outbox-relay/" + TestPipeline, KeepAnswers: true})
+	var oe *endpointdest.Error
+	switch {
+	case err == nil:
+		return d, nil
+	case errors.As(err, &oe) && oe.Field == "url":
+		return nil, invalid(endpoint.Field("url", oe.Err))
+	case errors.As(err, &oe) && oe.Field == "secrets":
+		return nil, problem(http.StatusUnprocessableEntity, typeInvalid, "the endpoint cannot sign: "+oe.Err.Error())
+	case errors.As(err, &oe):
+		return nil, problem(http.StatusUnprocessableEntity, typeInvalid, err.Error(), FieldIssue{Field: oe.Field, Detail: err.Error()})
 	}
-	keys, _, err := row.Keys(a.ring, time.Now())
-	if err != nil {
-		return nil, problem(http.StatusUnprocessableEntity, typeInvalid, "the endpoint cannot sign: "+err.Error())
-	}
-	proxy, err := a.proxy(row.EgressProxy, u)
-	if err != nil {
-		return nil, problem(http.StatusUnprocessableEntity, typeInvalid, err.Error(), FieldIssue{Field: "egress_proxy", Detail: err.Error()})
-	}
-	return webhook.New(webhook.Config{URL: row.URL, Keys: keys, Scheme: row.SignatureScheme(), Timeout: a.cfg.TestTimeout,
-		MaxConns: 1, UserAgent: "outbox-relay/" + a.cfg.Version, Format: webhook.Format(row.Format),
-		DefaultSource: "/outbox-relay/" + TestPipeline, Control: a.guard.Control(access), Proxy: proxy, Resolver: a.cfg.Resolver})
-}
-
-// proxy is the outbound proxy of an endpoint's connections, as the relay chooses it: the row's
-// egress_proxy, else the API's EgressProxy, else the environment's.
-func (a *API) proxy(rowProxy string, u *url.URL) (*url.URL, error) {
-	raw := rowProxy
-	if raw == "" {
-		raw = a.cfg.EgressProxy
-	}
-	switch raw {
-	case endpoint.ProxyDirect:
-		return nil, nil
-	case "":
-		return http.ProxyFromEnvironment(&http.Request{URL: u})
-	}
-	p, err := endpoint.ParseProxy(raw)
-	if err != nil {
-		return nil, fmt.Errorf("egress proxy: %w", err)
-	}
-	return p, nil
+	return nil, err
 }
 
 var _ destination.Destination = (*webhook.Destination)(nil)

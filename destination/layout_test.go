@@ -1,30 +1,20 @@
 package destination_test
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/golist"
 )
 
-const module = "github.com/outbox-relay/outbox-relay"
+const module = golist.Module
 
 // goList runs go list with args and returns the fields of its output.
-func goList(t *testing.T, args ...string) []string {
-	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("this test runs `go list`: put the go command on PATH: %v", err)
-	}
-	out, err := exec.Command(gobin, append([]string{"list"}, args...)...).Output()
-	if err != nil {
-		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
-	}
-	return strings.Fields(string(out))
-}
+func goList(t *testing.T, args ...string) []string { t.Helper(); return golist.Fields(t, args...) }
 
 // standard reports whether pkg is in the standard library (its first element has no dot).
-func standard(pkg string) bool { return !strings.Contains(strings.SplitN(pkg, "/", 2)[0], ".") }
+func standard(pkg string) bool { return golist.Standard(pkg) }
 
 // The contract is a leaf: a destination (and a program's own) that imports it links the message
 // type and the standard library, nothing of the engine, the stream or the database.

@@ -123,7 +123,18 @@ func (e Store) Resume(ctx context.Context, q Querier, id string) (Endpoint, erro
 // Disable disables an endpoint, paused or not: it receives nothing until enabled. Disabling a
 // disabled endpoint changes nothing (its reason and time stay). An empty reason is "disabled".
 func (e Store) Disable(ctx context.Context, q Querier, id, reason string) (Endpoint, error) {
-	return e.setState(ctx, q, "disable", id, func(r *endpoint.Row, now time.Time) (bool, error) {
+	ep, _, err := e.DisableOnce(ctx, q, id, reason)
+	return ep, err
+}
+
+// DisableOnce is Disable that also reports whether this call disabled the endpoint: false when
+// it was disabled already (by an operator, or by another relay or shard of the pipeline, whose
+// call reported true). Of calls racing to disable it, exactly one reports true: the relay
+// notifies the operator of an automatic disable only then, once, not once per shard.
+func (e Store) DisableOnce(ctx context.Context, q Querier, id, reason string) (Endpoint, bool, error) {
+	var changed bool
+	ep, err := e.setState(ctx, q, "disable", id, func(r *endpoint.Row, now time.Time) (bool, error) {
+		changed = false
 		if r.State == endpoint.Disabled {
 			return false, nil
 		}
@@ -132,8 +143,10 @@ func (e Store) Disable(ctx context.Context, q Querier, id, reason string) (Endpo
 		}
 		r.State, r.PausedReason, r.PausedAt = endpoint.Disabled, "", time.Time{}
 		r.DisabledReason, r.DisabledAt = reason, now
+		changed = true
 		return true, nil
 	})
+	return ep, changed && err == nil, err
 }
 
 // Enable enables a disabled endpoint. Enabling an enabled endpoint changes nothing; a paused

@@ -22,7 +22,8 @@
 //	// ep.Secret is the generated secret, in clear, this once: hand it to the partner.
 //
 // Add, Update, Pause, Resume, Disable, Enable, RotateSecret and Remove write; Get and List read.
-// Each checks its input first and refuses it with ErrInvalid and the reason (the reason the CLI
+// DisableOnce is Disable that says whether the call disabled the endpoint, so that of several
+// relays (or shards) disabling it at once only one reports it. Each checks its input first and refuses it with ErrInvalid and the reason (the reason the CLI
 // prints and the API answers), writing nothing; a taken id is ErrExists and an unknown one
 // ErrNotFound, without aborting the caller's transaction.
 //

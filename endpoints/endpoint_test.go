@@ -727,3 +727,54 @@ func TestEndpointsInANamedSchema(t *testing.T) {
 		t.Fatalf("get in a schema without the table: %v; want the schema named", err)
 	}
 }
+
+// Of several relays (or shards) that disable an endpoint at once, exactly one is told it did
+// (DisableOnce reports true), so that exactly one notifies the operator; the row keeps the
+// winner's reason. A disable of a disabled endpoint reports false.
+func TestDisableOnceHasOneWinner(t *testing.T) {
+	dsn, conn := migratedDB(t)
+	ctx := context.Background()
+	if _, err := plain.Add(ctx, conn, partner("acme")); err != nil {
+		t.Fatal(err)
+	}
+	const racers = 4
+	start := make(chan struct{})
+	won := make(chan string, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close(ctx)
+			<-start
+			reason := fmt.Sprintf("410 Gone at shard %d", i)
+			if _, ok, err := plain.DisableOnce(ctx, c, "acme", reason); err != nil {
+				t.Error(err)
+			} else if ok {
+				won <- reason
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(won)
+	var winners []string
+	for r := range won {
+		winners = append(winners, r)
+	}
+	got, err := plain.Get(ctx, conn, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(winners) != 1 || got.State != endpoints.Disabled || got.DisabledReason != winners[0] {
+		t.Fatalf("winners %q, endpoint %s (%q): want one winner, whose reason the row keeps", winners, got.State, got.DisabledReason)
+	}
+	if _, ok, err := plain.DisableOnce(ctx, conn, "acme", "again"); err != nil || ok {
+		t.Fatalf("disabling a disabled endpoint: %v, %v; want false, nil", ok, err)
+	}
+}

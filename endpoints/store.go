@@ -132,6 +132,16 @@ func (e Store) List(ctx context.Context, q Querier, f Filter) ([]Endpoint, error
 	return out, nil
 }
 
+// Count returns how many endpoints the table holds, in every state (what a relay sizes its
+// memory for: a lane and a client each).
+func (e Store) Count(ctx context.Context, q Querier) (int, error) {
+	var n int
+	if err := q.QueryRow(ctx, schema.SQL(e.Schema, "SELECT count(*) FROM {outbox_endpoints}")).Scan(&n); err != nil {
+		return 0, e.dbError("count endpoints", err)
+	}
+	return n, nil
+}
+
 // Remove deletes the endpoint: events committed after the removal are not routed to it.
 func (e Store) Remove(ctx context.Context, q Querier, id string) error {
 	var got string

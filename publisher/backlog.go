@@ -45,9 +45,11 @@ import (
 type laneBacklog struct {
 	// on: the streamed events routed to the lane are spilled (buf) instead of queued.
 	on bool
-	// buf are the events spilled and not written yet.
-	buf  []*item
-	busy bool // a store operation of the backlog is under way
+	// buf are the events spilled and not written yet; writing those of the write under way
+	// (writeSpilled), counted in neither buf nor entries until it is done.
+	buf     []*item
+	writing []*item
+	busy    bool // a store operation of the backlog is under way
 	// written is the position of the last entry written (or found at start), read that of the
 	// last entry read; short is set when the last page read was not full, readTo is how far
 	// that read could go (see through).
@@ -65,9 +67,20 @@ type laneBacklog struct {
 	inMem int
 	// entries is how many entries the backlog holds, as far as this process knows.
 	entries int64
-	removed bool
+	// oldest is when the event of the backlog's first entry was created, as last known: set by
+	// a write into an empty backlog, and read again from the store at each status save
+	// (refreshOldest), off the delivery path; zero: unknown yet, or no entry. It is what the
+	// endpoint's oldest undelivered event is once its events are in the backlog (undelivered).
+	oldest time.Time
+	// rejoined is set when the lane rejoined the stream with entries still to deliver: "caught
+	// up" is logged once they are delivered (emptied).
+	rejoined bool
+	removed  bool
 	// reads counts the times the lane forgot what it read (reread): a page read before is dropped.
 	reads uint64
+	// since are the replays --since whose rows are not all written yet, in stream order
+	// (sincebacklog.go): nothing is written or read past the first one's place before they are.
+	since []*sinceJob
 	// invisible is the event of the next entry to read when its row was not found, and
 	// invisibleSince when that was first seen (see visible); no read starts before readAt.
 	invisible      string
@@ -80,6 +93,7 @@ type laneBacklog struct {
 type backlogPage struct {
 	high store.BacklogPos
 	left int
+	n    int // entries read in it
 }
 
 const (
@@ -118,6 +132,11 @@ func (b *laneBacklog) through() store.BacklogPos {
 	if b.before > 0 && b.before <= t.LSN {
 		t = store.BacklogPos{LSN: b.before - 1, Idx: math.MaxInt32}
 	}
+	if len(b.since) > 0 { // the rows of a replay --since being written, not past them
+		if c := (store.BacklogPos{LSN: b.since[0].tx.CommitLSN, Idx: -1}); c.Less(t) {
+			t = c
+		}
+	}
 	return t
 }
 
@@ -142,6 +161,7 @@ func (e *engine) backlogTick() {
 		e.spillChecked = e.now
 	}
 	leading := e.leading()
+	e.flushLaterMarks()
 	for _, l := range e.lanes {
 		if check && !l.bl.on && leading {
 			if why := e.spillDue(l); why != "" {
@@ -259,7 +279,7 @@ func (e *engine) spill(l *lane, why string, fromLive bool) {
 
 // before returns the position just before p.
 func before(p store.BacklogPos) store.BacklogPos {
-	if p.Idx > 0 {
+	if p.Idx > math.MinInt32 { // (an index below 0 is a replay --since's entry)
 		return store.BacklogPos{LSN: p.LSN, Idx: p.Idx - 1}
 	}
 	return store.BacklogPos{LSN: p.LSN - 1, Idx: math.MaxInt32}
@@ -294,13 +314,25 @@ func (e *engine) spillFailed(l *lane, b *batch) bool {
 	}
 	l.done(b)
 	for _, it := range b.items {
-		if it.counted {
-			it.counted = false
-			bl.live--
-		}
-		bl.buf = append(bl.buf, it)
+		bl.keep(it)
 	}
 	return true
+}
+
+// keep takes a streamed event whose attempt failed into the events to write (buf), no longer
+// counted as an attempt under way since the spill (live).
+func (b *laneBacklog) keep(it *item) {
+	b.uncount(it)
+	b.buf = append(b.buf, it)
+}
+
+// uncount ends its count in live: its attempt that was under way when the lane spilled (or
+// was disabled) has settled.
+func (b *laneBacklog) uncount(it *item) {
+	if it.counted {
+		it.counted = false
+		b.live--
+	}
 }
 
 // spillRetired keeps in the backlog what a lane being disabled holds: the streamed events are
@@ -333,8 +365,8 @@ func (e *engine) backlogStep(l *lane) {
 	b := &l.bl
 	switch {
 	case b.busy || !b.on && len(b.pages) == 0:
-	case b.live == 0 && len(b.buf) > 0 && e.leading():
-		e.writeSpilled(l)
+	case b.live == 0 && len(b.buf) > 0 && e.leading() && e.writeSpilled(l):
+	case len(b.since) > 0 && b.live == 0 && e.leading() && e.sinceStep(l):
 	case e.trim(l):
 	case b.live > 0:
 	// a short page read everything there was up to its bound: read again once the bound moved
@@ -356,16 +388,25 @@ func (e *engine) backlogStep(l *lane) {
 // (an endpoints torture run found this after a failover). Holding them costs the slot nothing,
 // as it cannot confirm past the unsettled attempt anyway; the lane keeps at most a request
 // timeout's worth of events in memory meanwhile.
-func (e *engine) writeSpilled(l *lane) {
+//
+// While a replay --since's rows are being written, only the events committed before its request
+// are: it reports false when there are none.
+func (e *engine) writeSpilled(l *lane) bool {
 	b := &l.bl
 	its := b.buf
 	b.buf = nil
+	if len(b.since) > 0 {
+		its, b.buf = splitBefore(its, b.since[0].tx.CommitLSN)
+		if len(its) == 0 {
+			return false
+		}
+	}
 	sortItems(its)
 	es := make([]store.BacklogEntry, len(its))
 	for i, it := range its {
 		es[i] = store.BacklogEntry{Pos: position(it.m, it.tx), EventID: it.m.ID, Attempts: it.attempt, Mark: e.fan[it.m] == nil}
 	}
-	b.busy = true
+	b.busy, b.writing = true, its
 	id, bl := l.id, e.cfg.backlog
 	if e.cfg.trace != nil {
 		for _, en := range es {
@@ -373,7 +414,10 @@ func (e *engine) writeSpilled(l *lane) {
 		}
 	}
 	e.durably("record events in an endpoint's backlog", func(ctx context.Context) error { return bl.Spill(ctx, id, es) }, func() {
-		b.busy = false
+		b.busy, b.writing = false, nil
+		if b.entries == 0 { // the first entries: the backlog is as old as the oldest of them
+			b.oldest = oldestOf(its)
+		}
 		e.tracef("written %s %d entries up to %v", l.name, len(es), es[len(es)-1].Pos)
 		if last := es[len(es)-1].Pos; b.written.Less(last) {
 			b.written = last
@@ -388,6 +432,7 @@ func (e *engine) writeSpilled(l *lane) {
 		e.m.EventsSpilled.Add(float64(len(its)))
 		e.backlogStep(l)
 	})
+	return true
 }
 
 // readPage reads the next page of the backlog into the lane's queues.
@@ -432,17 +477,22 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 					"in outbox_events (deleted by hand?); it cannot be delivered and is skipped")
 				continue
 			}
-			ev.Message.Sequence = envelope.Sequence(uint64(ev.Pos.LSN), ev.Pos.Idx)
-			if read.had[ev.EventID] {
-				e.skipRead(l, ev)
-				continue
+			if ev.Pos.Replayed() {
+				ev.Message.Sequence = resentSequence(ev.Message, ev.Pos)
+			} else {
+				ev.Message.Sequence = envelope.Sequence(uint64(ev.Pos.LSN), ev.Pos.Idx)
+				if read.had[ev.EventID] {
+					e.skipRead(l, ev)
+					continue
+				}
 			}
 			if tx == nil || tx.CommitLSN != ev.Pos.LSN {
 				tx = &cdc.Tx{CommitLSN: ev.Pos.LSN} // for the log lines; it settles against its page, not the stream
 			}
 			it := e.newItem(ev.Message, tx, kindBacklog)
-			it.attempt, it.mark, it.page = ev.Attempts, ev.Mark, pg
+			it.attempt, it.mark, it.page, it.resent = ev.Attempts, ev.Mark, pg, ev.Pos.Replayed()
 			pg.left++
+			pg.n++
 			b.inMem++
 			if !l.add(it) {
 				parked = append(parked, it)
@@ -508,6 +558,7 @@ func (e *engine) trim(l *lane) bool {
 			b.pages = b.pages[n:]
 		}
 		b.entries = max(b.entries-gone, 0)
+		e.emptied(l)
 		e.backlogStep(l)
 	})
 	return true
@@ -518,7 +569,7 @@ func (e *engine) trim(l *lane) bool {
 // what it read, are queued behind it.
 func (e *engine) rejoin(l *lane) {
 	b := &l.bl
-	if !b.on || !l.active || b.busy || b.live > 0 || !b.short || b.read.Less(b.written) || l.health.Failing() {
+	if !b.on || !l.active || b.busy || b.live > 0 || !b.short || b.read.Less(b.written) || l.health.Failing() || len(b.since) > 0 {
 		return
 	}
 	b.on = false
@@ -532,7 +583,69 @@ func (e *engine) rejoin(l *lane) {
 		}
 	}
 	e.parkNow(l, parked, func() {})
+	if b.rejoined = b.entries > 0; b.rejoined {
+		// What it read is not all delivered yet (a paused endpoint delivers none of it): it is
+		// caught up once the last of it is, and the backlog is empty (emptied).
+		n, _ := l.undelivered()
+		e.log.Info().Str("lane", l.name).Int("undelivered", n).Int64("backlog", b.entries).
+			Msg("endpoint read its whole backlog; it takes the live stream again behind what it still has to deliver")
+		return
+	}
 	e.log.Info().Str("lane", l.name).Int("queued", len(its)).Msg("endpoint caught up with its backlog; it takes the live stream again")
+}
+
+// emptied notes a backlog that a trim or a drop left without entries: its oldest is forgotten,
+// and a lane that rejoined the stream before it delivered what it read is caught up now.
+func (e *engine) emptied(l *lane) {
+	b := &l.bl
+	if b.entries > 0 {
+		return
+	}
+	b.oldest = time.Time{}
+	if b.rejoined && !b.on {
+		b.rejoined = false
+		e.log.Info().Str("lane", l.name).Msg("endpoint caught up with its backlog: it is empty, and the endpoint takes the live stream")
+	}
+}
+
+// oldestOf returns when the oldest of its was committed (or created, when that is unknown).
+func oldestOf(its []*item) time.Time {
+	var t time.Time
+	for _, it := range its {
+		if at := it.since(); !at.IsZero() && (t.IsZero() || at.Before(t)) {
+			t = at
+		}
+	}
+	return t
+}
+
+// refreshOldest reads when the first entry of each backlog was created, for the lanes that have
+// a backlog; it runs at each status save, off the delivery path. A backlog written meanwhile
+// into an empty one keeps what its write set (the read saw none).
+func (e *engine) refreshOldest() {
+	bl := e.cfg.backlog
+	var ids []string
+	for _, l := range e.lanes {
+		if l.bl.entries > 0 {
+			ids = append(ids, l.id)
+		}
+	}
+	if bl == nil || len(ids) == 0 {
+		return
+	}
+	e.do("read the oldest events of the endpoints' backlogs", false, func(ctx context.Context) (any, error) {
+		return bl.Oldest(ctx, ids)
+	}, func(v any, err error) {
+		if err != nil && !e.stopping {
+			e.log.Warn().Err(err).Msg("reading the oldest events of the endpoints' backlogs failed; their age is read again at the next status save")
+		}
+		oldest, _ := v.(map[string]time.Time)
+		for id, t := range oldest {
+			if l := e.byID[id]; l != nil && l.bl.entries > 0 {
+				l.bl.oldest = t
+			}
+		}
+	})
 }
 
 // dropBacklog forgets the backlog of a removed lane: the events spilled and not written are
@@ -544,8 +657,9 @@ func (e *engine) dropBacklog(l *lane) {
 	}
 	b := &l.bl
 	b.removed, b.on = true, false
+	e.dropSince(l, nil)
 	its := b.buf
-	b.buf, b.pages, b.inMem, b.entries = nil, nil, 0, 0
+	b.buf, b.pages, b.inMem, b.entries, b.oldest, b.rejoined = nil, nil, 0, 0, time.Time{}, false
 	for _, it := range its {
 		e.settle(l, it)
 	}
@@ -592,6 +706,7 @@ func (e *engine) resyncBacklogs(then func()) {
 				l.bl.on = true
 			}
 		}
+		e.refreshOldest() // another relay may have written or emptied them
 		then()
 	})
 }

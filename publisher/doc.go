@@ -43,13 +43,16 @@
 // No loss: an event settles (engine.settle, the only call of the tracker's Ack for an event) only
 // once it is delivered (delivered), durably written to the lane's backlog (writeSpilled) or as a
 // dead letter or a park (deadLetter, parkNow), recorded as abandoned (a shadow's give-up, an
-// endpoint's disable or removal: abandon, retire), or settled by another relay while this one was
-// cut off from the slot (dropConfirmed). The slot confirms only what the tracker pops, so it never
-// passes an event that is none of these; what a stopped relay held is sent again by the next.
+// endpoint's removal: abandon, retire, release; a disable keeps what it held in the backlog), or
+// settled by another relay while this one was cut off from the slot (dropConfirmed). The slot
+// confirms only what the tracker pops, so it never passes an event that is none of these; what a
+// stopped relay held is sent again by the next.
 //
-// Nothing outside its subscription: an endpoint change takes effect at its place in the stream,
-// once recorded in the versions log (endpointState.change), and a relay that starts or leads
-// again brings the endpoints to what the log says they were at its place (resync, applyPending).
+// Nothing outside its subscription: an endpoint change takes effect at its transaction's commit,
+// for every event of that transaction (the intake carries out a transaction's endpoint changes
+// before its first event: controlsInOrder), once recorded in the versions log
+// (endpointState.change), and a relay that starts or leads again brings the endpoints to what
+// the log says they were at its place (resync, applyPending).
 //
 // Nothing stranded: every wait has an end that comes without the stream (a timer, a store
 // operation, a delivery), a lane that holds events is woken by its own timers (lane.wakeLater),
@@ -71,7 +74,9 @@
 // every head back unacknowledged, so the buffer fills and the slot keeps its position; a 410 Gone
 // pauses the pipeline (or disables the endpoint), recorded durably. A replay request arrives in
 // the stream as a logical message at its place in commit order (cdc.Control): parked aggregates
-// are re-queued there; a replay since a time is read page by page ahead of everything later.
+// are re-queued there; a replay since a time is read page by page ahead of everything later,
+// or, to an endpoint, written into its backlog there (sincebacklog.go) while the other
+// endpoints take the stream.
 //
 // # Metrics and lifetime
 //

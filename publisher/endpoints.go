@@ -24,9 +24,11 @@ import (
 //   - Routing. Each event goes to every endpoint that is not disabled and whose subscription
 //     matches it (tenant, event-type patterns, aggregate types), as the endpoints stood when the
 //     event's transaction committed: changes of outbox_endpoints reach the stream as
-//     transactional logical messages (the table's trigger), each applied at its place in
-//     commit order and recorded in the versions log (store.Endpoints), from which a relay that
-//     starts or takes over knows the endpoints as of every transaction it is sent again.
+//     transactional logical messages (the table's trigger), each applied in commit order, before
+//     the first event of its own transaction (controlsInOrder: a change applies to the whole
+//     transaction that commits it), and recorded in the versions log (store.Endpoints), from
+//     which a relay that starts or takes over knows the endpoints as of every transaction it is
+//     sent again.
 //   - Lanes. Each endpoint is a lane of its own, named "<pipeline>/<endpoint id>", with its own
 //     destination (its URL, secrets, scheme and format), in-flight cap, rate limit, batching,
 //     dead letters and parked aggregates. The lanes share the engine's workers.
@@ -43,6 +45,9 @@ type endpointState struct {
 	parked   map[string][]cdc.Aggregate
 	backlogs map[string]store.BacklogSize
 	route    router
+	// first is each endpoint's first version not applied yet, as boundBacklogs last found it:
+	// what a lane made meanwhile bounds its backlog reads by.
+	first map[string]pglogrepl.LSN
 }
 
 // router indexes the lanes that may receive events by tenant, so that routing an event looks
@@ -113,6 +118,7 @@ func (s *endpointState) load() {
 			return
 		}
 		s.pending = sortVersions(got.vs)
+		s.boundBacklogs() // before any lane reads its backlog: by its first version, whatever applies it
 		e.hold("read the endpoints' parked aggregates", func(ctx context.Context) (any, error) { return ep.Parked(ctx) },
 			func(v any) {
 				s.parked = map[string][]cdc.Aggregate{}
@@ -126,7 +132,10 @@ func (s *endpointState) load() {
 			e.hold("read the endpoints' backlogs", func(ctx context.Context) (any, error) { return bl.Sizes(ctx) },
 				func(v any) { s.backlogs = v.(map[string]store.BacklogSize) })
 		}
-		e.first(func() { s.applyPending(got.marker + 1) }, s.loaded)
+		// findDoomed bounds each lane's backlog by its versions still pending, also when none
+		// is applied here (applyPending then does nothing): a backlog written while the
+		// endpoint was paused waits for that pause, met again in the stream, and its resume.
+		e.first(func() { s.applyPending(got.marker + 1) }, s.findDoomed, s.loaded)
 	})
 }
 
@@ -154,6 +163,7 @@ func (s *endpointState) loaded() {
 			delete(s.backlogs, id)
 		}
 	}
+	e.refreshOldest() // the backlogs found at start: their age, before the first status save
 	e.log.Info().Int("endpoints", len(e.lanes)).Int("versions", len(s.pending)).Msg("endpoints loaded")
 }
 
@@ -182,6 +192,7 @@ func (s *endpointState) applyPending(lsn pglogrepl.LSN) {
 	}
 	vs := s.pending[:n:n]
 	s.pending = s.pending[n:]
+	s.boundBacklogs(vs...) // until the steps below have applied them (findDoomed bounds again then)
 	steps := make([]func(), 0, n+1)
 	for _, v := range vs {
 		steps = append(steps, func() { s.apply(v) })
@@ -189,17 +200,19 @@ func (s *endpointState) applyPending(lsn pglogrepl.LSN) {
 	s.e.first(append(steps, s.findDoomed)...)
 }
 
-// findDoomed notes the endpoints that the versions still pending disable or remove. A relay
-// that led the slot before this one applied those versions already, and settled without sending
-// what it held for the endpoint then, while it went on delivering the endpoint's later events.
-// An event resent from before such a disable is therefore not routed to that endpoint again:
-// delivering it now would put it after later events of its aggregate that the endpoint got
-// already (and the event was one its disable may drop in any case). It also bounds what each
-// lane reads of its backlog by its versions still pending (boundBacklogs).
+// findDoomed notes the endpoints that the versions still pending remove. A relay that led the
+// slot before this one applied those removals already, and settled without sending what it held
+// for the endpoint then. An event resent from before such a removal is therefore not routed to
+// that endpoint again: the removal drops it in any case. (A pending disable dooms nothing: what
+// an endpoint is owed at its disable is kept in its backlog and delivered once it is enabled,
+// so an event resent from before it is routed to it, and kept at the disable, unless the relay
+// that applied it wrote it to the backlog already: an entry written twice is kept once.) It
+// also bounds what each lane reads of its backlog by its versions still pending
+// (boundBacklogs).
 func (s *endpointState) findDoomed() {
 	clear(s.doomed)
 	for _, v := range s.pending {
-		if v.Row == nil || rowDisabled(v.Row) {
+		if v.Row == nil {
 			if s.doomed == nil {
 				s.doomed = map[string]bool{}
 			}
@@ -210,37 +223,27 @@ func (s *endpointState) findDoomed() {
 }
 
 // dropOvertaken settles, unsent, what a lane holds from before this streaming session when a
-// disable of its endpoint excuses it and another relay may have led the slot meanwhile: with a
-// disable or removal still pending (findDoomed: events sent again from before it are not routed
-// to the endpoint either), all it holds (an attempt of them under way that fails is settled too:
-// the lane's generation moves on); after a disable applied here, what it kept at the disable and
-// has not written, which means it did not lead then. Another relay that led meanwhile applied
-// the same disable with these events sent again from before it, dropped them as doomed, and may
-// have enabled the endpoint and delivered its later events since; sent now, they would go out
-// after those.
+// removal of its endpoint is still pending (findDoomed: events sent again from before it are not
+// routed to the endpoint either): all it holds (an attempt of them under way that fails is
+// settled too: the lane's generation moves on). Another relay that led meanwhile may have
+// applied the removal already.
+//
+// What a lane kept at a disable applied here and has not written yet (it did not lead then) it
+// keeps, and writes once it leads: the slot did not confirm past those events (dropConfirmed
+// settles those it did), so no relay settled them, or one did by keeping them at the same
+// disable, in the same backlog (an entry written twice is kept once; written again after that
+// relay delivered and deleted it, it is a duplicate, after the first delivery, which was in
+// order). Dropped, they would be lost: the stream sends them again, but this relay routes them
+// with the endpoint as it stands, disabled, when it applied the disable already.
 func (s *endpointState) dropOvertaken() {
 	e := s.e
 	for _, l := range e.lanes {
 		var its []*item
-		switch {
-		case s.doomed[l.id]: // a disable or removal pending: it comes after all the lane holds
+		if s.doomed[l.id] { // a removal pending: it comes after all the lane holds
 			its = append(l.takeOut(func(it *item) bool { return it.kind != kindLive }), l.bl.buf...)
 			l.bl.buf = nil
 			l.gen++
 			e.reread(l) // what it read of its backlog stays there: not settled (deleted) by a failure
-		case l.disabledAt > 0: // disabled here before this session, when it may not have led
-			// What the lane kept at that disable and has not written (it did not lead then):
-			// another relay may have applied the same disable, sent again from before it, and
-			// dropped these events as doomed.
-			keep := l.bl.buf[:0]
-			for _, it := range l.bl.buf {
-				if position(it.m, it.tx).LSN <= l.disabledAt { // its transaction, or an earlier one
-					its = append(its, it)
-				} else {
-					keep = append(keep, it)
-				}
-			}
-			l.bl.buf = keep
 		}
 		for _, it := range its {
 			e.recordAbandoned(l, it, "another relay led the slot and moved the endpoint on while this one held the event")
@@ -254,23 +257,22 @@ func (s *endpointState) dropOvertaken() {
 	}
 }
 
-// rowDisabled reports whether an endpoint row (to_jsonb) is in state disabled.
-func rowDisabled(row []byte) bool {
-	var r struct {
-		State string `json:"state"`
-	}
-	return json.Unmarshal(row, &r) == nil && r.State == endpoint.Disabled
-}
-
-// boundBacklogs gives each lane the commit LSN of its first version still pending (see
+// boundBacklogs gives each lane the commit LSN of its first version still pending, or of
+// those in toApply, versions about to be applied as steps of the intake (see
 // laneBacklog.through).
-func (s *endpointState) boundBacklogs() {
+func (s *endpointState) boundBacklogs(toApply ...store.EndpointVersion) {
 	first := map[string]pglogrepl.LSN{}
-	for _, v := range s.pending { // in LSN order
-		if _, ok := first[v.ID]; !ok {
-			first[v.ID] = v.LSN
+	for _, vs := range [][]store.EndpointVersion{toApply, s.pending} {
+		for _, v := range vs {
+			if l := s.e.byID[v.ID]; l != nil && pglogrepl.LSN(l.applied) >= v.LSN {
+				continue // applied already
+			}
+			if f, ok := first[v.ID]; !ok || v.LSN < f {
+				first[v.ID] = v.LSN
+			}
 		}
 	}
+	s.first = first
 	for _, l := range s.e.lanes {
 		l.bl.before = first[l.id]
 	}
@@ -324,6 +326,16 @@ func (s *endpointState) resync(lsn pglogrepl.LSN, then func()) {
 			changed = append(changed, v)
 		}
 		apply = append(apply, sortVersions(changed)...)
+		// Until its versions are applied (the steps below), a lane reads no backlog entry
+		// past the first version it has not applied (not only the latest, which the steps
+		// jump to): one written while it was paused waits for that pause.
+		unapplied := slices.Clone(apply)
+		for _, v := range vs[:n] {
+			if l := e.byID[v.ID]; l == nil || pglogrepl.LSN(l.applied) < v.LSN {
+				unapplied = append(unapplied, v)
+			}
+		}
+		s.boundBacklogs(unapplied...)
 		steps := make([]func(), 0, len(apply)+2)
 		for _, v := range apply {
 			steps = append(steps, func() { s.apply(v) })
@@ -332,7 +344,7 @@ func (s *endpointState) resync(lsn pglogrepl.LSN, then func()) {
 			e.log.Info().Int("endpoints_changed", len(apply)).Str("lsn", lsn.String()).
 				Msg("endpoints brought up to date from the versions log (another relay led the slot meanwhile)")
 		}
-		e.first(append(steps, s.boundBacklogs, then)...)
+		e.first(append(steps, func() { s.boundBacklogs() }, then)...)
 	})
 }
 
@@ -417,6 +429,7 @@ func (s *endpointState) newLane(id string) *lane {
 	e := s.e
 	l := newLane(e, id, e.cfg.pipeline+"/"+id)
 	l.store = e.cfg.laneStore(l.name)
+	l.bl.before = s.first[id] // its reads wait for its versions still to apply (boundBacklogs)
 	if b, ok := s.backlogs[id]; ok {
 		delete(s.backlogs, id)
 		if b.Entries > 0 {
@@ -433,6 +446,7 @@ func (s *endpointState) newLane(id string) *lane {
 // backlog and status are dropped.
 func (s *endpointState) remove(l *lane, lsn pglogrepl.LSN) {
 	e := s.e
+	l.removed = true
 	e.retire(l, "the endpoint was removed", false)
 	e.releaseDest(l)
 	e.dropBacklog(l)
@@ -454,7 +468,6 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 			if row.DisabledReason != "" {
 				reason += ": " + row.DisabledReason
 			}
-			l.disabledAt = v.LSN
 			e.retire(l, reason, true)
 			e.releaseDest(l)
 			e.log.Info().Str("endpoint", l.id).Str("reason", row.DisabledReason).Msg("endpoint disabled")
@@ -469,9 +482,15 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 		l.raw = v.Row
 		e.rebuild(l)
 	}
-	l.maxInFlight = row.MaxInFlight
-	if l.maxInFlight <= 0 {
-		l.maxInFlight = e.cfg.endpointMaxInFlight
+	capped := row.MaxInFlight
+	if capped <= 0 {
+		capped = e.cfg.endpointMaxInFlight
+	}
+	l.maxInFlight = shareOf(capped, e.cfg.shard, e.cfg.shards)
+	if e.cfg.shards > 1 && capped < e.cfg.shards && (fresh || before.MaxInFlight != row.MaxInFlight) {
+		e.log.Warn().Str("endpoint", l.id).Int("max_in_flight", capped).Int("shards", e.cfg.shards).
+			Msgf("the endpoint's max_in_flight is below the pipeline's shards: each shard keeps one request in flight, %d in all; "+
+				"set its max_in_flight to %d or more (`outbox-relay endpoint update`)", e.cfg.shards, e.cfg.shards)
 	}
 	linger := row.Linger()
 	if linger <= 0 {
@@ -479,7 +498,7 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 	}
 	l.batching = Batch{MaxEvents: row.BatchMaxEvents, MaxBytes: row.BatchMaxBytes, Linger: linger}
 	l.batching.defaults()
-	l.setRateLimit(row.RateLimit)
+	l.setRateLimit(rateShare(row.RateLimit, e.cfg.shard, e.cfg.shards))
 	e.refreshPause(l)
 	e.wake(l)
 	if fresh {
@@ -487,13 +506,13 @@ func (s *endpointState) update(l *lane, row endpoint.Row, v store.EndpointVersio
 	}
 }
 
-// setRateLimit bounds the attempts l starts in any one second (0: unlimited).
-func (l *lane) setRateLimit(perSecond int) {
+// setRateLimit bounds the attempts l starts in any window of per to n (0: unlimited).
+func (l *lane) setRateLimit(n int, per time.Duration) {
 	switch {
-	case perSecond <= 0:
+	case n <= 0:
 		l.limit = nil
-	case l.limit == nil || len(l.limit.starts) != perSecond:
-		l.limit = newWindowLimiter(perSecond, time.Second)
+	case l.limit == nil || len(l.limit.starts) != n || l.limit.per != per:
+		l.limit = newWindowLimiter(n, per)
 	}
 }
 
@@ -538,7 +557,7 @@ func (s *endpointState) setParked(l *lane, aggs []cdc.Aggregate) {
 	s.e.m.ParkedAggregates.Add(float64(len(aggs)))
 	if len(aggs) > 0 {
 		s.e.log.Warn().Str("lane", l.name).Int("parked_aggregates", len(aggs)).Msg("aggregates are parked behind dead letters; " +
-			"replay them to the endpoint once it accepts them")
+			"once the endpoint accepts them: " + s.e.replayCommand(l, "everything parked"))
 	}
 }
 
@@ -580,17 +599,23 @@ func (e *engine) retire(l *lane, reason string, keep bool) {
 		e.spillRetired(l, its, inFlight)
 		if len(its) > 0 || inFlight > 0 {
 			e.log.Info().Str("lane", l.name).Int("events", len(its)).Int("in_flight", inFlight).Str("reason", reason).
-				Msg("the endpoint's events are kept in its backlog; `outbox-relay endpoint enable` delivers them in order")
+				Msg("the endpoint's events are kept in its backlog; `outbox-relay endpoint enable " + l.id + "` delivers them first, in order")
 		}
 		return
 	}
 	for _, it := range its {
-		e.recordAbandoned(l, it, reason)
-		e.settle(l, it)
+		e.release(l, it, reason)
 	}
-	if len(its) > 0 {
+	switch {
+	case len(its) == 0:
+	case !keep:
 		e.log.Warn().Str("lane", l.name).Int("events", len(its)).Str("reason", reason).
-			Msg("events queued for the endpoint were not sent; they are recorded as abandoned, and a replay since a time for the endpoint re-sends them")
+			Msg("events queued for the endpoint were not sent; they are recorded as abandoned under its lane, and the " +
+				"endpoint no longer exists: nothing is owed to it any more")
+	default:
+		e.log.Warn().Str("lane", l.name).Int("events", len(its)).Str("reason", reason).
+			Msg("events queued for the endpoint were not sent (the pipeline has no backlog to keep them); they are recorded " +
+				"as abandoned: after `outbox-relay endpoint enable " + l.id + "`, " + e.replayCommand(l, "the events since a time") + " re-sends them")
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/health"
@@ -72,12 +74,14 @@ type engine struct {
 	spillChecked time.Time // when the lanes were last checked for a spill
 	pruned       time.Time // when the versions log was last pruned
 	tm           *transitionMetrics
+	laterMarks   []laterMark // rows to mark done once the slot confirmed past them
 }
 
-// fanCount counts the deliveries of an event routed to several lanes.
+// fanCount counts the deliveries of an event routed to several lanes. released counts the
+// lanes that gave it up for good (release): their endpoint was removed, and owes it no more.
 type fanCount struct {
-	routes, settled, delivered int
-	retries                    int
+	routes, settled, delivered, released int
+	retries                              int
 }
 
 // effect is what the engine decided that its owner carries out: one of attempt and op is set.
@@ -229,7 +233,11 @@ func (e *engine) finished(a *attempt, r destination.Result, now time.Time) {
 		}
 		l.finished(b)
 	} else {
-		ch := l.health.Observe(now, health.Outcome{OK: r.Delivered, Gone: r.Gone, Reason: r.Reason()})
+		o := health.Outcome{OK: r.Delivered, Gone: r.Gone}
+		if !r.Delivered {
+			o.Reason = r.Reason() // (a delivery needs none: formatting it costs every event)
+		}
+		ch := l.health.Observe(now, o)
 		l.finished(b)
 		e.transitions(l, ch)
 	}
@@ -288,8 +296,13 @@ func (e *engine) observeDelivered(it *item) {
 		if it.kind == kindReplay && e.ep == nil {
 			break // one destination: it is done
 		}
-		if e.marks != nil && (it.mark || e.cfg.confirmed != nil && e.cfg.confirmed() > position(it.m, it.tx).LSN) {
-			e.marks.Done(it.m.ID, it.m.Sequence, it.attempt-1)
+		if it.resent {
+			return // re-sent by a replay --since: it keeps its record, as kindSince does
+		}
+		if it.mark {
+			e.markDone(it.m, it.attempt-1)
+		} else {
+			e.markOnceConfirmed(it.m, it.tx, it.attempt-1)
 		}
 		return
 	}
@@ -301,6 +314,61 @@ func (e *engine) observeDelivered(it *item) {
 	}
 }
 
+// markDone marks m's row done (delivered, or owed by no endpoint).
+func (e *engine) markDone(m *envelope.Message, retries int) {
+	if e.marks != nil {
+		e.marks.Done(m.ID, m.Sequence, retries)
+	}
+}
+
+// laterMark is a row to mark done once the slot confirmed past its event (markOnceConfirmed).
+type laterMark struct {
+	id, seq string
+	lsn     pglogrepl.LSN
+	retries int
+}
+
+// maxLaterMarks bounds the marks that wait for the slot's confirmation; past it, a mark is
+// given up (marks are advisory: the row stays pending, and prune takes it once every slot
+// confirmed it).
+const maxLaterMarks = 100_000
+
+// markOnceConfirmed marks m's row done once the slot confirmed past it (then every endpoint it
+// went to settled it), at once if it has. An event read from a backlog, or replayed, right after
+// it was written there is often delivered before the confirmation: without the wait its row
+// would stay pending for ever although no endpoint owes it (the marks that wait are looked at
+// every backlogTick, flushLaterMarks).
+func (e *engine) markOnceConfirmed(m *envelope.Message, tx *cdc.Tx, retries int) {
+	if e.marks == nil || e.cfg.confirmed == nil {
+		return
+	}
+	lsn := position(m, tx).LSN
+	switch {
+	case e.cfg.confirmed() > lsn:
+		e.marks.Done(m.ID, m.Sequence, retries)
+	case len(e.laterMarks) < maxLaterMarks:
+		e.laterMarks = append(e.laterMarks, laterMark{id: m.ID, seq: m.Sequence, lsn: lsn, retries: retries})
+	}
+}
+
+// flushLaterMarks marks the rows waiting for the slot's confirmation that it has confirmed.
+func (e *engine) flushLaterMarks() {
+	if len(e.laterMarks) == 0 {
+		return
+	}
+	confirmed := e.cfg.confirmed()
+	keep := e.laterMarks[:0]
+	for _, lm := range e.laterMarks {
+		if confirmed > lm.lsn {
+			e.marks.Done(lm.id, lm.seq, lm.retries)
+		} else {
+			keep = append(keep, lm)
+		}
+	}
+	clear(e.laterMarks[len(keep):])
+	e.laterMarks = keep
+}
+
 // settle records that it will not be sent again by this run: a streamed event's transaction is
 // told (the tracker); a backfill, replay or backlog event counts down its page.
 func (e *engine) settle(l *lane, it *item) {
@@ -308,10 +376,7 @@ func (e *engine) settle(l *lane, it *item) {
 		l.bl.settled(it)
 		return
 	}
-	if it.counted {
-		it.counted = false
-		l.bl.live--
-	}
+	l.bl.uncount(it)
 	switch it.kind {
 	case kindBackfill:
 		e.backfillLeft--
@@ -327,7 +392,7 @@ func (e *engine) settle(l *lane, it *item) {
 	}
 	if c.settled++; c.settled == c.routes {
 		delete(e.fan, it.m)
-		if c.delivered == c.routes && e.marks != nil {
+		if c.delivered+c.released == c.routes && e.marks != nil { // no endpoint owes it
 			e.marks.Done(it.m.ID, it.m.Sequence, c.retries)
 		}
 	}
@@ -426,7 +491,7 @@ func (e *engine) deadLetter(l *lane, it *item, r destination.Result) {
 		e.log.Error().Str("lane", l.name).Str("event_id", it.m.ID).Str("aggregate_type", it.m.AggregateType).
 			Str("aggregate_id", it.m.AggregateID).Str("event_type", it.m.EventType).Int("attempt", it.attempt).
 			Str("last_error", reason).Int("parked_behind", len(behind)).
-			Msg("event dead-lettered; its aggregate is parked until `outbox-relay replay`")
+			Msg("event dead-lettered; its aggregate is parked until " + e.replayCommand(l, "aggregate "+it.m.AggregateType+"/"+it.m.AggregateID))
 		e.parkNow(l, behind, func() {
 			e.settle(l, it)
 			l.parkOps--
@@ -497,6 +562,16 @@ func (e *engine) abandon(l *lane, b *batch, r destination.Result) {
 	e.settle(l, it)
 }
 
+// replayCommand is the command that replays what l parked, narrowed by what (in words: a
+// library's messages name no CLI flag), for a log line.
+func (e *engine) replayCommand(l *lane, what string) string {
+	cmd := "`outbox-relay replay` of " + what
+	if l.id != "" {
+		cmd += " for endpoint " + l.id
+	}
+	return cmd + " of pipeline " + e.cfg.pipeline
+}
+
 func (e *engine) recordAbandoned(l *lane, it *item, reason string) {
 	e.m.EventsAbandoned.Inc()
 	if l.store != nil {
@@ -529,11 +604,50 @@ func (e *engine) writeAbandoned(st store.Pipeline, m *envelope.Message, attempt 
 func (e *engine) abandonRetired(l *lane, b *batch, reason string) {
 	l.done(b)
 	for _, it := range b.items {
-		if it.kind != kindBacklog { // (one read from the backlog stays there)
+		switch {
+		case l.removed || e.cfg.backlog == nil:
+			e.release(l, it, reason)
+		case it.kind == kindLive && l.bl.on && !l.bl.removed:
+			// A disable that keeps what the endpoint was owed (retire, keep): the event goes to
+			// its backlog, as spillFailed does (which takes a batch of streamed events only:
+			// this one also held events read from the backlog).
+			l.bl.keep(it)
+		case it.kind == kindLive || it.kind == kindBackfill:
 			e.recordAbandoned(l, it, reason)
+			e.settle(l, it)
+		default:
+			// One read from the backlog stays there. One a replay re-sent is not recorded as
+			// abandoned: that record would take the place of its dead letter (failed or
+			// parked), and the next replay of its aggregate, once the endpoint is enabled,
+			// would leave it out (the simulation found this loss once a disable no longer
+			// excused what the endpoint was owed).
+			e.settle(l, it)
 		}
-		e.settle(l, it)
 	}
+}
+
+// release gives it up for l for good, recorded as abandoned, and settles it: l's endpoint was
+// removed (or disabled with no backlog to keep what it held), so it owes the event no more.
+// The event's row is then marked done once no endpoint owes it: at once when it went to l
+// alone, else once every other endpoint it went to has it (settle, markOnceConfirmed). Without
+// this, a row would stay pending for ever although every endpoint that still exists has it.
+// (What a replay re-sent to an endpoint disabled without a backlog stays parked for its lane, to
+// be replayed once it is enabled: it is not marked.)
+func (e *engine) release(l *lane, it *item, reason string) {
+	e.recordAbandoned(l, it, reason)
+	switch c := e.fan[it.m]; {
+	case it.resent:
+		// re-sent by a replay --since: its row keeps its record
+	case c != nil:
+		c.released++
+	case it.kind == kindLive, it.kind == kindBackfill, it.kind == kindBacklog && it.mark:
+		e.markDone(it.m, it.attempt-1)
+	case it.kind == kindBacklog, it.kind == kindReplay && l.removed:
+		// (one read from the backlog, or a dead letter replayed, that went to other endpoints
+		// too: they settled it once the slot confirmed past it)
+		e.markOnceConfirmed(it.m, it.tx, it.attempt-1)
+	}
+	e.settle(l, it)
 }
 
 // gone handles a 410 Gone answer: the lane is held (the pipeline paused, or the endpoint held
@@ -557,21 +671,24 @@ func (e *engine) gone(l *lane, b *batch, r destination.Result) {
 		e.refreshPause(l)
 	}
 	l.pushFormed(b)
-	record := e.cfg.recordPause
-	if l != e.single {
-		id := l.id
-		record = func(ctx context.Context, reason string) error { return e.cfg.disable(ctx, id, reason) }
-	}
-	if record == nil {
-		e.logGone(l, first, r, false)
-		return
-	}
-	e.durably("record the 410 Gone", func(ctx context.Context) error { return record(ctx, reason) }, func() {
-		if l == e.single {
-			e.logGone(l, first, r, true)
+	if l == e.single {
+		record := e.cfg.recordPause
+		if record == nil {
+			e.logGone(l, first, r, false)
 			return
 		}
-		e.disabledGone(l, reason)
+		e.durably("record the 410 Gone", func(ctx context.Context) error { return record(ctx, reason) }, func() {
+			e.logGone(l, first, r, true)
+		})
+		return
+	}
+	id, disable := l.id, e.cfg.disable
+	e.do("record the 410 Gone", true, func(ctx context.Context) (any, error) { return disableOnce(ctx, disable, id, reason) }, func(v any, _ error) {
+		if won, _ := v.(bool); won {
+			e.disabledGone(l, reason)
+		} else {
+			e.disabledAlready(l, reason)
+		}
 		// What a replay or a backfill re-sent is settled unsent now, as its disable will (retire):
 		// the intake may wait for it (a backfill page), and the disable reaches this relay only
 		// through the intake.

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,6 +45,30 @@ type EndpointEvent struct {
 	Failures int
 }
 
+// ErrDisabledAlready is what FanoutConfig.Disable returns (wrapped) when it changed nothing: the
+// endpoint was disabled already (another relay, or another shard of the pipeline, disabled it
+// first, or an operator did) or removed. The engine then neither notifies the operator nor
+// counts the disable: whoever disabled it did, so that a disable is reported once, not once
+// per shard.
+var ErrDisabledAlready = errors.New("the endpoint was disabled already, or removed")
+
+// disableOnce disables endpoint id with disable (FanoutConfig.Disable), and reports whether this
+// call did.
+func disableOnce(ctx context.Context, disable func(context.Context, string, string) error, id, reason string) (bool, error) {
+	err := disable(ctx, id, reason)
+	if errors.Is(err, ErrDisabledAlready) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// disabledAlready reports an endpoint that this relay found disabled when it went to disable
+// it: another relay or shard did, and reported it.
+func (e *engine) disabledAlready(l *lane, reason string) {
+	e.log.Info().Str("endpoint", l.id).Str("reason", reason).
+		Msg("endpoint disabled already by another relay, shard or operator; this one does not report it again")
+}
+
 // transitions reports what an attempt's outcome changed in l's health.
 func (e *engine) transitions(l *lane, ch health.Change) {
 	st := l.health.Status()
@@ -71,7 +96,9 @@ func (e *engine) transitions(l *lane, ch health.Change) {
 // housekeep checks the endpoints' health, saves their status, rebuilds the destinations whose
 // secret expired and prunes the versions log; it runs every StatusInterval.
 func (e *engine) housekeep() {
+	e.flushLaterMarks()
 	e.checkHealth()
+	e.refreshOldest()
 	e.saveStatus()
 	for _, l := range e.lanes {
 		if l.active && !l.rebuildAt.IsZero() && !e.now.Before(l.rebuildAt) {
@@ -104,16 +131,20 @@ func (e *engine) checkHealth() {
 		e.do("disable an endpoint that keeps failing", false, func(ctx context.Context) (any, error) {
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			return nil, disable(ctx, id, reason)
-		}, func(_ any, err error) {
+			return disableOnce(ctx, disable, id, reason)
+		}, func(v any, err error) {
 			if err != nil {
 				l.health.DisableFailed() // tried again at the next check
 				e.log.Warn().Err(err).Str("endpoint", id).Msg("disabling an endpoint that keeps failing failed; retried shortly")
 				return
 			}
+			if won, _ := v.(bool); !won {
+				e.disabledAlready(l, reason)
+				return
+			}
 			e.log.Warn().Str("endpoint", id).Time("failing_since", st.FailingSince).Int("failures", st.FailuresInRow).
 				Str("last_error", lastError).
-				Msg("endpoint disabled automatically: it failed for endpoint_disable_after; fix it, then `outbox-relay endpoint enable`")
+				Msg("endpoint disabled automatically: it failed for endpoint_disable_after; fix it, then `outbox-relay endpoint enable " + id + "`")
 			e.disabled(l, reason, lastError, st)
 		})
 	}
@@ -122,7 +153,7 @@ func (e *engine) checkHealth() {
 // disabledGone reports an endpoint that answered 410 Gone and whose disable is recorded.
 func (e *engine) disabledGone(l *lane, reason string) {
 	e.log.Warn().Str("endpoint", l.id).Str("reason", reason).
-		Msg("endpoint disabled automatically: it answered 410 Gone; `outbox-relay endpoint enable` once it is back")
+		Msg("endpoint disabled automatically: it answered 410 Gone; `outbox-relay endpoint enable " + l.id + "` once it is back")
 	e.disabled(l, reason, reason, l.health.Status())
 }
 
@@ -150,10 +181,8 @@ func (e *engine) status(l *lane) store.EndpointStatus {
 	h := l.health.Status()
 	st := store.EndpointStatus{ID: l.id, FailingSince: h.FailingSince, LastSuccess: h.LastSuccess, LastError: h.LastError,
 		LastErrorAt: h.LastErrorAt, FailuresInRow: h.FailuresInRow}
-	if l.active {
-		n, oldest := l.undelivered()
-		st.Undelivered, st.OldestUndelivered = int64(n), oldest
-	}
+	n, oldest := l.undelivered() // (a disabled endpoint's backlog is kept for its enable)
+	st.Undelivered, st.OldestUndelivered = int64(n), oldest
 	return st
 }
 

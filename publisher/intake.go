@@ -18,12 +18,13 @@ import (
 // (until: a replay --since page settled, a backfill page delivered). Meanwhile nothing behind it
 // is queued; the stream stops reading once the tracker's buffer is full.
 type intake struct {
-	txs     []*cdc.Tx // received, not taken yet
-	cur     *cdc.Tx   // being queued
-	next    int       // its next event
-	ctl     int       // its next control record
-	steps   []func()  // work to do before the next event (the start's reads, a replay's steps)
-	held    int       // store operations it waits for
+	txs     []*cdc.Tx     // received, not taken yet
+	cur     *cdc.Tx       // being queued
+	ctls    []cdc.Control // its control records, in the order they are carried out (controlsInOrder)
+	next    int           // its next event
+	ctl     int           // its next control record (of ctls)
+	steps   []func()      // work to do before the next event (the start's reads, a replay's steps)
+	held    int           // store operations it waits for
 	until   func() bool
 	then    func()
 	parking []parked // events of parked aggregates met since the last write of them
@@ -118,7 +119,7 @@ func (e *engine) queueNext() bool {
 		}
 		in.txs[0] = nil
 		in.txs = in.txs[1:]
-		in.cur, in.next, in.ctl = tx, 0, 0
+		in.cur, in.ctls, in.next, in.ctl = tx, controlsInOrder(tx.Controls), 0, 0
 		if !tx.Backfill {
 			e.begin(tx.Session, func(pglogrepl.LSN) pglogrepl.LSN { return tx.CommitLSN }, nil)
 			in.lastCommit = tx.CommitLSN
@@ -127,9 +128,9 @@ func (e *engine) queueNext() bool {
 	}
 	tx := in.cur
 	switch {
-	case in.ctl < len(tx.Controls) && tx.Controls[in.ctl].At <= in.next:
+	case in.ctl < len(in.ctls) && in.ctls[in.ctl].At <= in.next:
 		if !e.flushParked() {
-			c := &tx.Controls[in.ctl]
+			c := &in.ctls[in.ctl]
 			in.ctl++
 			e.control(tx, c)
 		}
@@ -139,9 +140,44 @@ func (e *engine) queueNext() bool {
 		e.queueEvent(tx, m, in.checked[tx])
 	case !e.flushParked():
 		delete(in.checked, tx)
-		in.cur = nil
+		in.cur, in.ctls = nil, nil
 	}
 	return true
+}
+
+// controlsInOrder returns a transaction's control records in the order the intake carries them
+// out: its endpoint changes first, before its first event, then the others (replays) at their
+// places among the events. An endpoint change applies to the whole transaction that commits it:
+// the endpoint as it stands at the commit routes every event of the transaction, whether the
+// event was written before or after the endpoint's row (a signup writes customer.created, then
+// the partner's endpoint, and the new partner gets its own signup event; an event written in
+// the transaction that disables or removes an endpoint does not go to it). Several changes of
+// one transaction apply in their order, so the last one stands. cs is returned as it is when
+// it is in that order already.
+func controlsInOrder(cs []cdc.Control) []cdc.Control {
+	n, ordered := 0, true
+	for i, c := range cs {
+		if c.Endpoint != nil {
+			ordered = ordered && i == n && c.At == 0
+			n++
+		}
+	}
+	if ordered {
+		return cs
+	}
+	out := make([]cdc.Control, 0, len(cs))
+	for _, c := range cs {
+		if c.Endpoint != nil {
+			c.At = 0
+			out = append(out, c)
+		}
+	}
+	for _, c := range cs {
+		if c.Endpoint == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // begin prepares the lanes for a transaction of a streaming session, then calls done (if not
@@ -212,7 +248,7 @@ func (e *engine) dropConfirmed() {
 	}
 	if old(in.cur) {
 		ackRest(in.cur, in.next, in.ctl)
-		in.next, in.ctl = len(in.cur.Events), len(in.cur.Controls)
+		in.next, in.ctl = len(in.cur.Events), len(in.ctls)
 	}
 	keep := in.txs[:0]
 	for _, tx := range in.txs {
@@ -251,6 +287,7 @@ func (e *engine) dropConfirmed() {
 			}
 		}
 		l.bl.buf = buf
+		e.dropSince(l, old)
 	}
 	if n > 0 {
 		e.tracef("drop confirmed up to %s: %d", in.from, n)
@@ -289,7 +326,8 @@ func (e *engine) resyncParked(then func()) {
 			}
 			if len(news) > 0 {
 				e.log.Warn().Str("lane", l.name).Int("aggregates", len(news)).Msg("a replay under way was given up, since another " +
-					"relay led the slot meanwhile and may have parked more of its events; its aggregates stay parked: replay them again")
+					"relay led the slot meanwhile and may have parked more of its events; its aggregates stay parked: replay them " +
+					"again with " + e.replayCommand(l, "everything parked"))
 			}
 			clear(l.replaying)
 			l.replays++

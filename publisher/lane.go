@@ -4,8 +4,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
@@ -34,6 +32,7 @@ type lane struct {
 	parked    map[cdc.Aggregate]bool
 	replaying map[cdc.Aggregate]int // replayed events not yet delivered, per key
 	replays   uint64                // counts the times the replays under way were given up (abortReplays)
+	touched   []cdc.Aggregate       // done's scratch: the keys a finished batch touched
 	parkOps   int                   // dead letters and parks being written (a replay waits for them)
 	// replayReads counts the replays of parked aggregates reading what is parked; parks wait
 	// meanwhile in deferred (parkNow).
@@ -60,16 +59,16 @@ type lane struct {
 	partial bool                    // dest is a PartialBatchDestination: one event per key in a batch
 	store   store.Pipeline          // dead letters, parked aggregates, replays; nil: none
 	active  bool                    // started: false while an endpoint is disabled, and after removal
+	removed bool                    // its endpoint was removed: it owes nothing any more
 	gen     uint64                  // counts starts; a backlog page read for an earlier start is dropped
 
 	// An endpoint's row and what follows it (endpoints.go).
-	row        endpoint.Row
-	raw        []byte
-	applied    int64         // the LSN of the version row is
-	disabledAt pglogrepl.LSN // the LSN of the last disable applied here (0: none)
-	release    func()
-	rebuildAt  time.Time
-	started    time.Time
+	row       endpoint.Row
+	raw       []byte
+	applied   int64 // the LSN of the version row is
+	release   func()
+	rebuildAt time.Time
+	started   time.Time
 
 	bl     laneBacklog // backlog.go
 	status laneStatus  // what was last saved of its status
@@ -306,7 +305,7 @@ func (l *lane) finished(b *batch) {
 // rest of a split key, or else each key's next event. It returns the keys whose replay it
 // completed.
 func (l *lane) done(b *batch) (replayed []cdc.Aggregate) {
-	var touched []cdc.Aggregate
+	touched := l.touched[:0] // (reused: done runs once per delivery)
 	for _, it := range b.items {
 		k := it.key()
 		if it.kind == kindReplay && it.replays == l.replays {
@@ -323,6 +322,7 @@ func (l *lane) done(b *batch) (replayed []cdc.Aggregate) {
 			touched = append(touched, k)
 		}
 	}
+	l.touched = touched
 	if b.after != nil && b.afterGen == l.retryGen {
 		l.pushFormed(b.after)
 		return replayed
@@ -451,18 +451,38 @@ func sortItems(its []*item) {
 	})
 }
 
-// undelivered returns how many events the lane holds (queued, in flight, waiting for a retry)
-// and the commit time of the oldest of its heads (zero when none is known).
+// undelivered returns how many events the lane owes: those it holds (queued, in flight, waiting
+// for a retry), those spilled and not written yet, and the entries of its backlog it has not
+// read; and when the oldest of them was committed (zero when none is known). The backlog's
+// oldest is what the store said at the last status save (refreshOldest), or its first write.
 func (l *lane) undelivered() (n int, oldest time.Time) {
-	for _, q := range l.keys {
-		head := q.peek()
-		t := head.tx.CommitTime
-		if t.IsZero() && head.m != nil {
-			t = head.m.CreatedAt // read back from the backlog: its row's created_at stands in
-		}
+	earlier := func(t time.Time) {
 		if !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
 			oldest = t
 		}
 	}
-	return l.queued, oldest
+	for _, q := range l.keys {
+		earlier(q.peek().since())
+	}
+	b := &l.bl
+	for _, its := range [][]*item{b.buf, b.writing} {
+		for _, it := range its {
+			earlier(it.since())
+		}
+	}
+	unread := b.entries
+	for _, pg := range b.pages {
+		unread -= int64(pg.n)
+	}
+	if b.entries > 0 {
+		earlier(b.oldest)
+	}
+	return l.queued + len(b.buf) + len(b.writing) + int(max(unread, 0)), oldest
+}
+
+// hasBacklog reports whether the lane spills, or its backlog holds entries (a paused endpoint
+// that read its whole backlog and rejoined the stream still owes them).
+func (l *lane) hasBacklog() bool {
+	b := &l.bl
+	return b.on || b.entries > 0 || len(b.buf) > 0 || len(b.writing) > 0
 }

@@ -1,27 +1,17 @@
 package publisher_test
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/golist"
 )
 
-const module = "github.com/outbox-relay/outbox-relay"
+const module = golist.Module
 
 // goList runs go list with args and returns the fields of its output.
-func goList(t *testing.T, args ...string) []string {
-	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("this test runs `go list`: put the go command on PATH: %v", err)
-	}
-	out, err := exec.Command(gobin, append([]string{"list"}, args...)...).Output()
-	if err != nil {
-		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
-	}
-	return strings.Fields(string(out))
-}
+func goList(t *testing.T, args ...string) []string { t.Helper(); return golist.Fields(t, args...) }
 
 // deps returns the packages pkg links, itself included.
 func deps(t *testing.T, pkg string) []string { return goList(t, "-deps", pkg) }

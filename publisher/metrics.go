@@ -123,7 +123,8 @@ func newEndpointMetrics(reg prometheus.Registerer, named []string, max int, snap
 			"Endpoints whose circuit breaker is open (they failed 10 attempts in a row): probed one attempt at a time until one succeeds.",
 			nil, nil),
 		spilling: prometheus.NewDesc(name("endpoints_spilling"),
-			"Endpoints that spill to their backlog off the WAL (they lagged by their spill_after, or are disabled with events kept).",
+			"Endpoints with a backlog off the WAL: they spill to it (they lagged by their spill_after, or are disabled with events kept), "+
+				"or have events in it still to deliver.",
 			nil, nil),
 		backlogEvents: prometheus.NewDesc(name("endpoint_backlog_events"),
 			"Events in the endpoints' backlogs, all endpoints together.", nil, nil),
@@ -131,10 +132,11 @@ func newEndpointMetrics(reg prometheus.Registerer, named []string, max int, snap
 			"Events in the endpoint's backlog off the WAL; only for the endpoints in trouble and those asked for.",
 			[]string{"endpoint"}, nil),
 		undelivered: prometheus.NewDesc(name("endpoint_undelivered"),
-			"Events held for the endpoint (queued, in flight, waiting for a retry); only for the endpoints in trouble and those asked for.",
+			"Events the endpoint is owed: held for it (queued, in flight, waiting for a retry, paused) and in its backlog off the WAL; "+
+				"only for the endpoints in trouble and those asked for.",
 			[]string{"endpoint"}, nil),
 		oldest: prometheus.NewDesc(name("endpoint_oldest_undelivered_seconds"),
-			"Age of the oldest event held for the endpoint; only for the endpoints in trouble and those asked for.",
+			"Age of the oldest event the endpoint is owed, its backlog included; only for the endpoints in trouble and those asked for.",
 			[]string{"endpoint"}, nil),
 		failuresInRow: prometheus.NewDesc(name("endpoint_failures_in_row"),
 			"Failed attempts since the endpoint's last success; only for the endpoints in trouble and those asked for.",
@@ -164,19 +166,17 @@ func (e *engine) endpointSnapshot(named map[string]bool) endpointSnapshot {
 		if l.health.Open() && l.active {
 			s.open++
 		}
-		inBacklog := l.bl.entries + int64(len(l.bl.buf))
+		inBacklog := l.bl.entries + int64(len(l.bl.buf)+len(l.bl.writing))
 		s.backlogEvents += float64(inBacklog)
-		if l.bl.on {
+		if l.hasBacklog() {
 			s.spilling++
 		}
-		if h.FailuresInRow == 0 && state != endpoint.Paused && !l.bl.on && !named[l.id] {
+		if h.FailuresInRow == 0 && state != endpoint.Paused && !l.hasBacklog() && !named[l.id] {
 			continue
 		}
 		sm := endpointSample{id: l.id, failures: int64(h.FailuresInRow), inBacklog: inBacklog}
-		if l.active {
-			n, oldest := l.undelivered()
-			sm.undelivered, sm.oldest = int64(n), oldest
-		}
+		n, oldest := l.undelivered()
+		sm.undelivered, sm.oldest = int64(n), oldest
 		s.samples = append(s.samples, sm)
 	}
 	return s
@@ -204,8 +204,8 @@ func (em *endpointMetrics) Collect(ch chan<- prometheus.Metric) {
 		switch {
 		case a.failures != b.failures:
 			return int(b.failures - a.failures)
-		case a.undelivered+a.inBacklog != b.undelivered+b.inBacklog:
-			return int(b.undelivered + b.inBacklog - a.undelivered - a.inBacklog)
+		case a.undelivered != b.undelivered: // (its backlog included)
+			return int(b.undelivered - a.undelivered)
 		}
 		return cmpString(a.id, b.id)
 	})

@@ -178,7 +178,9 @@ type FanoutConfig struct {
 	// its events retry until it is fixed. Required.
 	Open func(id string, row []byte) (dest destination.Destination, release func(), rebuildAt time.Time, err error)
 	// Disable disables endpoint id with reason (a 410 Gone, or failing for DisableAfter): its
-	// row changes, and the change reaches every relay through the stream. Required.
+	// row changes, and the change reaches every relay through the stream. It returns an error
+	// wrapping ErrDisabledAlready when it changed nothing (disabled already, or removed): the
+	// operator is then not notified by this engine. Required.
 	Disable func(ctx context.Context, id, reason string) error
 	// Confirmed returns the position the slot confirmed, to prune the versions log and to mark
 	// an event read from a backlog. Nil: never pruned, and such an event keeps its status.
@@ -210,6 +212,13 @@ type FanoutConfig struct {
 	// endpoints are delivered, spilled and recorded only while it does (see Slot). Nil: as if
 	// it always held it.
 	Slot Slot
+	// Shard and Shards say which shard of how many this engine delivers, when the pipeline is
+	// sharded (one engine per shard, each delivering its aggregates to every endpoint): each
+	// endpoint's rate_limit and in-flight cap (its row's max_in_flight, else
+	// EndpointMaxInFlight) are split among the shards, this one taking its share, so that the
+	// shards together hold them (a cap below Shards still lets each shard one request). Zero
+	// Shards (or 1): not sharded, each endpoint's whole limits.
+	Shard, Shards int
 }
 
 // Acker is told about every settled event and control record, and about the events a replay
@@ -259,6 +268,7 @@ type engineConfig struct {
 	clock                        func() time.Time
 	trace                        func(format string, args ...any) // the simulation's trace of decisions; nil: none
 	slot                         Slot
+	shard, shards                int // this engine's shard, of shards (0 or 1: not sharded)
 }
 
 // Publisher is the delivery engine of one pipeline: its deterministic core (engine) and the
@@ -290,7 +300,7 @@ func New(cfg Config, dest destination.Destination, acker Acker, marks Marks) *Pu
 	if _, ok := dest.(destination.BatchDestination); ok && cfg.Batch.Enabled() {
 		l.batching = cfg.Batch
 	}
-	l.setRateLimit(cfg.RateLimit)
+	l.setRateLimit(cfg.RateLimit, time.Second)
 	l.setDest(dest)
 	return &Publisher{shutdown: cfg.ShutdownTimeout, owner: owner{e: e}}
 }
@@ -306,7 +316,8 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Publisher {
 		logPayloads: cfg.LogPayloads, store: cfg.Store, backfillSlot: cfg.BackfillSlot, resume: cfg.Resume,
 		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable,
 		confirmed: cfg.Confirmed, statusInterval: cfg.StatusInterval, backlog: cfg.Backlog, spillAfter: cfg.SpillAfter,
-		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot}
+		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot,
+		shard: cfg.Shard, shards: cfg.Shards}
 	ec.fanoutDefaults()
 	max := cfg.MetricsMax
 	if max == 0 {
@@ -466,6 +477,28 @@ func (p *Publisher) OnlyPaused() bool {
 			continue
 		}
 		if !l.paused {
+			return false
+		}
+		held = true
+	}
+	return held
+}
+
+// HeldByEndpoints reports whether every event the lanes hold is held by an endpoint that answers
+// for it: one that is paused, or failing (its last attempt failed). Nothing delivered is then the
+// endpoints' doing, which each one's own series (outbox_relay_endpoint_failures_in_row,
+// _oldest_undelivered_seconds) and alert report, not a stall of the relay: /readyz is about the
+// relay. For a pipeline with one destination it is OnlyPaused: its destination failing is the
+// pipeline's stall.
+func (p *Publisher) HeldByEndpoints() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	held := false
+	for _, l := range p.e.lanes {
+		if !l.active || l.queued == 0 && len(l.bl.buf) == 0 && len(l.bl.writing) == 0 {
+			continue
+		}
+		if !l.paused && (l == p.e.single || l.health.Status().FailuresInRow == 0) {
 			return false
 		}
 		held = true

@@ -36,6 +36,7 @@ type item struct {
 	// disabled with its events kept); it counts in laneBacklog.live until it settles.
 	counted bool
 	mark    bool         // read from the backlog: its delivery marks the row done
+	resent  bool         // read from the backlog, where a replay --since wrote it: a re-send, never marked
 	replays uint64       // a replayed event: its lane's replays as it was queued (lane.replays)
 	page    *backlogPage // read from the backlog: the page it counts down
 }
@@ -43,6 +44,18 @@ type item struct {
 // key is the item's ordering key, its aggregate. As a map key it costs no allocation.
 func (it *item) key() cdc.Aggregate {
 	return cdc.Aggregate{Type: it.m.AggregateType, ID: it.m.AggregateID}
+}
+
+// since is when the item's event was committed; for one read back from the backlog (no commit
+// time), its row's created_at stands in.
+func (it *item) since() time.Time {
+	if it.resent {
+		return time.Time{} // re-sent by a replay --since: delivered long ago, not owed
+	}
+	if t := it.tx.CommitTime; !t.IsZero() || it.m == nil {
+		return t
+	}
+	return it.m.CreatedAt
 }
 
 // fifo is a slice-backed queue that reuses its storage.

@@ -49,9 +49,12 @@ func (e *engine) replayLane(req *cdc.ReplayRequest) *lane {
 			"endpoint's lane, <pipeline>/<endpoint id>; ignored")
 	case !ok:
 		// another pipeline's request
-	case l == nil || !l.active:
-		e.log.Warn().Str("endpoint", id).Msg("replay request for an endpoint that does not exist or is disabled; ignored " +
-			"(enable it first: outbox-relay endpoint enable)")
+	case l == nil:
+		e.log.Warn().Str("endpoint", id).Msg("replay request for an endpoint that does not exist (removed before the request " +
+			"committed); ignored: nothing is owed to it")
+	case !l.active:
+		e.log.Warn().Str("endpoint", id).Msg("replay request for an endpoint that is disabled; ignored: `outbox-relay endpoint enable " +
+			id + "`, then replay again")
 	default:
 		return l
 	}
@@ -112,7 +115,8 @@ func (e *engine) replayAggregate(l *lane, tx *cdc.Tx, agg cdc.Aggregate) {
 		})
 }
 
-// replaySince handles a replay --since request of tx for l at its place in the stream. It waits
+// replaySince handles a replay --since request of tx for l at its place in the stream: to an
+// endpoint, through its backlog (sincebacklog.go), the intake going on meanwhile. Else it waits
 // until every event queued before the request is settled and marked, then reads the rows page
 // by page in replay order and queues each page behind what is queued for its aggregates; it
 // waits for a page to settle before reading the next, and takes nothing from the stream
@@ -124,6 +128,9 @@ func (e *engine) replaySince(l *lane, tx *cdc.Tx, id int64) {
 	st := l.store
 	if st == nil {
 		e.acker.AckControl(tx)
+		return
+	}
+	if e.sinceThroughBacklog(l, tx, id) {
 		return
 	}
 	e.hold("read replay request", func(ctx context.Context) (any, error) { return st.SinceState(ctx, id) }, func(v any) {

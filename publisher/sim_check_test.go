@@ -11,36 +11,50 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // The simulation's invariants, as the torture checks them, per (event, endpoint) pair ("" is
-// the one destination of a pipeline without endpoints), from the endpoint's version at the
-// event's commit (an endpoint change applies at its place in commit order):
+// the one destination of a pipeline without endpoints), from the endpoint's version as of the
+// commit of the event's transaction (an endpoint change applies to the whole transaction that
+// commits it):
 //
 //   - nothing lost: every pair routed at commit (enabled or paused, and subscribed) is delivered
-//     by the end, unless a later disable or removal of the endpoint let the relay abandon it;
+//     by the end, unless a later removal of the endpoint let the relay abandon it (a disable
+//     keeps what the endpoint is owed until it is enabled);
 //   - nothing outside its subscription: no delivery of a pair that was not routed at commit;
+//   - nothing while paused: a pair routed while its endpoint was paused is not delivered before
+//     the change that ended the pause was committed;
 //   - order: per (endpoint, aggregate), first deliveries in commit order (duplicates allowed);
 //   - confirm: the slot's confirmed position never passes a transaction with a pair that is
-//     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later disable or
-//     removal excusing it);
+//     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later removal
+//     excusing it);
 //   - nothing stranded: once the workload ends, the destinations recover, disabled endpoints are
 //     enabled and parked aggregates replayed, everything settles: the slot confirms the whole
-//     log, no lane holds an event, no backlog holds an entry, nothing is parked.
+//     log, no lane holds an event, no backlog holds an entry, nothing is parked;
+//   - recovery isolated (sim_since_test.go): the intake never waits for the deliveries of a
+//     replay --since to an endpoint, which goes through the endpoint's backlog; its
+//     re-sends stay within the endpoint's tenant, and every request taken is complete at the end.
+//   - gauges: an endpoint whose backlog holds an event it is owed is reported as owing events,
+//     as old as that one at least, and with a backlog (checkGauges);
+//   - notify: the operator is told of each disable of an endpoint once (checkNotified).
 
 type pairKey struct{ endpoint, id string }
 
-// delivered records that a destination applied event id.
-func (w *world) delivered(ep, id string) {
-	w.deliveries = append(w.deliveries, delivery{endpoint: ep, id: id, at: w.now})
+// delivered records that a destination applied event id (resent: re-sent by a replay --since).
+func (w *world) delivered(ep, id string, resent bool) {
+	w.deliveries = append(w.deliveries, delivery{endpoint: ep, id: id, at: w.now, resent: resent})
+	w.tracef("delivered %q %s resent %v", ep, id, resent)
+	if resent {
+		return
+	}
 	if w.got == nil {
 		w.got = map[pairKey]bool{}
 	}
 	w.got[pairKey{ep, id}] = true
-	w.tracef("delivered %q %s", ep, id)
 }
 
 // position is an event's place in the stream: backfill events (no transaction) first.
@@ -51,12 +65,14 @@ func (w *world) position(ev *eventInfo) store.BacklogPos {
 	return store.BacklogPos{LSN: ev.tx.commit, Idx: ev.idx}
 }
 
-// stateAt returns endpoint id's row at the event's place in the stream (nil: it did not exist).
+// stateAt returns endpoint id's row as of the commit of the event's transaction (nil: it did
+// not exist): a change applies to every event of the transaction that commits it, written
+// before or after it.
 func (w *world) stateAt(id string, ev *eventInfo) *endpoint.Row {
 	var row *endpoint.Row
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
-		if c.id == id && (c.commit < pos.LSN || c.commit == pos.LSN && c.at <= pos.Idx || c.commit == 0) {
+		if c.id == id && (c.commit <= pos.LSN || c.commit == 0) {
 			row = c.row
 		}
 	}
@@ -72,16 +88,38 @@ func (w *world) routed(id string, ev *eventInfo) bool {
 	return row != nil && row.State != endpoint.Disabled && row.Subscribed(ev.m.TenantID, ev.m.EventType, ev.m.AggregateType)
 }
 
-// excused reports whether a disable or removal of endpoint id was committed after ev, or a
-// shadow pipeline gave ev up (recorded it abandoned).
-func (w *world) excused(id string, ev *eventInfo) bool {
+// pausedUntil reports whether endpoint id was paused at ev's commit and, if so, when the change
+// that ended the pause was committed (the far future when none did).
+func (w *world) pausedUntil(id string, ev *eventInfo) (time.Time, bool) {
 	if w.eps == nil {
-		return w.abandoned[ev.m.ID] // a shadow gave it up (recorded)
+		return time.Time{}, false
+	}
+	if row := w.stateAt(id, ev); row == nil || row.State != endpoint.Paused {
+		return time.Time{}, false
 	}
 	pos := w.position(ev)
 	for _, c := range w.eps.history {
-		if c.id == id && (c.commit > pos.LSN || c.commit == pos.LSN && c.at > pos.Idx) &&
-			(c.row == nil || c.row.State == endpoint.Disabled) {
+		if c.id == id && c.commit > pos.LSN && (c.row == nil || c.row.State != endpoint.Paused) {
+			return c.when, true
+		}
+	}
+	return time.Unix(math.MaxInt32, 0), true
+}
+
+// excused reports whether a removal of endpoint id was committed after ev's transaction, or a
+// shadow pipeline gave ev up (recorded it abandoned). A disable excuses nothing: what the
+// endpoint was owed at the disable is kept and delivered once it is enabled (every endpoint is
+// enabled at the end).
+func (w *world) excused(id string, ev *eventInfo) bool {
+	if w.eps == nil {
+		// A shadow gives an event up after its last attempt and settles it at once; the
+		// record of it is best effort (it never holds the slot for its own bookkeeping).
+		o := w.opts
+		return w.abandoned[ev.m.ID] || o.shadow && o.maxAttempts > 0 && w.tries[ev.m.ID] >= o.maxAttempts
+	}
+	pos := w.position(ev)
+	for _, c := range w.eps.history {
+		if c.id == id && c.commit > pos.LSN && c.row == nil {
 			return true
 		}
 	}
@@ -120,10 +158,7 @@ func (w *world) safe(id string, ev *eventInfo, delivered map[pairKey]bool) bool 
 	}
 	ctx := context.Background()
 	pos := w.position(ev)
-	after := store.BacklogPos{LSN: pos.LSN, Idx: pos.Idx - 1}
-	if pos.Idx == 0 {
-		after = store.BacklogPos{LSN: pos.LSN - 1, Idx: math.MaxInt32}
-	}
+	after := store.BacklogPos{LSN: pos.LSN, Idx: pos.Idx - 1} // (a replay --since's entries sort below index 0)
 	if es, _ := w.db.Backlog(simPipeline).Page(ctx, id, after, pos, 1); len(es) == 1 && es[0].EventID == ev.m.ID {
 		return true
 	}
@@ -210,6 +245,9 @@ func (w *world) unsettled(detail bool) string {
 	for _, id := range ids {
 		es, _ := w.db.Backlog(simPipeline).Page(ctx, id, store.BacklogPos{}, store.BacklogPos{LSN: math.MaxUint64, Idx: math.MaxInt32}, 1<<20)
 		for _, en := range es {
+			if en.Pos.Replayed() {
+				return fmt.Sprintf("the backlog of %q holds event %s of a replay --since, not delivered", id, en.EventID)
+			}
 			if !delivered[pairKey{id, en.EventID}] {
 				return fmt.Sprintf("the backlog of %q holds event %s, not delivered", id, en.EventID)
 			}
@@ -248,10 +286,19 @@ func (w *world) checkEnd() {
 	first := map[pairKey]bool{}
 	for _, d := range w.deliveries {
 		ev := w.events[d.id]
+		if d.resent || !w.routed(d.endpoint, ev) && w.recoveredAfter(d.endpoint, ev) {
+			// a re-send (one of a parked aggregate is parked again, then replayed with it)
+			w.checkResent(d, ev)
+			continue
+		}
 		if !w.routed(d.endpoint, ev) {
 			w.failf("outside: event %s (%s, tenant %q) delivered to %q, which it was not routed to at its commit %v",
 				d.id, ev.m.EventType, ev.m.TenantID, d.endpoint, w.position(ev))
 			continue
+		}
+		if end, paused := w.pausedUntil(d.endpoint, ev); paused && d.at.Before(end) {
+			w.failf("paused: event %s (%v) delivered to %q at %s, while paused, before its resume was committed at %s",
+				d.id, w.position(ev), d.endpoint, d.at.Sub(w.start), end.Sub(w.start))
 		}
 		if first[pairKey{d.endpoint, d.id}] {
 			continue
@@ -264,6 +311,7 @@ func (w *world) checkEnd() {
 		}
 		last[k], lastID[k] = pos, d.id
 	}
+	w.checkSincesDone()
 	if len(w.fails) > 0 {
 		w.tracef("fails: %s", strings.Join(w.fails, "; "))
 	}
@@ -399,6 +447,63 @@ func (s *procSeen) refusedIn(t time.Time) bool {
 	return false
 }
 
+// checkNotified checks that the operator was told of endpoint id's disables once each: a relay
+// that finds the endpoint disabled already (another relay, leading or cut off from the slot, got
+// there first) does not report it again.
+func (w *world) checkNotified(id string) {
+	if w.notified[id] > w.disables[id] {
+		w.failf("notify: %d endpoint.disabled notifications for endpoint %q, which the relays disabled %d times",
+			w.notified[id], id, w.disables[id])
+	}
+}
+
+// checkGauges checks, every second, what the leading relay reports of each endpoint (its status,
+// which `status --endpoints` and the endpoint series show) against the stores: an endpoint whose
+// backlog holds an event it is still owed (neither delivered to it nor dead-lettered, nor of an
+// aggregate parked for its lane: those are reported as parked) owes at least one event, counts among the endpoints with a backlog
+// (endpoints_spilling), and its oldest undelivered event, when it has one and the backlog's age
+// is known, is no younger than that event. It checks only what the relay can know: the endpoints whose backlog no other
+// relay wrote to since this one's streaming session began (it reads the backlogs then).
+func (w *world) checkGauges() {
+	defer w.schedule(time.Second, "gauges", w.checkGauges)
+	p := w.leader
+	if p == nil || !p.alive || !p.streaming || w.eps == nil || !w.opts.backlog || !p.e.leading() {
+		return
+	}
+	for _, l := range p.e.lanes {
+		if w.foreignSpill(l.id, p) {
+			continue
+		}
+		owed := w.firstOwed(l)
+		if owed == nil {
+			continue
+		}
+		st := p.e.status(l)
+		switch {
+		case st.Undelivered < 1 || !l.hasBacklog():
+			w.failf("gauges: p%d reports endpoint %q owing %d events (with a backlog: %v), but its backlog holds event %s, "+
+				"not delivered", p.id, l.id, st.Undelivered, l.hasBacklog(), owed.m.ID)
+		case l.bl.entries > 0 && l.bl.oldest.IsZero():
+			// the backlog's age is being read (at start, after another relay led, or again at
+			// the next status save after a read that failed): what is in memory shows meanwhile
+		case !st.OldestUndelivered.IsZero() && st.OldestUndelivered.After(owed.m.CreatedAt):
+			w.failf("gauges: p%d reports endpoint %q's oldest undelivered event at %s, after event %s of its backlog (%s)",
+				p.id, l.id, st.OldestUndelivered.Sub(w.start), owed.m.ID, owed.m.CreatedAt.Sub(w.start))
+		}
+	}
+}
+
+// foreignSpill reports whether a process other than p wrote to endpoint id's backlog since p's
+// streaming session began.
+func (w *world) foreignSpill(id string, p *proc) bool {
+	for q, at := range w.spilled[id] {
+		if q != p.id && !at.Before(p.since) {
+			return true
+		}
+	}
+	return false
+}
+
 // simHistory is the delivery log read back by a process: it notes when it looked each event up.
 type simHistory struct{ p *proc }
 
@@ -437,6 +542,7 @@ type sentAttempt struct {
 
 type sentItem struct {
 	kind          itemKind
+	resent        bool      // a replay since a time's re-send read from the endpoint's backlog
 	created, sent time.Time // when the engine decided to send it to the lane (the item was made), and sent it
 }
 
@@ -444,7 +550,7 @@ func (p *proc) sent(a *attempt) *sentAttempt {
 	s := &sentAttempt{log: p.seen.log.fresh}
 	p.seen.log.fresh = nil
 	for _, it := range a.b.items {
-		s.items = append(s.items, sentItem{kind: it.kind, created: it.at, sent: p.w.now})
+		s.items = append(s.items, sentItem{kind: it.kind, resent: it.resent, created: it.at, sent: p.w.now})
 	}
 	return s
 }
@@ -494,7 +600,7 @@ func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
 	}
 	knew := p.seen.knewBy(ep, id, at, it.kind)
 	switch {
-	case it.kind == kindSince || it.kind == kindReplay && w.pairs.since[k]:
+	case it.kind == kindSince || it.resent || it.kind == kindReplay && w.pairs.since[k]:
 		d.since++
 	case !ok && last.dead:
 		d.inFlight++
@@ -504,7 +610,10 @@ func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
 		d.unrecorded++
 	case !rec.Before(knew):
 		d.late++
-	case p.seen.refusedIn(at):
+	case p.seen.refusedIn(at) || p.seen.refusedIn(it.created):
+		// refused as it was sent, or as it was routed: a streamed event in flight when its
+		// relay streams again is not looked up then (recheckHeld), and sent again if that
+		// attempt fails
 		d.failed++
 	default:
 		w.failf("duplicate: %q got event %s again (p%d, %s item made at %s) though the delivery log recorded it at %s, "+
@@ -534,4 +643,43 @@ func (s sinceNoted) SincePage(ctx context.Context, st store.SinceState, limit in
 		s.w.pairs.since[pairKey{s.ep, m.ID}] = true
 	}
 	return ms, cur, err
+}
+
+// firstOwed returns the first event of lane l's backlog (not a replay's re-send) that is neither delivered to it nor
+// dead-lettered or parked (or being parked: its aggregate is parked) for it (nil: none).
+// Parked events are reported as parked aggregates, not as undelivered.
+func (w *world) firstOwed(l *lane) *eventInfo {
+	id := l.id
+	ctx := context.Background()
+	max := store.BacklogPos{LSN: math.MaxUint64, Idx: math.MaxInt32}
+	after := store.BacklogPos{}
+	for {
+		page, _ := w.db.Backlog(simPipeline).Page(ctx, id, after, max, 50)
+		for _, en := range page {
+			ev := w.events[en.EventID]
+			if en.Pos.Idx < 0 {
+				continue // written by a replay --since (store.ReplayIdx): a re-send, not owed
+			}
+			if ev != nil && !w.got[pairKey{id, en.EventID}] && !w.deadLettered(id, ev) &&
+				!l.parked[cdc.Aggregate{Type: ev.m.AggregateType, ID: ev.m.AggregateID}] {
+				return ev
+			}
+		}
+		if len(page) < 50 {
+			return nil
+		}
+		after = page[len(page)-1].Pos
+	}
+}
+
+// deadLettered reports whether ev is failed or parked in endpoint id's lane.
+func (w *world) deadLettered(id string, ev *eventInfo) bool {
+	ms, _ := w.db.Pipeline(laneName(id), true).Replayable(context.Background(),
+		store.Aggregate{Type: ev.m.AggregateType, ID: ev.m.AggregateID}, 0)
+	for _, m := range ms {
+		if m.ID == ev.m.ID {
+			return true
+		}
+	}
+	return false
 }

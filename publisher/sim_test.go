@@ -162,17 +162,24 @@ type world struct {
 	eps        *epModel
 	recv       map[string]*receiver // by endpoint id ("": the one destination)
 	deliveries []delivery
-	got        map[pairKey]bool      // the deliveries' (endpoint, event) pairs
+	got        map[pairKey]bool      // the deliveries' (endpoint, event) pairs, re-sends by a replay --since apart
+	sinces     []simSince            // the replay --since requests committed
 	abandoned  map[string]bool       // events a shadow pipeline abandoned
+	tries      map[string]int        // the most attempts a lone event had (simDest.tried)
 	events     map[string]*eventInfo // every committed event, by id
 	aggs       []string
 	ids        int
 	checked    int // the transactions whose confirmation was checked
 	fails      []string
 	steps      int
-	stale      int       // backlog entries left at the end by a relay cut off from the slot, of events delivered
-	pairs      pairLog   // every pair's deliveries and when the log recorded one (sim_check_test.go)
-	dups       dupCounts // pairs delivered again, by why that was allowed
+	stale      int // backlog entries left at the end by a relay cut off from the slot, of events delivered
+	// disables counts, per endpoint, the relays' disables that changed its row; notified the
+	// endpoint.disabled notifications the relays sent (at most one per disable: checkNotified).
+	disables, notified map[string]int
+	// spilled is when each process last wrote to each endpoint's backlog (checkGauges).
+	spilled map[string]map[int]time.Time
+	pairs   pairLog   // every pair's deliveries and when the log recorded one (sim_check_test.go)
+	dups    dupCounts // pairs delivered again, by why that was allowed
 }
 
 type walTx struct {
@@ -192,6 +199,7 @@ type eventInfo struct {
 type delivery struct {
 	endpoint, id string
 	at           time.Time
+	resent       bool // re-sent by a replay --since
 }
 
 const (
@@ -203,7 +211,8 @@ func runSim(seed uint64, full bool) *world {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := &world{seed: seed, rng: r, now: t0, start: t0, trace: &tracer{full: full}, abandoned: map[string]bool{}, opts: drawOpts(r),
-		recv: map[string]*receiver{}, events: map[string]*eventInfo{}, nextLSN: 0x1000}
+		recv: map[string]*receiver{}, events: map[string]*eventInfo{}, nextLSN: 0x1000, disables: map[string]int{}, notified: map[string]int{},
+		spilled: map[string]map[int]time.Time{}}
 	w.db = memstore.New(func() time.Time { return w.now })
 	for i := range 4 + r.IntN(8) {
 		w.aggs = append(w.aggs, fmt.Sprintf("a%d", i))
@@ -220,6 +229,7 @@ func runSim(seed uint64, full bool) *world {
 	// the table as it is then: a change committed before would be in the bootstrap).
 	w.schedule(time.Second, "write", w.write)
 	w.schedule(100*time.Millisecond, "confirm", w.confirmStep)
+	w.schedule(time.Second, "gauges", w.checkGauges)
 	w.schedule(time.Second+time.Duration(w.rng.Float64()/w.opts.faults*float64(time.Second)), "fault", w.fault)
 	w.schedule(w.opts.workload, "end", w.end)
 	limit := t0.Add(w.opts.workload + 5*time.Minute)
@@ -388,6 +398,7 @@ func (w *world) commit(events []*envelope.Message, controls []cdc.Control) *walT
 	}
 	w.db.Insert(events...)
 	w.wal = append(w.wal, tx)
+	w.noteSince(tx)
 	if w.eps != nil {
 		w.eps.committed(tx)
 	}
@@ -460,8 +471,9 @@ func (w *world) control() *cdc.Control {
 		since := w.now.Add(-time.Duration(1+w.rng.IntN(3)) * time.Second)
 		id := w.db.RequestSince(store.SinceState{Pipeline: simPipeline, Since: since, Total: 1})
 		return &cdc.Control{Replay: &cdc.ReplayRequest{Pipeline: simPipeline, SinceRequest: id}}
+	default:
+		return w.recoverEndpoint()
 	}
-	return nil
 }
 
 // replayParked asks a lane with parked aggregates to replay them.
@@ -561,12 +573,24 @@ func (d *simDest) answer(ms []*envelope.Message) destination.Result {
 	return destination.Result{Delivered: true, Status: 200, Label: destination.ResultSuccess}
 }
 
-func (d *simDest) Send(_ context.Context, m *envelope.Message, _ int) destination.Result {
+func (d *simDest) Send(_ context.Context, m *envelope.Message, attempt int) destination.Result {
+	d.tried(m, attempt)
 	return d.answer([]*envelope.Message{m})
 }
 
-func (d *simDest) SendBatch(_ context.Context, ms []*envelope.Message, _ int) destination.Result {
+func (d *simDest) SendBatch(_ context.Context, ms []*envelope.Message, attempt int) destination.Result {
+	if len(ms) == 1 {
+		d.tried(ms[0], attempt)
+	}
 	return d.answer(ms)
+}
+
+// tried notes the attempts a lone event had: a shadow pipeline gives it up after its last one.
+func (d *simDest) tried(m *envelope.Message, attempt int) {
+	if d.w.tries == nil {
+		d.w.tries = map[string]int{}
+	}
+	d.w.tries[m.ID] = max(d.w.tries[m.ID], attempt)
 }
 
 // --- the relay processes ---
@@ -611,7 +635,7 @@ func (w *world) startProc() *proc {
 		cfg.maxAttempts = -1
 	}
 	if o.backlog {
-		cfg.backlog = w.db.Backlog(simPipeline)
+		cfg.backlog = simBacklog{w.db.Backlog(simPipeline), p}
 	}
 	cfg.store = sinceNoted{w.db.Pipeline(simPipeline, o.endpoints), w, ""}
 	if o.shadow {
@@ -626,7 +650,19 @@ func (w *world) startProc() *proc {
 		cfg.open = func(id string, _ []byte) (destination.Destination, func(), time.Time, error) {
 			return p.dest(id), nil, time.Time{}, nil
 		}
-		cfg.disable = func(_ context.Context, id, reason string) error { w.eps.disable(id, reason); return nil }
+		cfg.disable = func(_ context.Context, id, reason string) error {
+			if !w.eps.disable(id, reason) {
+				return ErrDisabledAlready
+			}
+			w.disables[id]++
+			return nil
+		}
+		cfg.notify = func(ev EndpointEvent) {
+			if ev.Type == EventEndpointDisabled {
+				w.notified[ev.Endpoint]++
+				w.checkNotified(ev.Endpoint)
+			}
+		}
 	} else {
 		recordPause = func(context.Context, string) error { w.paused = true; return nil }
 		cfg.recordPause = recordPause
@@ -713,6 +749,7 @@ func (p *proc) input(f func(e *engine)) {
 			p.op(eff.op)
 		}
 	}
+	p.w.checkIsolated(p)
 	if dl := p.e.deadline(); !dl.IsZero() && (p.tickAt.IsZero() || dl.Before(p.tickAt)) {
 		p.tickAt = dl
 		p.tickSeq++
@@ -741,7 +778,7 @@ func (p *proc) attempt(a *attempt) {
 	w.schedule(res.latency, "answer", func() {
 		if res.applied {
 			for i, m := range a.ms {
-				w.delivered(a.lane.id, m.ID)
+				w.delivered(a.lane.id, m.ID, sent.items[i].resent || sent.items[i].kind == kindSince)
 				w.checkDup(p, a.lane.id, m.ID, sent.items[i], r.Delivered)
 			}
 		}
@@ -1038,7 +1075,7 @@ type epModel struct {
 
 type epChange struct {
 	commit pglogrepl.LSN
-	at     int // its index among the transaction's events
+	when   time.Time // its transaction's commit time
 	id     string
 	row    *endpoint.Row // nil: removed
 }
@@ -1159,7 +1196,7 @@ func (m *epModel) committed(tx *walTx) {
 		if ch.Op == cdc.EndpointDelete {
 			delete(m.rows, ch.ID)
 			m.w.db.DeleteEndpoint(ch.ID)
-			m.history = append(m.history, epChange{commit: tx.commit, at: c.At, id: ch.ID})
+			m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, id: ch.ID})
 			continue
 		}
 		var row endpoint.Row
@@ -1168,20 +1205,22 @@ func (m *epModel) committed(tx *walTx) {
 		}
 		m.rows[ch.ID] = &row
 		m.w.db.PutEndpoint(ch.ID, ch.Row)
-		m.history = append(m.history, epChange{commit: tx.commit, at: c.At, id: ch.ID, row: clone(&row)})
+		m.history = append(m.history, epChange{commit: tx.commit, when: tx.at, id: ch.ID, row: clone(&row)})
 	}
 }
 
-// disable disables endpoint id, as outbox.Endpoints.Disable does (the relay's auto-disable and
-// its answer to a 410): a change in the log, unless it is gone or disabled already.
-func (m *epModel) disable(id, reason string) {
+// disable disables endpoint id, as endpoints.Store.DisableOnce does (the relay's auto-disable
+// and its answer to a 410): a change in the log, unless it is gone or disabled already; it
+// reports whether it changed the row.
+func (m *epModel) disable(id, reason string) bool {
 	row := m.rows[id]
 	if row == nil || row.State == endpoint.Disabled {
-		return
+		return false
 	}
 	row = clone(row)
 	row.State, row.DisabledReason = endpoint.Disabled, reason
 	m.w.commit(nil, []cdc.Control{*m.upsert(row)})
+	return true
 }
 
 // operate is the operator: enable a disabled endpoint, resume a paused one.
@@ -1213,3 +1252,34 @@ func (m *epModel) enableAll() {
 
 // unwrap returns the simulated destination inside a lane's decorated one.
 func (o *observed) unwrap() *simDest { return o.inner.(*simDest) }
+
+// simBacklog notes which process wrote to an endpoint's backlog when (checkGauges).
+type simBacklog struct {
+	store.Backlog
+	p *proc
+}
+
+func (b simBacklog) Spill(ctx context.Context, endpoint string, es []store.BacklogEntry) error {
+	err := b.Backlog.Spill(ctx, endpoint, es)
+	if err == nil {
+		b.wrote(endpoint)
+	}
+	return err
+}
+
+// SpillReplay passes a replay --since's rows on to the in-memory backlog (store.ReplayBacklog).
+func (b simBacklog) SpillReplay(ctx context.Context, endpoint string, es []store.BacklogEntry, st store.SinceState) error {
+	err := b.Backlog.(store.ReplayBacklog).SpillReplay(ctx, endpoint, es, st)
+	if err == nil {
+		b.wrote(endpoint)
+	}
+	return err
+}
+
+func (b simBacklog) wrote(endpoint string) {
+	w := b.p.w
+	if w.spilled[endpoint] == nil {
+		w.spilled[endpoint] = map[int]time.Time{}
+	}
+	w.spilled[endpoint][b.p.id] = w.now
+}

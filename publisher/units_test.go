@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -223,5 +224,102 @@ func TestSortItemsIsStreamOrder(t *testing.T) {
 	}
 	if got != "a b1 b1' b2 c " {
 		t.Fatalf("sorted: %s", got)
+	}
+}
+
+// A transaction's endpoint changes are carried out before its first event, in their order; its
+// replays stay at their places among the events; a transaction in that order already is taken
+// as it is (no copy).
+func TestControlsInOrderPutsEndpointChangesFirst(t *testing.T) {
+	ep := func(id string, at int) cdc.Control {
+		return cdc.Control{At: at, Endpoint: &cdc.EndpointChange{Op: cdc.EndpointUpsert, ID: id}}
+	}
+	replay := func(p string, at int) cdc.Control {
+		return cdc.Control{At: at, Replay: &cdc.ReplayRequest{Pipeline: p}}
+	}
+	describe := func(cs []cdc.Control) string {
+		s := ""
+		for _, c := range cs {
+			if c.Endpoint != nil {
+				s += c.Endpoint.ID
+			} else {
+				s += c.Replay.Pipeline
+			}
+			s += "@" + string(rune('0'+c.At)) + " "
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		in   []cdc.Control
+		want string
+	}{
+		{"after an event (signup: the event, then the endpoint)", []cdc.Control{ep("a", 1)}, "a@0 "},
+		{"several, between events", []cdc.Control{ep("a", 1), ep("b", 3), ep("a", 3)}, "a@0 b@0 a@0 "},
+		{"a replay stays at its place", []cdc.Control{replay("r", 1), ep("a", 2)}, "a@0 r@1 "},
+		{"already first", []cdc.Control{ep("a", 0), replay("r", 2)}, "a@0 r@2 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append([]cdc.Control(nil), tc.in...)
+			got := controlsInOrder(in)
+			if d := describe(got); d != tc.want {
+				t.Fatalf("got %s, want %s", d, tc.want)
+			}
+			if d := describe(in); d != describe(tc.in) {
+				t.Fatalf("the transaction's own records changed: %s", d)
+			}
+		})
+	}
+	ordered := []cdc.Control{ep("a", 0), replay("r", 1)}
+	if got := controlsInOrder(ordered); &got[0] != &ordered[0] {
+		t.Fatal("a transaction in order already was copied")
+	}
+}
+
+// An endpoint's limits split among shards: the shares of a limit sum to it (each at least 1),
+// and the shards' rate limiters, each saturated on its own, together start at most the
+// endpoint's rate_limit in any 10 s (with a rate below the shards' count, one more per shard),
+// and no less than it (the positive control: the split does not starve the endpoint).
+func TestLimitsSplitAmongShards(t *testing.T) {
+	for _, shards := range []int{1, 2, 3, 4, 8} {
+		for _, n := range []int{1, 2, 3, 5, 7, 10, 33, 100} {
+			sum := 0
+			for i := range shards {
+				sum += shareOf(n, i, shards)
+			}
+			if want := max(n, shards); sum != want && shards > 1 || shards == 1 && sum != n {
+				t.Fatalf("max_in_flight %d over %d shards: shares sum to %d, want %d", n, shards, sum, want)
+			}
+			var starts []time.Duration
+			const span = 30 * time.Second
+			for i := range shards {
+				k, per := rateShare(n, i, shards)
+				l := newWindowLimiter(k, per)
+				t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+				for at := time.Duration(0); at < span; {
+					if wait := l.try(t0.Add(at)); wait > 0 {
+						at += wait
+						continue
+					}
+					starts = append(starts, at)
+				}
+			}
+			slices.Sort(starts)
+			bound := 10 * n
+			if n < shards {
+				bound += shards
+			}
+			for i, j := 0, 0; i < len(starts); i++ {
+				for j < len(starts) && starts[j] < starts[i]+10*time.Second {
+					j++
+				}
+				if j-i > bound {
+					t.Fatalf("rate_limit %d over %d shards: %d starts in the 10s from %s, want at most %d", n, shards, j-i, starts[i], bound)
+				}
+			}
+			if len(starts) < 29*n {
+				t.Fatalf("rate_limit %d over %d shards: %d starts in 30s, want about %d", n, shards, len(starts), 30*n)
+			}
+		}
 	}
 }

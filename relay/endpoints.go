@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -23,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/publisher"
 
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
+	"github.com/outbox-relay/outbox-relay/internal/endpointdest"
 	"github.com/outbox-relay/outbox-relay/internal/seal"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
 	"github.com/outbox-relay/outbox-relay/internal/tracing"
@@ -90,37 +89,37 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		if err := json.Unmarshal(raw, &row); err != nil {
 			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: its row does not decode: %w", id, err)
 		}
-		access := guard.AccessOf(row.DenyPrivate, row.AllowPrivateURL)
-		u, err := endpoint.CheckURL(row.URL, guard, access)
-		if err != nil {
-			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w (fix: outbox-relay endpoint update %s --url ...)", id, err, id)
-		}
-		proxy, err := egressProxy(cfg.EgressProxy, row.EgressProxy, u)
-		if err != nil {
-			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w", id, err)
-		}
-		keys, next, err := row.Keys(ring, time.Now())
-		if err != nil {
-			return nil, nil, time.Time{}, err
-		}
 		maxConns := row.MaxInFlight
 		if maxConns <= 0 {
 			maxConns = settings.EndpointMaxInFlight
 		}
-		w, err := webhook.New(webhook.Config{URL: row.URL, Keys: keys, Scheme: row.SignatureScheme(), Timeout: p.RequestTimeout,
-			MaxConns: maxConns, UserAgent: "outbox-relay/" + cfg.Version, Format: webhook.Format(row.Format),
-			DefaultSource: "/outbox-relay/" + p.Name, Control: guard.Control(access), Proxy: proxy, Resolver: cfg.Resolver})
-		if err != nil {
+		w, next, err := endpointdest.Open(row, endpointdest.Options{Guard: guard, Ring: ring, Proxy: cfg.EgressProxy,
+			Resolver: cfg.Resolver, Timeout: p.RequestTimeout, MaxConns: maxConns, UserAgent: "outbox-relay/" + cfg.Version,
+			Source: "/outbox-relay/" + p.Name})
+		var oe *endpointdest.Error
+		switch {
+		case errors.As(err, &oe) && oe.Field == "url":
+			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w (fix: outbox-relay endpoint update %s --url ...)", id, err, id)
+		case errors.As(err, &oe) && oe.Field == "secrets":
+			return nil, nil, time.Time{}, err
+		case err != nil:
 			return nil, nil, time.Time{}, fmt.Errorf("endpoint %s: %w", id, err)
 		}
 		return tracing.Destination(w, cfg.tracer, tracing.Target{Pipeline: p.Name, Endpoint: id}), w.Close, next, nil
 	}
 	disable := func(ctx context.Context, id, reason string) error {
-		_, err := eps.Disable(ctx, pool, id, reason)
-		if errors.Is(err, endpoints.ErrNotFound) || errors.Is(err, endpoints.ErrState) {
-			return nil // removed or disabled meanwhile: nothing left to do
+		// The conditional update: of the shards (and relays) that disable the endpoint at once,
+		// one changes the row; the others are told, and notify nobody.
+		_, changed, err := eps.DisableOnce(ctx, pool, id, reason)
+		switch {
+		case errors.Is(err, endpoints.ErrNotFound) || errors.Is(err, endpoints.ErrState):
+			return fmt.Errorf("disable endpoint %s: %w", id, publisher.ErrDisabledAlready) // removed meanwhile
+		case err != nil:
+			return err
+		case !changed:
+			return fmt.Errorf("disable endpoint %s: %w", id, publisher.ErrDisabledAlready)
 		}
-		return err
+		return nil
 	}
 	workers := max(p.MaxInFlight, settings.EndpointWorkers)
 	return publisher.NewFanout(publisher.FanoutConfig{Pipeline: p.Name, Workers: workers, RetryMin: p.RetryMin,
@@ -135,28 +134,6 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
-		DeliveryLog: deliveryLogOf(dlog), Slot: slot,
+		DeliveryLog: deliveryLogOf(dlog), Slot: slot, Shard: p.shard.index, Shards: p.shard.of,
 	}, acker, marks)
-}
-
-// egressProxy is the proxy an endpoint connects through: its row's egress_proxy ("direct":
-// none), else the relay's --egress-proxy, else the environment's HTTPS_PROXY / HTTP_PROXY when
-// they apply to its URL (so that the guard sees, through the tunnel, what it would see
-// directly); nil: a direct connection.
-func egressProxy(relayProxy, rowProxy string, u *url.URL) (*url.URL, error) {
-	raw := rowProxy
-	if raw == "" {
-		raw = relayProxy
-	}
-	switch raw {
-	case endpoint.ProxyDirect:
-		return nil, nil
-	case "":
-		return http.ProxyFromEnvironment(&http.Request{URL: u})
-	}
-	p, err := endpoint.ParseProxy(raw)
-	if err != nil {
-		return nil, fmt.Errorf("egress proxy: %w", err)
-	}
-	return p, nil
 }

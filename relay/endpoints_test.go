@@ -63,8 +63,16 @@ type tenantEvents struct {
 // every partner subscribed to it now (live: those that exist and are not removed).
 func (e *env) write(prefix string, w tenantEvents, live []*partner) {
 	e.t.Helper()
+	e.writeSeqs(prefix, w, 0, live, true)
+}
+
+// writeSeqs commits seq from+1 to from+w.perAggregate of each aggregate, interleaved, and adds
+// each event to the want of every partner of live (subscribed only: those live subscribes to
+// it now).
+func (e *env) writeSeqs(prefix string, w tenantEvents, from int, live []*partner, subscribed bool) {
+	e.t.Helper()
 	ctx := context.Background()
-	for s := 1; s <= w.perAggregate; s++ {
+	for s := from + 1; s <= from+w.perAggregate; s++ {
 		for a := 0; a < w.aggregates; a++ {
 			agg := fmt.Sprintf("%s-%d", prefix, a)
 			id, err := outbox.Enqueue(ctx, e.pool, outbox.Event{AggregateType: w.aggType, AggregateID: agg, EventType: w.evType,
@@ -74,7 +82,7 @@ func (e *env) write(prefix string, w tenantEvents, live []*partner) {
 			}
 			c := relaytest.Committed{ID: id.String(), Aggregate: w.aggType + "/" + agg, Seq: s}
 			for _, p := range live {
-				if p.sub(w.tenant, w.aggType, w.evType) {
+				if !subscribed || p.sub(w.tenant, w.aggType, w.evType) {
 					p.want.Committed = append(p.want.Committed, c)
 				}
 			}

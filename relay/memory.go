@@ -15,6 +15,12 @@ const (
 	// MemoryPerBufferedByte is the limit's allowance per byte of MaxBufferedBytes: the live
 	// heap per buffered byte, with room for the GC to collect at a calm pace.
 	MemoryPerBufferedByte = 2
+	// MemoryPerEndpoint is the limit's allowance per partner endpoint of each pipeline (and
+	// shard) with endpoints: what its lane and its webhook client hold live (measured about 8 KB
+	// each at 10,000 endpoints: a kept-alive connection's buffers, the lane's queues and maps, its
+	// versions), with room for the GC. Without it a relay of 10,000 endpoints held about 118 MB
+	// live under a 96 MiB limit, and the GC took half of its CPU.
+	MemoryPerEndpoint = 24 << 10
 )
 
 // BufferedBytesBound returns the sum of MaxBufferedBytes (defaults applied) over the pipelines
@@ -34,13 +40,44 @@ func BufferedBytesBound(cfg Config) (int64, error) {
 }
 
 // SoftMemoryLimit is the soft memory limit (runtime/debug.SetMemoryLimit) `outbox-relay run`
-// sets unless GOMEMLIMIT is set: MemoryBase plus MemoryPerBufferedByte times
-// BufferedBytesBound, so that the limit stays above the live heap however full the buffers are
-// (96 MiB for one pipeline at the default 32 MiB; 288 MiB for four).
+// sets unless GOMEMLIMIT is set, for a relay with no partner endpoint: MemoryBase plus
+// MemoryPerBufferedByte times BufferedBytesBound, so that the limit stays above the live heap
+// however full the buffers are (96 MiB for one pipeline at the default 32 MiB; 288 MiB for
+// four). SoftMemoryLimitFor adds the endpoints'.
 func SoftMemoryLimit(cfg Config) (int64, error) {
-	b, err := BufferedBytesBound(cfg)
+	return SoftMemoryLimitFor(cfg, 0)
+}
+
+// SoftMemoryLimitFor is SoftMemoryLimit with endpoints partner endpoints (outbox_endpoints'
+// rows): MemoryPerEndpoint each, for every pipeline (and shard) with endpoints, since each holds
+// a lane and a client per endpoint (10,000 endpoints on one pipeline: 330 MiB).
+func SoftMemoryLimitFor(cfg Config, endpoints int) (int64, error) {
+	cfg.defaults()
+	pipes, err := cfg.pipelines()
 	if err != nil {
 		return 0, err
 	}
-	return MemoryBase + MemoryPerBufferedByte*b, nil
+	var buffered, lanes int64
+	for _, p := range pipes {
+		buffered += int64(p.MaxBufferedBytes)
+		if p.Endpoints {
+			lanes += int64(max(endpoints, 0))
+		}
+	}
+	return MemoryBase + MemoryPerBufferedByte*buffered + MemoryPerEndpoint*lanes, nil
+}
+
+// HasEndpoints reports whether a pipeline Run would run for cfg delivers to partner endpoints.
+func HasEndpoints(cfg Config) bool {
+	cfg.defaults()
+	pipes, err := cfg.pipelines()
+	if err != nil {
+		return false
+	}
+	for _, p := range pipes {
+		if p.Endpoints {
+			return true
+		}
+	}
+	return false
 }

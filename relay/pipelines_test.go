@@ -273,9 +273,13 @@ func TestShadowAbandonsAndNeverPins(t *testing.T) {
 	waitFor(t, time.Minute, "the shadow's slot confirmed past its failed events", func() bool {
 		return e.confirmed(e.slot+"_orders") >= written
 	})
-	if n := e.count(`SELECT count(*) FROM outbox_pipeline_events WHERE pipeline = 'orders' AND status = 'abandoned'`); n != len(orders.Committed) {
-		t.Fatalf("%d events recorded abandoned, want %d", n, len(orders.Committed))
-	}
+	// The record of an abandoned event is best effort and comes after its settle (a shadow never
+	// holds the slot for its own bookkeeping): it is written a moment later, not before the slot
+	// moves.
+	waitFor(t, time.Minute, "every event recorded abandoned", func() bool {
+		return e.count(`SELECT count(*) FROM outbox_pipeline_events WHERE pipeline = 'orders' AND status = 'abandoned'`) ==
+			len(orders.Committed)
+	})
 	if n := e.count(`SELECT count(*) FROM outbox_parked_aggregates`); n != 0 {
 		t.Fatalf("a shadow parked %d aggregates", n)
 	}

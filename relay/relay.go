@@ -89,7 +89,9 @@ type Config struct {
 	// (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
 	// StallTimeout: /readyz fails when an event has waited this long with nothing delivered
-	// meanwhile. Zero: 3m (DefaultStallTimeout).
+	// meanwhile, unless only paused endpoints, or endpoints whose last attempt failed, hold
+	// events (each has its own series and alert: readiness is about the relay). Zero: 3m
+	// (DefaultStallTimeout).
 	StallTimeout time.Duration
 	// StatusInterval is the longest gap between status updates to the server. Zero: a third of
 	// wal_sender_timeout, at most 10s.
@@ -783,8 +785,10 @@ func (r *pipelineRunner) stalled() (bool, string) {
 		// Paused on purpose is not a fault: nothing is delivered, and that is not a stall.
 		return false, ""
 	}
-	if f, ok := r.pub.(*publisher.Publisher); ok && f.OnlyPaused() {
-		return false, "" // only paused endpoints hold events: on purpose too
+	if f, ok := r.pub.(*publisher.Publisher); ok && f.HeldByEndpoints() {
+		// only paused or failing endpoints hold events: on purpose, or the endpoints' own
+		// trouble, which their series report; readiness is about the relay
+		return false, ""
 	}
 	oldest := r.tracker.OldestCommit()
 	if !oldest.IsZero() && time.Since(oldest) > r.cfg.StallTimeout {

@@ -106,6 +106,10 @@ func TestEndpointReplaySinceUntilResendsOnlyTheRange(t *testing.T) {
 	e.addPartner(late, endpoints.Endpoint{TenantID: "t1"})
 	before := len(all.recv.Deliveries())
 	e.replayRange("default/"+late.id, w, 8) // counted over the range: both tenants
+	// Done once every row is in the endpoint's backlog, which then delivers them.
+	waitFor(t, time.Minute, "the range delivered from the backlog", func() bool {
+		return len(late.recv.Deliveries()) >= len(w.t1InRange.Committed) && e.backlogCount(late.id) == 0
+	})
 	requireExactly(t, "endpoint "+late.id, w.t1InRange, late.recv.Deliveries())
 	if n := len(all.recv.Deliveries()); n != before {
 		t.Fatalf("the other endpoint received %d events of a replay for %s", n-before, late.id)

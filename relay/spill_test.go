@@ -336,6 +336,55 @@ func TestBacklogAfterAPauseWaitsForTheResumeAfterARestart(t *testing.T) {
 	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(paused.id) == 0 })
 }
 
+// A relay that starts with the slot already past an endpoint's pause (what was committed while
+// it was paused is in its backlog, and the slot confirmed past it) reads no entry of that
+// backlog before the pause applies: a lane's reads are bounded by its first version not applied
+// yet from the moment the versions are read, before any is applied. The endpoints torture found
+// the new relay delivering such a backlog at once, before the resume; the simulation then
+// (the "paused" invariant).
+func TestBacklogWrittenWhilePausedWaitsForTheResumeWhenTheSlotIsPastThePause(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// a-paused's lane starts first, and the idle endpoints' starts are the window
+	paused := newPartner(t, "a-paused", func(_, aggType, _ string) bool { return aggType == "order" })
+	other := newPartner(t, "other", func(_, aggType, _ string) bool { return aggType == "other" })
+	e.addPartner(paused, endpoints.Endpoint{AggregateTypes: []string{"order"}})
+	e.addPartner(other, endpoints.Endpoint{AggregateTypes: []string{"other"}})
+	for i := range 60 { // endpoints that get nothing, each a step of the start
+		idle := &partner{id: fmt.Sprintf("z-idle-%02d", i), recv: other.recv}
+		e.addPartner(idle, endpoints.Endpoint{AggregateTypes: []string{"none"}})
+	}
+	spill := func(c *Config) { endpointsConfig(c); c.SpillAfter, c.SpillSize = 300*time.Millisecond, 1<<30 }
+	cmd := e.startEndpointsProcess(testWriter{t}, "--spill-after", "300ms")
+	e.waitSlot()
+	ctx := context.Background()
+	if _, err := (endpoints.Store{}).Pause(ctx, e.pool, paused.id, "partner maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	e.write("c", tenantEvents{"", "order", "order.created", 5, 2}, []*partner{paused})
+	waitFor(t, 30*time.Second, "the paused endpoint spilled what was committed while paused", func() bool {
+		return e.backlogCount(paused.id) == 10
+	})
+	e.write("d", tenantEvents{"", "other", "other.created", 1, 1}, []*partner{other})
+	waitPartners(t, other)                     // the slot confirms past the pause and the spilled events
+	if err := cmd.Process.Kill(); err != nil { // killed: the versions log keeps the pause past its marker
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	r := e.start(spill)
+	defer func() { _ = r.stop(t) }()
+	e.write("e", tenantEvents{"", "other", "other.created", 1, 1}, []*partner{other})
+	waitPartners(t, other) // the new relay streams, past its start
+	if ds := paused.recv.Deliveries(); len(ds) > 0 {
+		t.Fatalf("the paused endpoint was sent %d events (first %s) committed while it was paused, before its resume", len(ds), ds[0].ID)
+	}
+	if _, err := (endpoints.Store{}).Resume(ctx, e.pool, paused.id); err != nil {
+		t.Fatal(err)
+	}
+	waitPartners(t, paused)
+	waitFor(t, 30*time.Second, "the backlog emptied", func() bool { return e.backlogCount(paused.id) == 0 })
+}
+
 // An endpoint added while the relay runs has no version at the versions log's start, only a
 // later one; a relay that starts again with the slot past that version must still find the
 // backlog it spilled and deliver it.

@@ -24,6 +24,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -139,7 +140,8 @@ type Backlog interface {
 	// kept as it is.
 	Spill(ctx context.Context, endpoint string, es []BacklogEntry) error
 	// Page returns up to limit entries of endpoint's backlog after position after and up to
-	// position through, in order, with their events.
+	// position through, in order, with their events; an event's Sequence is the one recorded
+	// when it was delivered, dead-lettered or parked ("" when none was).
 	Page(ctx context.Context, endpoint string, after, through BacklogPos, limit int) ([]BacklogEvent, error)
 	// Trim forgets endpoint's entries up to position upTo, and returns how many it forgot.
 	Trim(ctx context.Context, endpoint string, upTo BacklogPos) (int64, error)
@@ -147,13 +149,40 @@ type Backlog interface {
 	Drop(ctx context.Context, endpoint string) error
 	// Sizes returns the backlog of each endpoint that has one.
 	Sizes(ctx context.Context) (map[string]BacklogSize, error)
+	// Oldest returns, for each of endpoints whose backlog holds an entry whose event is still in
+	// the outbox, when the first such entry's event was created (outbox_events.created_at): the
+	// age an endpoint owes its backlog from. It reads one entry per endpoint (the engine asks
+	// at each status save, for the endpoints with a backlog only).
+	Oldest(ctx context.Context, endpoints []string) (map[string]time.Time, error)
+}
+
+// ReplayBacklog is a Backlog that also takes the rows of a replay --since (pgstore's and
+// memstore's do): the replay then goes through the endpoint's backlog while the other endpoints
+// take the stream. With a Backlog that does not, a replay --since holds the pipeline's stream
+// until it is delivered.
+type ReplayBacklog interface {
+	Backlog
+	// SpillReplay records entries a replay --since selected for endpoint, as Spill does, and the
+	// request's progress st, as Replays.SinceProgress does, in one transaction: a relay that
+	// stops in between finds both or neither, and goes on from the progress with the same
+	// positions.
+	SpillReplay(ctx context.Context, endpoint string, es []BacklogEntry, st SinceState) error
 }
 
 // BacklogPos is an event's stream position: its commit LSN and its index in the transaction.
+// An entry a replay --since wrote has a negative index (ReplayIdx): it stands at the request's
+// commit, before that transaction's own events.
 type BacklogPos struct {
 	LSN pglogrepl.LSN
 	Idx int
 }
+
+// ReplayIdx is the index of the n-th row (from 0) a replay --since writes into a backlog at its
+// request's commit LSN: below every event's index, rising with the replay's order.
+func ReplayIdx(n int64) int { return math.MinInt32 + int(n) }
+
+// Replayed reports whether the entry at p was written by a replay --since (ReplayIdx).
+func (p BacklogPos) Replayed() bool { return p.Idx < 0 }
 
 // Less reports whether a comes before b.
 func (a BacklogPos) Less(b BacklogPos) bool { return a.LSN < b.LSN || a.LSN == b.LSN && a.Idx < b.Idx }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"runtime/debug"
 	"testing"
 
@@ -37,7 +38,7 @@ func TestSoftMemoryLimitCoversFullBuffers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("GOMEMLIMIT", "")
-			tuneGC(tc.cfg, zerolog.Nop())
+			tuneGC(context.Background(), tc.cfg, zerolog.Nop())()
 			limit := debug.SetMemoryLimit(-1)
 			if heap := tc.bound*3/2 + 32<<20; limit < heap {
 				t.Fatalf("soft limit %d MiB below 1.5 × the pipelines' %d MiB of buffers + 32 MiB (%d MiB)",
@@ -49,11 +50,40 @@ func TestSoftMemoryLimitCoversFullBuffers(t *testing.T) {
 	t.Run("GOMEMLIMIT set", func(t *testing.T) {
 		debug.SetMemoryLimit(123 << 20)
 		t.Setenv("GOMEMLIMIT", "123MiB")
-		tuneGC(relay.Config{Pipelines: four}, zerolog.Nop())
+		tuneGC(context.Background(), relay.Config{Pipelines: four}, zerolog.Nop())()
 		if got := debug.SetMemoryLimit(-1); got != 123<<20 {
 			t.Fatalf("soft limit %d MiB with GOMEMLIMIT=123MiB, want it left alone", got>>20)
 		}
 	})
+}
+
+// With partner endpoints the limit grows with their number: a relay of 10,000 endpoints held
+// about 118 MB live (8 KB an endpoint: a kept-alive connection's buffers, its lane, its
+// versions) under the buffers' 96 MiB, and the GC took half of its CPU (docs/development/
+// benchmarks-partners.md). The limit counts outbox_endpoints' rows at the start.
+func TestSoftMemoryLimitCoversEndpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	gogc := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(gogc)
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	dsn, pool := migratedDB(t)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO outbox_endpoints (id, url, secrets)
+		SELECT 'ep-' || i, 'https://partner-' || i || '.example/hooks', jsonb_build_array(jsonb_build_object('secret', 'a-secret-of-sixteen-or-more'))
+		FROM generate_series(1, 5000) i`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := relay.Config{DSN: dsn, Pipelines: []relay.Pipeline{{Name: "endpoints", Endpoints: true}}}
+	none, _ := relay.SoftMemoryLimit(cfg)
+	tuneGC(context.Background(), cfg, zerolog.Nop())()
+	limit := debug.SetMemoryLimit(-1)
+	if live := none + 5000*8<<10; limit < live*3/2 {
+		t.Fatalf("soft limit %d MiB for 5,000 endpoints: below 1.5 × the %d MiB they and the buffers hold live", limit>>20, live>>20)
+	}
+	t.Logf("5,000 endpoints: soft limit %d MiB (%d MiB without them)", limit>>20, none>>20)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -121,7 +122,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 				return err
 			}
 			cfg.Logger = log
-			tuneGC(cfg, log)
+			defer tuneGC(cmd.Context(), cfg, log)()
 			for _, env := range []string{urlFlag.env, secretFlag.env, secretFileFlag.env} {
 				if os.Getenv(env) != "" {
 					log.Warn().Str("config", path).Msg("WEBHOOK_URL / WEBHOOK_SECRET / WEBHOOK_SECRET_FILE are ignored with --config: each pipeline names its webhook in the file")
@@ -135,7 +136,7 @@ of the webhook, with the same guarantees (docs/guides/brokers.md).`,
 			return err
 		}
 		cfg.Logger = log
-		tuneGC(cfg, log)
+		defer tuneGC(cmd.Context(), cfg, log)()
 		warnTrimmedSecrets(log, fs)
 		return runRelay(cmd.Context(), fs, cfg, "", log)
 	}
@@ -439,31 +440,94 @@ func warnTrimmedSecrets(log zerolog.Logger, fs *pflag.FlagSet) {
 }
 
 // tuneGC trades memory for CPU unless the operator chose: a higher GOGC (measured about 15%
-// less relay CPU) with a soft memory limit sized from the pipelines' buffer bounds
-// (relay.SoftMemoryLimit), so that full buffers never push the live heap above it, which would
-// make the GC run back to back. Inside a cgroup with a memory limit, the soft limit stays at
-// 90% of it, and a warning says when full buffers may not fit.
-func tuneGC(cfg relay.Config, log zerolog.Logger) {
+// less relay CPU) with a soft memory limit sized from the pipelines' buffer bounds and, with
+// partner endpoints, from how many there are (relay.SoftMemoryLimitFor), so that the live heap
+// never reaches it, which would make the GC run back to back. Inside a cgroup with a memory
+// limit, the soft limit stays at 90% of it, and a warning says when it may not fit. With
+// endpoints it counts them again every minute (they are added at run time) until stop, which
+// waits for that.
+func tuneGC(ctx context.Context, cfg relay.Config, log zerolog.Logger) (stop func()) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") != "" {
-		return
+		return func() {}
 	}
-	limit, err := relay.SoftMemoryLimit(cfg)
+	if _, err := relay.SoftMemoryLimit(cfg); err != nil {
+		return func() {} // relay.Run refuses the configuration with the same error
+	}
+	endpoints := relay.HasEndpoints(cfg)
+	n := 0
+	if endpoints {
+		n = countEndpoints(ctx, cfg, log)
+	}
+	setMemoryLimit(cfg, n, log, true)
+	if !endpoints {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if m := countEndpoints(ctx, cfg, log); m != n && m >= 0 {
+					n = m
+					setMemoryLimit(cfg, n, log, false)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// setMemoryLimit sets the soft memory limit for cfg with n endpoints; first says so at info
+// and warns when the cgroup's limit is lower.
+func setMemoryLimit(cfg relay.Config, n int, log zerolog.Logger, first bool) {
+	limit, err := relay.SoftMemoryLimitFor(cfg, n)
 	if err != nil {
-		return // relay.Run refuses the configuration with the same error
+		return
 	}
 	sized := limit
 	if hard := cgroupMemoryMax(); hard > 0 && limit > hard/10*9 {
 		limit = hard / 10 * 9
-		log.Warn().Int64("wanted_mib", sized>>20).Int64("cgroup_memory_max_mib", hard>>20).
-			Msg("the pipelines' buffers, once full, may not fit in the container's memory: raise its memory limit " +
-				"to the wanted size, or lower max_buffered_bytes (docs/operations/starting.md, Memory)")
+		if first {
+			log.Warn().Int64("wanted_mib", sized>>20).Int64("cgroup_memory_max_mib", hard>>20).
+				Msg("the pipelines' buffers and endpoints may not fit in the container's memory: raise its memory limit " +
+					"to the wanted size, or lower max_buffered_bytes (docs/operations/starting.md, Memory)")
+		}
 	}
 	debug.SetMemoryLimit(limit)
-	log.Info().Int64("soft_limit_mib", limit>>20).
-		Msg("memory: soft limit sized from the pipelines' buffers (GOMEMLIMIT overrides it)")
+	ev := log.Debug()
+	if first {
+		ev = log.Info()
+	}
+	ev.Int64("soft_limit_mib", limit>>20).Int("endpoints", n).
+		Msg("memory: soft limit sized from the pipelines' buffers and endpoints (GOMEMLIMIT overrides it)")
+}
+
+// countEndpoints counts outbox_endpoints' rows for the memory limit, or answers 0 (and says so
+// at debug) when it cannot: the relay's own start reports a database it cannot reach.
+func countEndpoints(ctx context.Context, cfg relay.Config, log zerolog.Logger) int {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	if err != nil {
+		log.Debug().Err(err).Msg("memory: endpoints not counted")
+		return -1
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	n, err := endpoints.Store{Schema: cfg.Schema}.Count(ctx, conn)
+	if err != nil {
+		log.Debug().Err(err).Msg("memory: endpoints not counted")
+		return -1
+	}
+	return n
 }
 
 // cgroupMemoryMax returns the memory limit of the process's cgroup (v2: memory.max; v1:

@@ -14,9 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/destination"
 )
 
 // receiver counts what reaches it.

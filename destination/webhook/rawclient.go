@@ -19,14 +19,15 @@ import (
 // shared with PostgreSQL and the receiver is most of the relay's cost. It is used only for a
 // direct connection: when a proxy applies to the URL, the Destination uses net/http instead.
 type rawClient struct {
-	addr    string      // host:port to dial
-	host    string      // Host header
-	target  string      // request-target: path and query
-	tls     *tls.Config // nil for http
-	timeout time.Duration
-	idle    chan *rawConn
-	dialer  net.Dialer
-	tunnel  *tunnel // set: every connection goes through this proxy
+	keepAnswers bool        // keep the start of a 2xx answer's body too (Config.KeepAnswers)
+	addr        string      // host:port to dial
+	host        string      // Host header
+	target      string      // request-target: path and query
+	tls         *tls.Config // nil for http
+	timeout     time.Duration
+	idle        chan *rawConn
+	dialer      net.Dialer
+	tunnel      *tunnel // set: every connection goes through this proxy
 }
 
 type rawConn struct {
@@ -102,7 +103,7 @@ func (rc *rawClient) roundTrip(ctx context.Context, conn *rawConn, appendHead fu
 		conn.c.Close()
 		return response{}, err
 	}
-	resp, err := readResponse(conn.br)
+	resp, err := readResponse(conn.br, rc.keepAnswers)
 	if err != nil {
 		conn.c.Close()
 		return response{}, err

@@ -18,7 +18,7 @@ type response struct {
 	retryAfter string
 	location   string // of a redirect, which is not followed but reported
 	keepAlive  bool
-	answer     []byte // the start of a non-2xx answer's body, for the delivery log
+	answer     []byte // the start of a non-2xx answer's body (any answer's with KeepAnswers), for the delivery log
 }
 
 // maxAnswer is how much of a failed answer's body is kept (destination.Result.Answer).
@@ -34,10 +34,10 @@ func (a *answerSink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// bodySink is where an answer's body goes: nowhere for a 2xx (nothing is kept of a success),
-// else the start of it into r.answer when done.
-func bodySink(status int) (io.Writer, *answerSink) {
-	if status >= 200 && status < 300 {
+// bodySink is where an answer's body goes: nowhere for a 2xx (nothing is kept of a success)
+// unless keepAll, else the start of it into r.answer when done.
+func bodySink(status int, keepAll bool) (io.Writer, *answerSink) {
+	if status >= 200 && status < 300 && !keepAll {
 		return io.Discard, nil
 	}
 	a := &answerSink{}
@@ -55,7 +55,7 @@ var errMalformedResponse = errors.New("malformed HTTP response")
 // body (Content-Length, chunked Transfer-Encoding, Connection). Interim 1xx answers are skipped.
 // At most maxDrain body bytes are read; a longer body, an HTTP/1.0 answer or Connection: close
 // ends keepAlive.
-func readResponse(br *bufio.Reader) (response, error) {
+func readResponse(br *bufio.Reader, keepAll bool) (response, error) {
 	for {
 		r, framing, err := readHead(br)
 		if err != nil {
@@ -64,7 +64,7 @@ func readResponse(br *bufio.Reader) (response, error) {
 		if r.status >= 100 && r.status < 200 {
 			continue
 		}
-		if err := framing.drain(br, r.status, &r); err != nil {
+		if err := framing.drain(br, r.status, &r, keepAll); err != nil {
 			return r, err
 		}
 		return r, nil
@@ -129,8 +129,8 @@ func header(r *response, f *bodyFraming, name, value []byte) {
 
 // drain reads the body as framed; anything it cannot read whole within maxDrain ends
 // keep-alive.
-func (f bodyFraming) drain(br *bufio.Reader, status int, r *response) error {
-	sink, answer := bodySink(status)
+func (f bodyFraming) drain(br *bufio.Reader, status int, r *response, keepAll bool) error {
+	sink, answer := bodySink(status, keepAll)
 	if answer != nil {
 		defer func() { r.answer = answer.b }()
 	}

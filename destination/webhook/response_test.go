@@ -28,7 +28,7 @@ func TestReadResponse(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			br := bufio.NewReader(strings.NewReader(c.raw))
-			r, err := readResponse(br)
+			r, err := readResponse(br, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func TestReadResponse(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{"", "HTTP/2 200\r\n\r\n", "SSH-2.0-OpenSSH\r\n", "HTTP/1.1 2x0 OK\r\n\r\n", "HTTP/1.1 200 OK\r\nno colon\r\n\r\n"} {
-		if _, err := readResponse(bufio.NewReader(strings.NewReader(bad))); err == nil {
+		if _, err := readResponse(bufio.NewReader(strings.NewReader(bad)), false); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
 	}
@@ -55,7 +55,7 @@ func FuzzReadResponse(f *testing.F) {
 	f.Add("HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
 	f.Add("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 x\r\n\r\n")
 	f.Fuzz(func(t *testing.T, raw string) {
-		r, err := readResponse(bufio.NewReaderSize(strings.NewReader(raw), 256))
+		r, err := readResponse(bufio.NewReaderSize(strings.NewReader(raw), 256), false)
 		if err == nil && (r.status < 200 || r.status > 999) {
 			t.Fatalf("accepted status %d", r.status)
 		}

@@ -95,6 +95,10 @@ type Config struct {
 	Proxy *url.URL
 	// Resolver looks up the URL's host. Nil: net.DefaultResolver.
 	Resolver *net.Resolver
+	// KeepAnswers keeps the start of every answer's body (up to 1 KB) in Result.Answer, a 2xx
+	// answer's too: the API's test attempt shows what the partner's server said. False: only a
+	// failed answer's, so that a delivery keeps nothing.
+	KeepAnswers bool
 }
 
 // Destination sends one signed POST per attempt; it is the destination.Destination (a
@@ -110,6 +114,8 @@ type Destination struct {
 	gzip    bool
 	raw     *rawClient   // direct connections
 	client  *http.Client // when a proxy applies
+	// keepAnswers: Config.KeepAnswers
+	keepAnswers bool
 }
 
 // ParseURL checks that a webhook URL is an absolute http or https URL with a host. Its errors
@@ -173,7 +179,7 @@ func New(cfg Config) (*Destination, error) {
 		cfg.MaxConns = 64
 	}
 	w := &Destination{url: cfg.URL, signer: signature.NewSigner(keys), scheme: cfg.Scheme, timeout: cfg.Timeout, ua: cfg.UserAgent,
-		ce: cfg.Format == FormatCloudEvents, source: cfg.Source, gzip: cfg.Compression == CompressionGzip}
+		ce: cfg.Format == FormatCloudEvents, source: cfg.Source, gzip: cfg.Compression == CompressionGzip, keepAnswers: cfg.KeepAnswers}
 	if w.source == "" {
 		w.source = cfg.DefaultSource
 	}
@@ -198,6 +204,9 @@ func New(cfg Config) (*Destination, error) {
 		w.raw = newRawClient(u, cfg.TLS, cfg.Timeout, cfg.MaxConns)
 		w.raw.dialer.Control = cfg.Control
 		w.raw.dialer.Resolver = cfg.Resolver
+	}
+	if w.raw != nil {
+		w.raw.keepAnswers = cfg.KeepAnswers
 	}
 	return w, nil
 }
@@ -288,7 +297,7 @@ func (w *Destination) sendStd(ctx context.Context, heads func(headerSink), body 
 	if err != nil {
 		return result(ctx, response{}, err)
 	}
-	sink, answer := bodySink(resp.StatusCode)
+	sink, answer := bodySink(resp.StatusCode, w.keepAnswers)
 	_, _ = io.Copy(sink, io.LimitReader(resp.Body, maxDrain))
 	resp.Body.Close()
 	loc := resp.Header.Get("Location")

@@ -22,9 +22,11 @@ type PipelineStatus struct {
 	PublicationExists bool    `json:"publication_exists"`
 	Filter            *string `json:"filter"` // the publication's row filter as PostgreSQL prints it; null: none
 	ParkedAggregates  int64   `json:"parked_aggregates"`
-	// FailedEvents and AbandonedEvents count the events this pipeline dead-lettered or (a
-	// shadow) gave up on, as recorded in outbox_pipeline_events; the status owner's dead letters
-	// are the rows with status failed instead.
+	// FailedEvents and AbandonedEvents count the events this pipeline dead-lettered or gave up
+	// on (a shadow after its attempts; an endpoint's lane at its removal, or at a disable with
+	// no backlog), as recorded in outbox_pipeline_events; the status owner's dead letters are
+	// the rows with status failed instead. They, and ParkedAggregates, include the pipeline's
+	// endpoints' lanes (<pipeline>/<endpoint id>).
 	FailedEvents    int64 `json:"failed_events"`
 	AbandonedEvents int64 `json:"abandoned_events"`
 }
@@ -58,10 +60,12 @@ func PipelineOf(ctx context.Context, db DB, s, name, slot, publication string) (
 			p.Filter = &f
 		}
 	}
+	// The pipeline's own, and its endpoints' lanes' (named <pipeline>/<endpoint id>): an
+	// endpoint's dead letters, and what it gave up at its removal, are recorded there.
 	if err := db.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM {outbox_parked_aggregates} WHERE pipeline = $1),
-		(SELECT count(*) FROM {outbox_pipeline_events} WHERE pipeline = $1 AND status = 'failed'),
-		(SELECT count(*) FROM {outbox_pipeline_events} WHERE pipeline = $1 AND status = 'abandoned')`, name).
+		(SELECT count(*) FROM {outbox_parked_aggregates} WHERE pipeline = $1 OR starts_with(pipeline, $1 || '/')),
+		(SELECT count(*) FROM {outbox_pipeline_events} WHERE (pipeline = $1 OR starts_with(pipeline, $1 || '/')) AND status = 'failed'),
+		(SELECT count(*) FROM {outbox_pipeline_events} WHERE (pipeline = $1 OR starts_with(pipeline, $1 || '/')) AND status = 'abandoned')`, name).
 		Scan(&p.ParkedAggregates, &p.FailedEvents, &p.AbandonedEvents); err != nil {
 		return p, fmt.Errorf("count the dead letters of pipeline %q: %w", name, err)
 	}

@@ -152,7 +152,7 @@ var Run = []Setting{
 		Meaning: "how long SIGTERM waits for in-flight deliveries"},
 	{Flag: "stall-timeout", Default: StallTimeout,
 		Help:    "/readyz fails when events wait and nothing was delivered for this long",
-		Meaning: "`/readyz` fails when an event waited this long with no delivery meanwhile"},
+		Meaning: "`/readyz` fails when an event waited this long with no delivery meanwhile (events held only by paused or failing endpoints do not count: each has its own series and alert)"},
 	{Flag: "status-interval", Default: time.Duration(0),
 		Help:    "longest gap between status updates to the server; 0 = a third of wal_sender_timeout, at most 10s",
 		Meaning: "longest gap between status updates; `0` = a third of `wal_sender_timeout`, at most 10 s"},

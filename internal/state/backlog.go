@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -50,11 +51,13 @@ func SpillBacklog(ctx context.Context, db DB, s, pipeline, endpoint string, es [
 }
 
 // BacklogPage returns up to limit entries of the backlog after position (lsn, idx) and up to
-// position (toLSN, toIdx), in stream order, with their events.
+// position (toLSN, toIdx), in stream order, with their events (each with the sequence recorded
+// when it was delivered, dead-lettered or parked: what a replay --since re-sends it with).
 func BacklogPage(ctx context.Context, db DB, s, pipeline, endpoint string, lsn pglogrepl.LSN, idx int, toLSN pglogrepl.LSN, toIdx, limit int) ([]BacklogEvent, error) {
 	rows, err := db.Query(ctx, schema.SQL(s, `SELECT b.lsn::text, b.idx, b.event_id::text, b.attempts, b.mark, o.id IS NULL,
 			coalesce(o.aggregate_type, ''), coalesce(o.aggregate_id, ''), coalesce(o.event_type, ''), coalesce(o.payload::text, ''),
-			coalesce(o.headers::text, ''), coalesce(o.created_at, b.spilled_at), coalesce(o.tenant_id, '')
+			coalesce(o.headers::text, ''), coalesce(o.created_at, b.spilled_at), coalesce(o.tenant_id, ''),
+			coalesce(o.event_sequence, '')
 		FROM {outbox_endpoint_backlog} b LEFT JOIN {outbox_events} o ON o.id = b.event_id
 		WHERE b.pipeline = $1 AND b.endpoint_id = $2 AND (b.lsn, b.idx) > ($3::pg_lsn, $4)
 			AND (b.lsn, b.idx) <= ($5::pg_lsn, $6)
@@ -68,7 +71,7 @@ func BacklogPage(ctx context.Context, db DB, s, pipeline, endpoint string, lsn p
 		var e BacklogEvent
 		var l, payload, headers string
 		if err := rows.Scan(&l, &e.Idx, &e.EventID, &e.Attempts, &e.Mark, &e.Missing, &e.AggregateType, &e.AggregateID,
-			&e.EventType, &payload, &headers, &e.CreatedAt, &e.TenantID); err != nil {
+			&e.EventType, &payload, &headers, &e.CreatedAt, &e.TenantID, &e.Sequence); err != nil {
 			return nil, err
 		}
 		if e.LSN, err = pglogrepl.ParseLSN(l); err != nil {
@@ -129,6 +132,33 @@ func BacklogSizes(ctx context.Context, db DB, s, pipeline string) (map[string]Ba
 			return nil, err
 		}
 		out[id] = b
+	}
+	return out, rows.Err()
+}
+
+// BacklogOldest returns, for each of endpoints of pipeline whose backlog names an event still in
+// outbox_events, the created_at of the first such event in stream order: one index probe per
+// endpoint (the primary key's order), so that its cost grows with the endpoints asked for, not
+// with the size of their backlogs.
+func BacklogOldest(ctx context.Context, db DB, s, pipeline string, endpoints []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	if len(endpoints) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, schema.SQL(s, `SELECT e.id, f.created_at FROM unnest($2::text[]) AS e(id)
+		CROSS JOIN LATERAL (SELECT o.created_at FROM {outbox_endpoint_backlog} b JOIN {outbox_events} o ON o.id = b.event_id
+			WHERE b.pipeline = $1 AND b.endpoint_id = e.id ORDER BY b.lsn, b.idx LIMIT 1) f`), pipeline, endpoints)
+	if err != nil {
+		return nil, fmt.Errorf("read the oldest events of the endpoints' backlogs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out[id] = at
 	}
 	return out, rows.Err()
 }

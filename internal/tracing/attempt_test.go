@@ -12,10 +12,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/outbox-relay/outbox-relay/destination"
+	"github.com/outbox-relay/outbox-relay/destination/webhook"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
-	"github.com/outbox-relay/outbox-relay/publisher"
-	"github.com/outbox-relay/outbox-relay/publisher/webhook"
 )
 
 // sdk is the official SDK recording every span it ends, sampling as `run` does by default
@@ -64,7 +64,7 @@ func TestBatchAttemptIsASpanPerEvent(t *testing.T) {
 	recv := relaytest.NewReceiver("batch-secret")
 	t.Cleanup(recv.Close)
 	tr, rec := sdk(t)
-	d := Destination(hook(t, recv), tr, Target{Pipeline: "orders"}).(publisher.BatchDestination)
+	d := Destination(hook(t, recv), tr, Target{Pipeline: "orders"}).(destination.BatchDestination)
 	const t1, t2, dec = "00-11111111111111111111111111111111-1111111111111111-01",
 		"00-22222222222222222222222222222222-2222222222222222-01", "00-33333333333333333333333333333333-3333333333333333-01"
 	ms := []*envelope.Message{
@@ -145,13 +145,13 @@ func TestUnsampledTraceStaysUnsampled(t *testing.T) {
 
 // batchDest and partialDest implement the destination interfaces with functions of the test.
 type batchDest struct {
-	send func(*envelope.Message) publisher.Result
+	send func(*envelope.Message) destination.Result
 }
 
-func (b batchDest) Send(_ context.Context, m *envelope.Message, _ int) publisher.Result {
+func (b batchDest) Send(_ context.Context, m *envelope.Message, _ int) destination.Result {
 	return b.send(m)
 }
-func (b batchDest) SendBatch(_ context.Context, ms []*envelope.Message, _ int) publisher.Result {
+func (b batchDest) SendBatch(_ context.Context, ms []*envelope.Message, _ int) destination.Result {
 	return b.send(ms[0])
 }
 
@@ -164,25 +164,25 @@ func (partialDest) PartialBatches() {}
 // plain; and without a tracer there is no decorator at all.
 func TestDecoratorKeepsWhatItWraps(t *testing.T) {
 	tr, _ := sdk(t)
-	ok := func(*envelope.Message) publisher.Result {
-		return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+	ok := func(*envelope.Message) destination.Result {
+		return destination.Result{Delivered: true, Label: destination.ResultSuccess}
 	}
 	plain := Destination(batchDest{ok}, tr, Target{})
-	if _, isPartial := plain.(publisher.PartialBatchDestination); isPartial {
+	if _, isPartial := plain.(destination.PartialBatchDestination); isPartial {
 		t.Error("a batch destination became partial")
 	}
-	if _, isBatch := plain.(publisher.BatchDestination); !isBatch {
+	if _, isBatch := plain.(destination.BatchDestination); !isBatch {
 		t.Error("a batch destination lost SendBatch")
 	}
-	if _, isPartial := Destination(partialDest{batchDest{ok}}, tr, Target{}).(publisher.PartialBatchDestination); !isPartial {
+	if _, isPartial := Destination(partialDest{batchDest{ok}}, tr, Target{}).(destination.PartialBatchDestination); !isPartial {
 		t.Error("a partial batch destination lost PartialBatches")
 	}
-	type single struct{ publisher.Destination }
-	if _, isBatch := Destination(single{batchDest{ok}}, tr, Target{}).(publisher.BatchDestination); isBatch {
+	type single struct{ destination.Destination }
+	if _, isBatch := Destination(single{batchDest{ok}}, tr, Target{}).(destination.BatchDestination); isBatch {
 		t.Error("a single-event destination gained SendBatch")
 	}
 	d := &batchDest{ok}
-	if got := Destination(d, nil, Target{}); got != publisher.Destination(d) {
+	if got := Destination(d, nil, Target{}); got != destination.Destination(d) {
 		t.Error("without a tracer the destination is wrapped")
 	}
 	if Decode(nil, "p") != nil {
@@ -194,8 +194,8 @@ func TestDecoratorKeepsWhatItWraps(t *testing.T) {
 // endpoint.
 func TestAttemptSpanKindAndTarget(t *testing.T) {
 	tr, rec := sdk(t)
-	ok := func(*envelope.Message) publisher.Result {
-		return publisher.Result{Delivered: true, Label: publisher.ResultSuccess}
+	ok := func(*envelope.Message) destination.Result {
+		return destination.Result{Delivered: true, Label: destination.ResultSuccess}
 	}
 	Destination(batchDest{ok}, tr, Target{Pipeline: "p", Producer: true}).Send(context.Background(), message("a", "1", nil), 1)
 	Destination(batchDest{ok}, tr, Target{Pipeline: "p", Endpoint: "acme"}).Send(context.Background(), message("b", "1", nil), 1)

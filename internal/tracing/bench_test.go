@@ -7,15 +7,15 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/outbox-relay/outbox-relay/destination"
 	"github.com/outbox-relay/outbox-relay/envelope"
-	"github.com/outbox-relay/outbox-relay/publisher"
 )
 
 // accept answers every attempt delivered at once: the benchmark measures the decorator alone.
 type accept struct{}
 
-func (accept) Send(context.Context, *envelope.Message, int) publisher.Result {
-	return publisher.Result{Delivered: true, Status: 200, Label: publisher.ResultSuccess}
+func (accept) Send(context.Context, *envelope.Message, int) destination.Result {
+	return destination.Result{Delivered: true, Status: 200, Label: destination.ResultSuccess}
 }
 
 // What an attempt costs the relay's CPU with tracing off (no decorator: what the relay runs
@@ -33,7 +33,7 @@ func BenchmarkAttempt(b *testing.B) {
 	on := Destination(accept{}, Tracer(tp, "bench"), Target{Pipeline: "default"})
 	for _, c := range []struct {
 		name string
-		d    publisher.Destination
+		d    destination.Destination
 		m    *envelope.Message
 	}{
 		{"off", Destination(accept{}, nil, Target{Pipeline: "default"}), m},

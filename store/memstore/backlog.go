@@ -3,12 +3,15 @@ package memstore
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/store"
 )
 
 // Backlog returns the store.Backlog of pipeline's endpoints.
 func (db *DB) Backlog(pipeline string) store.Backlog { return backlog{db: db, pipeline: pipeline} }
+
+var _ store.ReplayBacklog = backlog{}
 
 type backlog struct {
 	db       *DB
@@ -55,6 +58,13 @@ func (b backlog) Spill(_ context.Context, endpoint string, es []store.BacklogEnt
 	return nil
 }
 
+func (b backlog) SpillReplay(ctx context.Context, endpoint string, es []store.BacklogEntry, st store.SinceState) error {
+	if err := b.Spill(ctx, endpoint, es); err != nil {
+		return err
+	}
+	return pipeline{db: b.db}.SinceProgress(ctx, st)
+}
+
 func (b backlog) Page(_ context.Context, endpoint string, after, through store.BacklogPos, limit int) ([]store.BacklogEvent, error) {
 	b.db.mu.Lock()
 	defer b.db.mu.Unlock()
@@ -70,7 +80,7 @@ func (b backlog) Page(_ context.Context, endpoint string, after, through store.B
 		}
 		ev := store.BacklogEvent{BacklogEntry: e}
 		if r := b.db.rows[e.EventID]; r != nil {
-			ev.Message = r.message("")
+			ev.Message = r.message(r.seq)
 		}
 		out = append(out, ev)
 	}
@@ -105,6 +115,21 @@ func (b backlog) Sizes(context.Context) (map[string]store.BacklogSize, error) {
 	for id, es := range b.db.backlogs[b.pipeline] {
 		if len(es) > 0 {
 			out[id] = store.BacklogSize{Entries: int64(len(es)), Last: es[len(es)-1].Pos}
+		}
+	}
+	return out, nil
+}
+
+func (b backlog) Oldest(_ context.Context, endpoints []string) (map[string]time.Time, error) {
+	b.db.mu.Lock()
+	defer b.db.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, id := range endpoints {
+		for _, e := range b.entries(id) {
+			if r := b.db.rows[e.EventID]; r != nil {
+				out[id] = r.m.CreatedAt
+				break
+			}
 		}
 	}
 	return out, nil

@@ -2,7 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/state"
@@ -17,13 +19,30 @@ type Backlog struct {
 	Schema string
 }
 
+var _ store.ReplayBacklog = Backlog{}
+
 // Spill implements store.Backlog.
 func (s Backlog) Spill(ctx context.Context, endpoint string, es []store.BacklogEntry) error {
+	return state.SpillBacklog(ctx, s.Pool, s.Schema, s.Pipeline, endpoint, entries(es))
+}
+
+// SpillReplay implements store.ReplayBacklog.
+func (s Backlog) SpillReplay(ctx context.Context, endpoint string, es []store.BacklogEntry, st store.SinceState) error {
+	return pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		if err := state.SpillBacklog(ctx, tx, s.Schema, s.Pipeline, endpoint, entries(es)); err != nil {
+			return err
+		}
+		return state.RecordReplayProgress(ctx, tx, s.Schema, state.Replay{ID: st.ID, Sent: st.Sent,
+			After: state.ReplayCursor(st.After), Done: st.Done})
+	})
+}
+
+func entries(es []store.BacklogEntry) []state.BacklogEntry {
 	rows := make([]state.BacklogEntry, len(es))
 	for i, e := range es {
 		rows[i] = state.BacklogEntry{LSN: e.Pos.LSN, Idx: e.Pos.Idx, EventID: e.EventID, Attempts: e.Attempts, Mark: e.Mark}
 	}
-	return state.SpillBacklog(ctx, s.Pool, s.Schema, s.Pipeline, endpoint, rows)
+	return rows
 }
 
 // Page implements store.Backlog.
@@ -64,4 +83,9 @@ func (s Backlog) Sizes(ctx context.Context) (map[string]store.BacklogSize, error
 		out[id] = store.BacklogSize{Entries: r.Entries, Last: store.BacklogPos{LSN: r.LSN, Idx: r.Idx}}
 	}
 	return out, nil
+}
+
+// Oldest implements store.Backlog.
+func (s Backlog) Oldest(ctx context.Context, endpoints []string) (map[string]time.Time, error) {
+	return state.BacklogOldest(ctx, s.Pool, s.Schema, s.Pipeline, endpoints)
 }

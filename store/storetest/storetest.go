@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"Backfill", testBackfill},
 		{"ReplaysSince", testReplaysSince},
 		{"Backlog", testBacklog},
+		{"BacklogReplay", testBacklogReplay},
 		{"EndpointVersions", testEndpointVersions},
 		{"EndpointParkedAndStatus", testEndpointParkedAndStatus},
 		{"DeliveryLog", testDeliveryLog},
@@ -323,6 +324,10 @@ func testBacklog(t *testing.T, db DB) {
 	sizes, err = b.Sizes(ctx)
 	must(t, err)
 	equal(t, "sizes after a trim", sizes, map[string]store.BacklogSize{"ep1": {Entries: 2, Last: pos(0x30, 0)}})
+	oldest, err := b.Oldest(ctx, []string{"ep1", "nobody"})
+	must(t, err)
+	equal(t, "the oldest after a trim: its first entry's event's created_at", fmt.Sprint(len(oldest), oldest["ep1"].Equal(ev(3, "b").CreatedAt)),
+		"1 true")
 	must(t, b.Drop(ctx, "ep1"))
 	sizes, err = b.Sizes(ctx)
 	must(t, err)
@@ -330,6 +335,48 @@ func testBacklog(t *testing.T, db DB) {
 	sizes, err = db.Backlog("q").Sizes(ctx)
 	must(t, err)
 	equal(t, "another pipeline's backlog", sizes, map[string]store.BacklogSize{"ep1": {Entries: 1, Last: pos(0x10, 0)}})
+	// The oldest skips entries whose row is gone (they are skipped when read), and reads
+	// only the endpoints asked for.
+	must(t, db.Backlog("q").Spill(ctx, "ep2", []store.BacklogEntry{{Pos: pos(0x30, 0), EventID: uuid(4)}}))
+	must(t, db.Backlog("q").Spill(ctx, "ep3", []store.BacklogEntry{{Pos: pos(0x30, 0), EventID: uuid(4)}, {Pos: pos(0x40, 0), EventID: uuid(2)}}))
+	oldest, err = db.Backlog("q").Oldest(ctx, []string{"ep2", "ep3"})
+	must(t, err)
+	equal(t, "the oldest of backlogs with rows gone", fmt.Sprint(len(oldest), oldest["ep3"].Equal(ev(2, "a").CreatedAt)), "1 true")
+	oldest, err = db.Backlog("q").Oldest(ctx, nil)
+	must(t, err)
+	equal(t, "the oldest of no endpoint", len(oldest), 0)
+}
+
+// A replay --since writes its rows into an endpoint's backlog at its request's commit, before
+// that transaction's own events, with the request's progress in the same write; the entries read
+// back in that order, each event with the sequence it was delivered with.
+func testBacklogReplay(t *testing.T, db DB) {
+	db.Insert(ev(1, "a"), ev(2, "a"), ev(3, "b"), ev(4, "b"))
+	db.Marks.Done(uuid(1), seq(0x10, 0), 0)
+	db.Flush()
+	id := db.RequestSince(store.SinceState{Pipeline: "p/ep1", Since: base, Total: 2})
+	p, b := db.Pipeline("p/ep1", true), db.Backlog("p").(store.ReplayBacklog)
+	st, err := p.SinceState(ctx, id)
+	must(t, err)
+	must(t, b.Spill(ctx, "ep1", []store.BacklogEntry{{Pos: pos(0x40, 0), EventID: uuid(3)}, {Pos: pos(0x50, 0), EventID: uuid(4)}}))
+	st.Sent, st.After = 2, store.SinceCursor{Sequence: seq(0x10, 0), Insert: 2, ID: uuid(2)}
+	must(t, b.SpillReplay(ctx, "ep1", []store.BacklogEntry{{Pos: pos(0x50, store.ReplayIdx(0)), EventID: uuid(1)},
+		{Pos: pos(0x50, store.ReplayIdx(1)), EventID: uuid(2)}}, st))
+	page, err := b.Page(ctx, "ep1", store.BacklogPos{}, pos(0xFFFF, 1<<30), 10)
+	must(t, err)
+	var got []string
+	for _, e := range page {
+		got = append(got, fmt.Sprintf("%s %v %s", e.EventID, e.Pos.Replayed(), e.Message.Sequence))
+	}
+	equal(t, "entries", got, []string{uuid(3) + " false ", uuid(1) + " true " + seq(0x10, 0), uuid(2) + " true ",
+		uuid(4) + " false "})
+	back, err := p.SinceState(ctx, id)
+	must(t, err)
+	equal(t, "progress written with the entries", []any{back.Sent, back.After, back.Done}, []any{int64(2), st.After, false})
+	// Read up to just before the request's transaction's own events: the replay's entries only.
+	page, err = b.Page(ctx, "ep1", pos(0x40, 0), pos(0x50, -1), 10)
+	must(t, err)
+	equal(t, "the replay's entries", len(page), 2)
 }
 
 // versionIDs is each version as id@lsn, "-" for a removal.
