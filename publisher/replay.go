@@ -142,6 +142,9 @@ func (e *engine) replaySince(l *lane, tx *cdc.Tx, id int64) {
 		}
 		e.marksWait = time.Time{}
 		e.waitUntil(func() bool { return e.drained(l) }, func() {
+			if e.sinceDone(tx, s.ID) {
+				return
+			}
 			e.log.Info().Int64("replay", s.ID).Time("since", s.Since).Int64("events", s.Total).Int64("sent", s.Sent).
 				Msg("replay since started")
 			e.sincePage(l, tx, s)
@@ -186,6 +189,9 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 		return page{ms, next}, err
 	}, func(v any) {
 		p := v.(page)
+		if e.sinceDone(tx, s.ID) {
+			return
+		}
 		if len(p.ms) == 0 {
 			s.Done = true
 			e.holdWrite("record replay progress", func(ctx context.Context) error { return st.SinceProgress(ctx, s) }, func() {
@@ -209,6 +215,9 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 		}
 		e.flushParked()
 		e.waitUntil(func() bool { return e.sinceLeft == 0 }, func() {
+			if e.sinceDone(tx, s.ID) {
+				return
+			}
 			s.Sent, s.After = s.Sent+int64(read), p.next
 			e.m.ReplayPending.Set(float64(max(s.Total-s.Sent, 0)))
 			e.holdWrite("record replay progress", func(ctx context.Context) error { return st.SinceProgress(ctx, s) }, func() {
@@ -217,6 +226,19 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 			})
 		})
 	})
+}
+
+// sinceDone reports whether the slot confirmed past a replay since a time's transaction while
+// another relay led (settledElsewhere), and then acknowledges its control record and stops
+// the replay here: that relay carried it out, and this one's progress, recorded now, would undo
+// the request's completion (its Done) and send its rows again.
+func (e *engine) sinceDone(tx *cdc.Tx, id int64) bool {
+	if !e.settledElsewhere(tx) {
+		return false
+	}
+	e.tracef("since dropped %d: the slot confirmed past it while another relay led", id)
+	e.acker.AckControl(tx)
+	return true
 }
 
 // backfill delivers the rows recorded when the slot was created (pending rows the stream will
