@@ -215,16 +215,20 @@ type backlogRead struct {
 
 // deliveredHere returns which events of evs the delivery log says endpoint id of pipeline has:
 // entries delivered before a restart and not deleted yet, or read again once another relay led
-// the slot. A lookup that fails finds none (they are sent again).
+// the slot (not a replay since a time's rows: those are sent again on purpose, readPage). A
+// lookup that fails finds none (they are sent again).
 func deliveredHere(ctx context.Context, history store.DeliveryHistory, pipeline, id string, evs []store.BacklogEvent) map[string]bool {
 	if history == nil || len(evs) == 0 {
 		return nil
 	}
 	ids := make([]string, 0, len(evs))
 	for _, ev := range evs {
-		if ev.Message != nil {
+		if ev.Message != nil && !ev.Pos.Replayed() { // a replay --since's rows are re-sent on purpose
 			ids = append(ids, ev.EventID)
 		}
+	}
+	if len(ids) == 0 {
+		return nil
 	}
 	to, err := history.DeliveredTo(ctx, pipeline, ids, id)
 	if err != nil {
