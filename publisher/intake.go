@@ -271,8 +271,7 @@ func (e *engine) dropConfirmed() {
 		}
 	}
 	in.parking = parking
-	// a replay since a time's rows too: the relay that confirmed its transaction carried it out
-	stale := func(it *item) bool { return (it.kind == kindLive || it.kind == kindSince) && old(it.tx) }
+	stale := func(it *item) bool { return ofStream(it) && old(it.tx) }
 	for _, l := range e.lanes {
 		for _, it := range l.takeOut(func(it *item) bool { return !stale(it) }) {
 			e.settle(l, it)

@@ -285,7 +285,7 @@ func (e *engine) recheckHeld(then func()) func() {
 		for _, l := range e.lanes {
 			for _, q := range l.keys {
 				for i := range q.len() {
-					if it := q.at(i); it.kind == kindLive && !it.inflight {
+					if it := q.at(i); it.kind == kindLive || it.kind == kindReplay {
 						ids = append(ids, it.m.ID)
 					}
 				}
@@ -324,14 +324,20 @@ func (e *engine) recheckHeld(then func()) func() {
 	}
 }
 
-// settleHeld settles unsent the streamed events the lanes hold (not in flight) that to says
-// their endpoint has.
+// settleHeld settles unsent the streamed and replayed events the lanes hold that to says their
+// endpoint has; one in flight is settled if its attempt fails (dropHad).
 func (e *engine) settleHeld(to map[string][]string) {
 	n := 0
 	for _, l := range e.lanes {
-		had := func(it *item) bool {
+		has := func(it *item) bool {
 			_, ok := slices.BinarySearch(to[it.m.ID], l.id)
-			return it.kind == kindLive && !it.inflight && ok
+			return (it.kind == kindLive || it.kind == kindReplay) && ok
+		}
+		had := func(it *item) bool { return !it.inflight && has(it) }
+		for _, it := range l.queuedItems() {
+			if it.inflight && has(it) {
+				it.had = true // settled if its attempt fails (dropHad)
+			}
 		}
 		var its []*item
 		if slices.ContainsFunc(l.queuedItems(), had) {
@@ -349,12 +355,7 @@ func (e *engine) settleHeld(to map[string][]string) {
 		l.bl.buf = buf
 		for _, it := range its {
 			e.tracef("skip held %s to %q: delivered", it.m.ID, l.id)
-			if c := e.fan[it.m]; c != nil {
-				c.delivered++
-			} else if e.marks != nil {
-				e.marks.Done(it.m.ID, it.m.Sequence, it.attempt)
-			}
-			e.settle(l, it)
+			e.settleHad(l, it)
 			n++
 		}
 	}
@@ -362,6 +363,44 @@ func (e *engine) settleHeld(to map[string][]string) {
 		e.log.Info().Int("deliveries", n).Msg("another relay led the slot while this one was cut off from it, and delivered " +
 			"events this one held to some of their endpoints; they are not sent to those again")
 	}
+}
+
+// settleHad settles unsent an event another relay delivered to l's endpoint: its mark, when
+// every lane it went to has it (a replayed one keeps its record, as observeDelivered does).
+func (e *engine) settleHad(l *lane, it *item) {
+	if c := e.fan[it.m]; c != nil {
+		c.delivered++
+	} else if e.marks != nil && it.kind == kindLive {
+		e.marks.Done(it.m.ID, it.m.Sequence, it.attempt)
+	}
+	e.settle(l, it)
+}
+
+// ofStream reports whether it came with a transaction of the stream: a streamed event, or one a
+// replay request queued (it belongs to the request's transaction).
+func ofStream(it *item) bool {
+	return it.kind == kindLive || it.kind == kindReplay || it.kind == kindSince
+}
+
+// dropHad settles, instead of retrying them, the events of l whose failed attempt b was in
+// flight when this relay learned that another relay had settled them while it led: the slot
+// confirmed past their transaction (dropConfirmed leaves what is under way to finish), or the
+// delivery log says their endpoint has them (recheckHeld). It reports whether it did; the
+// other events of the lane are queued again, their attempts counted.
+func (e *engine) dropHad(l *lane, b *batch) bool {
+	drop := func(it *item) bool { return it.had || ofStream(it) && e.settledElsewhere(it.tx) }
+	if !slices.ContainsFunc(b.items, drop) {
+		return false
+	}
+	for _, it := range l.takeOut(func(it *item) bool { return !drop(it) }) {
+		e.tracef("skip failed %s to %q: settled by another relay", it.m.ID, l.id)
+		if it.had {
+			e.settleHad(l, it)
+		} else {
+			e.settle(l, it)
+		}
+	}
+	return true
 }
 
 // queuedItems returns the events queued in l's keys.

@@ -610,7 +610,7 @@ func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
 		d.unrecorded++
 	case !rec.Before(knew):
 		d.late++
-	case p.seen.refusedIn(at) || p.seen.refusedIn(it.created):
+	case p.seen.refusedIn(at):
 		// refused as it was sent, or as it was routed: a streamed event in flight when its
 		// relay streams again is not looked up then (recheckHeld), and sent again if that
 		// attempt fails
