@@ -65,8 +65,11 @@ type laneBacklog struct {
 	// not settled.
 	pages []*backlogPage
 	inMem int
-	// entries is how many entries the backlog holds, as far as this process knows.
-	entries int64
+	// entries is how many entries the backlog holds, as far as this process knows; trimming is
+	// set while a delete of entries is under way (a count read meanwhile may come before or
+	// after it: resyncBacklogs).
+	entries  int64
+	trimming bool
 	// oldest is when the event of the backlog's first entry was created, as last known: set by
 	// a write into an empty backlog, and read again from the store at each status save
 	// (refreshOldest), off the delivery path; zero: unknown yet, or no entry. It is what the
@@ -440,12 +443,18 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 	b := &l.bl
 	b.busy = true
 	gen, reads, id, bl := l.gen, b.reads, l.id, e.cfg.backlog
+	history, pipeline := e.history(), e.cfg.pipeline
 	e.do("read an endpoint's backlog", true, func(ctx context.Context) (any, error) {
-		return bl.Page(ctx, id, after, through, backlogPageSize)
+		evs, err := bl.Page(ctx, id, after, through, backlogPageSize)
+		if err != nil {
+			return nil, err
+		}
+		return backlogRead{evs, deliveredHere(ctx, history, pipeline, id, evs)}, nil
 	}, func(v any, _ error) {
 		b.busy = false
 		defer e.backlogStep(l)
-		evs, _ := v.([]store.BacklogEvent)
+		read, _ := v.(backlogRead)
+		evs := read.evs
 		e.tracef("read %s after %v through %v: %d entries (read %v gen %d/%d active %v)", l.name, after, through, len(evs), b.read, gen,
 			l.gen, l.active)
 		if b.read != after || l.gen != gen || b.reads != reads || !l.active { // disabled meanwhile: read again from its start later
@@ -475,6 +484,10 @@ func (e *engine) readPage(l *lane, after, through store.BacklogPos) {
 				ev.Message.Sequence = resentSequence(ev.Message, ev.Pos)
 			} else {
 				ev.Message.Sequence = envelope.Sequence(uint64(ev.Pos.LSN), ev.Pos.Idx)
+				if read.had[ev.EventID] {
+					e.skipRead(l, ev)
+					continue
+				}
 			}
 			if tx == nil || tx.CommitLSN != ev.Pos.LSN {
 				tx = &cdc.Tx{CommitLSN: ev.Pos.LSN} // for the log lines; it settles against its page, not the stream
@@ -536,12 +549,12 @@ func (e *engine) trim(l *lane) bool {
 	if n == 0 {
 		return false
 	}
-	b.busy = true
+	b.busy, b.trimming = true, true
 	id, bl := l.id, e.cfg.backlog
 	e.do("delete delivered entries of an endpoint's backlog", true, func(ctx context.Context) (any, error) {
 		return bl.Trim(ctx, id, upTo)
 	}, func(v any, _ error) {
-		b.busy = false
+		b.busy, b.trimming = false, false
 		gone, _ := v.(int64)
 		e.tracef("trimmed %s up to %v: %d", l.name, upTo, gone)
 		if len(b.pages) >= n && b.pages[n-1].high == upTo { // not read again from the start meanwhile
@@ -691,7 +704,13 @@ func (e *engine) resyncBacklogs(then func()) {
 			if l.bl.written.Less(sz.Last) {
 				l.bl.written, l.bl.short = sz.Last, false
 			}
-			l.bl.entries = sz.Entries
+			if l.bl.trimming {
+				// counted before or after the delete under way, which subtracts what it
+				// deleted once done: taken as before it, or the count could go below what is left
+				l.bl.entries = max(l.bl.entries, sz.Entries)
+			} else {
+				l.bl.entries = sz.Entries
+			}
 			if !on && !l.active { // disabled: it reads the backlog from its start once enabled
 				l.bl.on = true
 			}

@@ -242,13 +242,16 @@ func (s *endpointState) dropOvertaken() {
 	for _, l := range e.lanes {
 		var its []*item
 		if s.doomed[l.id] { // a removal pending: it comes after all the lane holds
-			its = append(l.takeOut(func(it *item) bool { return it.kind != kindLive }), l.bl.buf...)
+			// (a replay's events too: their request's transaction comes before the removal)
+			its = append(l.takeOut(func(it *item) bool { return it.kind != kindLive && it.kind != kindReplay }), l.bl.buf...)
 			l.bl.buf = nil
 			l.gen++
 			e.reread(l) // what it read of its backlog stays there: not settled (deleted) by a failure
 		}
 		for _, it := range its {
-			e.recordAbandoned(l, it, "another relay led the slot and moved the endpoint on while this one held the event")
+			if it.kind != kindReplay { // a dead letter or park, which the removal deals with
+				e.recordAbandoned(l, it, "another relay led the slot and moved the endpoint on while this one held the event")
+			}
 			e.settle(l, it)
 		}
 		if len(its) > 0 {

@@ -254,6 +254,8 @@ func (e *engine) finished(a *attempt, r destination.Result, now time.Time) {
 		e.delivered(l, b)
 	case r.Gone && e.cfg.onGone == GonePause:
 		e.gone(l, b, r)
+	case e.dropHad(l, b):
+		// delivered by another relay meanwhile (progress.go): not retried
 	default:
 		e.failed(l, b, r, a.n)
 	}

@@ -29,13 +29,16 @@ type intake struct {
 	then    func()
 	parking []parked // events of parked aggregates met since the last write of them
 
-	session     uint64                      // the streaming session of the last transaction taken
-	lastCommit  pglogrepl.LSN               // the commit of the last transaction taken from the stream
-	catching    bool                        // catching up with a new session (followSession)
-	from        pglogrepl.LSN               // the slot's confirmed position as the last new session started
-	resume      bool                        // skip what an earlier process delivered (Resume)
-	checked     map[*cdc.Tx]map[string]bool // resent transactions checked: what they hold delivered
-	doneSession uint64                      // the session that found nothing more to skip
+	session     uint64             // the streaming session of the last transaction taken
+	lastCommit  pglogrepl.LSN      // the commit of the last transaction taken from the stream
+	catching    bool               // catching up with a new session (followSession)
+	from        pglogrepl.LSN      // the slot's confirmed position as the last new session started
+	resume      bool               // skip what an earlier process delivered (Resume)
+	checked     map[*cdc.Tx]*prior // resent transactions checked: what they hold delivered
+	doneSession uint64             // the session that found nothing more to skip
+	quiet       int                // events in a row the session's checks found delivered nowhere
+	quietIn     uint64             // the session quiet counts in
+	recheck     map[*cdc.Tx]bool   // transactions held from an earlier session, to check again
 }
 
 type parked struct {
@@ -134,7 +137,7 @@ func (e *engine) queueNext() bool {
 	case in.next < len(tx.Events):
 		m := tx.Events[in.next]
 		in.next++
-		e.queueEvent(tx, m, in.checked[tx][m.ID])
+		e.queueEvent(tx, m, in.checked[tx])
 	case !e.flushParked():
 		delete(in.checked, tx)
 		in.cur, in.ctls = nil, nil
@@ -206,11 +209,17 @@ func (e *engine) begin(session uint64, at func(from pglogrepl.LSN) pglogrepl.LSN
 		e.in.session = session
 		e.begin(session, func(pglogrepl.LSN) pglogrepl.LSN { return lsn }, done)
 	}
-	if e.ep != nil {
-		e.ep.resync(lsn, func() { e.resyncBacklogs(func() { e.resyncParked(then) }) })
-	} else {
-		e.resyncBacklogs(func() { e.resyncParked(then) })
+	resync := func() {
+		if e.ep != nil {
+			e.ep.resync(lsn, func() { e.resyncBacklogs(func() { e.resyncParked(then) }) })
+		} else {
+			e.resyncBacklogs(func() { e.resyncParked(then) })
+		}
 	}
+	if e.in.session != 0 { // another relay may have led: what it delivered of what this one holds is not sent again
+		resync = e.recheckHeld(resync)
+	}
+	resync()
 }
 
 // settledElsewhere reports whether the slot's position moved past tx, which this process
@@ -262,7 +271,7 @@ func (e *engine) dropConfirmed() {
 		}
 	}
 	in.parking = parking
-	stale := func(it *item) bool { return it.kind == kindLive && old(it.tx) }
+	stale := func(it *item) bool { return ofStream(it) && old(it.tx) }
 	for _, l := range e.lanes {
 		for _, it := range l.takeOut(func(it *item) bool { return !stale(it) }) {
 			e.settle(l, it)
@@ -379,16 +388,19 @@ func (e *engine) followSession() {
 	}, func() { in.until, in.then, in.catching = until, then, false })
 }
 
-// queueEvent routes m of tx to its lanes (an event an earlier process delivered is settled as
-// it is).
-func (e *engine) queueEvent(tx *cdc.Tx, m *envelope.Message, delivered bool) {
-	if delivered {
+// queueEvent routes m of tx to its lanes, except those an earlier process delivered it to (p:
+// what a lookup found, nil if none was made); an event every lane has is settled as it is.
+func (e *engine) queueEvent(tx *cdc.Tx, m *envelope.Message, p *prior) {
+	if p.done(m.ID) {
 		e.tracef("skip %s: delivered", m.ID)
 		e.m.EventsSkipped.Inc()
 		e.acker.Ack(tx, m)
 		return
 	}
 	lanes := e.routeTo(m)
+	if had := p.endpoints(m.ID); len(had) > 0 && len(lanes) > 0 {
+		lanes = e.withoutPrior(m, lanes, had)
+	}
 	if e.cfg.trace != nil {
 		var names []string
 		for _, l := range lanes {
@@ -437,6 +449,7 @@ func (e *engine) newItem(m *envelope.Message, tx *cdc.Tx, kind itemKind) *item {
 // next control record, see flushParked).
 func (e *engine) queueIn(l *lane, it *item) {
 	switch {
+	case e.settledInBacklog(l, it):
 	case l.bl.on && it.kind == kindLive:
 		l.bl.buf = append(l.bl.buf, it)
 	case !l.add(it):
@@ -488,75 +501,4 @@ func (e *engine) control(tx *cdc.Tx, c *cdc.Control) {
 	default:
 		e.acker.AckControl(tx) // a kind this pipeline does not act on
 	}
-}
-
-// Resume skips events that another session delivered but had not confirmed when it ended: a
-// killed relay, the leader before a failover, or this process before the server's crash restart
-// moved the slot back. The server resends everything after the slot's confirmed position, and
-// the status marks say which of those rows already got a 2xx. Only transactions committed
-// before their streaming session started (cdc.Tx.Resent) are checked, and each session stops
-// checking at its first batch with nothing marked. It reduces duplicates; correctness never
-// depends on it (marks are written only after delivery, so a marked row was delivered).
-type Resume struct {
-	// Delivered returns which of ids are marked delivered.
-	Delivered func(ctx context.Context, ids []string) (map[string]bool, error)
-	// Batch is the most events checked per query. If zero, 1000.
-	Batch int
-}
-
-// resumeActive reports whether tx may hold events an earlier process delivered.
-func (e *engine) resumeActive(tx *cdc.Tx) bool {
-	return e.in.resume && tx.Resent && tx.Session != e.in.doneSession
-}
-
-// checkResent looks up which events of the resent transactions waiting (up to the batch size)
-// an earlier process delivered; the intake waits for the answer. A lookup that fails delivers
-// them again: duplicates are allowed, loss is not.
-func (e *engine) checkResent() {
-	limit := e.cfg.resume.Batch
-	if limit <= 0 {
-		limit = 1000
-	}
-	var check []*cdc.Tx
-	var ids []string
-	for _, tx := range e.in.txs {
-		if !e.resumeActive(tx) || len(check) > 0 && len(ids) >= limit {
-			break
-		}
-		check = append(check, tx)
-		for _, m := range tx.Events {
-			ids = append(ids, m.ID)
-		}
-	}
-	if e.in.checked == nil {
-		e.in.checked = map[*cdc.Tx]map[string]bool{}
-	}
-	record := func(seen map[string]bool) {
-		if seen == nil {
-			seen = map[string]bool{}
-		}
-		for _, tx := range check {
-			e.in.checked[tx] = seen
-		}
-	}
-	if len(ids) == 0 {
-		// Only control records: they say nothing about whether later transactions were
-		// delivered, so the checks go on.
-		record(nil)
-		return
-	}
-	delivered := e.cfg.resume.Delivered
-	e.in.held++
-	e.do("look up what an earlier process delivered", false, func(ctx context.Context) (any, error) {
-		return delivered(ctx, ids)
-	}, func(v any, err error) {
-		e.in.held--
-		seen, _ := v.(map[string]bool)
-		if err != nil {
-			seen = nil
-		} else if len(seen) == 0 {
-			e.in.doneSession = check[len(check)-1].Session
-		}
-		record(seen)
-	})
 }

@@ -36,7 +36,7 @@ func newPublisherMetrics(reg prometheus.Registerer) *publisherMetrics {
 		EventsDeadLettered: metrics.Counter(reg, "events_dead_lettered_total",
 			"Events dead-lettered after the last allowed attempt."),
 		EventsSkipped: metrics.Counter(reg, "events_skipped_total",
-			"Events resent after a restart that an earlier process had already delivered (per the status marks), not sent again."),
+			"Events resent after a restart or takeover that an earlier process had already delivered to every endpoint they route to (per the status marks and the delivery log), and backlog entries it had delivered: not sent again."),
 		EventsAbandoned: metrics.Counter(reg, "events_abandoned_total",
 			"Events a shadow pipeline gave up on after its last attempt (recorded, settled, never parked)."),
 		EventsSpilled: metrics.Counter(reg, "events_spilled_total",

@@ -167,7 +167,8 @@ type FanoutConfig struct {
 	// Store is the pipeline's store, for its backfill (BackfillSlot).
 	Store        store.Pipeline
 	BackfillSlot string
-	// Resume, if set, skips events an earlier process delivered to every endpoint.
+	// Resume, if set, skips what an earlier process delivered: events marked done, and, with
+	// its History, each (event, endpoint) delivery the delivery log recorded.
 	Resume *Resume
 	// DeliveryLog, if set, records every attempt of every endpoint (pgstore.DeliveryLog keeps
 	// it in PostgreSQL). Nil: nothing is recorded.
@@ -384,7 +385,7 @@ func newEngine(cfg engineConfig, log zerolog.Logger, m *publisherMetrics, acker 
 	}
 	e := &engine{cfg: cfg, now: now, rand: rnd, log: log, m: m, acker: acker, marks: marks, byID: map[string]*lane{},
 		fan: map[*envelope.Message]*fanCount{}, spillChecked: now}
-	e.in.resume = cfg.resume != nil && cfg.resume.Delivered != nil
+	e.in.resume = cfg.resume != nil && (cfg.resume.Delivered != nil || cfg.resume.History != nil)
 	if cfg.endpoints != nil {
 		e.ep = &endpointState{e: e}
 		return e

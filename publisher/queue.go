@@ -37,6 +37,7 @@ type item struct {
 	counted bool
 	mark    bool         // read from the backlog: its delivery marks the row done
 	resent  bool         // read from the backlog, where a replay --since wrote it: a re-send, never marked
+	had     bool         // in flight as another relay's delivery of it came to light (recheckHeld): not retried
 	replays uint64       // a replayed event: its lane's replays as it was queued (lane.replays)
 	page    *backlogPage // read from the backlog: the page it counts down
 }

@@ -83,9 +83,17 @@ func (e *engine) replayAggregate(l *lane, tx *cdc.Tx, agg cdc.Aggregate) {
 			Msg("replay request for an aggregate that is not parked; ignored")
 		return
 	}
-	st := l.store
+	st, history, pipeline, id := l.store, e.history(), e.cfg.pipeline, l.id
 	l.replayReads++
-	e.hold("load replay", func(ctx context.Context) (any, error) { return st.Replayable(ctx, storeAggregate(agg), tx.CommitLSN) },
+	e.hold("load replay", func(ctx context.Context) (any, error) {
+		ms, err := st.Replayable(ctx, storeAggregate(agg), tx.CommitLSN)
+		if err != nil {
+			return nil, err
+		}
+		// A dead letter or a parked event is recorded delivered only once a replay delivered it:
+		// a previous leader carried this request out (or part of it) before it died.
+		return notDeliveredHere(ctx, history, pipeline, id, ms), nil
+	},
 		func(v any) {
 			ms, _ := v.([]*envelope.Message)
 			defer func() {
@@ -134,6 +142,9 @@ func (e *engine) replaySince(l *lane, tx *cdc.Tx, id int64) {
 		}
 		e.marksWait = time.Time{}
 		e.waitUntil(func() bool { return e.drained(l) }, func() {
+			if e.sinceDone(tx, s.ID) {
+				return
+			}
 			e.log.Info().Int64("replay", s.ID).Time("since", s.Since).Int64("events", s.Total).Int64("sent", s.Sent).
 				Msg("replay since started")
 			e.sincePage(l, tx, s)
@@ -178,6 +189,9 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 		return page{ms, next}, err
 	}, func(v any) {
 		p := v.(page)
+		if e.sinceDone(tx, s.ID) {
+			return
+		}
 		if len(p.ms) == 0 {
 			s.Done = true
 			e.holdWrite("record replay progress", func(ctx context.Context) error { return st.SinceProgress(ctx, s) }, func() {
@@ -201,6 +215,9 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 		}
 		e.flushParked()
 		e.waitUntil(func() bool { return e.sinceLeft == 0 }, func() {
+			if e.sinceDone(tx, s.ID) {
+				return
+			}
 			s.Sent, s.After = s.Sent+int64(read), p.next
 			e.m.ReplayPending.Set(float64(max(s.Total-s.Sent, 0)))
 			e.holdWrite("record replay progress", func(ctx context.Context) error { return st.SinceProgress(ctx, s) }, func() {
@@ -209,6 +226,19 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 			})
 		})
 	})
+}
+
+// sinceDone reports whether the slot confirmed past a replay since a time's transaction while
+// another relay led (settledElsewhere), and then acknowledges its control record and stops
+// the replay here: that relay carried it out, and this one's progress, recorded now, would undo
+// the request's completion (its Done) and send its rows again.
+func (e *engine) sinceDone(tx *cdc.Tx, id int64) bool {
+	if !e.settledElsewhere(tx) {
+		return false
+	}
+	e.tracef("since dropped %d: the slot confirmed past it while another relay led", id)
+	e.acker.AckControl(tx)
+	return true
 }
 
 // backfill delivers the rows recorded when the slot was created (pending rows the stream will
@@ -226,11 +256,20 @@ func (e *engine) backfillPage(tx *cdc.Tx, after int64, total int) {
 	type page struct {
 		ms   []*envelope.Message
 		last int64
+		had  map[string][]string // the endpoints an earlier process delivered each to (progress.go)
 	}
-	st, slot := e.cfg.store, e.cfg.backfillSlot
+	st, slot, history, pipeline := e.cfg.store, e.cfg.backfillSlot, e.history(), e.cfg.pipeline
 	e.hold("read the backfill", func(ctx context.Context) (any, error) {
 		ms, last, err := st.BackfillPage(ctx, slot, after, backfillPage, 0)
-		return page{ms, last}, err
+		if err != nil || history == nil || len(ms) == 0 {
+			return page{ms, last, nil}, err
+		}
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = m.ID
+		}
+		had, _ := history.DeliveredTo(ctx, pipeline, ids) // a lookup that fails sends them again
+		return page{ms, last, had}, nil
 	}, func(v any) {
 		p := v.(page)
 		if len(p.ms) == 0 {
@@ -242,6 +281,9 @@ func (e *engine) backfillPage(tx *cdc.Tx, after int64, total int) {
 		}
 		for _, m := range p.ms {
 			lanes := e.routeTo(m)
+			if had := p.had[m.ID]; len(had) > 0 && len(lanes) > 0 {
+				lanes = e.withoutPrior(m, lanes, had)
+			}
 			e.backfillLeft += len(lanes)
 			e.send(tx, m, lanes, kindBackfill)
 		}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/outbox-relay/outbox-relay/cdc"
+	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/endpoint"
 	"github.com/outbox-relay/outbox-relay/store"
 )
@@ -330,6 +334,119 @@ func (e *engine) describe() string {
 	return b.String()
 }
 
+// --- progress across a restart: no pair delivered twice but for want of knowing ---
+//
+// An (event, endpoint) pair that a relay delivered is not delivered again after a crash or a
+// takeover, except when the relay that sends it again could not know: the first attempt was
+// in flight when its process died (the answer came to nobody), its answer was lost (the
+// receiver applied it, the relay saw a failure), or the delivery log had not recorded it yet
+// when the re-sender looked (the log is written in batches: a process that dies loses what it
+// had not written; a record written after the lookup is not seen). A replay since a time
+// re-sends on purpose. Any other second delivery fails the run: the re-sender looked, or should
+// have looked (its streaming session began after the record was written), and sent it anyway.
+
+// pairLog is every pair's applied deliveries and when the delivery log first recorded one.
+type pairLog struct {
+	since    map[pairKey]bool // pairs a replay since a time selected (re-sent on purpose, or parked and replayed later)
+	applied  map[pairKey][]pairDelivery
+	recorded map[pairKey]time.Time
+	lag      *rand.Rand // how long a delivery log takes to write (its own source: the seed's draws stay as they were)
+}
+
+type pairDelivery struct {
+	dead  bool // its process was dead when the answer came: the attempt was in flight when it died
+	known bool // a 2xx to a live process: it learned of it
+}
+
+func (w *world) lagRand() *rand.Rand {
+	if w.pairs.lag == nil {
+		w.pairs.lag = rand.New(rand.NewPCG(w.seed, 38))
+	}
+	return w.pairs.lag
+}
+
+// dupCounts counts the pairs delivered again, by what excused them.
+type dupCounts struct {
+	inFlight   int // the earlier attempt was in flight when its process died
+	lostAnswer int // the earlier attempt was applied, its answer lost (a failure to the relay)
+	unrecorded int // delivered, but its process died before its delivery log wrote it
+	late       int // recorded after the process that sent it again looked, or began its session
+	since      int // re-sent by a replay since a time
+	failed     int // the process that sent it again could not look it up (the store refused)
+}
+
+func (d *dupCounts) add(o dupCounts) {
+	d.inFlight += o.inFlight
+	d.lostAnswer += o.lostAnswer
+	d.unrecorded += o.unrecorded
+	d.late += o.late
+	d.since += o.since
+	d.failed += o.failed
+}
+
+func (d dupCounts) String() string {
+	return fmt.Sprintf("pairs delivered again: %d in flight at a kill, %d answers lost, %d unrecorded at a kill, %d recorded "+
+		"after the re-sender looked, %d replays since, %d lookups refused",
+		d.inFlight, d.lostAnswer, d.unrecorded, d.late, d.since, d.failed)
+}
+
+// procSeen is what a process knew of earlier deliveries, and its delivery log.
+type procSeen struct {
+	log      simLog
+	looked   map[pairKey][]time.Time // when it looked each pair up in the delivery log (anyEndpoint: every endpoint)
+	sessions []time.Time             // when each of its streaming sessions began
+	refusals []time.Time             // when a lookup of what an earlier process delivered was refused
+}
+
+// refused notes a store operation the simulated database refused.
+func (s *procSeen) refused(o *op, now time.Time) {
+	if strings.HasPrefix(o.what, "look up") {
+		s.refusals = append(s.refusals, now)
+	}
+}
+
+// sessionAt returns when the process's session at t began.
+func (s *procSeen) sessionAt(t time.Time) time.Time {
+	var at time.Time
+	for _, b := range s.sessions {
+		if !b.After(t) {
+			at = b
+		}
+	}
+	return at
+}
+
+// knewBy returns the last time up to t (an attempt's start) that the process looked event id
+// up, or began the session of t: a record written before either is one it should have seen
+// (what it holds from an earlier session it looks up again as the session begins).
+func (s *procSeen) knewBy(ep, id string, t time.Time, kind itemKind) time.Time {
+	at := s.sessionAt(t)
+	looked := s.looked[pairKey{ep, id}] // a backlog's page or a replay asks about its endpoint
+	if kind == kindLive || kind == kindBackfill {
+		looked = s.looked[pairKey{anyEndpoint, id}] // the stream's and the backfill's events, about every endpoint
+	}
+	for _, l := range looked {
+		if !l.After(t) && l.After(at) {
+			at = l
+		}
+	}
+	return at
+}
+
+// anyEndpoint stands for every endpoint in procSeen.looked.
+const anyEndpoint = "*"
+
+// refusedIn reports whether a lookup was refused in the session of t, up to t.
+func (s *procSeen) refusedIn(t time.Time) bool {
+	from := s.sessionAt(t)
+	for _, r := range s.refusals {
+		if !r.Before(from) && !r.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // checkNotified checks that the operator was told of endpoint id's disables once each: a relay
 // that finds the endpoint disabled already (another relay, leading or cut off from the slot, got
 // there first) does not report it again.
@@ -385,6 +502,147 @@ func (w *world) foreignSpill(id string, p *proc) bool {
 		}
 	}
 	return false
+}
+
+// simHistory is the delivery log read back by a process: it notes when it looked each event up.
+type simHistory struct{ p *proc }
+
+func (h simHistory) DeliveredTo(ctx context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error) {
+	eps := endpoints
+	if len(eps) == 0 {
+		eps = []string{anyEndpoint}
+	}
+	for _, id := range ids {
+		for _, ep := range eps {
+			k := pairKey{ep, id}
+			h.p.seen.looked[k] = append(h.p.seen.looked[k], h.p.w.now)
+		}
+	}
+	return h.p.w.db.DeliveryHistory().DeliveredTo(ctx, pipeline, ids, endpoints...)
+}
+
+// simLog is a process's delivery log as pgstore.DeliveryLog writes it: a delivery is queued
+// once the attempt's answer reaches the process, written a moment later, lost if the process
+// dies first.
+type simLog struct {
+	w     *world
+	fresh []store.DeliveryAttempt // the deliveries of the attempt being made (Send records them at once)
+	dead  bool
+}
+
+func (l *simLog) Failed(a store.DeliveryAttempt) { l.w.db.DeliveryLog().Failed(a) }
+
+func (l *simLog) Delivered(a store.DeliveryAttempt) { l.fresh = append(l.fresh, a) }
+
+// sentAttempt is what the simulation notes of an attempt as it is made.
+type sentAttempt struct {
+	items []sentItem
+	log   []store.DeliveryAttempt
+}
+
+type sentItem struct {
+	kind          itemKind
+	resent        bool      // a replay since a time's re-send read from the endpoint's backlog
+	created, sent time.Time // when the engine decided to send it to the lane (the item was made), and sent it
+}
+
+func (p *proc) sent(a *attempt) *sentAttempt {
+	s := &sentAttempt{log: p.seen.log.fresh}
+	p.seen.log.fresh = nil
+	for _, it := range a.b.items {
+		s.items = append(s.items, sentItem{kind: it.kind, resent: it.resent, created: it.at, sent: p.w.now})
+	}
+	return s
+}
+
+// answered queues the attempt's deliveries in the process's delivery log, which writes them a
+// moment later unless the process dies first.
+func (p *proc) answered(s *sentAttempt) {
+	if !p.alive || len(s.log) == 0 {
+		return
+	}
+	w := p.w
+	w.schedule(time.Duration(w.lagRand().IntN(300))*time.Millisecond, "delivery log", func() {
+		if p.seen.log.dead {
+			return
+		}
+		dl := w.db.DeliveryLog()
+		for _, a := range s.log {
+			dl.Delivered(a)
+			k := pairKey{a.Endpoint, a.EventID}
+			if _, ok := w.pairs.recorded[k]; !ok {
+				w.pairs.recorded[k] = w.now
+			}
+		}
+	})
+}
+
+// checkDup checks a delivery the receiver applied against the pair's earlier ones.
+func (w *world) checkDup(p *proc, ep, id string, it sentItem, delivered bool) {
+	if w.pairs.applied == nil {
+		w.pairs.applied, w.pairs.recorded = map[pairKey][]pairDelivery{}, map[pairKey]time.Time{}
+	}
+	k := pairKey{ep, id}
+	before := w.pairs.applied[k]
+	w.pairs.applied[k] = append(before, pairDelivery{dead: !p.alive, known: delivered && p.alive})
+	if len(before) == 0 {
+		return
+	}
+	d := &w.dups
+	rec, ok := w.pairs.recorded[k]
+	last := before[len(before)-1]
+	// A streamed event is looked up before it is queued, and again, if it is still held, when its
+	// relay streams again after another led (recheckHeld): what was known as it was sent counts.
+	// One read from a backlog or the backfill, or replayed, is looked up as it is read.
+	at := it.created
+	if it.kind == kindLive {
+		at = it.sent
+	}
+	knew := p.seen.knewBy(ep, id, at, it.kind)
+	switch {
+	case it.kind == kindSince || it.resent || it.kind == kindReplay && w.pairs.since[k]:
+		d.since++
+	case !ok && last.dead:
+		d.inFlight++
+	case !ok && !last.known:
+		d.lostAnswer++
+	case !ok:
+		d.unrecorded++
+	case !rec.Before(knew):
+		d.late++
+	case p.seen.refusedIn(at):
+		// refused as it was sent, or as it was routed: a streamed event in flight when its
+		// relay streams again is not looked up then (recheckHeld), and sent again if that
+		// attempt fails
+		d.failed++
+	default:
+		w.failf("duplicate: %q got event %s again (p%d, %s item made at %s) though the delivery log recorded it at %s, "+
+			"before p%d looked it up or began its session (%s)", ep, id, p.id, kindName(it.kind), it.created.Sub(w.start),
+			rec.Sub(w.start), p.id, knew.Sub(w.start))
+	}
+}
+
+func kindName(k itemKind) string {
+	return [...]string{"live", "replay", "since", "backfill", "backlog"}[k]
+}
+
+// sinceNoted notes the events a replay since a time selects for a lane (endpoint ep): sent on
+// purpose again, or parked behind a dead letter and sent by a replay of the aggregate later.
+type sinceNoted struct {
+	store.Pipeline
+	w  *world
+	ep string
+}
+
+func (s sinceNoted) SincePage(ctx context.Context, st store.SinceState, limit int, at pglogrepl.LSN) ([]*envelope.Message, store.SinceCursor, error) {
+	ms, cur, err := s.Pipeline.SincePage(ctx, st, limit, at)
+	if s.w.pairs.since == nil {
+		s.w.pairs.since = map[pairKey]bool{}
+	}
+	for _, m := range ms {
+		s.w.pairs.since[pairKey{s.ep, m.ID}] = true
+	}
+	return ms, cur, err
 }
 
 // firstOwed returns the first event of lane l's backlog (not a replay's re-send) that is neither delivered to it nor

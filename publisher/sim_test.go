@@ -178,6 +178,8 @@ type world struct {
 	disables, notified map[string]int
 	// spilled is when each process last wrote to each endpoint's backlog (checkGauges).
 	spilled map[string]map[int]time.Time
+	pairs   pairLog   // every pair's deliveries and when the log recorded one (sim_check_test.go)
+	dups    dupCounts // pairs delivered again, by why that was allowed
 }
 
 type walTx struct {
@@ -255,7 +257,10 @@ func (w *world) summary() string {
 }
 
 // simTotals sums the runs of TestSimulation.
-type simTotals struct{ runs, events, deliveries, steps, kills, cuts, stale int }
+type simTotals struct {
+	runs, events, deliveries, steps, kills, cuts, stale int
+	dups                                                dupCounts
+}
 
 func (s *simTotals) add(w *world) {
 	s.runs++
@@ -265,11 +270,12 @@ func (s *simTotals) add(w *world) {
 	s.kills += w.trace.count["kill"]
 	s.cuts += w.trace.count["cut"]
 	s.stale += w.stale
+	s.dups.add(w.dups)
 }
 
 func (s simTotals) String() string {
 	return fmt.Sprintf("%d events, %d deliveries, %d steps, %d kills, %d leaders cut off, %d stale backlog entries left by "+
-		"relays cut off", s.events, s.deliveries, s.steps, s.kills, s.cuts, s.stale)
+		"relays cut off; %s", s.events, s.deliveries, s.steps, s.kills, s.cuts, s.stale, s.dups)
 }
 
 // --- the event queue and the trace ---
@@ -607,16 +613,18 @@ type proc struct {
 	tickSeq   int
 	kicked    bool
 	dests     map[string]*simDest
+	seen      procSeen // what it knew of earlier deliveries (sim_check_test.go)
 }
 
 func (w *world) startProc() *proc {
 	w.procIDs++
-	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{}}
+	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{},
+		seen: procSeen{log: simLog{w: w}, looked: map[pairKey][]time.Time{}}}
 	p.marks = &simMarks{w: w, db: w.db.Marks()}
 	o := w.opts
 	cfg := engineConfig{pipeline: simPipeline, workers: o.workers, endpointMaxInFlight: 1 + w.rng.IntN(4),
 		retryMin: 10 * time.Millisecond, retryMax: 500 * time.Millisecond, maxAttempts: o.maxAttempts, shutdownTimeout: time.Second,
-		onGone: GonePause, backfillSlot: "slot", resume: &Resume{Delivered: p.marks.Delivered}, deliveryLog: w.db.DeliveryLog(),
+		onGone: GonePause, backfillSlot: "slot", resume: &Resume{Delivered: p.marks.Delivered, History: simHistory{p}}, deliveryLog: &p.seen.log,
 		confirmed: func() pglogrepl.LSN { return w.slot }, statusInterval: time.Second, spillAfter: o.spillAfter,
 		spillSize: 20 + w.rng.IntN(100), disableAfter: o.disable, clock: func() time.Time { return w.now }}
 	cfg.slot = p
@@ -629,14 +637,16 @@ func (w *world) startProc() *proc {
 	if o.backlog {
 		cfg.backlog = simBacklog{w.db.Backlog(simPipeline), p}
 	}
-	cfg.store = w.db.Pipeline(simPipeline, o.endpoints)
+	cfg.store = sinceNoted{w.db.Pipeline(simPipeline, o.endpoints), w, ""}
 	if o.shadow {
 		cfg.shadow, cfg.store = true, abandons{cfg.store, w}
 	}
 	var recordPause func(context.Context, string) error
 	if o.endpoints {
 		cfg.endpoints = w.db.Endpoints(simPipeline)
-		cfg.laneStore = func(name string) store.Pipeline { return w.db.Pipeline(name, true) }
+		cfg.laneStore = func(name string) store.Pipeline {
+			return sinceNoted{w.db.Pipeline(name, true), w, strings.TrimPrefix(name, simPipeline+"/")}
+		}
 		cfg.open = func(id string, row []byte) (destination.Destination, func(), time.Time, error) {
 			if len(row) == 0 {
 				w.failf("endpoint %s: its destination was built again without its row", id)
@@ -704,6 +714,7 @@ func (w *world) lead(p *proc) {
 	for p.next < len(w.wal) && w.wal[p.next].end <= w.slot {
 		p.next++
 	}
+	p.seen.sessions = append(p.seen.sessions, w.now)
 	w.tracef("lead p%d session %d from %s", p.id, p.session, w.slot)
 	p.kick()
 }
@@ -763,6 +774,7 @@ func (p *proc) input(f func(e *engine)) {
 func (p *proc) attempt(a *attempt) {
 	w := p.w
 	r := a.Send(context.Background())
+	sent := p.sent(a)
 	d := a.dest.(interface{ unwrap() *simDest })
 	res := d.unwrap().last
 	ids := make([]string, len(a.ms))
@@ -773,8 +785,14 @@ func (p *proc) attempt(a *attempt) {
 	w.schedule(res.latency, "answer", func() {
 		if res.applied {
 			for i, m := range a.ms {
-				w.delivered(a.lane.id, m.ID, a.b.items[i].resent || a.b.items[i].kind == kindSince)
+				w.delivered(a.lane.id, m.ID, sent.items[i].resent || sent.items[i].kind == kindSince)
+				w.checkDup(p, a.lane.id, m.ID, sent.items[i], r.Delivered)
 			}
+		}
+		p.answered(sent)
+		if p.alive && w.opts.shadow && !r.Delivered && !r.Gone && a.n >= w.opts.maxAttempts && len(a.ms) == 1 {
+			// the shadow gives the event up now (its record is best effort, and may come later)
+			w.abandoned[a.ms[0].ID] = true
 		}
 		if p.alive {
 			p.input(func(e *engine) { e.finished(a, r, w.now) })
@@ -797,6 +815,7 @@ func (p *proc) op(o *op) {
 				w.schedule(time.Duration(10+w.rng.IntN(200))*time.Millisecond, "retry op", exec)
 				return
 			}
+			p.seen.refused(o, w.now)
 			w.schedule(time.Millisecond, "op failed", func() { p.input(func(e *engine) { e.opDone(o, nil, errSim, false, w.now) }) })
 			return
 		}
@@ -961,6 +980,7 @@ func (w *world) kill(p *proc) {
 	}
 	p.alive, p.streaming = false, false
 	p.marks.dead = true
+	p.seen.log.dead = true
 	w.tracef("kill p%d", p.id)
 	if w.leader == p {
 		w.leader = nil

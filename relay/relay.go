@@ -532,6 +532,14 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	r.poller = inspect.NewPoller(pool, cfg.Schema, p.Slot, r.m, cfg.PollInterval, log)
 	if p.Endpoints {
 		r.dlog = newDeliveryLog(cfg, log, reg, pool)
+		if r.dlog != nil {
+			// The delivery log says which endpoints have each event: after a restart or a
+			// takeover an event goes only to those that do not (publisher.Resume).
+			if resume == nil {
+				resume = &publisher.Resume{}
+			}
+			resume.History = r.dlog
+		}
 		r.pub = newFanout(cfg, p, owner, reg, pool, r, marks, resume, r.tracker.Confirmable, r.dlog, r.stream)
 		r.pub.Pause("starting: reading the pipeline's control row")
 		return r
@@ -551,6 +559,12 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 	if p.DeliveryLog {
 		r.dlog = newDeliveryLog(cfg, log, reg, pool)
 		pc.DeliveryLog = deliveryLogOf(r.dlog)
+		if r.dlog != nil { // a backlog's entries delivered before a restart are not sent again
+			if pc.Resume == nil {
+				pc.Resume = &publisher.Resume{}
+			}
+			pc.Resume.History = r.dlog
+		}
 	}
 	r.pub = publisher.New(pc, dest, r, marks)
 	// Nothing is sent before the control row says whether the pipeline is paused.

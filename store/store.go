@@ -1,7 +1,8 @@
 // Package store is what the delivery engine (package publisher) keeps durable, as small
 // interfaces: the status marks (Marks), a pipeline's dead letters, parked aggregates, backfill
 // and replays since a time (Pipeline), the endpoints' backlogs off the WAL (Backlog), the
-// endpoint versions and status (Endpoints), and the delivery log (DeliveryLog).
+// endpoint versions and status (Endpoints), and the delivery log (DeliveryLog, read back by
+// DeliveryHistory).
 //
 // # Implementations
 //
@@ -267,6 +268,20 @@ type DeliveryLog interface {
 	Failed(a DeliveryAttempt)
 	// Delivered records a successful one.
 	Delivered(a DeliveryAttempt)
+}
+
+// DeliveryHistory reads the delivery log back: which endpoints have an event. A relay that
+// starts or takes over asks it about the events the stream sends again (the slot could not
+// confirm past them while one endpoint owed them, though the others had them) and about the
+// entries of a backlog it reads, so that an endpoint gets again only what the previous leader
+// had not delivered to it, or delivered without the log recording it yet (the log is written
+// in batches: pgstore.DeliveryLog's Interval).
+type DeliveryHistory interface {
+	// DeliveredTo returns, for those of ids that the log records delivered in pipeline, the
+	// endpoints each was delivered to, sorted ("" is a pipeline's one destination); only
+	// those of endpoints when any are given. ids may hold "" (never delivered); an id
+	// delivered nowhere is absent.
+	DeliveredTo(ctx context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error)
 }
 
 // DeliveryAttempt is one attempt to deliver one event to one endpoint. A batch attempt is one

@@ -5,8 +5,9 @@
 // A DB is the database: the outbox rows a producer writes (Insert), the endpoints table
 // (PutEndpoint), a slot's backfill list (Backfill) and the replay requests (RequestSince) on one
 // side, the relay's own state on the other, which the views it returns (Pipeline, Backlog,
-// Endpoints, Marks, DeliveryLog) read and write. Everything is guarded by one mutex, so a DB may
-// be shared by goroutines; a write is durable as soon as it returns, as a committed one is.
+// Endpoints, Marks, DeliveryLog, DeliveryHistory) read and write. Everything is guarded by one
+// mutex, so a DB may be shared by goroutines; a write is durable as soon as it returns, as a
+// committed one is.
 package memstore
 
 import (
@@ -24,21 +25,22 @@ import (
 // DB is an in-memory database of the outbox rows and the relay's state. The zero value is not
 // ready: use New.
 type DB struct {
-	mu         sync.Mutex
-	now        func() time.Time
-	rows       map[string]*row
-	inserted   int64
-	endpoints  map[string][]byte
-	backfills  map[string][]backfillRow
-	parked     map[string]map[store.Aggregate]parkedRow
-	pipeEvents map[string]map[string]*pipeEvent
-	replays    map[int64]*store.SinceState
-	replayIDs  int64
-	versions   map[string]*versionLog
-	status     map[string]map[string]store.EndpointStatus
-	backlogs   map[string]map[string][]store.BacklogEntry
-	delivered  []store.DeliveryAttempt
-	failed     []store.DeliveryAttempt
+	mu          sync.Mutex
+	now         func() time.Time
+	rows        map[string]*row
+	inserted    int64
+	endpoints   map[string][]byte
+	backfills   map[string][]backfillRow
+	parked      map[string]map[store.Aggregate]parkedRow
+	pipeEvents  map[string]map[string]*pipeEvent
+	replays     map[int64]*store.SinceState
+	replayIDs   int64
+	versions    map[string]*versionLog
+	status      map[string]map[string]store.EndpointStatus
+	backlogs    map[string]map[string][]store.BacklogEntry
+	delivered   []store.DeliveryAttempt
+	deliveredBy map[string][]int // indexes of delivered, by event id
+	failed      []store.DeliveryAttempt
 }
 
 // row is one outbox_events row and the relay's status columns of it.
@@ -222,7 +224,39 @@ func (l deliveryLog) Failed(a store.DeliveryAttempt) {
 func (l deliveryLog) Delivered(a store.DeliveryAttempt) {
 	l.db.mu.Lock()
 	defer l.db.mu.Unlock()
+	if l.db.deliveredBy == nil {
+		l.db.deliveredBy = map[string][]int{}
+	}
+	l.db.deliveredBy[a.EventID] = append(l.db.deliveredBy[a.EventID], len(l.db.delivered))
 	l.db.delivered = append(l.db.delivered, a)
+}
+
+// DeliveryHistory returns the delivery log read back (store.DeliveryHistory).
+func (db *DB) DeliveryHistory() store.DeliveryHistory { return deliveryLog{db} }
+
+func (l deliveryLog) DeliveredTo(_ context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error) {
+	l.db.mu.Lock()
+	defer l.db.mu.Unlock()
+	want := map[string]bool{}
+	for _, id := range ids {
+		if id != "" {
+			want[id] = true
+		}
+	}
+	out := map[string][]string{}
+	for id := range want {
+		for _, i := range l.db.deliveredBy[id] {
+			a := l.db.delivered[i]
+			if a.Pipeline == pipeline && !slices.Contains(out[a.EventID], a.Endpoint) &&
+				(len(endpoints) == 0 || slices.Contains(endpoints, a.Endpoint)) {
+				out[a.EventID] = append(out[a.EventID], a.Endpoint)
+			}
+		}
+	}
+	for _, eps := range out {
+		slices.Sort(eps)
+	}
+	return out, nil
 }
 
 // compareCursor orders replay positions as pgstore does: sequence (bytewise), insertion, id.

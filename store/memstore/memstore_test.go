@@ -19,6 +19,7 @@ func TestConformance(t *testing.T) {
 			Endpoints: db.Endpoints,
 			Marks:     db.Marks(),
 			Log:       db.DeliveryLog(),
+			History:   db.DeliveryHistory(),
 			Insert:    func(ms ...*envelope.Message) { db.Insert(ms...) },
 			Delete:    db.Delete,
 			PutEndpoint: func(id, tenant string) {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,7 +53,10 @@ type DeliveryLog struct {
 	logged  time.Time // when a failed flush was last logged (Run's goroutine only)
 }
 
-var _ store.DeliveryLog = (*DeliveryLog)(nil)
+var (
+	_ store.DeliveryLog     = (*DeliveryLog)(nil)
+	_ store.DeliveryHistory = (*DeliveryLog)(nil)
+)
 
 // NewDeliveryLog returns a DeliveryLog writing through pool. Nothing is written
 // until Run runs.
@@ -179,6 +183,29 @@ func (w *DeliveryLog) requeue(into, e *state.DeliveryEntries) {
 	for i := range later.Len() {
 		appendEntry(into, &later, i)
 	}
+}
+
+// DeliveredTo implements store.DeliveryHistory: which endpoints of pipeline the log records
+// each of ids delivered to. Deliveries still queued here (written every Interval) are not
+// seen; it gives up after the Timeout.
+func (w *DeliveryLog) DeliveredTo(ctx context.Context, pipeline string, ids []string, endpoints ...string) (map[string][]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == "" })
+	if len(ids) == 0 {
+		return map[string][]string{}, nil
+	}
+	// The planner prices a scan of the table by its heap alone, where the arrays are not (they
+	// are TOASTed): it takes a scan that reads every array over the GIN index that reads none.
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off`); err != nil {
+		return nil, err
+	}
+	return state.DeliveredTo(ctx, tx, w.cfg.Schema, pipeline, ids, endpoints)
 }
 
 func insertAttempts(ctx context.Context, db state.Batcher, s string, e *state.DeliveryEntries) error {

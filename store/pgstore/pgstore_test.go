@@ -56,6 +56,7 @@ func newDB(t *testing.T) storetest.DB {
 		Endpoints: func(p string) store.Endpoints { return pgstore.Endpoints{Pool: pool, Pipeline: p} },
 		Marks:     marker,
 		Log:       dlog,
+		History:   dlog,
 		Insert: func(ms ...*envelope.Message) {
 			for _, m := range ms {
 				exec(`INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, tenant_id)

@@ -31,6 +31,7 @@ type DB struct {
 	Endpoints func(pipeline string) store.Endpoints
 	Marks     store.Marks
 	Log       store.DeliveryLog
+	History   store.DeliveryHistory // reads Log back
 
 	// Insert adds outbox rows, pending (their ids are UUIDs; CreatedAt is kept).
 	Insert func(ms ...*envelope.Message)
@@ -69,6 +70,7 @@ func Run(t *testing.T, h Harness) {
 		{"EndpointVersions", testEndpointVersions},
 		{"EndpointParkedAndStatus", testEndpointParkedAndStatus},
 		{"DeliveryLog", testDeliveryLog},
+		{"DeliveryHistory", testDeliveryHistory},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h.New(t)) })
@@ -492,4 +494,37 @@ func testDeliveryLog(t *testing.T, db DB) {
 	}
 	equal(t, "deliveries", key(delivered, false), []string{"p/ep1 #2 at+1s in 2ms", "p/ep2 #1 at+0s in 1ms"})
 	equal(t, "failed attempts", key(failed, true), []string{"p/ep1 #1 at+0s in 3ms 500 HTTP 500: boom"})
+}
+
+// The delivery log says which endpoints of a pipeline have an event: what a relay that takes
+// over reads so as not to send those again. Failed attempts are not deliveries; another
+// pipeline's deliveries are not this one's; an id never delivered (or empty) is absent.
+func testDeliveryHistory(t *testing.T, db DB) {
+	db.Insert(ev(1, "a"), ev(2, "a"), ev(3, "b"))
+	at := base.Add(time.Minute)
+	deliver := func(pipeline, endpoint string, n int) {
+		db.Log.Delivered(store.DeliveryAttempt{Pipeline: pipeline, Endpoint: endpoint, EventID: uuid(n), Attempt: 1, At: at,
+			Status: 200, Latency: time.Millisecond})
+	}
+	deliver("p", "ep2", 1)
+	deliver("p", "ep1", 1)
+	deliver("p", "ep1", 1) // delivered twice: one endpoint still
+	deliver("p", "ep1", 2)
+	deliver("other", "ep3", 2)
+	deliver("p", "", 3) // a pipeline's one destination
+	db.Log.Failed(store.DeliveryAttempt{Pipeline: "p", Endpoint: "ep2", EventID: uuid(2), Attempt: 1, At: at, Status: 500,
+		Error: "HTTP 500"})
+	db.Flush()
+	got, err := db.History.DeliveredTo(ctx, "p", []string{uuid(1), uuid(2), uuid(3), uuid(4), ""})
+	must(t, err)
+	equal(t, "delivered to", got, map[string][]string{uuid(1): {"ep1", "ep2"}, uuid(2): {"ep1"}, uuid(3): {""}})
+	got, err = db.History.DeliveredTo(ctx, "other", []string{uuid(1), uuid(2)})
+	must(t, err)
+	equal(t, "another pipeline's", got, map[string][]string{uuid(2): {"ep3"}})
+	got, err = db.History.DeliveredTo(ctx, "p", []string{uuid(1), uuid(2), uuid(3)}, "ep2", "")
+	must(t, err)
+	equal(t, "to some endpoints", got, map[string][]string{uuid(1): {"ep2"}, uuid(3): {""}})
+	got, err = db.History.DeliveredTo(ctx, "p", nil)
+	must(t, err)
+	equal(t, "no ids", got, map[string][]string{})
 }
