@@ -39,6 +39,11 @@ type item struct {
 	resent  bool         // read from the backlog, where a replay --since wrote it: a re-send, never marked
 	replays uint64       // a replayed event: its lane's replays as it was queued (lane.replays)
 	page    *backlogPage // read from the backlog: the page it counts down
+
+	// stored: counted, and written to the backlog while its attempt was under way (the lane
+	// took more than its fair share, writeSpilled); settled once, by that write or by the
+	// attempt's success, whichever comes first. Delivered, it is sent again from the backlog.
+	stored, settled bool
 }
 
 // key is the item's ordering key, its aggregate. As a map key it costs no allocation.
