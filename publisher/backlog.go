@@ -365,9 +365,12 @@ func (e *engine) spillRetired(l *lane, its []*item, inFlight int) {
 	var spilled []*item
 	read := false // entries read and not delivered: the backlog holds them
 	for _, it := range its {
-		if it.kind != kindBacklog {
+		switch {
+		case it.stored: // written with what the lane spilled for its fair share, or being written
+			b.uncount(it)
+		case it.kind != kindBacklog:
 			spilled = append(spilled, it)
-		} else {
+		default:
 			read = true
 		}
 	}
