@@ -61,6 +61,9 @@ type laneBacklog struct {
 	// live counts the attempts of streamed events that were under way when the lane spilled
 	// (or was disabled), not settled yet: nothing is written or read before they are.
 	live int
+	// fair: it spilled for holding more than its fair share of the buffer (fair.go); what it
+	// spilled is written without waiting for live, with the events of those attempts.
+	fair bool
 	// pages are the pages read and not yet deleted, oldest first; inMem counts their events
 	// not settled.
 	pages []*backlogPage
@@ -165,6 +168,7 @@ func (e *engine) backlogTick() {
 	}
 	leading := e.leading()
 	e.flushLaterMarks()
+	e.keepShares(nil)
 	for _, l := range e.lanes {
 		if check && !l.bl.on && leading {
 			if why := e.spillDue(l); why != "" {
@@ -326,7 +330,25 @@ func (e *engine) spillFailed(l *lane, b *batch) bool {
 // counted as an attempt under way since the spill (live).
 func (b *laneBacklog) keep(it *item) {
 	b.uncount(it)
-	b.buf = append(b.buf, it)
+	if !it.stored { // (one stored is written already, or being written)
+		b.buf = append(b.buf, it)
+	}
+}
+
+// storeInFlight returns the streamed events of the attempts under way when the lane spilled
+// (counted; one may wait for a retry now) that are not written yet, marked stored: writeSpilled
+// writes them with what it spilled.
+func (l *lane) storeInFlight() []*item {
+	var its []*item
+	for _, q := range l.keys {
+		for i := range q.len() {
+			if it := q.at(i); it.counted && !it.stored {
+				it.stored = true
+				its = append(its, it)
+			}
+		}
+	}
+	return its
 }
 
 // uncount ends its count in live: its attempt that was under way when the lane spilled (or
@@ -346,9 +368,12 @@ func (e *engine) spillRetired(l *lane, its []*item, inFlight int) {
 	var spilled []*item
 	read := false // entries read and not delivered: the backlog holds them
 	for _, it := range its {
-		if it.kind != kindBacklog {
+		switch {
+		case it.stored: // written with what the lane spilled for its fair share, or being written
+			b.uncount(it)
+		case it.kind != kindBacklog:
 			spilled = append(spilled, it)
-		} else {
+		default:
 			read = true
 		}
 	}
@@ -368,7 +393,7 @@ func (e *engine) backlogStep(l *lane) {
 	b := &l.bl
 	switch {
 	case b.busy || !b.on && len(b.pages) == 0:
-	case b.live == 0 && len(b.buf) > 0 && e.leading() && e.writeSpilled(l):
+	case len(b.buf) > 0 && (b.live == 0 || b.fair && len(b.since) == 0) && e.leading() && e.writeSpilled(l):
 	case len(b.since) > 0 && b.live == 0 && e.leading() && e.sinceStep(l):
 	case e.trim(l):
 	case b.live > 0:
@@ -392,6 +417,12 @@ func (e *engine) backlogStep(l *lane) {
 // as it cannot confirm past the unsettled attempt anyway; the lane keeps at most a request
 // timeout's worth of events in memory meanwhile.
 //
+// A lane that spilled for its fair share of the buffer (fair) does not wait: it writes the
+// events of those attempts too (stored), so that no entry skips them either, and what it holds
+// settles at once instead of after a request timeout. Such an event is settled by the write or
+// by its delivery, whichever comes first; delivered, it is sent again from the backlog (at least
+// once, in order).
+//
 // While a replay --since's rows are being written, only the events committed before its request
 // are: it reports false when there are none.
 func (e *engine) writeSpilled(l *lane) bool {
@@ -403,6 +434,11 @@ func (e *engine) writeSpilled(l *lane) bool {
 		if len(its) == 0 {
 			return false
 		}
+	}
+	if b.live > 0 {
+		stored := l.storeInFlight()
+		e.tracef("write %s: %d events of attempts under way too", l.name, len(stored))
+		its = append(its, stored...)
 	}
 	sortItems(its)
 	es := make([]store.BacklogEntry, len(its))
@@ -575,7 +611,7 @@ func (e *engine) rejoin(l *lane) {
 	if !b.on || !l.active || b.busy || b.live > 0 || !b.short || b.read.Less(b.written) || l.health.Failing() || len(b.since) > 0 {
 		return
 	}
-	b.on = false
+	b.on, b.fair = false, false
 	its := b.buf
 	b.buf = nil
 	e.tracef("rejoin %s: %d spilled (read %v written %v)", l.name, len(its), b.read, b.written)
@@ -659,7 +695,7 @@ func (e *engine) dropBacklog(l *lane) {
 		return
 	}
 	b := &l.bl
-	b.removed, b.on = true, false
+	b.removed, b.on, b.fair = true, false, false
 	e.dropSince(l, nil)
 	its := b.buf
 	b.buf, b.pages, b.inMem, b.entries, b.oldest, b.rejoined = nil, nil, 0, 0, time.Time{}, false

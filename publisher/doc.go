@@ -37,8 +37,13 @@
 // to the lane's cap (lane.take). A batch holds a prefix of each of its keys (lane.gather); a
 // failing batch is split in halves, and the second half of one key waits for the first
 // (batch.split, batch.after). The backlog is read in stream order into the same queues, nothing
-// is written to it past an attempt still under way (backlogStep: live), and a lane rejoins the
-// stream only once it read everything written (rejoin).
+// is written to it past an attempt still under way (backlogStep: live) unless with that
+// attempt's events (storeInFlight), and a lane rejoins the stream only once it read everything
+// written (rejoin).
+//
+// Isolation before a spill: a lane holds at most its fair share of the tracker's buffer, the
+// buffer divided among the lanes holding events (fair.go: keepShares, fairSpill); one that would
+// hold more spills at once, so one endpoint that hangs cannot stop the stream for the others.
 //
 // No loss: an event settles (engine.settle, the only call of the tracker's Ack for an event) only
 // once it is delivered (delivered), durably written to the lane's backlog (writeSpilled) or as a

@@ -75,6 +75,7 @@ type engine struct {
 	pruned       time.Time // when the versions log was last pruned
 	tm           *transitionMetrics
 	laterMarks   []laterMark // rows to mark done once the slot confirmed past them
+	fair         fairShare   // fair.go
 }
 
 // fanCount counts the deliveries of an event routed to several lanes. released counts the
@@ -182,6 +183,7 @@ func (e *engine) pump() {
 		return
 	}
 	e.followSession()
+	e.keepShares(nil) // (it may lead again)
 	e.pumpIntake()
 	e.dispatch()
 }
@@ -266,7 +268,9 @@ func (e *engine) finished(a *attempt, r destination.Result, now time.Time) {
 func (e *engine) delivered(l *lane, b *batch) {
 	e.m.EventsDelivered.Add(float64(len(b.items)))
 	for _, it := range b.items {
-		e.observeDelivered(it)
+		if !it.stored { // (one in the backlog is marked once delivered from there)
+			e.observeDelivered(it)
+		}
 	}
 	for _, k := range l.done(b) {
 		e.durably("unpark aggregate", func(ctx context.Context) error { return l.store.Unpark(ctx, storeAggregate(k)) }, nil)
@@ -379,12 +383,21 @@ func (e *engine) settle(l *lane, it *item) {
 		return
 	}
 	l.bl.uncount(it)
+	if it.stored {
+		if it.settled {
+			return // by its write into the backlog, or by its delivery (stored)
+		}
+		it.settled = true
+	}
 	switch it.kind {
 	case kindBackfill:
 		e.backfillLeft--
 	case kindSince:
 		e.acker.Ack(it.tx, it.m)
 		e.sinceLeft--
+	case kindLive:
+		e.acker.Ack(it.tx, it.m)
+		e.fair.dropped(l)
 	default:
 		e.acker.Ack(it.tx, it.m)
 	}

@@ -448,12 +448,19 @@ func (e *engine) newItem(m *envelope.Message, tx *cdc.Tx, kind itemKind) *item {
 // and one of a parked aggregate is parked (written with the others met before the intake's
 // next control record, see flushParked).
 func (e *engine) queueIn(l *lane, it *item) {
+	live := it.kind == kindLive
+	if live {
+		e.fair.took(l)
+	}
 	switch {
 	case e.settledInBacklog(l, it):
-	case l.bl.on && it.kind == kindLive:
+	case l.bl.on && live:
 		l.bl.buf = append(l.bl.buf, it)
 	case !l.add(it):
 		e.in.parking = append(e.in.parking, parked{l, it})
+	}
+	if live {
+		e.keepShares(l)
 	}
 }
 

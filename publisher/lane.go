@@ -39,6 +39,9 @@ type lane struct {
 	replayReads int
 	deferred    []deferredPark
 	queued      int // events held: queued, in flight, waiting for a retry
+	// held counts the streamed events routed to the lane and not settled, wherever they are
+	// (queued, in flight, spilled and not written): its part of the buffer (fair.go).
+	held int
 
 	busy        int // attempts under way
 	maxInFlight int

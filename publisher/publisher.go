@@ -215,6 +215,12 @@ type FanoutConfig struct {
 	// SpillSize is how many events an endpoint holds, delivering none for a second, before it
 	// spills. Zero: 1000 (settings.EndpointSpillSize).
 	SpillSize int
+	// MaxBufferedEvents is the buffer of the tracker the engine acknowledges to (the stream
+	// stops reading once it holds that many events). An endpoint holds at most its fair share
+	// of it, the buffer divided among the endpoints holding events (at least 100 events): one
+	// that would hold more spills to its Backlog at once. Zero: 8192
+	// (settings.MaxBufferedEvents); negative: no fair share.
+	MaxBufferedEvents int
 	// DisableAfter is how long an endpoint fails without a success before it is disabled
 	// automatically. Zero: 120h, five days (settings.EndpointDisableAfter); negative: never.
 	DisableAfter time.Duration
@@ -276,6 +282,7 @@ type engineConfig struct {
 	statusInterval               time.Duration
 	backlog                      store.Backlog
 	spillAfter                   time.Duration
+	buffer                       int // the tracker's buffer in events, shared fairly by the endpoints (0: not)
 	spillSize                    int
 	disableAfter                 time.Duration
 	notify                       func(EndpointEvent)
@@ -331,7 +338,7 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Publisher {
 		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable, outage: cfg.Outage,
 		confirmed: cfg.Confirmed, statusInterval: cfg.StatusInterval, backlog: cfg.Backlog, spillAfter: cfg.SpillAfter,
 		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot,
-		shard: cfg.Shard, shards: cfg.Shards}
+		shard: cfg.Shard, shards: cfg.Shards, buffer: cfg.MaxBufferedEvents}
 	ec.fanoutDefaults()
 	max := cfg.MetricsMax
 	if max == 0 {
@@ -367,6 +374,12 @@ func (c *engineConfig) fanoutDefaults() {
 	if c.disableAfter == 0 {
 		c.disableAfter = settings.EndpointDisableAfter
 	}
+	switch {
+	case c.buffer == 0:
+		c.buffer = settings.MaxBufferedEvents
+	case c.buffer < 0:
+		c.buffer = 0
+	}
 	c.onGone = GonePause
 }
 
@@ -384,7 +397,7 @@ func newEngine(cfg engineConfig, log zerolog.Logger, m *publisherMetrics, acker 
 		cfg.clock = time.Now
 	}
 	e := &engine{cfg: cfg, now: now, rand: rnd, log: log, m: m, acker: acker, marks: marks, byID: map[string]*lane{},
-		fan: map[*envelope.Message]*fanCount{}, spillChecked: now}
+		fan: map[*envelope.Message]*fanCount{}, spillChecked: now, fair: fairShare{buffer: cfg.buffer}}
 	e.in.resume = cfg.resume != nil && (cfg.resume.Delivered != nil || cfg.resume.History != nil)
 	if cfg.endpoints != nil {
 		e.ep = &endpointState{e: e}

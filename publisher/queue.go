@@ -40,6 +40,11 @@ type item struct {
 	had     bool         // in flight as another relay's delivery of it came to light (recheckHeld): not retried
 	replays uint64       // a replayed event: its lane's replays as it was queued (lane.replays)
 	page    *backlogPage // read from the backlog: the page it counts down
+
+	// stored: counted, and written to the backlog while its attempt was under way (the lane
+	// took more than its fair share, writeSpilled); settled once, by that write or by the
+	// attempt's success, whichever comes first. Delivered, it is sent again from the backlog.
+	stored, settled bool
 }
 
 // key is the item's ordering key, its aggregate. As a map key it costs no allocation.

@@ -204,6 +204,7 @@ type delivery struct {
 
 const (
 	simPipeline = "sim"
+	simBuffer   = 1000            // the tracker's buffer, in events
 	simTimeout  = 2 * time.Second // a hung attempt's timeout
 )
 
@@ -618,7 +619,7 @@ type proc struct {
 
 func (w *world) startProc() *proc {
 	w.procIDs++
-	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{},
+	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(simBuffer, 1<<30), dests: map[string]*simDest{},
 		seen: procSeen{log: simLog{w: w}, looked: map[pairKey][]time.Time{}}}
 	p.marks = &simMarks{w: w, db: w.db.Marks()}
 	o := w.opts
@@ -627,6 +628,9 @@ func (w *world) startProc() *proc {
 		onGone: GonePause, backfillSlot: "slot", resume: &Resume{Delivered: p.marks.Delivered, History: simHistory{p}}, deliveryLog: &p.seen.log,
 		confirmed: func() pglogrepl.LSN { return w.slot }, statusInterval: time.Second, spillAfter: o.spillAfter,
 		spillSize: 20 + w.rng.IntN(100), disableAfter: o.disable, clock: func() time.Time { return w.now }}
+	if o.endpoints {
+		cfg.buffer = simBuffer // (fanoutDefaults, which the simulation does not call)
+	}
 	cfg.slot = p
 	if w.trace.full {
 		cfg.trace = func(format string, args ...any) { w.tracef("p%d "+format, append([]any{p.id}, args...)...) }
@@ -757,6 +761,7 @@ func (p *proc) input(f func(e *engine)) {
 		}
 	}
 	p.w.checkIsolated(p)
+	p.w.checkFairShare(p)
 	if dl := p.e.deadline(); !dl.IsZero() && (p.tickAt.IsZero() || dl.Before(p.tickAt)) {
 		p.tickAt = dl
 		p.tickSeq++

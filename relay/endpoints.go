@@ -142,7 +142,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		},
 		Open: open, Disable: disable, Outage: outage, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
-		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
+		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, MaxBufferedEvents: p.MaxBufferedEvents, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
 		DeliveryLog: deliveryLogOf(dlog), Slot: slot, Shard: p.shard.index, Shards: p.shard.of,
 	}, acker, marks)
 }

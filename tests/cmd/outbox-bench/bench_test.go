@@ -58,7 +58,7 @@ func TestSuiteSmall(t *testing.T) {
 	for _, c := range endpointCases {
 		names = append(names, c.row)
 	}
-	names = append(names, rowFanoutCeiling)
+	names = append(names, rowBurst, rowFanoutCeiling)
 	for _, c := range res.cfg.fanoutCases() {
 		names = append(names, c.row())
 		if d := res.fanout[c.row()]; d != nil && c.N == 100 && !c.NoFaults && (d.Account.Routed == 0 || d.Routed.ByKind[slow] == 0) {

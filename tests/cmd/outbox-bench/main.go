@@ -36,6 +36,12 @@
 //     slope over its second half), the other 99 endpoints' p99 commit-to-delivery in both runs
 //     and its ratio (issue 25: at most 2), and whether the blacked-out endpoint got everything
 //     in order after the thaw and how long its catch-up took.
+//   - Endpoint burst isolation (burst.go): the isolation row's 100 endpoints, a steady load for
+//     the steady rows' time and at its start a burst into one endpoint of 2.5 × the buffer
+//     (--max-buffered-events set to BENCH_EVENTS/12.5), run twice in one session: that
+//     endpoint healthy, then hung from before the first write; the others' p50/p99
+//     commit-to-delivery from the first write in both runs and its ratio (issue 38: at most 2),
+//     and whether the hung endpoint got everything in order once it answered again.
 //   - Replay --since (since.go): `outbox-relay replay --since` of the newer half of a table of
 //     10 × BENCH_EVENTS delivered rows; the request, the time to the first and to the last
 //     re-sent event, the relay's peak RSS, and the table reads (sequential and index) per event.

@@ -133,6 +133,7 @@ func (r *results) tableRows() [][]string {
 		add(c.row, d != nil, func() []string { return r.endpointCells(c, d) })
 	}
 	add(rowIsolation, r.isolation != nil, func() []string { return r.isolationCells(r.isolation) })
+	add(rowBurst, r.burst != nil, func() []string { return r.burstCells(r.burst) })
 	add(rowAPI, r.api != nil, func() []string { return r.apiCells(r.api) })
 	add(rowPortal, r.portal != nil, func() []string { return r.portalCells(r.portal) })
 	add(sinceRow(sinceScale*r.cfg.Events), r.since != nil, func() []string { return r.sinceCells(r.since) })
@@ -408,6 +409,7 @@ func (r *results) targets() []string {
 	}
 	out = append(out, r.endpointTargets()...)  // endpoints.go
 	out = append(out, r.isolationTargets()...) // isolation.go
+	out = append(out, r.burstTargets()...)     // burst.go
 	return append(out, r.fanoutTargets()...)   // fanout_report.go
 }
 

@@ -61,6 +61,7 @@ type results struct {
 	since       *sinceResult                // replay --since of half a large table (since.go)
 	endpoints   map[string]*endpointsResult // the drains to outbox_endpoints (endpoints.go), by row name
 	isolation   *isolationResult            // one endpoint blacked out among 100 (isolation.go)
+	burst       *burstResult                // a burst into one hung endpoint among 100 (burst.go)
 	api         *apiResult                  // GET /deliveries of the management API (api.go)
 	portal      *portalResult               // the console's and an endpoint's pages (portal.go)
 	errs        map[string]error            // row → why it failed
@@ -262,6 +263,7 @@ func (e *env) rows(res *results) []suiteRow {
 	}
 	rows = append(rows, e.endpointRows(res)...)
 	rows = append(rows, e.isolationRow(res))
+	rows = append(rows, e.burstRow(res))
 	rows = append(rows, e.fanoutRows(res)...)
 	rows = append(rows, e.apiRow(res))
 	rows = append(rows, e.portalRow(res))
