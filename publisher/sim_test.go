@@ -955,6 +955,7 @@ func (w *world) kill(p *proc) {
 	p.alive, p.streaming = false, false
 	p.marks.dead = true
 	w.tracef("kill p%d", p.id)
+	w.checkParkedPrefix()
 	if w.leader == p {
 		w.leader = nil
 		w.schedule(time.Duration(w.rng.IntN(500))*time.Millisecond, "takeover", w.takeover)
