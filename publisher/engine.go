@@ -558,7 +558,8 @@ func (e *engine) writeParks(l *lane) {
 	})
 }
 
-// deferredPark is events to park that waited for a replay's read.
+// deferredPark is events to park, and what to do once they are, waiting for a replay's read
+// (lane.deferred) or for the lane's park write under way (lane.parks).
 type deferredPark struct {
 	its  []*item
 	then func()
