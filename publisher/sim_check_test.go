@@ -381,11 +381,17 @@ func (w *world) checkGauges() {
 	}
 }
 
-// foreignSpill reports whether a process other than p wrote to endpoint id's backlog since p's
-// streaming session began.
+// foreignSpill reports whether a process other than p wrote to endpoint id's backlog since p
+// last read the backlogs: when its streaming session began, or, before it took a transaction
+// (leading then, with nothing of the stream to write), when it started (seed 3972: a relay cut
+// off before its first transaction leads again after others wrote).
 func (w *world) foreignSpill(id string, p *proc) bool {
+	known := p.since
+	if p.e.in.session == 0 {
+		known = p.started
+	}
 	for q, at := range w.spilled[id] {
-		if q != p.id && !at.Before(p.since) {
+		if q != p.id && !at.Before(known) {
 			return true
 		}
 	}

@@ -600,6 +600,7 @@ type proc struct {
 	streaming bool
 	session   uint64
 	since     time.Time     // its session began
+	started   time.Time     // it started (and read the stores)
 	from      pglogrepl.LSN // the slot's confirmed position as it began
 	next      int           // the log index of the next transaction to send
 	lastEnd   pglogrepl.LSN
@@ -611,7 +612,7 @@ type proc struct {
 
 func (w *world) startProc() *proc {
 	w.procIDs++
-	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{}}
+	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(1000, 1<<30), dests: map[string]*simDest{}, started: w.now}
 	p.marks = &simMarks{w: w, db: w.db.Marks()}
 	o := w.opts
 	cfg := engineConfig{pipeline: simPipeline, workers: o.workers, endpointMaxInFlight: 1 + w.rng.IntN(4),
