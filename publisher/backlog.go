@@ -68,11 +68,12 @@ type laneBacklog struct {
 	// not settled.
 	pages []*backlogPage
 	inMem int
-	// entries is how many entries the backlog holds, as far as this process knows; trimming is
-	// set while a delete of entries is under way (a count read meanwhile may come before or
-	// after it: resyncBacklogs).
-	entries  int64
-	trimming bool
+	// entries is how many entries the backlog holds, as far as this process knows. recount is
+	// set when resyncBacklogs read it while an operation of the backlog was under way, which
+	// that read may or may not have seen: the operation leaves entries as read, and the lane
+	// counts them again once it is done (recountBacklog).
+	entries int64
+	recount bool
 	// oldest is when the event of the backlog's first entry was created, as last known: set by
 	// a write into an empty backlog, and read again from the store at each status save
 	// (refreshOldest), off the delivery path; zero: unknown yet, or no entry. It is what the
@@ -392,7 +393,10 @@ func (e *engine) spillRetired(l *lane, its []*item, inFlight int) {
 func (e *engine) backlogStep(l *lane) {
 	b := &l.bl
 	switch {
-	case b.busy || !b.on && len(b.pages) == 0:
+	case b.busy:
+	case b.recount:
+		e.recountBacklog(l)
+	case !b.on && len(b.pages) == 0:
 	case len(b.buf) > 0 && (b.live == 0 || b.fair && len(b.since) == 0) && e.leading() && e.writeSpilled(l):
 	case len(b.since) > 0 && b.live == 0 && e.leading() && e.sinceStep(l):
 	case e.trim(l):
@@ -454,14 +458,16 @@ func (e *engine) writeSpilled(l *lane) bool {
 	}
 	e.durably("record events in an endpoint's backlog", func(ctx context.Context) error { return bl.Spill(ctx, id, es) }, func() {
 		b.busy, b.writing = false, nil
-		if b.entries == 0 { // the first entries: the backlog is as old as the oldest of them
+		if b.entries == 0 && !b.recount { // the first entries: the backlog is as old as the oldest of them
 			b.oldest = oldestOf(its)
 		}
 		e.tracef("written %s %d entries up to %v", l.name, len(es), es[len(es)-1].Pos)
 		if last := es[len(es)-1].Pos; b.written.Less(last) {
 			b.written = last
 		}
-		b.entries += int64(len(es))
+		if !b.recount {
+			b.entries += int64(len(es))
+		}
 		if b.removed { // removed while this was written: forget it again
 			e.durably("drop a removed endpoint's backlog", func(ctx context.Context) error { return bl.Drop(ctx, id) }, nil)
 		}
@@ -585,22 +591,50 @@ func (e *engine) trim(l *lane) bool {
 	if n == 0 {
 		return false
 	}
-	b.busy, b.trimming = true, true
+	b.busy = true
 	id, bl := l.id, e.cfg.backlog
 	e.do("delete delivered entries of an endpoint's backlog", true, func(ctx context.Context) (any, error) {
 		return bl.Trim(ctx, id, upTo)
 	}, func(v any, _ error) {
-		b.busy, b.trimming = false, false
+		b.busy = false
 		gone, _ := v.(int64)
 		e.tracef("trimmed %s up to %v: %d", l.name, upTo, gone)
 		if len(b.pages) >= n && b.pages[n-1].high == upTo { // not read again from the start meanwhile
 			b.pages = b.pages[n:]
 		}
-		b.entries = max(b.entries-gone, 0)
-		e.emptied(l)
+		if !b.recount {
+			b.entries = max(b.entries-gone, 0)
+			e.emptied(l)
+		}
 		e.backlogStep(l)
 	})
 	return true
+}
+
+// recountBacklog reads again how many entries l's backlog holds, no other operation of it
+// being under way: resyncBacklogs read the sizes while one was (simulation seed 4897: a trim
+// under way, already seen by that read, was taken off again, and the backlog, holding an event
+// still owed, counted empty; the next write then took its own events for the oldest).
+func (e *engine) recountBacklog(l *lane) {
+	b := &l.bl
+	b.busy, b.recount = true, false
+	id, bl := l.id, e.cfg.backlog
+	e.do("count an endpoint's backlog", false, func(ctx context.Context) (any, error) { return bl.Sizes(ctx) }, func(v any, err error) {
+		b.busy = false
+		if err != nil { // counted again at the next backlog tick
+			b.recount = true
+			return
+		}
+		sizes, _ := v.(map[string]store.BacklogSize)
+		e.tracef("recount %s: %d entries (%d known)", l.name, sizes[id].Entries, b.entries)
+		b.entries = sizes[id].Entries
+		if b.entries == 0 {
+			e.emptied(l)
+		} else if b.oldest.IsZero() {
+			e.refreshOldest()
+		}
+		e.backlogStep(l)
+	})
 }
 
 // rejoin makes the lane take the live stream again once it read everything written to its
@@ -740,13 +774,8 @@ func (e *engine) resyncBacklogs(then func()) {
 			if l.bl.written.Less(sz.Last) {
 				l.bl.written, l.bl.short = sz.Last, false
 			}
-			if l.bl.trimming {
-				// counted before or after the delete under way, which subtracts what it
-				// deleted once done: taken as before it, or the count could go below what is left
-				l.bl.entries = max(l.bl.entries, sz.Entries)
-			} else {
-				l.bl.entries = sz.Entries
-			}
+			l.bl.entries = sz.Entries
+			l.bl.recount = l.bl.busy
 			if !on && !l.active { // disabled: it reads the backlog from its start once enabled
 				l.bl.on = true
 			}

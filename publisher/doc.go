@@ -36,10 +36,11 @@
 // lane.park), so the next event of the aggregate waits while other aggregates go concurrently up
 // to the lane's cap (lane.take). A batch holds a prefix of each of its keys (lane.gather); a
 // failing batch is split in halves, and the second half of one key waits for the first
-// (batch.split, batch.after). The backlog is read in stream order into the same queues, nothing
-// is written to it past an attempt still under way (backlogStep: live) unless with that
-// attempt's events (storeInFlight), and a lane rejoins the stream only once it read everything
-// written (rejoin).
+// (batch.split, batch.after). What is parked of an aggregate is the start of its events, as a
+// replay delivers it ahead of the rest: a lane writes its parks one at a time, in order
+// (writeParks). The backlog is read in stream order into the same queues, nothing is written to
+// it past an attempt still under way (backlogStep: live) unless with that attempt's events
+// (storeInFlight), and a lane rejoins the stream only once it read everything written (rejoin).
 //
 // Isolation before a spill: a lane holds at most its fair share of the tracker's buffer, the
 // buffer divided among the lanes holding events (fair.go: keepShares, fairSpill); one that would

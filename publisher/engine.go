@@ -518,30 +518,63 @@ func (e *engine) deadLetter(l *lane, it *item, r destination.Result) {
 // a replay of the lane reads what is parked, the events wait (deferPark): written meanwhile,
 // they could miss that read and then be forgotten with the aggregate once the replay is
 // delivered.
+//
+// A lane writes its parks one at a time, in the order they were decided (writeParks): what is
+// parked of an aggregate is then always the start of its events, never the start with a hole.
+// A replay delivers what is parked ahead of everything else of the aggregate; had a later park
+// landed before an earlier one and the relay died in between, the earlier event, back from the
+// backlog or the stream, would be queued behind the replayed later ones (simulation seed 7237).
 func (e *engine) parkNow(l *lane, its []*item, then func()) {
 	if len(its) == 0 {
 		then()
 		return
 	}
 	if l.replayReads > 0 {
+		if e.cfg.trace != nil {
+			e.tracef("park deferred %s %v", l.name, itemIDs(its))
+		}
 		l.deferred = append(l.deferred, deferredPark{its, then})
 		return
 	}
-	ms := make([]*envelope.Message, len(its))
-	for i, it := range its {
-		ms[i] = it.m
-	}
 	l.parkOps++
-	e.durably("park events", func(ctx context.Context) error { return l.store.Park(ctx, ms) }, func() {
-		for _, it := range its {
-			e.settle(l, it)
+	l.parks = append(l.parks, deferredPark{its, then})
+	if !l.parking {
+		e.writeParks(l)
+	}
+}
+
+// writeParks writes the parks waiting in l.parks in one store operation; those decided while it
+// runs wait for it and go in the next one.
+func (e *engine) writeParks(l *lane) {
+	ps := l.parks
+	l.parks, l.parking = nil, true
+	var ms []*envelope.Message
+	for _, p := range ps {
+		for _, it := range p.its {
+			ms = append(ms, it.m)
 		}
-		l.parkOps--
-		then()
+	}
+	if e.cfg.trace != nil {
+		e.tracef("park %s %v", l.name, messageIDs(ms))
+	}
+	st := l.store
+	e.durably("park events", func(ctx context.Context) error { return st.Park(ctx, ms) }, func() {
+		l.parking = false
+		if len(l.parks) > 0 {
+			e.writeParks(l)
+		}
+		for _, p := range ps {
+			for _, it := range p.its {
+				e.settle(l, it)
+			}
+			l.parkOps--
+			p.then()
+		}
 	})
 }
 
-// deferredPark is events to park that waited for a replay's read.
+// deferredPark is events to park, and what to do once they are, waiting for a replay's read
+// (lane.deferred) or for the lane's park write under way (lane.parks).
 type deferredPark struct {
 	its  []*item
 	then func()
@@ -740,4 +773,21 @@ func (e *engine) setPause(paused bool, reason string) {
 	for _, l := range e.lanes {
 		e.refreshPause(l)
 	}
+}
+
+// itemIDs and messageIDs return the events' ids, for the trace.
+func itemIDs(its []*item) []string {
+	out := make([]string, len(its))
+	for i, it := range its {
+		out[i] = it.m.ID
+	}
+	return out
+}
+
+func messageIDs(ms []*envelope.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
 }

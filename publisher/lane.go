@@ -38,7 +38,11 @@ type lane struct {
 	// meanwhile in deferred (parkNow).
 	replayReads int
 	deferred    []deferredPark
-	queued      int // events held: queued, in flight, waiting for a retry
+	// parks are the parks decided while one is being written (parking): a lane writes one at a
+	// time, in order (writeParks).
+	parks   []deferredPark
+	parking bool
+	queued  int // events held: queued, in flight, waiting for a retry
 	// held counts the streamed events routed to the lane and not settled, wherever they are
 	// (queued, in flight, spilled and not written): its part of the buffer (fair.go).
 	held int

@@ -106,6 +106,9 @@ func (e *engine) replayAggregate(l *lane, tx *cdc.Tx, agg cdc.Aggregate) {
 			for i, m := range ms {
 				its[i] = e.newItem(m, tx, kindReplay)
 			}
+			if e.cfg.trace != nil {
+				e.tracef("unpark %s %v: %v", l.name, agg, itemIDs(its))
+			}
 			l.unpark(agg, its)
 			if len(ms) == 0 {
 				e.holdWrite("unpark aggregate", func(ctx context.Context) error { return st.Unpark(ctx, storeAggregate(agg)) }, nil)

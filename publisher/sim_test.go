@@ -607,6 +607,7 @@ type proc struct {
 	streaming bool
 	session   uint64
 	since     time.Time     // its session began
+	started   time.Time     // it started (and read the stores)
 	from      pglogrepl.LSN // the slot's confirmed position as it began
 	next      int           // the log index of the next transaction to send
 	lastEnd   pglogrepl.LSN
@@ -620,7 +621,7 @@ type proc struct {
 func (w *world) startProc() *proc {
 	w.procIDs++
 	p := &proc{w: w, id: w.procIDs, alive: true, tr: cdc.NewTracker(simBuffer, 1<<30), dests: map[string]*simDest{},
-		seen: procSeen{log: simLog{w: w}, looked: map[pairKey][]time.Time{}}}
+		seen: procSeen{log: simLog{w: w}, looked: map[pairKey][]time.Time{}}, started: w.now}
 	p.marks = &simMarks{w: w, db: w.db.Marks()}
 	o := w.opts
 	cfg := engineConfig{pipeline: simPipeline, workers: o.workers, endpointMaxInFlight: 1 + w.rng.IntN(4),
@@ -987,6 +988,7 @@ func (w *world) kill(p *proc) {
 	p.marks.dead = true
 	p.seen.log.dead = true
 	w.tracef("kill p%d", p.id)
+	w.checkParkedPrefix()
 	if w.leader == p {
 		w.leader = nil
 		w.schedule(time.Duration(w.rng.IntN(500))*time.Millisecond, "takeover", w.takeover)

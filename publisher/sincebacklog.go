@@ -168,7 +168,9 @@ func (e *engine) sinceWritten(l *lane, j *sinceJob, w sinceJobWrite) {
 		if b.written.Less(w.last) {
 			b.written = w.last
 		}
-		b.entries += int64(w.written)
+		if !b.recount { // (else counted again: recountBacklog)
+			b.entries += int64(w.written)
+		}
 		b.short = false
 	}
 	e.tracef("since written %s %d: %d up to %v done %v", l.name, j.id, w.written, w.last, w.st.Done)

@@ -10,6 +10,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/cdc"
 	"github.com/outbox-relay/outbox-relay/envelope"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
+	"github.com/outbox-relay/outbox-relay/store"
+	"github.com/outbox-relay/outbox-relay/store/memstore"
 )
 
 // Unit tests of the engine's parts that the simulation (sim_test.go) drives only as a whole:
@@ -322,4 +324,85 @@ func TestLimitsSplitAmongShards(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A lane writes its parks one at a time, in the order it decided them: a park decided while
+// another is being written waits for it, and goes with the others decided meanwhile in the next
+// write. Written side by side, the later could land first and a relay dying in between would
+// leave an aggregate parked with a hole, whose replay sends the missing event after later ones
+// (simulation seed 7237). The positive control: once the first write is done, the next goes.
+func TestLaneWritesItsParksInOrder(t *testing.T) {
+	e, l := testLane(t, 1, Batch{})
+	db := memstore.New(func() time.Time { return e.now })
+	l.store = db.Pipeline("p", false)
+	var its []*item
+	for i, n := range []string{"a2", "a3", "a4"} {
+		m := &envelope.Message{ID: n, AggregateType: "t", AggregateID: "a", Payload: []byte("{}"),
+			Sequence: envelope.Sequence(0x1000, i)}
+		db.Insert(m)
+		its = append(its, e.newItem(m, &cdc.Tx{}, kindLive))
+	}
+	settled := ""
+	for _, it := range its {
+		e.parkNow(l, []*item{it}, func() { settled += it.m.ID + " " })
+	}
+	first := parkWrites(t, e)
+	if len(first) != 1 {
+		t.Fatalf("%d park writes under way at once, want 1 (the first; the others wait for it)", len(first))
+	}
+	if got := parkedIn(t, l); got != "" {
+		t.Fatalf("parked before any write ran: %q", got)
+	}
+	run(t, e, first[0])
+	if got := parkedIn(t, l); got != "a2 " || settled != "a2 " {
+		t.Fatalf("after the first write: parked %q, settled %q; want a2 alone", got, settled)
+	}
+	next := parkWrites(t, e)
+	if len(next) != 1 {
+		t.Fatalf("after the first write was done: %d park writes, want 1 with both that waited", len(next))
+	}
+	run(t, e, next[0])
+	if got := parkedIn(t, l); got != "a2 a3 a4 " || settled != "a2 a3 a4 " {
+		t.Fatalf("after the second write: parked %q, settled %q; want a2 a3 a4", got, settled)
+	}
+	if l.parkOps != 0 || l.parking || len(l.parks) != 0 {
+		t.Fatalf("parks still counted: parkOps %d, parking %v, waiting %d", l.parkOps, l.parking, len(l.parks))
+	}
+}
+
+// parkWrites drains the engine's effects, which must all be park writes.
+func parkWrites(t *testing.T, e *engine) []*op {
+	t.Helper()
+	var ops []*op
+	for _, ef := range e.drain() {
+		if ef.op == nil || ef.op.what != "park events" {
+			t.Fatalf("unexpected effect %+v", ef)
+		}
+		ops = append(ops, ef.op)
+	}
+	return ops
+}
+
+// run runs a store operation and hands its result to the engine, as the driver does.
+func run(t *testing.T, e *engine, o *op) {
+	t.Helper()
+	v, err := o.run(t.Context())
+	if err != nil {
+		t.Fatalf("%s: %v", o.what, err)
+	}
+	e.opDone(o, v, nil, false, e.now)
+}
+
+// parkedIn lists what is parked of aggregate t/a in l's store.
+func parkedIn(t *testing.T, l *lane) string {
+	t.Helper()
+	ms, err := l.store.Replayable(t.Context(), store.Aggregate{Type: "t", ID: "a"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ""
+	for _, m := range ms {
+		s += m.ID + " "
+	}
+	return s
 }
