@@ -224,7 +224,11 @@ func (e *engine) begin(session uint64, at func(from pglogrepl.LSN) pglogrepl.LSN
 
 // settledElsewhere reports whether the slot's position moved past tx, which this process
 // received in an earlier streaming session, while another relay led the slot (dropConfirmed).
-func (e *engine) settledElsewhere(tx *cdc.Tx) bool { return !tx.Backfill && tx.EndLSN <= e.in.from }
+// Without a session's position (no Slot: a stream whose transactions may carry no LSN at all,
+// as a library caller's or a test's), nothing was.
+func (e *engine) settledElsewhere(tx *cdc.Tx) bool {
+	return !tx.Backfill && e.in.from != 0 && tx.EndLSN <= e.in.from
+}
 
 // dropConfirmed settles, unsent, the streamed events and control records this process holds at
 // or before the slot's position as its new streaming session started (settledElsewhere): the slot can

@@ -170,6 +170,9 @@ func TestEndpointSetup(t *testing.T) {
 			if err := db.createEndpoints(ctx, c, "http://127.0.0.1:1/ep/"); err != nil {
 				t.Fatal(err)
 			}
+			if err := db.waitAlone(ctx, 10*time.Second); err != nil { // the migration's backend exited: its counters are in
+				t.Fatal(err)
+			}
 			before, err := db.activity(ctx)
 			if err != nil {
 				t.Fatal(err)
