@@ -149,6 +149,9 @@ type epVerdict struct {
 	Outside, WhilePaused []string
 	OrderViolations      []string
 	Duplicates           int // deliveries beyond the first per pair
+	// PerEndpoint counts each endpoint's first deliveries and duplicates (issue 38: a restart
+	// or takeover must not send a healthy endpoint again what it had).
+	PerEndpoint map[string]*endpointDups
 	// Confirm: transactions the slot passed before every required pair was delivered, by
 	// After(tx) and by the commit LSN from X-Event-Sequence.
 	ConfirmViolations, ConfirmSeqViolations []string
@@ -216,7 +219,7 @@ func requiredPairs(txs []txRecord, tl timeline) []string {
 
 // checkEndpoints evaluates the endpoints run's invariants.
 func checkEndpoints(r epRecord) epVerdict {
-	v := epVerdict{Endpoints: len(r.Timeline)}
+	v := epVerdict{Endpoints: len(r.Timeline), PerEndpoint: map[string]*endpointDups{}}
 	routed, notRouted := classifyPairs(r.Txs, r.Timeline)
 	v.NotRouted = notRouted
 	x := epIndex{r: r, committed: map[string]event{}, txOf: map[string]int{}, rules: make(map[string]pairRule, len(routed)),
@@ -290,11 +293,18 @@ func (v *epVerdict) delivery(x *epIndex, i int, d delivery) {
 		v.WhilePaused = append(v.WhilePaused, fmt.Sprintf("%s delivered to %s at %s, committed while it was paused, "+
 			"before its resume at %s", d.ID, d.Endpoint, d.At.Format(stamp), fmtResume(p.NotBefore)))
 	}
+	n := v.PerEndpoint[d.Endpoint]
+	if n == nil {
+		n = &endpointDups{}
+		v.PerEndpoint[d.Endpoint] = n
+	}
 	if _, ok := x.first[key]; ok {
 		v.Duplicates++
+		n.Again++
 		return
 	}
 	x.first[key] = i
+	n.First++
 	if !p.Routed {
 		return
 	}
@@ -455,4 +465,31 @@ func orderingErrors(txs []txRecord, commits []pglogrepl.LSN, tl timeline) []stri
 		}
 	}
 	return out
+}
+
+// endpointDups is how many pairs an endpoint got, and how many deliveries it got again.
+type endpointDups struct{ First, Again int }
+
+// dupsByEndpoint describes the duplicates per endpoint, the worst rates first (at most n).
+func (v epVerdict) dupsByEndpoint(n int) string {
+	ids := make([]string, 0, len(v.PerEndpoint))
+	for id := range v.PerEndpoint {
+		ids = append(ids, id)
+	}
+	rate := func(id string) float64 { d := v.PerEndpoint[id]; return pct(d.Again, d.First) }
+	sort.Slice(ids, func(i, j int) bool {
+		if ri, rj := rate(ids[i]), rate(ids[j]); ri != rj {
+			return ri > rj
+		}
+		return ids[i] < ids[j]
+	})
+	parts := make([]string, 0, n)
+	for _, id := range ids[:min(n, len(ids))] {
+		d := v.PerEndpoint[id]
+		parts = append(parts, fmt.Sprintf("%s %d of %d (%.2f%%)", id, d.Again, d.First, rate(id)))
+	}
+	if len(ids) > n {
+		parts = append(parts, fmt.Sprintf("%d more", len(ids)-n))
+	}
+	return strings.Join(parts, ", ")
 }

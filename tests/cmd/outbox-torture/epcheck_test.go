@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -308,5 +309,27 @@ func TestSubscribed(t *testing.T) {
 	}
 	if !(epVersion{EventTypes: []string{"*"}}).subscribed(event{EventType: "x"}) {
 		t.Errorf("an event without a tenant missed an endpoint without one")
+	}
+}
+
+// Duplicates are counted per endpoint, against the pairs it got, and the summary puts the
+// worst rate first.
+func TestCheckEndpointsCountsDuplicatesPerEndpoint(t *testing.T) {
+	r := cleanEpRecord()
+	r.Deliveries = append(r.Deliveries, r.Deliveries[0], r.Deliveries[4], r.Deliveries[1]) // e1@a, e3@a, e2@b again
+	v := checkEndpoints(r)
+	if v.Duplicates != 3 {
+		t.Fatalf("duplicates %d, want 3", v.Duplicates)
+	}
+	got := map[string]endpointDups{}
+	for id, d := range v.PerEndpoint {
+		got[id] = *d
+	}
+	want := map[string]endpointDups{"ep-a": {First: 4, Again: 2}, "ep-b": {First: 2, Again: 1}, "ep-c": {First: 3}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("per endpoint %v, want %v", got, want)
+	}
+	if s, want := v.dupsByEndpoint(2), "ep-a 2 of 4 (50.00%), ep-b 1 of 2 (50.00%), 1 more"; s != want {
+		t.Fatalf("summary %q, want %q", s, want)
 	}
 }

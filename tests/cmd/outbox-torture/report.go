@@ -158,6 +158,9 @@ func endpointRows(row func(string, string, *bool), r *result) {
 		dups += "; most after: " + strings.Join(r.DupSources, ", ")
 	}
 	row("duplicates", dups, nil)
+	if len(v.PerEndpoint) > 0 {
+		row("duplicates per endpoint", v.dupsByEndpoint(8), nil)
+	}
 }
 
 func faultCounts(r *result) string {
