@@ -40,6 +40,8 @@ type relayProc struct {
 	done    chan struct{} // closed once it has exited and been waited for
 	err     error         // Wait's result, valid after done
 	ours    bool          // we signalled it: its exit is expected
+	// startedAt and exitedAt (valid after done) place it in a failed run's evidence.
+	startedAt, exitedAt time.Time
 }
 
 func (p *relayProc) exited() bool {
@@ -104,7 +106,7 @@ func (f *fleet) start() (*relayProc, error) {
 	id := f.next
 	f.mu.Unlock()
 	p := &relayProc{id: id, addr: addr, logPath: filepath.Join(f.dir, fmt.Sprintf("relay-%d.log", id)),
-		done: make(chan struct{})}
+		done: make(chan struct{}), startedAt: time.Now()}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
@@ -117,11 +119,27 @@ func (f *fleet) start() (*relayProc, error) {
 		logf.Close()
 		return nil, fmt.Errorf("start relay: %w", err)
 	}
-	go func() { p.err = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	go func() { p.err = p.cmd.Wait(); p.exitedAt = time.Now(); logf.Close(); close(p.done) }()
 	f.mu.Lock()
 	f.procs = append(f.procs, p)
 	f.mu.Unlock()
 	return p, nil
+}
+
+// pids maps the OS pid of every process that has not exited to its id.
+func (f *fleet) pids() map[int]int {
+	out := map[int]int{}
+	for _, p := range f.alive() {
+		out[p.cmd.Process.Pid] = p.id
+	}
+	return out
+}
+
+// all returns every process started, oldest first.
+func (f *fleet) all() []*relayProc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*relayProc(nil), f.procs...)
 }
 
 // alive returns the processes that have not exited, oldest first.

@@ -55,6 +55,7 @@ type delivery struct {
 	Attempt   int
 	At        time.Time
 	Endpoint  string // the endpoint whose URL (/ep/<id>) received it, in an endpoints run; else ""
+	Relay     int    // the fleet's id of the relay process that sent it (procsock.go); 0: unknown
 }
 
 // pairKey names a delivery of event id to an endpoint ("" outside an endpoints run).
@@ -94,6 +95,14 @@ type receiver struct {
 	// that they lag long enough to spill to their backlog; blackedOut counts those answers.
 	blackouts  map[string]time.Time
 	blackedOut atomic.Int64
+	// gone: endpoints answered 410 Gone on every request until ungone (gone.go), so that the
+	// relay disables them; goneAnswers counts those answers.
+	gone        map[string]bool
+	goneAnswers atomic.Int64
+
+	// relayPIDs, once set (an endpoints run), gives the fleet's processes (OS pid → relay
+	// id), to tell which one sent a request (procsock.go).
+	relayPIDs atomic.Pointer[func() map[int]int]
 
 	// catchUp, if set (a broker run, broker.go), makes mark wait until the bridge has posted
 	// everything the broker holds now; false means it could not, and mark returns -1.
@@ -138,7 +147,13 @@ func (r *receiver) listen() error {
 	r.base = "http://" + ln.Addr().String()
 	r.URL = r.base + "/hook"
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(io.Discard, "", 0)} // resets make the server complain
+		ErrorLog: log.New(io.Discard, "", 0), // resets make the server complain
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if pids := r.relayPIDs.Load(); pids != nil {
+				return context.WithValue(ctx, relayKey{}, connOwner(c, (*pids)()))
+			}
+			return ctx
+		}}
 	go func() { _ = r.srv.Serve(ln) }()
 	return nil
 }
@@ -193,8 +208,28 @@ func (r *receiver) fault(m mode, share float64, d time.Duration) {
 func (r *receiver) heal() {
 	r.episode.Store(nil)
 	r.epMu.Lock()
-	r.blackouts = nil
+	r.blackouts, r.gone = nil, nil
 	r.epMu.Unlock()
+}
+
+// setGone makes endpoint id answer 410 Gone to every request (on), or stop doing so.
+func (r *receiver) setGone(id string, on bool) {
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	if r.gone == nil {
+		r.gone = map[string]bool{}
+	}
+	if on {
+		r.gone[id] = true
+	} else {
+		delete(r.gone, id)
+	}
+}
+
+func (r *receiver) goneNow(id string) bool {
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	return r.gone[id]
 }
 
 // blackout answers 503 to every request to endpoint id for d.
@@ -241,6 +276,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		if r.blackedOutNow(endpoint) {
 			r.blackedOut.Add(1)
 			http.Error(w, "torture: endpoint blacked out", http.StatusServiceUnavailable)
+			return
+		}
+		if r.goneNow(endpoint) {
+			r.goneAnswers.Add(1)
+			http.Error(w, "torture: endpoint gone", http.StatusGone)
 			return
 		}
 	}
@@ -309,6 +349,9 @@ func reset(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
+// relayKey keys the id of the relay process that opened a request's connection.
+type relayKey struct{}
+
 // record logs the events of a request the inbox accepted: one, or each event of a CloudEvents
 // batch (TORTURE_BATCH), in the batch's order.
 func (r *receiver) record(req *http.Request, body []byte, endpoint string) {
@@ -328,10 +371,11 @@ func (r *receiver) record(req *http.Request, body []byte, endpoint string) {
 			Sequence:  req.Header.Get("X-Event-Sequence"),
 			Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")})
 	}
+	relay, _ := req.Context().Value(relayKey{}).(int)
 	r.mu.Lock()
 	now := time.Now()
 	for _, d := range ds {
-		d.At, d.Endpoint = now, endpoint
+		d.At, d.Endpoint, d.Relay = now, endpoint, relay
 		r.log = append(r.log, d)
 		r.seen[pairKey(endpoint, d.ID)] = struct{}{}
 	}
