@@ -158,14 +158,14 @@ type epManager struct {
 	// bin is the relay binary, for `endpoint enable` after a 410 (gone.go).
 	bin string
 
-	mu    sync.Mutex
-	tl    timeline
-	cur   map[string]epVersion // the latest committed version of every endpoint that exists
-	busy  map[string]bool      // endpoints a change or the 410 fault is working on: pick leaves them
+	mu   sync.Mutex
+	tl   timeline
+	cur  map[string]epVersion // the latest committed version of every endpoint that exists
+	busy map[string]bool      // endpoints a change or the 410 fault is working on: pick leaves them
 	// blackoutLog is every blackout and 410 episode, for a failed run's evidence.
 	blackoutLog []span
-	next  int                  // the next new endpoint's number
-	stats changeStats
+	next        int // the next new endpoint's number
+	stats       changeStats
 }
 
 func newEpManager(cfg config, dsn, bin string, recv *receiver, logf func(string, ...any)) *epManager {
