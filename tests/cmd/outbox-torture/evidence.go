@@ -38,7 +38,7 @@ const (
 // or "" if there was nothing to write or it could not.
 func (t *harness) writeEvidence(dir string, res *result) string {
 	v := res.Endpoints
-	if v == nil || len(v.Focus) == 0 {
+	if v == nil || len(v.Focus)+len(res.PendingRows) == 0 {
 		return ""
 	}
 	tl, _ := t.eps.snapshot()
@@ -67,6 +67,9 @@ func (t *harness) writeEvidence(dir string, res *result) string {
 		writeAggDeliveries(&b, byAgg[f.Endpoint+" "+f.Aggregate], f)
 		writeFaultsAround(&b, t.faults.Log, spans, f)
 		writeProcsAround(&b, procs, f.At)
+	}
+	if len(res.PendingRows) > 0 {
+		writePendingEvidence(&b, res.PendingRows, t.recv.deliveries(), tl)
 	}
 	path := filepath.Join(dir, "evidence.txt")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -139,5 +142,43 @@ func writeProcsAround(b *strings.Builder, procs []*relayProc, t time.Time) {
 			s += "; alive then"
 		}
 		b.WriteString(s + "\n")
+	}
+}
+
+// writePendingEvidence lists, for each row left pending (the oldest few), every delivery of its
+// event (to any endpoint) and the changes of those endpoints from 10s before the row's
+// creation on: the endpoint that still holds it, or the change after which nobody marked it.
+func writePendingEvidence(b *strings.Builder, rows []pendingRow, ds []delivery, tl timeline) {
+	byID := map[string][]delivery{}
+	for _, d := range ds {
+		byID[d.ID] = append(byID[d.ID], d)
+	}
+	fmt.Fprintf(b, "\n# Rows of outbox_events left pending (%d listed)\n", len(rows))
+	for _, r := range rows {
+		if r.ID == "" {
+			fmt.Fprintf(b, "\n## %s\n", r.What)
+			continue
+		}
+		fmt.Fprintf(b, "\n## %s\ndeliveries of it (receive time, endpoint, relay, X-Event-Sequence, attempt):\n", r.What)
+		eps := map[string]bool{}
+		for _, d := range byID[r.ID] {
+			fmt.Fprintf(b, "  %s %s relay %d %s attempt %d\n", d.At.Format(stamp), d.Endpoint, d.Relay, d.Sequence, d.Attempt)
+			eps[d.Endpoint] = true
+		}
+		if len(eps) == 0 {
+			b.WriteString("  none\n")
+		}
+		ids := make([]string, 0, len(eps))
+		for id := range eps {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			for _, ver := range tl[id] {
+				if !ver.At.Before(r.Created.Add(-evidenceWindow)) {
+					fmt.Fprintf(b, "  %s: %s %s state=%s\n", id, ver.At.Format(stamp), ver.Op, ver.State)
+				}
+			}
+		}
 	}
 }

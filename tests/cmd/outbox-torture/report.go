@@ -241,7 +241,7 @@ func writeDetails(w io.Writer, r *result) {
 			{"deliveries while paused", e.WhilePaused}, {"order violations", e.OrderViolations},
 			{"confirm violations", e.ConfirmViolations}, {"confirm violations by commit LSN", e.ConfirmSeqViolations},
 			{"X-Event-Sequence and payload errors", e.SequenceErrors}, {"ordering (clock method against the WAL)", e.OrderingErrors},
-			{"endpoint manager failures", r.Changes.Failures}, {"rows of outbox_events left pending", r.PendingRows}}
+			{"endpoint manager failures", r.Changes.Failures}, {"rows of outbox_events left pending", pendingWhats(r.PendingRows)}}
 	}
 	lists := []list{
 		{"lost", v.Lost},
@@ -292,4 +292,12 @@ func maxDuration(ds []time.Duration) time.Duration {
 		return 0
 	}
 	return slices.Max(ds)
+}
+
+func pendingWhats(rows []pendingRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.What
+	}
+	return out
 }

@@ -71,7 +71,7 @@ type result struct {
 	// Pending counts the rows of outbox_events an endpoints run left `pending` once drained
 	// (-1: could not read them); PendingRows describes the oldest few.
 	Pending         int
-	PendingRows     []string
+	PendingRows     []pendingRow
 	UnknownRequests int64 // requests to a path that names no endpoint
 	// Blackouts started (endpoints.go), requests answered 503 by them, and how often the
 	// relays' logs say an endpoint spilled to its backlog and caught up with it again.
