@@ -164,8 +164,10 @@ type epManager struct {
 	busy map[string]bool      // endpoints a change or the 410 fault is working on: pick leaves them
 	// blackoutLog is every blackout and 410 episode, for a failed run's evidence.
 	blackoutLog []span
-	next        int // the next new endpoint's number
-	stats       changeStats
+	// goneLo is, per endpoint, the WAL position read before its 410 episode's first answer.
+	goneLo map[string]pglogrepl.LSN
+	next   int // the next new endpoint's number
+	stats  changeStats
 }
 
 func newEpManager(cfg config, dsn, bin string, recv *receiver, logf func(string, ...any)) *epManager {
@@ -670,7 +672,9 @@ func (m *epManager) record(ch epChange, at time.Time, before, after pglogrepl.LS
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v := ch.V
-	v.At, v.Before, v.After = at, before, after
+	// Lo belongs to the relay's own disable (gone.go), which ch.V may have been copied from:
+	// the manager's changes are placed by before.
+	v.At, v.Before, v.After, v.Lo = at, before, after, 0
 	m.tl[ch.ID] = append(m.tl[ch.ID], v)
 	if v.Exists {
 		m.cur[ch.ID] = v

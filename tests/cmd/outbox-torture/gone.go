@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -17,8 +18,8 @@ import (
 // owed at the disable must then arrive, first and in order; the checks require it.
 //
 // The relay's disable is not made under the manager's lock, so its commit is only bounded in
-// the WAL: after pg_current_wal_lsn() read before the first 410 (Lo), before the one read once
-// the row says disabled (After). Transactions committed inside that window are uncertain for
+// the WAL: after pg_current_wal_lsn() read just before the receiver answers the first 410 (Lo),
+// before the one read once the row says disabled (After). Transactions committed inside that window are uncertain for
 // that endpoint (epcheck.go). The enable runs the command while the manager holds the lock, so
 // it is placed exactly like the manager's own changes.
 
@@ -29,6 +30,7 @@ const goneWait = 15 * time.Second
 // gones runs the 410 fault every 4–8s, on a seeded stream of its own, until load ends; an
 // episode under way finishes under ctx. It returns how many endpoints the relay disabled.
 func (m *epManager) gones(load, ctx context.Context) int {
+	defer m.hookGone()()
 	rng := mrand.New(mrand.NewPCG(m.cfg.Seed, 0x410))
 	n := 0
 	for sleep(load, 4*time.Second+time.Duration(rng.Int64N(int64(4*time.Second)))) {
@@ -84,6 +86,7 @@ func (m *epManager) gone(ctx context.Context, id string, delay time.Duration) (b
 	if err != nil {
 		return false, nil // the server is away (a fault): try another time
 	}
+	m.setGoneLo(id, 0)
 	m.recv.setGone(id, true)
 	from := time.Now()
 	disabled := m.waitDisabled(ctx, conn, id, goneWait)
@@ -111,6 +114,9 @@ func (m *epManager) gone(ctx context.Context, id string, delay time.Duration) (b
 		return false, fmt.Errorf("read the WAL position after the disable: %w", err)
 	}
 	m.mu.Lock()
+	if l := m.goneLo[id]; l > lo {
+		lo = l // read just before the first 410 was answered
+	}
 	v := m.cur[id]
 	v.Op, v.State, v.At, v.Lo, v.Before, v.After = opGone, stDisabled, time.Now(), lo, 0, hi
 	m.tl[id] = append(m.tl[id], v)
@@ -135,6 +141,50 @@ func (m *epManager) gone(ctx context.Context, id string, delay time.Duration) (b
 			return true, nil
 		}
 	}
+}
+
+// hookGone makes the receiver read the WAL position just before it answers an episode's first
+// 410 (goneLo): the relay's disable commits after it, and the window of uncertain
+// transactions shrinks to the relay's reaction. It runs under the receiver's goneMu, which
+// serializes the look-ups on loConn. close ends its connection.
+func (m *epManager) hookGone() (close func()) {
+	var loConn *pgx.Conn
+	hook := func(id string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if loConn == nil || loConn.IsClosed() {
+			c, err := pgx.Connect(ctx, m.dsn)
+			if err != nil {
+				return // the earlier bound stands
+			}
+			loConn = c
+		}
+		lsn, err := readLSN(ctx, loConn, "pg_current_wal_lsn()")
+		if err != nil {
+			loConn.Close(ctx)
+			loConn = nil
+			return
+		}
+		m.setGoneLo(id, lsn)
+	}
+	m.recv.goneHook.Store(&hook)
+	return func() {
+		m.recv.goneHook.Store(nil)
+		m.recv.goneMu.Lock()
+		defer m.recv.goneMu.Unlock()
+		if loConn != nil {
+			loConn.Close(context.Background())
+		}
+	}
+}
+
+func (m *epManager) setGoneLo(id string, lsn pglogrepl.LSN) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.goneLo == nil {
+		m.goneLo = map[string]pglogrepl.LSN{}
+	}
+	m.goneLo[id] = lsn
 }
 
 // waitDisabled polls id's row until it says disabled, for at most limit (0: once).

@@ -96,9 +96,13 @@ type receiver struct {
 	blackouts  map[string]time.Time
 	blackedOut atomic.Int64
 	// gone: endpoints answered 410 Gone on every request until ungone (gone.go), so that the
-	// relay disables them; goneAnswers counts those answers.
+	// relay disables them, each with whether it answered one yet; goneAnswers counts those
+	// answers. goneHook, if set, runs before the first 410 of an episode is answered, under
+	// goneMu, which every 410 answer takes: the relay cannot hear a 410 before it returns.
 	gone        map[string]bool
 	goneAnswers atomic.Int64
+	goneMu      sync.Mutex
+	goneHook    atomic.Pointer[func(id string)]
 
 	// relayPIDs, once set (an endpoints run), gives the fleet's processes (OS pid → relay
 	// id), to tell which one sent a request (procsock.go).
@@ -220,16 +224,37 @@ func (r *receiver) setGone(id string, on bool) {
 		r.gone = map[string]bool{}
 	}
 	if on {
-		r.gone[id] = true
+		r.gone[id] = false
 	} else {
 		delete(r.gone, id)
 	}
 }
 
-func (r *receiver) goneNow(id string) bool {
+// goneAnswer reports whether endpoint id answers 410 now; if it does and this is the
+// episode's first answer, the hook runs first.
+func (r *receiver) goneAnswer(id string) bool {
 	r.epMu.Lock()
-	defer r.epMu.Unlock()
-	return r.gone[id]
+	_, on := r.gone[id]
+	r.epMu.Unlock()
+	if !on {
+		return false
+	}
+	r.goneMu.Lock()
+	defer r.goneMu.Unlock()
+	r.epMu.Lock()
+	answered, on := r.gone[id]
+	r.epMu.Unlock()
+	if on && !answered {
+		if h := r.goneHook.Load(); h != nil {
+			(*h)(id)
+		}
+		r.epMu.Lock()
+		if _, still := r.gone[id]; still {
+			r.gone[id] = true
+		}
+		r.epMu.Unlock()
+	}
+	return true
 }
 
 // blackout answers 503 to every request to endpoint id for d.
@@ -278,7 +303,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, "torture: endpoint blacked out", http.StatusServiceUnavailable)
 			return
 		}
-		if r.goneNow(endpoint) {
+		if r.goneAnswer(endpoint) {
 			r.goneAnswers.Add(1)
 			http.Error(w, "torture: endpoint gone", http.StatusGone)
 			return
