@@ -69,7 +69,10 @@ func (t *harness) writeEvidence(dir string, res *result) string {
 		writeProcsAround(&b, procs, f.At)
 	}
 	if len(res.PendingRows) > 0 {
-		writePendingEvidence(&b, res.PendingRows, t.recv.deliveries(), tl)
+		t.ledger.mu.Lock()
+		txs := t.ledger.txs
+		t.ledger.mu.Unlock()
+		writePendingEvidence(&b, res.PendingRows, t.recv.deliveries(), txs, tl)
 	}
 	path := filepath.Join(dir, "evidence.txt")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -146,13 +149,33 @@ func writeProcsAround(b *strings.Builder, procs []*relayProc, t time.Time) {
 }
 
 // writePendingEvidence lists, for each row left pending (the oldest few), every delivery of its
-// event (to any endpoint) and the changes of those endpoints from 10s before the row's
-// creation on: the endpoint that still holds it, or the change after which nobody marked it.
-func writePendingEvidence(b *strings.Builder, rows []pendingRow, ds []delivery, tl timeline) {
+// event (to any endpoint), the endpoints its commit routed it to (required, optional: dropped
+// by a later removal, uncertain: a 410's window) and those endpoints' changes from 10s before
+// the row's creation on: the endpoint that still holds it, or the change after which nobody
+// marked it.
+func writePendingEvidence(b *strings.Builder, rows []pendingRow, ds []delivery, txs []txRecord, tl timeline) {
 	byID := map[string][]delivery{}
 	for _, d := range ds {
 		byID[d.ID] = append(byID[d.ID], d)
 	}
+	commits := commitsOf(txs, ds)
+	type at struct{ tx, event int }
+	where := map[string]at{}
+	for _, r := range rows {
+		where[r.ID] = at{-1, -1}
+	}
+	for i, tx := range txs {
+		for k, e := range tx.Events {
+			if _, ok := where[e.ID]; ok {
+				where[e.ID] = at{i, k}
+			}
+		}
+	}
+	epIDs := make([]string, 0, len(tl))
+	for id := range tl {
+		epIDs = append(epIDs, id)
+	}
+	sort.Strings(epIDs)
 	fmt.Fprintf(b, "\n# Rows of outbox_events left pending (%d listed)\n", len(rows))
 	for _, r := range rows {
 		if r.ID == "" {
@@ -168,6 +191,33 @@ func writePendingEvidence(b *strings.Builder, rows []pendingRow, ds []delivery, 
 		if len(eps) == 0 {
 			b.WriteString("  none\n")
 		}
+		if w := where[r.ID]; w.tx >= 0 {
+			tx := txs[w.tx]
+			e := tx.Events[w.event]
+			b.WriteString("routed at its commit to:\n")
+			n := 0
+			for _, id := range epIDs {
+				p := rule(tl[id], posOf(tx, commits[w.tx]), e)
+				if !p.Routed && p.Why != whyPausedDropped {
+					continue
+				}
+				kind := "required"
+				switch {
+				case p.Uncertain:
+					kind = "uncertain (a 410's window)"
+				case !p.Routed:
+					kind = "held by a pause, then dropped"
+				case !p.Required:
+					kind = "optional (removed later)"
+				}
+				fmt.Fprintf(b, "  %s: %s\n", id, kind)
+				eps[id] = true
+				n++
+			}
+			if n == 0 {
+				b.WriteString("  no endpoint\n")
+			}
+		}
 		ids := make([]string, 0, len(eps))
 		for id := range eps {
 			ids = append(ids, id)
@@ -176,7 +226,7 @@ func writePendingEvidence(b *strings.Builder, rows []pendingRow, ds []delivery, 
 		for _, id := range ids {
 			for _, ver := range tl[id] {
 				if !ver.At.Before(r.Created.Add(-evidenceWindow)) {
-					fmt.Fprintf(b, "  %s: %s %s state=%s\n", id, ver.At.Format(stamp), ver.Op, ver.State)
+					fmt.Fprintf(b, "  %s: %s %s state=%s exists=%v\n", id, ver.At.Format(stamp), ver.Op, ver.State, ver.Exists)
 				}
 			}
 		}

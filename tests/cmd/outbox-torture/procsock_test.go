@@ -67,3 +67,18 @@ func TestEvidenceParts(t *testing.T) {
 }
 
 func closed() chan struct{} { c := make(chan struct{}); close(c); return c }
+
+// The evidence of a row left pending names the endpoints its commit routed it to and how.
+func TestPendingEvidence(t *testing.T) {
+	r := cleanEpRecord()
+	var b strings.Builder
+	rows := []pendingRow{{ID: "e2", Created: at(3.5), What: "e2 pending"}, {ID: "e7", Created: at(9), What: "e7 pending"}}
+	writePendingEvidence(&b, rows, r.Deliveries, r.Txs, r.Timeline)
+	out := b.String()
+	for _, want := range []string{"## e2 pending", "ep-b relay 0", "  ep-b: required", "ep-b: 00:00:05.000000 disable state=disabled",
+		"## e7 pending", "  ep-a: required"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pending evidence lacks %q:\n%s", want, out)
+		}
+	}
+}
