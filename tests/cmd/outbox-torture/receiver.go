@@ -153,10 +153,9 @@ func (r *receiver) listen() error {
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: log.New(io.Discard, "", 0), // resets make the server complain
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if pids := r.relayPIDs.Load(); pids != nil {
-				return context.WithValue(ctx, relayKey{}, connOwner(c, (*pids)()))
-			}
-			return ctx
+			// Looked up in the handler that first records a delivery on c, not here, on
+			// the accept loop: the look-up reads /proc, and accepts must not queue behind it.
+			return context.WithValue(ctx, relayKey{}, &connRelay{c: c})
 		}}
 	go func() { _ = r.srv.Serve(ln) }()
 	return nil
@@ -374,8 +373,24 @@ func reset(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
-// relayKey keys the id of the relay process that opened a request's connection.
+// relayKey keys the connRelay of a request's connection.
 type relayKey struct{}
+
+// connRelay finds, once, the relay process that opened a connection (procsock.go).
+type connRelay struct {
+	c    net.Conn
+	once sync.Once
+	id   int
+}
+
+func (cr *connRelay) of(r *receiver) int {
+	cr.once.Do(func() {
+		if pids := r.relayPIDs.Load(); pids != nil {
+			cr.id = connOwner(cr.c, (*pids)())
+		}
+	})
+	return cr.id
+}
 
 // record logs the events of a request the inbox accepted: one, or each event of a CloudEvents
 // batch (TORTURE_BATCH), in the batch's order.
@@ -396,7 +411,10 @@ func (r *receiver) record(req *http.Request, body []byte, endpoint string) {
 			Sequence:  req.Header.Get("X-Event-Sequence"),
 			Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")})
 	}
-	relay, _ := req.Context().Value(relayKey{}).(int)
+	relay := 0
+	if cr, ok := req.Context().Value(relayKey{}).(*connRelay); ok {
+		relay = cr.of(r)
+	}
 	r.mu.Lock()
 	now := time.Now()
 	for _, d := range ds {
