@@ -25,7 +25,7 @@ import (
 
 // goneWait bounds the wait for the relay to disable an endpoint that answers 410: a relay needs
 // an event routed to it first.
-const goneWait = 15 * time.Second
+const goneWait = 10 * time.Second
 
 // gones runs the 410 fault every 4–8s, on a seeded stream of its own, until load ends; an
 // episode under way finishes under ctx. It returns how many endpoints the relay disabled.
@@ -39,7 +39,7 @@ func (m *epManager) gones(load, ctx context.Context) int {
 			continue
 		}
 		delay := 500*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))
-		ok, err := m.gone(ctx, id, delay)
+		ok, err := m.gone(load, ctx, id, delay)
 		if err != nil && ctx.Err() == nil {
 			m.fail(fmt.Sprintf("410 of %s: %v", id, err))
 		}
@@ -75,8 +75,9 @@ func (m *epManager) reserveEnabled(rng *mrand.Rand) (string, bool) {
 
 // gone makes endpoint id answer 410 until the relay disables it, records that disable in the
 // timeline, waits delay and enables it with the command. It returns whether the relay
-// disabled it.
-func (m *epManager) gone(ctx context.Context, id string, delay time.Duration) (bool, error) {
+// disabled it. The waits end with load (the run must not outlast its duration for an
+// episode); what must still be done (settling the disable, the enable) finishes under ctx.
+func (m *epManager) gone(load, ctx context.Context, id string, delay time.Duration) (bool, error) {
 	conn, err := m.goneConn(ctx)
 	if err != nil {
 		return false, err
@@ -89,11 +90,14 @@ func (m *epManager) gone(ctx context.Context, id string, delay time.Duration) (b
 	m.setGoneLo(id, 0)
 	m.recv.setGone(id, true)
 	from := time.Now()
-	disabled := m.waitDisabled(ctx, conn, id, goneWait)
-	m.recv.setGone(id, false)
+	disabled := m.waitDisabled(load, conn, id, goneWait)
+	answered := m.recv.setGone(id, false)
 	m.mu.Lock()
 	m.blackoutLog = append(m.blackoutLog, span{What: "410 Gone from " + id, ID: id, From: from, To: time.Now()})
 	m.mu.Unlock()
+	if !disabled && !answered {
+		return false, nil // no 410 left the receiver: the relay has nothing to disable it for
+	}
 	if !disabled {
 		// A 410 answered just now may still be turning into a disable: look once more, on a
 		// fresh connection, after the relay has had time to commit it. (finish checks that
@@ -125,7 +129,7 @@ func (m *epManager) gone(ctx context.Context, id string, delay time.Duration) (b
 	m.stats.Gone++
 	m.mu.Unlock()
 	m.logf("endpoint %s answered 410 Gone and was disabled by the relay; enabling it in %s", id, delay.Round(time.Millisecond))
-	if !sleep(ctx, delay) {
+	if !sleep(load, delay) && ctx.Err() != nil {
 		return true, nil // finish enables it
 	}
 	m.mu.Lock()

@@ -32,7 +32,13 @@ func TestGoneHookRunsBeforeTheFirst410(t *testing.T) {
 			t.Fatal("does not answer 410 after setGone")
 		}
 	}
-	r.setGone("ep-001", false)
+	if !r.setGone("ep-001", false) {
+		t.Fatal("the episode that answered 410 says it answered none")
+	}
+	r.setGone("ep-001", true)
+	if r.setGone("ep-001", false) {
+		t.Fatal("an episode that answered nothing says it answered")
+	}
 	r.setGone("ep-001", true)
 	r.goneAnswer("ep-001")
 	if strings.Join(calls, ",") != "ep-001,ep-001" {

@@ -215,18 +215,23 @@ func (r *receiver) heal() {
 	r.epMu.Unlock()
 }
 
-// setGone makes endpoint id answer 410 Gone to every request (on), or stop doing so.
-func (r *receiver) setGone(id string, on bool) {
+// setGone makes endpoint id answer 410 Gone to every request (on), or stop doing so; it
+// reports whether the episode it ends answered any 410.
+func (r *receiver) setGone(id string, on bool) (answered bool) {
+	r.goneMu.Lock() // no 410 is being answered meanwhile
+	defer r.goneMu.Unlock()
 	r.epMu.Lock()
 	defer r.epMu.Unlock()
 	if r.gone == nil {
 		r.gone = map[string]bool{}
 	}
+	answered = r.gone[id]
 	if on {
 		r.gone[id] = false
 	} else {
 		delete(r.gone, id)
 	}
+	return answered
 }
 
 // goneAnswer reports whether endpoint id answers 410 now; if it does and this is the
