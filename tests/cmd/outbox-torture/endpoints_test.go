@@ -204,6 +204,9 @@ func TestEndpointManagerUnderLoad(t *testing.T) {
 		t.Fatalf("manager failures: %q", st.Failures)
 	}
 	for _, op := range epOps {
+		if op == opGone {
+			continue // the relay's own disable after a 410 (gone.go): no relay runs here
+		}
 		if st.Committed[op] == 0 {
 			t.Errorf("no %s committed: %+v", op, st.Committed)
 		}
