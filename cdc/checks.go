@@ -46,11 +46,12 @@ var tablePrivileges = []tablePrivilege{
 }
 
 // endpointPrivileges are the privileges a pipeline with endpoints uses besides: it reads the
-// endpoints (and disables one that answers 410 Gone), and keeps their versions and status.
+// endpoints (and disables one that answers 410 Gone), and keeps their versions, status and outages.
 var endpointPrivileges = []tablePrivilege{
 	{schema.Endpoints, []string{"SELECT", "UPDATE"}},
 	{schema.EndpointVersions, []string{"SELECT", "INSERT", "DELETE"}},
 	{schema.EndpointStatus, []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{schema.EndpointOutages, []string{"SELECT", "INSERT", "DELETE"}},
 }
 
 type tablePrivilege struct {

@@ -119,7 +119,8 @@ func TestSetupWithEndpointsChecksTheirPrivileges(t *testing.T) {
 	roleDSN := u.String()
 	_, err = cdc.Setup(ctx, roleDSN, "s_role", "p_role", cdc.SetupOptions{Endpoints: true, Pipeline: "p"})
 	want := fmt.Sprintf(`GRANT UPDATE ON "public"."outbox_endpoints" TO "%[1]s"; GRANT SELECT, INSERT, DELETE ON `+
-		`"public"."outbox_endpoint_versions" TO "%[1]s"; GRANT INSERT, UPDATE, DELETE ON "public"."outbox_endpoint_status" TO "%[1]s";`, role)
+		`"public"."outbox_endpoint_versions" TO "%[1]s"; GRANT INSERT, UPDATE, DELETE ON "public"."outbox_endpoint_status" TO "%[1]s"; `+
+		`GRANT SELECT, INSERT, DELETE ON "public"."outbox_endpoint_outages" TO "%[1]s";`, role)
 	if !errors.Is(err, cdc.ErrNoPrivilege) || !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("with endpoints: %v\nwant ErrNoPrivilege ending in %s", err, want)
 	}

@@ -199,17 +199,18 @@ func TestUpRefusesAForeignOutboxTable(t *testing.T) {
 	}
 }
 
-// backToVersion10 undoes migrations 18 (the portal's sessions), 17 (the API), 16 (the event-type catalog and egress), 15 (endpoint
+// backToVersion10 undoes migrations 19 (the endpoints' outages), 18 (the portal's sessions), 17 (the API), 16 (the event-type catalog and egress), 15 (endpoint
 // isolation), 14 (the endpoint stream), 13 (endpoints), 12 (slot location) and 11 (the
-// concurrently built indexes) of a database migrated to 18: what it looks
+// concurrently built indexes) of a database migrated to 19: what it looks
 // like before migration 11, so that the next Up builds 11's indexes. A later migration must be
 // undone here first.
 func backToVersion10(t *testing.T, conn *pgx.Conn) {
 	t.Helper()
-	if latest := migrations.Latest(); latest != 18 {
-		t.Fatalf("backToVersion10 undoes migrations 18 to 11; undo %d..19 first", latest)
+	if latest := migrations.Latest(); latest != 19 {
+		t.Fatalf("backToVersion10 undoes migrations 19 to 11; undo %d..20 first", latest)
 	}
-	for _, q := range []string{`DROP TABLE outbox_portal_sessions`, `DELETE FROM outbox_relay_schema WHERE version_id = 18`,
+	for _, q := range []string{`DROP TABLE outbox_endpoint_outages`, `DELETE FROM outbox_relay_schema WHERE version_id = 19`,
+		`DROP TABLE outbox_portal_sessions`, `DELETE FROM outbox_relay_schema WHERE version_id = 18`,
 		`DROP TABLE outbox_api_audit`, `DROP TABLE outbox_api_idempotency`,
 		`ALTER TABLE outbox_replays DROP COLUMN event_id`, `ALTER TABLE outbox_endpoints DROP COLUMN description`,
 		`DELETE FROM outbox_relay_schema WHERE version_id = 17`,

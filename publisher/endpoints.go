@@ -191,7 +191,9 @@ func (s *endpointState) applyPending(lsn pglogrepl.LSN) {
 		return
 	}
 	vs := s.pending[:n:n]
-	s.pending = s.pending[n:]
+	// A copy of the rest, so that the versions taken (their rows) are not kept alive by
+	// pending's array once applied: at start that is every endpoint's row.
+	s.pending = append([]store.EndpointVersion(nil), s.pending[n:]...)
 	s.boundBacklogs(vs...) // until the steps below have applied them (findDoomed bounds again then)
 	steps := make([]func(), 0, n+1)
 	for _, v := range vs {
@@ -299,7 +301,8 @@ func (s *endpointState) resync(lsn pglogrepl.LSN, then func()) {
 		}
 		// Caught up in the middle of a transaction (followSession), the lanes may have applied
 		// versions of its own control records, at lsn: those stand.
-		s.pending = slices.DeleteFunc(vs[n:], func(v store.EndpointVersion) bool {
+		// (A copy: vs's array would keep every endpoint's row of vs[:n] alive.)
+		s.pending = slices.DeleteFunc(append([]store.EndpointVersion(nil), vs[n:]...), func(v store.EndpointVersion) bool {
 			l := e.byID[v.ID]
 			return l != nil && pglogrepl.LSN(l.applied) >= v.LSN
 		})
@@ -636,6 +639,9 @@ func (e *engine) rebuild(l *lane) {
 	old := l.release
 	l.setDest(dest)
 	l.release, l.rebuildAt = release, at
+	if at.IsZero() {
+		l.raw = nil // only a rebuild at rebuildAt reads it again; a new version brings its own
+	}
 	if old != nil {
 		old()
 	}

@@ -62,6 +62,14 @@ func disableOnce(ctx context.Context, disable func(context.Context, string, stri
 	return err == nil, err
 }
 
+// A lane's record of its endpoint's outage (FanoutConfig.Outage).
+const (
+	outageNone       = iota // none began here
+	outageRecording         // its breaker opened; the record is being written
+	outageRecorded          // recorded: its recovery is reported by whoever ends it
+	outageUnrecorded        // the record failed: this relay reports the recovery
+)
+
 // disabledAlready reports an endpoint that this relay found disabled when it went to disable
 // it: another relay or shard did, and reported it.
 func (e *engine) disabledAlready(l *lane, reason string) {
@@ -85,12 +93,61 @@ func (e *engine) transitions(l *lane, ch health.Change) {
 	}
 	if ch.FirstOpen {
 		e.tm.opened.Inc()
+		e.beginOutage(l)
 	}
 	if ch.Recovered {
-		e.tm.recovered.Inc()
-		e.notify(EndpointEvent{Type: EventEndpointRecovered, Pipeline: e.cfg.pipeline, Endpoint: l.id,
+		e.recovered(l, EndpointEvent{Type: EventEndpointRecovered, Pipeline: e.cfg.pipeline, Endpoint: l.id,
 			FailingSince: ch.FailingSince, At: e.now, Failures: ch.Failures})
 	}
+}
+
+// beginOutage records l's outage for the shards and relays of its endpoint (FanoutConfig.Outage),
+// so that one of them reports its recovery.
+func (e *engine) beginOutage(l *lane) {
+	if e.cfg.outage == nil {
+		return
+	}
+	id, outage := l.id, e.cfg.outage
+	l.outage = outageRecording
+	e.do("record an endpoint's outage", false, func(ctx context.Context) (any, error) { return outage(ctx, id, true) },
+		func(_ any, err error) {
+			if l.outage != outageRecording {
+				return // it recovered meanwhile, and reported it (outageUnrecorded)
+			}
+			l.outage = outageRecorded
+			if err != nil {
+				l.outage = outageUnrecorded
+				e.log.Warn().Err(err).Str("endpoint", id).Msg("recording an endpoint's outage failed; its recovery is reported by this relay whatever the others report")
+			}
+		})
+}
+
+// recovered reports that l's endpoint recovered (ev), unless another shard or relay ended its
+// outage first and reported it.
+func (e *engine) recovered(l *lane, ev EndpointEvent) {
+	report := func() {
+		e.tm.recovered.Inc()
+		e.notify(ev)
+	}
+	state := l.outage
+	l.outage = outageNone
+	if e.cfg.outage == nil || state != outageRecorded {
+		report() // nothing recorded that another could end: this relay reports it
+		return
+	}
+	id, outage := l.id, e.cfg.outage
+	e.do("end an endpoint's outage", false, func(ctx context.Context) (any, error) { return outage(ctx, id, false) },
+		func(v any, err error) {
+			switch ended, _ := v.(bool); {
+			case err != nil:
+				e.log.Warn().Err(err).Str("endpoint", id).Msg("ending an endpoint's outage failed; this relay reports its recovery, another may too")
+				report()
+			case ended:
+				report()
+			default:
+				e.log.Info().Str("endpoint", id).Msg("endpoint recovered; another shard or relay saw it first and reports it")
+			}
+		})
 }
 
 // housekeep checks the endpoints' health, saves their status, rebuilds the destinations whose

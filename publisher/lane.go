@@ -52,6 +52,7 @@ type lane struct {
 
 	health  health.Tracker
 	breaker bool // the breaker holds attempts back while open (else it is only reported)
+	outage  int  // the record of its endpoint's outage (outageNone, ...: health.go)
 	paused  bool // held back: the pipeline, the endpoint, or a 410 being recorded
 	gone    bool // answered 410 Gone: held until its disable (or the pipeline's pause) is recorded and applied
 
@@ -64,8 +65,8 @@ type lane struct {
 
 	// An endpoint's row and what follows it (endpoints.go).
 	row       endpoint.Row
-	raw       []byte
-	applied   int64 // the LSN of the version row is
+	raw       []byte // the row's JSON, for a rebuild at rebuildAt; nil when none is due
+	applied   int64  // the LSN of the version row is
 	release   func()
 	rebuildAt time.Time
 	started   time.Time

@@ -58,6 +58,12 @@ type Config struct {
 	// RateLimit, if positive, bounds the attempts started in any one-second window to this
 	// many, retries included. Zero (the default): unlimited.
 	RateLimit int
+	// Shard and Shards say which shard of how many this engine delivers, when the pipeline is
+	// sharded (one engine per shard, all sending to the one destination): RateLimit is split
+	// among the shards, this one taking its share, so that the destination sees at most
+	// RateLimit a second from them together (below Shards, one attempt every Shards/RateLimit
+	// seconds each). Zero Shards (or 1): not sharded, the whole RateLimit.
+	Shard, Shards int
 	// Registerer receives the engine's series (outbox_relay_events_delivered_total,
 	// _delivery_attempts_total, _parked_aggregates, ...; see docs/reference/metrics.md). If
 	// nil, they are registered nowhere. Wrap it with prometheus.WrapRegistererWith to label one
@@ -181,6 +187,13 @@ type FanoutConfig struct {
 	// wrapping ErrDisabledAlready when it changed nothing (disabled already, or removed): the
 	// operator is then not notified by this engine. Required.
 	Disable func(ctx context.Context, id, reason string) error
+	// Outage records an endpoint's outage where every shard and relay of it sees it: began
+	// (its circuit breaker opened here) records it unless it is recorded already; !began (it
+	// recovered here) ends it and reports whether this call did. Of several shards that see the
+	// endpoint recover, the one that ended the outage reports endpoint.recovered (Notify and the
+	// recovered transition); the others report nothing. Nil: each engine reports the recoveries
+	// it sees (right with one shard).
+	Outage func(ctx context.Context, id string, began bool) (ended bool, err error)
 	// Confirmed returns the position the slot confirmed, to prune the versions log and to mark
 	// an event read from a backlog. Nil: never pruned, and such an event keeps its status.
 	Confirmed func() pglogrepl.LSN
@@ -257,6 +270,7 @@ type engineConfig struct {
 	laneStore                    func(name string) store.Pipeline
 	open                         func(id string, row []byte) (destination.Destination, func(), time.Time, error)
 	disable                      func(ctx context.Context, id, reason string) error
+	outage                       func(ctx context.Context, id string, began bool) (bool, error)
 	confirmed                    func() pglogrepl.LSN
 	statusInterval               time.Duration
 	backlog                      store.Backlog
@@ -299,7 +313,7 @@ func New(cfg Config, dest destination.Destination, acker Acker, marks Marks) *Pu
 	if _, ok := dest.(destination.BatchDestination); ok && cfg.Batch.Enabled() {
 		l.batching = cfg.Batch
 	}
-	l.setRateLimit(cfg.RateLimit, time.Second)
+	l.setRateLimit(rateShare(cfg.RateLimit, cfg.Shard, cfg.Shards))
 	l.setDest(dest)
 	return &Publisher{shutdown: cfg.ShutdownTimeout, owner: owner{e: e}}
 }
@@ -313,7 +327,7 @@ func NewFanout(cfg FanoutConfig, acker Acker, marks Marks) *Publisher {
 	ec := engineConfig{pipeline: cfg.Pipeline, workers: cfg.Workers, endpointMaxInFlight: cfg.EndpointMaxInFlight,
 		retryMin: c.RetryMin, retryMax: c.RetryMax, maxAttempts: c.MaxAttempts, shutdownTimeout: c.ShutdownTimeout,
 		logPayloads: cfg.LogPayloads, store: cfg.Store, backfillSlot: cfg.BackfillSlot, resume: cfg.Resume,
-		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable,
+		deliveryLog: cfg.DeliveryLog, endpoints: cfg.Endpoints, laneStore: cfg.LaneStore, open: cfg.Open, disable: cfg.Disable, outage: cfg.Outage,
 		confirmed: cfg.Confirmed, statusInterval: cfg.StatusInterval, backlog: cfg.Backlog, spillAfter: cfg.SpillAfter,
 		spillSize: cfg.SpillSize, disableAfter: cfg.DisableAfter, notify: cfg.Notify, clock: time.Now, slot: cfg.Slot,
 		shard: cfg.Shard, shards: cfg.Shards}

@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/endpointdest"
 	"github.com/outbox-relay/outbox-relay/internal/seal"
 	"github.com/outbox-relay/outbox-relay/internal/settings"
+	"github.com/outbox-relay/outbox-relay/internal/state"
 	"github.com/outbox-relay/outbox-relay/internal/tracing"
 )
 
@@ -121,6 +122,14 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		}
 		return nil
 	}
+	// The outage record: of the shards (and relays) that see the endpoint recover, the one that
+	// ends it notifies.
+	outage := func(ctx context.Context, id string, began bool) (bool, error) {
+		if began {
+			return false, state.BeginOutage(ctx, pool, cfg.Schema, id)
+		}
+		return state.EndOutage(ctx, pool, cfg.Schema, id)
+	}
 	workers := max(p.MaxInFlight, settings.EndpointWorkers)
 	return publisher.NewFanout(publisher.FanoutConfig{Pipeline: p.Name, Workers: workers, RetryMin: p.RetryMin,
 		RetryMax: p.RetryMax, MaxAttempts: p.MaxAttempts, ShutdownTimeout: cfg.ShutdownTimeout, LogPayloads: cfg.LogPayloads,
@@ -131,7 +140,7 @@ func newFanout(cfg Config, p Pipeline, owner bool, reg prometheus.Registerer, po
 		LaneStore: func(name string) store.Pipeline {
 			return pgstore.Pipeline{Pool: pool, Pipeline: name, OwnState: true, Schema: cfg.Schema}
 		},
-		Open: open, Disable: disable, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
+		Open: open, Disable: disable, Outage: outage, Confirmed: confirmed, MetricsEndpoints: cfg.EndpointMetrics, MetricsMax: cfg.EndpointMetricsMax,
 		Backlog:    pgstore.Backlog{Pool: pool, Pipeline: p.Name, Schema: cfg.Schema},
 		SpillAfter: p.SpillAfter, SpillSize: p.SpillSize, DisableAfter: p.EndpointDisableAfter, Notify: cfg.operator.notifier(),
 		DeliveryLog: deliveryLogOf(dlog), Slot: slot, Shard: p.shard.index, Shards: p.shard.of,

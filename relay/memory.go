@@ -16,11 +16,14 @@ const (
 	// heap per buffered byte, with room for the GC to collect at a calm pace.
 	MemoryPerBufferedByte = 2
 	// MemoryPerEndpoint is the limit's allowance per partner endpoint of each pipeline (and
-	// shard) with endpoints: what its lane and its webhook client hold live (measured about 8 KB
-	// each at 10,000 endpoints: a kept-alive connection's buffers, the lane's queues and maps, its
-	// versions), with room for the GC. Without it a relay of 10,000 endpoints held about 118 MB
-	// live under a 96 MiB limit, and the GC took half of its CPU.
-	MemoryPerEndpoint = 24 << 10
+	// shard) with endpoints: what its lane and its webhook client hold live, with a kept-alive
+	// https connection. Measured at 10,000 endpoints: about 3.5 KB each (the lane's queues and
+	// maps, its client and signer; a connection's read and write buffers are lent per request,
+	// not kept per endpoint), and a TLS connection about 7 KB more (crypto/tls keeps its record
+	// and handshake buffers and cipher state while the connection idles). Below what they hold
+	// the GC runs back to back: 10,000 endpoints once held about 118 MB live under a 96 MiB
+	// limit, and the GC took half of the relay's CPU.
+	MemoryPerEndpoint = 12 << 10
 )
 
 // BufferedBytesBound returns the sum of MaxBufferedBytes (defaults applied) over the pipelines
@@ -50,7 +53,7 @@ func SoftMemoryLimit(cfg Config) (int64, error) {
 
 // SoftMemoryLimitFor is SoftMemoryLimit with endpoints partner endpoints (outbox_endpoints'
 // rows): MemoryPerEndpoint each, for every pipeline (and shard) with endpoints, since each holds
-// a lane and a client per endpoint (10,000 endpoints on one pipeline: 330 MiB).
+// a lane and a client per endpoint (10,000 endpoints on one pipeline: 213 MiB).
 func SoftMemoryLimitFor(cfg Config, endpoints int) (int64, error) {
 	cfg.defaults()
 	pipes, err := cfg.pipelines()

@@ -541,7 +541,7 @@ func newPipelineRunner(cfg Config, p Pipeline, owner bool, reg prometheus.Regist
 		RetryMax: p.RetryMax, ShutdownTimeout: cfg.ShutdownTimeout, Logger: log, Registerer: reg,
 		MaxAttempts: p.MaxAttempts, LogPayloads: cfg.LogPayloads,
 		Store:    pgstore.Pipeline{Pool: pool, Pipeline: p.Name, OwnState: !owner, Schema: cfg.Schema},
-		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit,
+		Pipeline: p.Name, Shadow: p.Shadow, RateLimit: p.RateLimit, Shard: p.shard.index, Shards: p.shard.of,
 		BackfillSlot: p.Slot, Batch: p.Delivery.Batch, Resume: resume,
 		OnGone: p.OnGone, RecordPause: r.recordPause, NoBreaker: !p.Breaker, Slot: r.stream}
 	if p.Backlog {

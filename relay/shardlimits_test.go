@@ -171,3 +171,78 @@ func counterSum(r *running, name, label, value string) float64 {
 	}
 	return sum
 }
+
+// Both shards of a pipeline see an endpoint fail until their circuit breakers open, then
+// recover: the operator's webhook gets one endpoint.recovered, not one per shard (the shard that
+// ends the recorded outage reports it; the other logs that it was reported).
+func TestShardedEndpointRecoveredOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	flaky := newPartner(t, "flaky", func(string, string, string) bool { return true })
+	e.addPartner(flaky, endpoints.Endpoint{})
+	var logs relaytest.SyncBuffer
+	opened := func() int { return strings.Count(logs.String(), "its circuit breaker opened") }
+	flaky.recv.SetFail(func(*http.Request) int {
+		if opened() < 2 { // fails until both shards' breakers opened
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	op := newOperatorEvents(t)
+	r := e.startShards(func(c *Config) { c.MaxAttempts = -1; op.configure(c); logTo(&logs, t)(c) })
+	for _, agg := range e.shardAggregates("f", 2) {
+		for seq := 1; seq <= 2; seq++ {
+			if _, err := outbox.Enqueue(context.Background(), e.pool, outbox.Event{AggregateType: "order", AggregateID: agg,
+				EventType: "order.created", Payload: map[string]int{"seq": seq}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, 60*time.Second, "both shards saw the endpoint recover", func() bool {
+		return strings.Count(logs.String(), "endpoint recovered: its circuit breaker closed") == 2
+	})
+	waitFor(t, 30*time.Second, "a shard reported the recovery", func() bool { return len(op.of("endpoint.recovered", flaky.id)) >= 1 })
+	if err := r.stop(t); err != nil { // the operator's queue is delivered before Run returns
+		t.Fatal(err)
+	}
+	if n := len(op.of("endpoint.recovered", flaky.id)); n != 1 {
+		t.Fatalf("%d endpoint.recovered notifications for one recovery seen by two shards, want 1", n)
+	}
+	if n := strings.Count(logs.String(), "another shard or relay saw it first"); n != 1 {
+		t.Fatalf("%d shards logged that another reported the recovery, want 1", n)
+	}
+	if n := counterSum(r, "outbox_relay_endpoint_transitions_total", "transition", "recovered"); n != 1 {
+		t.Fatalf("recovered transitions over the shards = %v, want 1", n)
+	}
+	if n := counterSum(r, "outbox_relay_endpoint_transitions_total", "transition", "circuit_opened"); n != 2 {
+		t.Fatalf("circuit_opened transitions over the shards = %v, want 2 (each shard's breaker opened)", n)
+	}
+}
+
+// A one-destination pipeline's rate_limit holds across its shards together, as an endpoint's
+// does: each shard takes its share. With the whole limit each, the 120 events would arrive
+// within about 6 s, 120 in one 10 s window.
+func TestShardedPipelineRateLimitHoldsTogether(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startNoWait(func(c *Config) {
+		c.Pipelines = []Pipeline{{Name: "orders", Shards: 2, Slot: e.slot, WebhookURL: e.recv.URL, Secrets: []string{secret},
+			RateLimit: 10}}
+	})
+	waitFor(t, 30*time.Second, "both shards' slots", func() bool { return e.countReadySlots(e.slot+"_s%of2") == 2 })
+	res := e.produce(relaytest.Workload{Events: 120, Aggregates: 40, MaxTxSize: 4})
+	if rep := e.waitDelivered(res, 60*time.Second); len(rep.Lost) != 0 {
+		t.Fatalf("%d events lost", len(rep.Lost))
+	}
+	var at []time.Time
+	for _, d := range e.recv.Deliveries() {
+		at = append(at, d.At)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	if n := maxInWindow(at, 10*time.Second); n > 110 {
+		t.Fatalf("%d requests in 10 s to a destination with rate_limit 10 over 2 shards: want at most 100 (110 with the margin)", n)
+	}
+	if len(at) < 120 {
+		t.Fatalf("%d requests, want every one of the 120 events", len(at)) // (the window's positive control)
+	}
+}

@@ -3,6 +3,7 @@ package signature
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -133,31 +134,75 @@ func AppendStandard(dst []byte, keys [][]byte, id string, ts int64, body []byte)
 	return dst
 }
 
-// Signer signs with a fixed set of keys, reusing HMAC state across calls; it is safe for
-// concurrent use. It produces the same values as AppendX and AppendStandard.
+// Signer signs with a fixed set of keys; it is safe for concurrent use. It produces the same
+// values as AppendX and AppendStandard.
+//
+// It keeps, per key, only HMAC-SHA256's two padded-key states (about 200 bytes), and borrows a
+// SHA-256 from a pool shared by every Signer for each signature: a relay with thousands of
+// endpoints holds one Signer each, so a pool of HMACs per Signer (about 2 KB each) would grow
+// with the endpoints, not with the requests in flight.
 type Signer struct {
-	pools []sync.Pool
+	keys []hmacKey
 }
+
+// hmacKey is a key's SHA-256 states after its inner and outer padded key (RFC 2104), as
+// MarshalBinary writes them: a MAC starts from them instead of hashing the padded key again.
+type hmacKey struct{ inner, outer []byte }
+
+var sha256s = sync.Pool{New: func() any { return sha256.New() }}
 
 // NewSigner returns a Signer for keys.
 func NewSigner(keys [][]byte) *Signer {
-	s := &Signer{pools: make([]sync.Pool, len(keys))}
+	s := &Signer{keys: make([]hmacKey, len(keys))}
 	for i, k := range keys {
-		k := k
-		s.pools[i].New = func() any { return hmac.New(sha256.New, k) }
+		s.keys[i] = newHMACKey(k)
 	}
 	return s
 }
 
-func (s *Signer) sum(i int, dst []byte, parts ...[]byte) []byte {
-	m := s.pools[i].Get().(hash.Hash)
-	m.Reset()
-	for _, p := range parts {
-		m.Write(p)
+func newHMACKey(key []byte) hmacKey {
+	if len(key) > sha256.BlockSize {
+		sum := sha256.Sum256(key)
+		key = sum[:]
 	}
-	dst = m.Sum(dst)
-	s.pools[i].Put(m)
-	return dst
+	var pad [sha256.BlockSize]byte
+	state := func(x byte) []byte {
+		for i := range pad {
+			pad[i] = x
+			if i < len(key) {
+				pad[i] ^= key[i]
+			}
+		}
+		h := sha256.New()
+		h.Write(pad[:])
+		b, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+		if err != nil {
+			panic("signature: SHA-256 state: " + err.Error()) // crypto/sha256's digest always marshals
+		}
+		return b
+	}
+	return hmacKey{inner: state(0x36), outer: state(0x5c)}
+}
+
+func (s *Signer) sum(i int, dst []byte, parts ...[]byte) []byte {
+	h := sha256s.Get().(hash.Hash)
+	defer sha256s.Put(h)
+	k := s.keys[i]
+	restore(h, k.inner)
+	for _, p := range parts {
+		h.Write(p)
+	}
+	var in [sha256.Size]byte
+	inner := h.Sum(in[:0])
+	restore(h, k.outer)
+	h.Write(inner)
+	return h.Sum(dst)
+}
+
+func restore(h hash.Hash, state []byte) {
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
+		panic("signature: SHA-256 state: " + err.Error()) // written by the same package's MarshalBinary
+	}
 }
 
 // AppendX appends the X-Signature header value, as the function AppendX.
@@ -165,7 +210,7 @@ func (s *Signer) AppendX(dst []byte, ts int64, body []byte) []byte {
 	var tsBuf [20]byte
 	t := strconv.AppendInt(tsBuf[:0], ts, 10)
 	var mac [sha256.Size]byte
-	for i := range s.pools {
+	for i := range s.keys {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -183,7 +228,7 @@ func (s *Signer) AppendStandard(dst []byte, id string, ts int64, body []byte) []
 	prefix = strconv.AppendInt(prefix, ts, 10)
 	prefix = append(prefix, '.')
 	var mac [sha256.Size]byte
-	for i := range s.pools {
+	for i := range s.keys {
 		if i > 0 {
 			dst = append(dst, ' ')
 		}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,11 +31,43 @@ type rawClient struct {
 	tunnel      *tunnel // set: every connection goes through this proxy
 }
 
+// rawConn is one connection. Its read and write buffers are borrowed from pools for a round
+// trip only (bufs): an idle connection holds none, so the memory of the buffers follows the
+// requests in flight, not the connections kept alive (thousands of endpoints each keep one).
 type rawConn struct {
 	c    net.Conn
-	br   *bufio.Reader
-	buf  []byte
 	used bool // has carried a request before
+}
+
+// bufs are a round trip's buffers: the answer's reader and the request being written.
+type bufs struct {
+	br  *bufio.Reader
+	buf []byte
+}
+
+// readSize is a round trip's read buffer: an answer's head fits in it.
+const readSize = 4096
+
+// maxPooledWrite caps the write buffers put back in the pool: a large request's buffer is left
+// to the GC instead of being kept for small ones.
+const maxPooledWrite = 64 << 10
+
+var roundTripBufs = sync.Pool{New: func() any {
+	return &bufs{br: bufio.NewReaderSize(nil, readSize), buf: make([]byte, 0, 1024)}
+}}
+
+func getBufs(c net.Conn) *bufs {
+	b := roundTripBufs.Get().(*bufs)
+	b.br.Reset(c)
+	return b
+}
+
+func putBufs(b *bufs) {
+	b.br.Reset(nil)
+	if cap(b.buf) > maxPooledWrite {
+		b.buf = make([]byte, 0, 1024)
+	}
+	roundTripBufs.Put(b)
 }
 
 // maxDrain is how much of an answer's body is read to keep its connection; a longer body
@@ -87,7 +120,9 @@ func (rc *rawClient) roundTrip(ctx context.Context, conn *rawConn, appendHead fu
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	b := conn.buf[:0]
+	bb := getBufs(conn.c)
+	defer putBufs(bb)
+	b := bb.buf[:0]
 	b = append(b, "POST "...)
 	b = append(b, rc.target...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
@@ -98,17 +133,19 @@ func (rc *rawClient) roundTrip(ctx context.Context, conn *rawConn, appendHead fu
 	b = appendHead(b)
 	b = append(b, "\r\n"...)
 	b = append(b, body...)
-	conn.buf = b
+	bb.buf = b
 	if _, err := conn.c.Write(b); err != nil {
 		conn.c.Close()
 		return response{}, err
 	}
-	resp, err := readResponse(conn.br, rc.keepAnswers)
+	resp, err := readResponse(bb.br, rc.keepAnswers)
 	if err != nil {
 		conn.c.Close()
 		return response{}, err
 	}
-	if !resp.keepAlive || ctx.Err() != nil {
+	// Bytes read past the answer would be lost with the reader, and would not belong to the
+	// next request's answer anyway: such a connection is not kept.
+	if !resp.keepAlive || ctx.Err() != nil || bb.br.Buffered() > 0 {
 		conn.c.Close()
 	} else {
 		rc.put(conn)
@@ -129,7 +166,7 @@ func (rc *rawClient) get(ctx context.Context) (*rawConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rawConn{c: c, br: bufio.NewReaderSize(c, 4096), buf: make([]byte, 0, 1024)}, nil
+	return &rawConn{c: c}, nil
 }
 
 // dial connects to the endpoint, directly or through the tunnel, with TLS for https.

@@ -1,13 +1,16 @@
 package webhook
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,5 +126,105 @@ func TestRawClientCancel(t *testing.T) {
 	}
 	if time.Since(start) > 10*time.Second {
 		t.Fatal("cancellation did not end the attempt")
+	}
+}
+
+// Requests in flight at once on one destination, and on two, each borrow their own buffers
+// (the pool the round trips share): every request arrives whole, with its own headers.
+func TestRawClientConcurrentRequestsKeepTheirOwnBytes(t *testing.T) {
+	var bad atomic.Int32
+	var got atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		want := `{"id":"` + r.Header.Get("X-Event-Id") + `","pad":"` + strings.Repeat(r.Header.Get("X-Event-Id"), 50) + `"}`
+		if string(body) != want || r.URL.Path != "/"+r.Header.Get("X-Event-Id")[:1] {
+			bad.Add(1)
+		}
+		got.Add(1)
+	}))
+	defer srv.Close()
+	dests := map[string]*Destination{}
+	for _, p := range []string{"a", "b"} {
+		w, err := New(Config{URL: srv.URL + "/" + p, Secrets: []string{"s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		dests[p] = w
+	}
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			p := []string{"a", "b"}[g%2]
+			for i := range 20 {
+				id := p + strconv.Itoa(g*100+i)
+				m := &envelope.Message{ID: id, EventType: "t", AggregateType: "a", AggregateID: "1",
+					Payload: []byte(`{"id":"` + id + `","pad":"` + strings.Repeat(id, 50) + `"}`)}
+				if o := dests[p].Send(context.Background(), m, 1); !o.Delivered {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got.Load() != 320 || failed.Load() != 0 || bad.Load() != 0 {
+		t.Fatalf("%d requests arrived (want 320), %d failed, %d arrived with another request's bytes", got.Load(), failed.Load(), bad.Load())
+	}
+}
+
+// An idle connection keeps no read buffer, so bytes a server sends past its answer cannot be
+// kept for the next request: that connection is closed, and the next request, on a new one,
+// reads its own answer. (Kept, the stray 500 would be dropped with the reader, or with a reader
+// per connection read as the next request's answer.)
+func TestRawClientClosesAConnectionWithBytesPastTheAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int32
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close() // (before the wait: it ends the accept loop)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := conns.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					answer := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+					if n == 1 { // the first connection's answer is followed by a stray one
+						answer += "HTTP/1.1 500 Stray\r\nContent-Length: 0\r\n\r\n"
+					}
+					if _, err := c.Write([]byte(answer)); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	w, err := New(Config{URL: "http://" + ln.Addr().String() + "/", Secrets: []string{"s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := 1; i <= 3; i++ {
+		if o := w.Send(context.Background(), testEvent(), i); !o.Delivered || o.Status != http.StatusOK {
+			t.Fatalf("request %d: %+v, want its own 200", i, o)
+		}
+	}
+	// Positive control: the second connection answered cleanly and was kept for the third.
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections for 3 requests, want 2 (the first closed for its stray bytes, the second kept)", n)
 	}
 }

@@ -62,6 +62,9 @@ const (
 	// PortalSessions are the sign-in sessions of the partner portal and the operator console
 	// (package portal).
 	PortalSessions = "outbox_portal_sessions"
+	// EndpointOutages holds the endpoints whose circuit breaker is open on some shard or relay,
+	// so that one of them reports the recovery.
+	EndpointOutages = "outbox_endpoint_outages"
 	// Inbox is the consumer side's table; the relay itself neither reads nor needs it.
 	Inbox = "inbox_events"
 )
@@ -202,6 +205,7 @@ var Tables = []Table{
 		{"id_hash", 18}, {"kind", 18}, {"principal", 18}, {"link_hash", 18}, {"created_at", 18}, {"expires_at", 18},
 		{"keep_until", 18},
 	}, Indexes: []Index{{"outbox_portal_sessions_keep", 18}, {"outbox_portal_sessions_link_key", 18}}},
+	{Name: EndpointOutages, Since: 19, Columns: []Column{{"endpoint_id", 19}, {"began_at", 19}}},
 }
 
 // CoreColumns are the outbox_events columns of the first migration: a table of that name

@@ -299,7 +299,7 @@ var Run = []Setting{
 	// Keys of a pipeline in the --config file that have no flag.
 	{YAML: "name", Meaning: "the pipeline's name, `[a-z0-9_]{1,40}`, unique in the file; labels its series, log lines, dead letters and parked aggregates; required"},
 	{YAML: "filter", Meaning: "an SQL boolean over `outbox_events` columns (PostgreSQL 15+) the walsender applies: filtered-out rows never cross the wire; empty: every row"},
-	{YAML: "rate_limit", Default: 0, Meaning: "the most requests the destination sees in any one second, retries included; `0` = unlimited"},
+	{YAML: "rate_limit", Default: 0, Meaning: "the most requests the destination sees in any one second, retries included, from a sharded pipeline's shards together; `0` = unlimited"},
 	{YAML: "shadow", Default: false, Meaning: "best effort: after `max_attempts` (5 when 0) an event is recorded as abandoned and settled; a shadow never parks, dead-letters or writes the rows' status"},
 	{YAML: "initial", Default: "none", Meaning: "what a pipeline of the file receives from before its slot existed: `none`, or `pending` (the rows still pending when the slot is created are delivered first); the flag pipeline backfills unless `--no-backfill`"},
 	{YAML: "nats.request_timeout", Default: time.Duration(0), Meaning: "how long a publish waits for its PubAck; `0` = `--request-timeout`'s default, 10s"},

@@ -361,3 +361,23 @@ func EndpointMarker(ctx context.Context, db DB, s, pipeline string) (pglogrepl.L
 	l, err := pglogrepl.ParseLSN(*lsn)
 	return l, err == nil, err
 }
+
+// BeginOutage records that endpoint id's circuit breaker opened on some shard or relay, unless
+// an outage of it is recorded already (outbox_endpoint_outages).
+func BeginOutage(ctx context.Context, db DB, s, id string) error {
+	if _, err := db.Exec(ctx, schema.SQL(s, `INSERT INTO {outbox_endpoint_outages} (endpoint_id) VALUES ($1)
+		ON CONFLICT DO NOTHING`), id); err != nil {
+		return fmt.Errorf("record the outage of endpoint %q: %w", id, err)
+	}
+	return nil
+}
+
+// EndOutage ends endpoint id's recorded outage, and reports whether this call did: of the shards
+// and relays that see the endpoint recover, one does, and reports it.
+func EndOutage(ctx context.Context, db DB, s, id string) (bool, error) {
+	tag, err := db.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_endpoint_outages} WHERE endpoint_id = $1`), id)
+	if err != nil {
+		return false, fmt.Errorf("end the outage of endpoint %q: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

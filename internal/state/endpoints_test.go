@@ -381,3 +381,31 @@ func BenchmarkSaveEndpointStatus(b *testing.B) {
 		}
 	}
 }
+
+// An outage begun by two shards is ended once: the first EndOutage reports it ended, the second
+// finds it ended; a new outage after it can be ended again.
+func TestEndpointOutageEndsOnce(t *testing.T) {
+	_, pool := relaytest.MigratedDB(t)
+	ctx := context.Background()
+	for range 2 {
+		for shard := range 2 {
+			if err := state.BeginOutage(ctx, pool, "public", "ep"); err != nil {
+				t.Fatalf("shard %d: %v", shard, err)
+			}
+		}
+		var ended []bool
+		for range 2 {
+			ok, err := state.EndOutage(ctx, pool, "public", "ep")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended = append(ended, ok)
+		}
+		if !ended[0] || ended[1] {
+			t.Fatalf("two shards ending one outage: %v, want [true false]", ended)
+		}
+	}
+	if ok, err := state.EndOutage(ctx, pool, "public", "other"); err != nil || ok {
+		t.Fatalf("ending an outage never begun: %v, %v; want false", ok, err)
+	}
+}
