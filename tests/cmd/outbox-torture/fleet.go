@@ -64,6 +64,23 @@ type fleet struct {
 	procs   []*relayProc
 	next    int
 	crashes []string // exits we did not cause
+	// kills are the processes SIGKILLed (and those that crashed), by when they exited: the
+	// done-marks they held were dropped (pending.go).
+	kills []killed
+}
+
+// killed is a relay process that ended without flushing what it held.
+type killed struct {
+	Relay int
+	At    time.Time
+	What  string
+}
+
+// killList returns the processes killed (or crashed) so far.
+func (f *fleet) killList() []killed {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]killed(nil), f.kills...)
 }
 
 func newFleet(bin, dir string, args []string) *fleet {
@@ -216,6 +233,9 @@ func (f *fleet) kill(p *relayProc) {
 	f.mu.Unlock()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+	f.mu.Lock()
+	f.kills = append(f.kills, killed{Relay: p.id, At: p.exitedAt, What: fmt.Sprintf("relay-%d SIGKILLed", p.id)})
+	f.mu.Unlock()
 }
 
 // reap forgets processes that exited, recording those we did not end as crashes, and returns
@@ -232,6 +252,7 @@ func (f *fleet) reap() int {
 		if !p.ours {
 			f.crashes = append(f.crashes, fmt.Sprintf("relay-%d exited on its own (%v); its log ends:\n%s",
 				p.id, p.err, tail(p.logPath, 15)))
+			f.kills = append(f.kills, killed{Relay: p.id, At: p.exitedAt, What: fmt.Sprintf("relay-%d crashed", p.id)})
 		}
 	}
 	f.procs = kept

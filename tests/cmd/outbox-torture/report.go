@@ -144,7 +144,8 @@ func endpointRows(row func(string, string, *bool), r *result) {
 		is(len(v.Lost) == 0 && r.Drained))
 	settled := "not checked (not drained)"
 	if r.Drained {
-		settled = fmt.Sprintf("%d rows left pending once drained (-1: unread)", r.Pending)
+		settled = fmt.Sprintf("%d rows left pending once drained (-1: unread); %d more pending after a kill (advisory marks)",
+			r.Pending, r.PendingAfterKill)
 	}
 	row("outbox_events settled", settled, is(r.Pending == 0 && r.Drained))
 	phantoms := len(v.PhantomsRolledBack) + len(v.PhantomsAborted) + len(v.PhantomsUnknown)

@@ -69,10 +69,14 @@ type result struct {
 	Endpoints *epVerdict
 	Changes   changeStats
 	// Pending counts the rows of outbox_events an endpoints run left `pending` once drained
-	// (-1: could not read them); PendingRows describes the oldest few.
-	Pending         int
-	PendingRows     []pendingRow
-	UnknownRequests int64 // requests to a path that names no endpoint
+	// (-1: could not read them) that no relay's death explains; PendingRows describes the oldest
+	// few (pendingListed).
+	Pending     int
+	PendingRows []pendingRow
+	// PendingAfterKill counts the rows left pending that a relay's death explains (their
+	// done-marks dropped: advisory marks, pending.go); they are not violations.
+	PendingAfterKill int
+	UnknownRequests  int64 // requests to a path that names no endpoint
 	// Blackouts started (endpoints.go), requests answered 503 by them, and how often the
 	// relays' logs say an endpoint spilled to its backlog and caught up with it again.
 	Blackouts       int
@@ -347,7 +351,15 @@ func (t *harness) execute(ctx context.Context, inPool *pgxpool.Pool) (*result, e
 	if res.Drained {
 		res.CaughtUp, res.CaughtUpOK = t.catchUp(ctx)
 		if t.eps != nil {
-			res.Pending, res.PendingRows = t.waitSettled(ctx)
+			n, rows := t.waitSettled(ctx)
+			afterKill, violations := t.sortPending(rows)
+			res.Pending, res.PendingAfterKill, res.PendingRows = n, len(afterKill), violations[:min(len(violations), pendingListed)]
+			if n > len(rows) { // past pendingMax: unsorted, violations
+				res.Pending = n - len(afterKill)
+			} else if n >= 0 {
+				res.Pending = len(violations)
+			}
+			t.logPendingAfterKill(afterKill)
 		}
 	}
 	if t.recv2 != nil {
