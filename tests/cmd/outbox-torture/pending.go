@@ -96,38 +96,95 @@ const (
 )
 
 // sortPending splits the rows left pending into those a kill explains (afterKill, each with its
-// settle and the kill named) and the others (violations), in the order given.
+// settle and the kill named) and the others (violations), in the order given. Each relay marks a
+// row once it has it delivered to every endpoint it was routed to, as that relay sees it (one
+// taken from a backlog another relay spilled, say, is that relay's share): a row one relay
+// delivered to every endpoint that got it is judged by that relay's last delivery; otherwise the
+// share of each relay that delivered it was its own, and the death of any of them after its last
+// delivery explains the row.
 func (t *harness) sortPending(rows []pendingRow) (afterKill, violations []pendingRow) {
 	kills := t.fleet.killList()
 	blocked := t.faults.Blocked
-	last := map[string]delivery{}
+	byID := map[string][]delivery{}
 	for _, d := range t.recv.deliveries() {
-		if l, ok := last[d.ID]; !ok || d.At.After(l.At) {
-			last[d.ID] = d
-		}
+		byID[d.ID] = append(byID[d.ID], d)
 	}
-	removals := t.removalsOf(rows, last)
+	removals := t.removalsOf(rows, byID)
 	for _, r := range rows {
 		if r.ID == "" {
 			violations = append(violations, r)
 			continue
 		}
-		settled, relay, how := r.Created, 0, "its commit, delivered nowhere"
-		if d, ok := last[r.ID]; ok {
-			settled, relay, how = d.At, d.Relay, fmt.Sprintf("its last delivery, to %s by relay-%d", d.Endpoint, d.Relay)
-		} else if rm, ok := removals[r.ID]; ok && rm.From.After(settled) {
-			settled, how = rm.From, rm.What
+		settles := relaySettles(byID[r.ID])
+		if len(settles) == 0 {
+			at, how := r.Created, "its commit, delivered nowhere"
+			if rm, ok := removals[r.ID]; ok && rm.From.After(at) {
+				at, how = rm.From, rm.What
+			}
+			settles = []delivery{{At: at, Endpoint: how}}
 		}
-		if k, ok := killAfter(kills, blocked, settled, relay); ok {
-			r.What += fmt.Sprintf(" after a kill (advisory marks): settled at %s (%s), then %s at %s",
-				settled.Format(stamp), how, k.What, k.At.Format(stamp))
-			afterKill = append(afterKill, r)
-			continue
+		excused := false
+		for _, d := range settles {
+			how := d.Endpoint
+			if d.Relay != 0 || d.ID != "" {
+				how = fmt.Sprintf("its last delivery by relay-%d, to %s", d.Relay, d.Endpoint)
+			}
+			if k, ok := killAfter(kills, blocked, d.At, d.Relay); ok {
+				r.What += fmt.Sprintf(" after a kill (advisory marks): settled at %s (%s), then %s at %s",
+					d.At.Format(stamp), how, k.What, k.At.Format(stamp))
+				afterKill, excused = append(afterKill, r), true
+				break
+			}
 		}
-		r.What += fmt.Sprintf("; settled at %s (%s), no kill after it explains it", settled.Format(stamp), how)
-		violations = append(violations, r)
+		if !excused {
+			d := settles[len(settles)-1]
+			how := d.Endpoint
+			if d.Relay != 0 || d.ID != "" {
+				how = fmt.Sprintf("its last delivery by relay-%d, to %s", d.Relay, d.Endpoint)
+			}
+			r.What += fmt.Sprintf("; settled at %s (%s), no kill after it explains it", d.At.Format(stamp), how)
+			violations = append(violations, r)
+		}
 	}
 	return afterKill, violations
+}
+
+// relaySettles returns the deliveries of one row that can have settled it for a relay (see
+// sortPending): the last delivery of a relay that delivered it to every endpoint any relay
+// did, if one did (the latest such), else the last delivery of each relay, in time order.
+func relaySettles(ds []delivery) []delivery {
+	if len(ds) == 0 {
+		return nil
+	}
+	all := map[string]bool{}
+	eps := map[int]map[string]bool{}
+	last := map[int]delivery{}
+	for _, d := range ds {
+		all[d.Endpoint] = true
+		if eps[d.Relay] == nil {
+			eps[d.Relay] = map[string]bool{}
+		}
+		eps[d.Relay][d.Endpoint] = true
+		if l, ok := last[d.Relay]; !ok || d.At.After(l.At) {
+			last[d.Relay] = d
+		}
+	}
+	var full, each []delivery
+	for relay, l := range last {
+		each = append(each, l)
+		if len(eps[relay]) == len(all) {
+			full = append(full, l)
+		}
+	}
+	byTime := func(ds []delivery) {
+		sort.Slice(ds, func(i, j int) bool { return ds[i].At.Before(ds[j].At) })
+	}
+	if len(full) > 0 {
+		byTime(full)
+		return full[len(full)-1:]
+	}
+	byTime(each)
+	return each
 }
 
 // killAfter returns the first death of a relay that can have dropped the done-mark of a row
@@ -158,10 +215,10 @@ func killAfter(kills []killed, blocked []span, at time.Time, relay int) (killed,
 // removalsOf returns, for each of rows delivered nowhere, the first removal after its creation
 // of an endpoint its commit routed it to: the relay settles such a row then (the removal gives
 // up what the endpoint was owed), so its mark waits from there.
-func (t *harness) removalsOf(rows []pendingRow, last map[string]delivery) map[string]span {
+func (t *harness) removalsOf(rows []pendingRow, delivered map[string][]delivery) map[string]span {
 	want := map[string]pendingRow{}
 	for _, r := range rows {
-		if _, ok := last[r.ID]; !ok && r.ID != "" {
+		if len(delivered[r.ID]) == 0 && r.ID != "" {
 			want[r.ID] = r
 		}
 	}
