@@ -46,6 +46,7 @@ var (
 	simFrom  = flag.Uint64("sim.from", 1, "the first seed TestSimulation runs")
 	simSeed  = flag.Uint64("sim.seed", 0, "run this one seed and print its trace")
 	simTrace = flag.String("sim.trace", "", "write the trace of a failing (or -sim.seed) run to this file")
+	simRows  = flag.Bool("sim.rows", false, "check that no row is left pending that no endpoint owes (checkRowsDone)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -178,6 +179,9 @@ type world struct {
 	disables, notified map[string]int
 	// spilled is when each process last wrote to each endpoint's backlog (checkGauges).
 	spilled map[string]map[int]time.Time
+	// losses are when a process was killed or cut off from the slot: the marks it held may be
+	// lost (checkRowsDone).
+	losses []time.Time
 }
 
 type walTx struct {
@@ -961,6 +965,7 @@ func (w *world) kill(p *proc) {
 	}
 	p.alive, p.streaming = false, false
 	p.marks.dead = true
+	w.losses = append(w.losses, w.now)
 	w.tracef("kill p%d", p.id)
 	if w.leader == p {
 		w.leader = nil
@@ -975,6 +980,7 @@ func (w *world) cut(p *proc) {
 		return
 	}
 	p.streaming = false
+	w.losses = append(w.losses, w.now)
 	w.tracef("cut p%d", p.id)
 	w.leader = nil
 	w.schedule(time.Duration(w.rng.IntN(300))*time.Millisecond, "takeover", w.takeover)
