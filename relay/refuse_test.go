@@ -95,7 +95,7 @@ func TestRefusesAnOldSchema(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	// What a database migrated by an older release (before 00006) looks like.
-	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_portal_sessions;
+	if _, err := e.pool.Exec(context.Background(), `DROP TABLE outbox_endpoint_outages; DROP TABLE outbox_portal_sessions;
 		DROP TABLE outbox_api_idempotency; DROP TABLE outbox_api_audit; ALTER TABLE outbox_replays DROP COLUMN event_id;
 		DROP TABLE outbox_event_types; DROP TABLE outbox_deliveries; DROP TABLE outbox_delivery_attempts; DROP TABLE outbox_endpoint_backlog;
 		DROP INDEX IF EXISTS outbox_replays_open; DROP TABLE outbox_endpoint_status; DROP TABLE outbox_endpoint_versions;
