@@ -469,7 +469,7 @@ func (e *engine) writeSpilled(l *lane) bool {
 			b.entries += int64(len(es))
 		}
 		if b.removed { // removed while this was written: forget it again
-			e.durably("drop a removed endpoint's backlog", func(ctx context.Context) error { return bl.Drop(ctx, id) }, nil)
+			e.dropStored(id, false)
 		}
 		for _, it := range its {
 			e.settle(l, it)
@@ -722,7 +722,8 @@ func (e *engine) refreshOldest() {
 }
 
 // dropBacklog forgets the backlog of a removed lane: the events spilled and not written are
-// settled without being sent, and the entries are deleted.
+// given up (release: their rows are marked done once no endpoint owes them), and the entries
+// are deleted (dropStored).
 func (e *engine) dropBacklog(l *lane) {
 	bl := e.cfg.backlog
 	if bl == nil {
@@ -734,10 +735,45 @@ func (e *engine) dropBacklog(l *lane) {
 	its := b.buf
 	b.buf, b.pages, b.inMem, b.entries, b.oldest, b.rejoined = nil, nil, 0, 0, time.Time{}, false
 	for _, it := range its {
-		e.settle(l, it)
+		e.release(l, it, "the endpoint was removed")
 	}
-	id := l.id
-	e.holdWrite("drop a removed endpoint's backlog", func(ctx context.Context) error { return bl.Drop(ctx, id) }, nil)
+	e.dropStored(l.id, true)
+}
+
+// dropStored deletes the stored backlog of removed endpoint id (holding the intake while it
+// does when hold is set), and settles the rows of the entries it deleted: the endpoint owes
+// them no more, so a row whose entry marks it (the event went to this endpoint alone) is
+// marked done at once, and any other once the slot confirmed past it (every other endpoint it
+// went to settled it), as release does for an event in memory. Without this a removal strands
+// the rows it alone was owed: pending for ever. (The rows a replay --since wrote keep their
+// record, as when delivered.)
+func (e *engine) dropStored(id string, hold bool) {
+	bl := e.cfg.backlog
+	const what = "drop a removed endpoint's backlog"
+	run := func(ctx context.Context) (any, error) { return bl.Drop(ctx, id) }
+	settle := func(v any) {
+		es, _ := v.([]store.BacklogEntry)
+		e.tracef("dropped %s %d entries", id, len(es))
+		if e.marks == nil {
+			return
+		}
+		for _, en := range es {
+			if en.Pos.Replayed() {
+				continue
+			}
+			seq, retries := envelope.Sequence(uint64(en.Pos.LSN), en.Pos.Idx), max(en.Attempts-1, 0)
+			if en.Mark {
+				e.marks.Done(en.EventID, seq, retries)
+			} else {
+				e.markOnceConfirmedAt(en.EventID, seq, en.Pos.LSN, retries)
+			}
+		}
+	}
+	if hold {
+		e.hold(what, run, settle)
+	} else {
+		e.do(what, true, run, func(v any, _ error) { settle(v) })
+	}
 }
 
 // resyncBacklogs makes the lanes follow the backlogs as they are now, at the start of a new

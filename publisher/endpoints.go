@@ -159,7 +159,7 @@ func (s *endpointState) loaded() {
 	for _, id := range sortedIDs(s.backlogs) { // an endpoint removed with a backlog left (a removal not applied here)
 		if e.byID[id] == nil && !later[id] {
 			e.log.Warn().Str("endpoint", id).Int64("events", s.backlogs[id].Entries).Msg("a backlog of an endpoint that no longer exists; dropped")
-			e.holdWrite("drop a removed endpoint's backlog", func(ctx context.Context) error { return e.cfg.backlog.Drop(ctx, id) }, nil)
+			e.dropStored(id, true)
 			delete(s.backlogs, id)
 		}
 	}
@@ -410,7 +410,7 @@ func (s *endpointState) apply(v store.EndpointVersion) {
 		if l == nil {
 			if _, ok := s.backlogs[v.ID]; ok { // created and removed while another relay led the slot
 				delete(s.backlogs, v.ID)
-				e.holdWrite("drop a removed endpoint's backlog", func(ctx context.Context) error { return e.cfg.backlog.Drop(ctx, v.ID) }, nil)
+				e.dropStored(v.ID, true)
 			}
 			return
 		}

@@ -345,15 +345,19 @@ const maxLaterMarks = 100_000
 // would stay pending for ever although no endpoint owes it (the marks that wait are looked at
 // every backlogTick, flushLaterMarks).
 func (e *engine) markOnceConfirmed(m *envelope.Message, tx *cdc.Tx, retries int) {
+	e.markOnceConfirmedAt(m.ID, m.Sequence, position(m, tx).LSN, retries)
+}
+
+// markOnceConfirmedAt is markOnceConfirmed for row id of sequence seq, committed at lsn.
+func (e *engine) markOnceConfirmedAt(id, seq string, lsn pglogrepl.LSN, retries int) {
 	if e.marks == nil || e.cfg.confirmed == nil {
 		return
 	}
-	lsn := position(m, tx).LSN
 	switch {
 	case e.cfg.confirmed() > lsn:
-		e.marks.Done(m.ID, m.Sequence, retries)
+		e.marks.Done(id, seq, retries)
 	case len(e.laterMarks) < maxLaterMarks:
-		e.laterMarks = append(e.laterMarks, laterMark{id: m.ID, seq: m.Sequence, lsn: lsn, retries: retries})
+		e.laterMarks = append(e.laterMarks, laterMark{id: id, seq: seq, lsn: lsn, retries: retries})
 	}
 }
 

@@ -226,6 +226,8 @@ func (w *world) unsettled(detail bool) string {
 			w.wal[len(w.wal)-1].end, p.tr.Outstanding(), p.e.describe())
 	case !p.marks.Flushed():
 		return "marks not written"
+	case len(p.e.laterMarks) > 0:
+		return "marks wait for the slot's confirmation"
 	}
 	for _, l := range p.e.lanes {
 		// (A lane may still spill with nothing in its backlog: it rejoins the stream after its
@@ -317,6 +319,9 @@ func (w *world) checkEnd() {
 		last[k], lastID[k] = pos, d.id
 	}
 	w.checkSincesDone()
+	if *simRows {
+		w.checkRowsDone()
+	}
 	if len(w.fails) > 0 {
 		w.tracef("fails: %s", strings.Join(w.fails, "; "))
 	}
@@ -747,4 +752,59 @@ func (w *world) simAggregates() []store.Aggregate {
 		}
 	}
 	return out
+}
+
+// checkRowsDone checks, with -sim.rows, that no row is left pending that no endpoint owes
+// (issue 38 point 2: a removal strands none): once everything settled, every row is marked, but
+// one an endpoint's backlog still names (a stale entry, delivered again later) and one whose
+// last delivery (or, delivered nowhere, its commit) came before a process was killed or cut off
+// from the slot: the marks are advisory, and those a process held die with it. It found the
+// rows a removal dropped with the backlog (seed 126 without dropStored's marks). It is off by
+// default: seeds 305 and 689 (the first ones) still leave rows pending by another cause, entries
+// a relay writes to a spilling endpoint's backlog behind what it has read (events re-sent by the
+// slot that another process delivered), trimmed unsent, so that no process marks their rows.
+func (w *world) checkRowsDone() {
+	last := map[string]time.Time{}
+	for _, d := range w.deliveries {
+		if d.at.After(last[d.id]) {
+			last[d.id] = d.at
+		}
+	}
+	// A stale entry of a backlog (unsettled) is still owed: it is delivered again, then marked.
+	owed := map[string]bool{}
+	if w.eps != nil {
+		for _, ep := range w.eps.ids() {
+			es, _ := w.db.Backlog(simPipeline).Page(context.Background(), ep, store.BacklogPos{},
+				store.BacklogPos{LSN: math.MaxUint64, Idx: math.MaxInt32}, 1<<20)
+			for _, en := range es {
+				owed[en.EventID] = true
+			}
+		}
+	}
+	ids := make([]string, 0, len(w.events))
+	for id := range w.events {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	left := 0
+	for _, id := range ids {
+		if w.db.Status(id) != "pending" || owed[id] {
+			continue
+		}
+		ev := w.events[id]
+		at, ok := last[id]
+		if !ok {
+			at = ev.tx.at
+		}
+		if len(w.losses) > 0 && !w.losses[len(w.losses)-1].Before(at) {
+			continue // a process died (or was cut off) since: its marks may be lost
+		}
+		if left++; left <= 3 {
+			w.failf("pending: the row of event %s (%s %s/%s at %v), last delivered or committed at %s, is left pending with no "+
+				"process lost since", id, ev.m.EventType, ev.m.AggregateType, ev.m.AggregateID, w.position(ev), at.Sub(w.start))
+		}
+	}
+	if left > 3 {
+		w.failf("pending: %d more rows left pending with no process lost since", left-3)
+	}
 }

@@ -46,6 +46,7 @@ var (
 	simFrom  = flag.Uint64("sim.from", 1, "the first seed TestSimulation runs")
 	simSeed  = flag.Uint64("sim.seed", 0, "run this one seed and print its trace")
 	simTrace = flag.String("sim.trace", "", "write the trace of a failing (or -sim.seed) run to this file")
+	simRows  = flag.Bool("sim.rows", false, "check that no row is left pending that no endpoint owes (checkRowsDone)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -180,6 +181,9 @@ type world struct {
 	spilled map[string]map[int]time.Time
 	pairs   pairLog   // every pair's deliveries and when the log recorded one (sim_check_test.go)
 	dups    dupCounts // pairs delivered again, by why that was allowed
+	// losses are when a process was killed or cut off from the slot: the marks it held may be
+	// lost (checkRowsDone).
+	losses []time.Time
 }
 
 type walTx struct {
@@ -987,6 +991,7 @@ func (w *world) kill(p *proc) {
 	p.alive, p.streaming = false, false
 	p.marks.dead = true
 	p.seen.log.dead = true
+	w.losses = append(w.losses, w.now)
 	w.tracef("kill p%d", p.id)
 	w.checkParkedPrefix()
 	if w.leader == p {
@@ -1002,6 +1007,7 @@ func (w *world) cut(p *proc) {
 		return
 	}
 	p.streaming = false
+	w.losses = append(w.losses, w.now)
 	w.tracef("cut p%d", p.id)
 	w.leader = nil
 	w.schedule(time.Duration(w.rng.IntN(300))*time.Millisecond, "takeover", w.takeover)

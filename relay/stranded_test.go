@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/endpoints"
 	"github.com/outbox-relay/outbox-relay/internal/inspect"
+	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // abandonedUnder counts the events recorded as abandoned under the lanes of the default
@@ -92,6 +93,57 @@ func TestRemovingEndpointsWithQueuedEventsStrandsNoRow(t *testing.T) {
 		return counted == int64(n)
 	})
 	t.Logf("%d events abandoned by the removals", n)
+}
+
+// Removing an endpoint that spilled settles the rows of its backlog, those it had not read into
+// memory too (a lane reads its backlog a page at a time): a row it alone was owed is marked done
+// at the removal, and one that every other endpoint has once the slot confirmed past it. Before,
+// the removal deleted the backlog's entries and left those rows pending for ever (the endpoints
+// torture found 7 such rows of one endpoint).
+func TestRemovingASpilledEndpointSettlesItsBacklogsRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	ok := newPartner(t, "orders", func(_, _, ev string) bool { return ev == "order.created" })
+	e.addPartner(ok, endpoints.Endpoint{EventTypes: []string{"order.*"}})
+	lone := newPartner(t, "everything", func(string, string, string) bool { return true })
+	e.addPartner(lone, endpoints.Endpoint{})
+	lone.recv.SetFail(func(*http.Request) int { return http.StatusServiceUnavailable })
+	r := e.start(func(c *Config) { endpointsConfig(c); c.SpillAfter = 300 * time.Millisecond })
+	defer func() { _ = r.stop(t) }()
+	// More than a lane holds in memory of its backlog (backlogPageSize and the next page), the
+	// failing endpoint's alone, then some that both endpoints get: those come last in its
+	// backlog, past what it read.
+	const alone, shared = 2500, 20
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range alone {
+		if _, err := outbox.Enqueue(ctx, tx, outbox.Event{AggregateType: "invoice", AggregateID: fmt.Sprintf("alone-%d", i%10),
+			EventType: "invoice.created", Payload: map[string]int{"seq": i/10 + 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.write("shared", tenantEvents{"", "order", "order.created", 4, shared / 4}, []*partner{ok, lone})
+	waitPartners(t, ok)
+	owed := e.currentLSN()
+	waitFor(t, 30*time.Second, "the failing endpoint's events in its backlog, and the slot past them", func() bool {
+		confirmed, _ := e.slotLSNs()
+		return confirmed >= owed && e.backlogCount(lone.id) == alone+shared
+	})
+	// The positive control: the rows the spilled endpoint is owed are pending, every one.
+	if n := e.notDone(); n != alone+shared {
+		t.Fatalf("%d rows not done before the removal, want the %d the spilled endpoint owes", n, alone+shared)
+	}
+	if err := (endpoints.Store{}).Remove(ctx, e.pool, lone.id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the removed endpoint's backlog dropped", func() bool { return e.backlogCount(lone.id) == 0 })
+	waitFor(t, 30*time.Second, "every row of outbox_events done", func() bool { return e.notDone() == 0 })
 }
 
 // healthyAndGone adds two endpoints of every event: ok, healthy, and p, whose receiver fails

@@ -145,8 +145,11 @@ type Backlog interface {
 	Page(ctx context.Context, endpoint string, after, through BacklogPos, limit int) ([]BacklogEvent, error)
 	// Trim forgets endpoint's entries up to position upTo, and returns how many it forgot.
 	Trim(ctx context.Context, endpoint string, upTo BacklogPos) (int64, error)
-	// Drop forgets endpoint's whole backlog (it was removed).
-	Drop(ctx context.Context, endpoint string) error
+	// Drop forgets endpoint's whole backlog (it was removed) and returns the entries it forgot,
+	// in order, for their rows to be settled: none is delivered to endpoint any more, so a row
+	// whose entry has Mark is owed by no endpoint now, and one without is once the slot
+	// confirmed past it.
+	Drop(ctx context.Context, endpoint string) ([]BacklogEntry, error)
 	// Sizes returns the backlog of each endpoint that has one.
 	Sizes(ctx context.Context) (map[string]BacklogSize, error)
 	// Oldest returns, for each of endpoints whose backlog holds an entry whose event is still in

@@ -95,14 +95,32 @@ func TrimBacklog(ctx context.Context, db DB, s, pipeline, endpoint string, lsn p
 	return tag.RowsAffected(), nil
 }
 
-// DropBacklog forgets the whole backlog of endpoint in pipeline (the endpoint was removed).
-func DropBacklog(ctx context.Context, db DB, s, pipeline, endpoint string) (int64, error) {
-	tag, err := db.Exec(ctx, schema.SQL(s, `DELETE FROM {outbox_endpoint_backlog} WHERE pipeline = $1 AND endpoint_id = $2`),
-		pipeline, endpoint)
+// DropBacklog forgets the whole backlog of endpoint in pipeline (the endpoint was removed) and
+// returns the entries it forgot, in stream order: the caller settles their rows.
+func DropBacklog(ctx context.Context, db DB, s, pipeline, endpoint string) ([]BacklogEntry, error) {
+	rows, err := db.Query(ctx, schema.SQL(s, `WITH d AS (DELETE FROM {outbox_endpoint_backlog} WHERE pipeline = $1 AND endpoint_id = $2
+			RETURNING lsn, idx, event_id, attempts, mark)
+		SELECT lsn::text, idx, event_id::text, attempts, mark FROM d ORDER BY lsn, idx`), pipeline, endpoint)
 	if err != nil {
-		return 0, fmt.Errorf("drop the backlog of endpoint %s: %w", endpoint, err)
+		return nil, fmt.Errorf("drop the backlog of endpoint %s: %w", endpoint, err)
 	}
-	return tag.RowsAffected(), nil
+	defer rows.Close()
+	var out []BacklogEntry
+	for rows.Next() {
+		var e BacklogEntry
+		var l string
+		if err := rows.Scan(&l, &e.Idx, &e.EventID, &e.Attempts, &e.Mark); err != nil {
+			return nil, err
+		}
+		if e.LSN, err = pglogrepl.ParseLSN(l); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("drop the backlog of endpoint %s: %w", endpoint, err)
+	}
+	return out, nil
 }
 
 // BacklogSize is an endpoint's backlog: how many entries, and the position of the last one.

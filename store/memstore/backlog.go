@@ -101,11 +101,12 @@ func (b backlog) Trim(_ context.Context, endpoint string, upTo store.BacklogPos)
 	return int64(n), nil
 }
 
-func (b backlog) Drop(_ context.Context, endpoint string) error {
+func (b backlog) Drop(_ context.Context, endpoint string) ([]store.BacklogEntry, error) {
 	b.db.mu.Lock()
 	defer b.db.mu.Unlock()
+	es := b.db.backlogs[b.pipeline][endpoint]
 	delete(b.db.backlogs[b.pipeline], endpoint)
-	return nil
+	return slices.Clone(es), nil
 }
 
 func (b backlog) Sizes(context.Context) (map[string]store.BacklogSize, error) {

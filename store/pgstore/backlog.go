@@ -67,9 +67,16 @@ func (s Backlog) Trim(ctx context.Context, endpoint string, upTo store.BacklogPo
 }
 
 // Drop implements store.Backlog.
-func (s Backlog) Drop(ctx context.Context, endpoint string) error {
-	_, err := state.DropBacklog(ctx, s.Pool, s.Schema, s.Pipeline, endpoint)
-	return err
+func (s Backlog) Drop(ctx context.Context, endpoint string) ([]store.BacklogEntry, error) {
+	rows, err := state.DropBacklog(ctx, s.Pool, s.Schema, s.Pipeline, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.BacklogEntry, len(rows))
+	for i, r := range rows {
+		out[i] = store.BacklogEntry{Pos: store.BacklogPos{LSN: r.LSN, Idx: r.Idx}, EventID: r.EventID, Attempts: r.Attempts, Mark: r.Mark}
+	}
+	return out, nil
 }
 
 // Sizes implements store.Backlog.

@@ -328,7 +328,15 @@ func testBacklog(t *testing.T, db DB) {
 	must(t, err)
 	equal(t, "the oldest after a trim: its first entry's event's created_at", fmt.Sprint(len(oldest), oldest["ep1"].Equal(ev(3, "b").CreatedAt)),
 		"1 true")
-	must(t, b.Drop(ctx, "ep1"))
+	// A drop returns what it forgot, in order, for the caller to settle the rows.
+	must(t, b.Spill(ctx, "ep1", []store.BacklogEntry{{Pos: pos(0x40, 0), EventID: uuid(2), Attempts: 3, Mark: true}}))
+	dropped, err := b.Drop(ctx, "ep1")
+	must(t, err)
+	equal(t, "dropped", dropped, []store.BacklogEntry{{Pos: pos(0x20, 0), EventID: uuid(3), Attempts: 1},
+		{Pos: pos(0x30, 0), EventID: uuid(4)}, {Pos: pos(0x40, 0), EventID: uuid(2), Attempts: 3, Mark: true}})
+	dropped, err = b.Drop(ctx, "ep1")
+	must(t, err)
+	equal(t, "dropped again", len(dropped), 0)
 	sizes, err = b.Sizes(ctx)
 	must(t, err)
 	equal(t, "sizes after a drop", len(sizes), 0)

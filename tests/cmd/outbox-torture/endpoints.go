@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"os/exec"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,9 +58,12 @@ const (
 	opDisable = "disable"
 	opEnable  = "enable"
 	opRemove  = "remove"
+	// opGone is the relay's own disable of an endpoint that answered 410 Gone (gone.go);
+	// never drawn by pick.
+	opGone = "disable-410"
 )
 
-var epOps = []string{opAdd, opUpdate, opPause, opResume, opDisable, opEnable, opRemove}
+var epOps = []string{opAdd, opUpdate, opPause, opResume, opDisable, opEnable, opRemove, opGone}
 
 // Endpoint states, as the table spells them.
 const (
@@ -79,8 +84,13 @@ type epVersion struct {
 	AggTypes   []string // nil for every aggregate type
 	// Before and After bound the change's commit record, read like a writer's (txRecord):
 	// pg_current_wal_insert_lsn() before COMMIT, pg_current_wal_lsn() once it returned; 0 if
-	// unknown. The checks use them to cross-check the clock method against the WAL.
+	// unknown. The checks place transactions by Before (epVersion.after) and cross-check the
+	// clock method against the WAL.
 	Before, After pglogrepl.LSN
+	// Lo is set on a change the relay made itself, outside the lock (the disable after a 410
+	// Gone, gone.go): its commit lies somewhere in [Lo, After], and Before is 0. A transaction
+	// committed inside that window cannot be placed: its pairs with the endpoint are uncertain.
+	Lo pglogrepl.LSN
 }
 
 // subscribed reports whether e is in v's subscription (the state aside): the tenant (an
@@ -117,7 +127,10 @@ type changeStats struct {
 	Committed    map[string]int // per op
 	NotCommitted int            // failed before or at COMMIT (or settled as not): not in the timeline
 	Settled      int            // COMMIT outcomes unknown at first, settled by look-up
-	Failures     []string       // the manager could not do what the run needs (the final resumes)
+	// RemovedQueued counts the removals drawn among blacked-out endpoints (events queued);
+	// Gone the endpoints that answered 410 and were disabled by the relay, then enabled.
+	RemovedQueued, Gone int
+	Failures            []string // the manager could not do what the run needs (the final resumes and enables)
 }
 
 // epSubscriptions are the event-type pattern lists and aggregate-type lists endpoints draw from.
@@ -139,17 +152,28 @@ type epManager struct {
 	appName string
 	conn    *pgx.Conn
 
-	mu    sync.Mutex
-	tl    timeline
-	cur   map[string]epVersion // the latest committed version of every endpoint that exists
-	next  int                  // the next new endpoint's number
-	stats changeStats
+	// applyMu serializes apply: the changes, the final resumes and the 410 fault's enables
+	// share conn.
+	applyMu sync.Mutex
+	// bin is the relay binary, for `endpoint enable` after a 410 (gone.go).
+	bin string
+
+	mu   sync.Mutex
+	tl   timeline
+	cur  map[string]epVersion // the latest committed version of every endpoint that exists
+	busy map[string]bool      // endpoints a change or the 410 fault is working on: pick leaves them
+	// blackoutLog is every blackout and 410 episode, for a failed run's evidence.
+	blackoutLog []span
+	// goneLo is, per endpoint, the WAL position read before its 410 episode's first answer.
+	goneLo map[string]pglogrepl.LSN
+	next   int // the next new endpoint's number
+	stats  changeStats
 }
 
-func newEpManager(cfg config, dsn string, recv *receiver, logf func(string, ...any)) *epManager {
-	return &epManager{cfg: cfg, dsn: dsn, base: recv.base + "/ep/", recv: recv, logf: logf,
+func newEpManager(cfg config, dsn, bin string, recv *receiver, logf func(string, ...any)) *epManager {
+	return &epManager{cfg: cfg, dsn: dsn, bin: bin, base: recv.base + "/ep/", recv: recv, logf: logf,
 		rng: mrand.New(mrand.NewPCG(cfg.Seed, 0xe9)), appName: "torture-endpoints", tl: timeline{},
-		cur: map[string]epVersion{}, stats: changeStats{Committed: map[string]int{}}}
+		cur: map[string]epVersion{}, busy: map[string]bool{}, stats: changeStats{Committed: map[string]int{}}}
 }
 
 // epChange is one change to make: op on id, giving the version v (without its time).
@@ -157,6 +181,9 @@ type epChange struct {
 	Op string
 	ID string
 	V  epVersion
+	// CLI: make the change with `outbox-relay endpoint <op>` (enable only) while holding the
+	// lock, as an operator would, instead of plain SQL.
+	CLI bool
 }
 
 // setup creates the first cfg.EndpointCount endpoints, spread over the tenants, two of them
@@ -211,13 +238,21 @@ func (m *epManager) run(load, ctx context.Context) {
 		if !sleep(load, gap) {
 			return
 		}
+		m.mu.Lock()
 		ch, ok := m.pick()
+		if ok {
+			m.busy[ch.ID] = true
+		}
+		m.mu.Unlock()
 		if !ok {
 			continue
 		}
 		if _, err := m.apply(ctx, ch); err != nil && ctx.Err() == nil {
 			m.fail(fmt.Sprintf("%s %s: %v", ch.Op, ch.ID, err))
 		}
+		m.mu.Lock()
+		delete(m.busy, ch.ID)
+		m.mu.Unlock()
 	}
 }
 
@@ -236,14 +271,20 @@ func (m *epManager) blackouts(load context.Context) int {
 		m.mu.Lock()
 		ids := make([]string, 0, len(m.cur))
 		for id := range m.cur {
-			ids = append(ids, id)
+			if !m.busy[id] {
+				ids = append(ids, id)
+			}
 		}
 		m.mu.Unlock()
 		if len(ids) == 0 {
 			continue
 		}
 		sort.Strings(ids)
-		m.recv.blackout(ids[rng.IntN(len(ids))], 2*time.Second+time.Duration(rng.Int64N(int64(3*time.Second))))
+		id, d := ids[rng.IntN(len(ids))], 2*time.Second+time.Duration(rng.Int64N(int64(3*time.Second)))
+		m.recv.blackout(id, d)
+		m.mu.Lock()
+		m.blackoutLog = append(m.blackoutLog, span{What: "blackout of " + id, ID: id, From: time.Now(), To: time.Now().Add(d)})
+		m.mu.Unlock()
 		n++
 	}
 }
@@ -251,9 +292,15 @@ func (m *epManager) blackouts(load context.Context) int {
 // pick draws the next change from the endpoints as they are: mostly subscription updates,
 // pauses and resumes, some disables and enables, and adds and removals that keep the count
 // near EndpointCount. A paused endpoint is only resumed, disabled or removed, never updated.
+// Half the removals, when an endpoint is blacked out, take that one: it has events queued,
+// in memory or spilled to its backlog (issue 38: nothing left pending after such a removal).
+// The caller holds mu.
 func (m *epManager) pick() (epChange, bool) {
 	var enabled, paused, disabled []string
 	for id, v := range m.cur {
+		if m.busy[id] {
+			continue
+		}
 		switch v.State {
 		case stEnabled:
 			enabled = append(enabled, id)
@@ -281,6 +328,17 @@ func (m *epManager) pick() (epChange, bool) {
 		from = slices.Concat(enabled, paused)
 	case opRemove:
 		from = slices.Concat(enabled, paused, disabled)
+		var queued []string
+		for _, id := range from {
+			if m.recv.blackedOutNow(id) {
+				queued = append(queued, id)
+			}
+		}
+		sort.Strings(queued)
+		if len(queued) > 0 && m.rng.IntN(2) == 0 {
+			m.stats.RemovedQueued++
+			return m.changeOf(op, queued[m.rng.IntN(len(queued))]), true
+		}
 	}
 	if len(from) == 0 {
 		return epChange{}, false
@@ -329,23 +387,28 @@ func (m *epManager) changeOf(op, id string) epChange {
 	return epChange{Op: op, ID: id, V: v}
 }
 
-// finish resumes every paused endpoint, retrying each until it commits, so that what they hold
-// can drain.
+// finish resumes every paused endpoint and enables every disabled one, retrying each until it
+// commits, so that what they hold (paused, or kept in the backlog at the disable) must drain:
+// the checks then require it.
 func (m *epManager) finish(ctx context.Context) {
-	var paused []string
+	var held []string
 	for id, v := range m.cur {
-		if v.State == stPaused {
-			paused = append(paused, id)
+		if v.State != stEnabled {
+			held = append(held, id)
 		}
 	}
-	sort.Strings(paused)
-	for _, id := range paused {
+	sort.Strings(held)
+	for _, id := range held {
 		v := m.cur[id]
-		v.Op, v.State = opResume, stEnabled
+		op := opResume
+		if v.State == stDisabled {
+			op = opEnable
+		}
+		v.Op, v.State = op, stEnabled
 		for {
-			ok, err := m.apply(ctx, epChange{Op: opResume, ID: id, V: v})
+			ok, err := m.apply(ctx, epChange{Op: op, ID: id, V: v})
 			if err != nil {
-				m.fail(fmt.Sprintf("final resume of %s: %v", id, err))
+				m.fail(fmt.Sprintf("final %s of %s: %v", op, id, err))
 				break
 			}
 			if ok || !sleep(ctx, 100*time.Millisecond) {
@@ -353,8 +416,64 @@ func (m *epManager) finish(ctx context.Context) {
 			}
 		}
 	}
-	m.logf("endpoints: %s; resumed the %d still paused", m.summary(), len(paused))
+	m.logf("endpoints: %s; resumed or enabled the %d still paused or disabled", m.summary(), len(held))
+	if err := m.compareRows(ctx); err != nil {
+		m.fail(err.Error())
+	}
 	m.drop()
+}
+
+// compareRows checks that outbox_endpoints ends as the timeline says: every endpoint the
+// manager kept exists, enabled, and no other. A mismatch means a change the timeline missed
+// (the relay's disable after a 410 noticed too late, say): the checks could not be trusted.
+func (m *epManager) compareRows(ctx context.Context) error {
+	var rows map[string]string
+	err := readRetrying(ctx, func() error {
+		conn, err := m.connection(ctx)
+		if err != nil {
+			return err
+		}
+		rs, err := conn.Query(ctx, `SELECT id, state FROM outbox_endpoints`)
+		if err != nil {
+			m.drop()
+			return err
+		}
+		rows = map[string]string{}
+		for rs.Next() {
+			var id, state string
+			if err := rs.Scan(&id, &state); err != nil {
+				m.drop()
+				return err
+			}
+			rows[id] = state
+		}
+		if err := rs.Err(); err != nil {
+			m.drop()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read outbox_endpoints at the end: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var diff []string
+	for id, v := range m.cur {
+		if rows[id] != v.State {
+			diff = append(diff, fmt.Sprintf("%s is %q, the timeline says %s", id, rows[id], v.State))
+		}
+	}
+	for id := range rows {
+		if _, ok := m.cur[id]; !ok {
+			diff = append(diff, id+" exists, the timeline says removed")
+		}
+	}
+	if len(diff) > 0 {
+		sort.Strings(diff)
+		return fmt.Errorf("outbox_endpoints does not end as the timeline says: %s", strings.Join(diff, "; "))
+	}
+	return nil
 }
 
 func (m *epManager) fail(s string) {
@@ -399,6 +518,8 @@ const changeLockTimeout = "2s"
 // the timeline if it committed. It returns false when it did not commit (the server away, the
 // lock not granted in time); an error only when ctx ends or the table refused the change.
 func (m *epManager) apply(ctx context.Context, ch epChange) (bool, error) {
+	m.applyMu.Lock()
+	defer m.applyMu.Unlock()
 	ok, err := m.attempt(ctx, ch)
 	if !ok {
 		m.mu.Lock()
@@ -428,6 +549,11 @@ func (m *epManager) attempt(ctx context.Context, ch epChange) (bool, error) {
 	if err == nil {
 		before, err = readLSN(actx, tx, "pg_current_wal_insert_lsn()")
 	}
+	var cliErr *cliError
+	if errors.As(err, &cliErr) {
+		m.drop()
+		return false, err
+	}
 	if err != nil {
 		m.drop()
 		var pgErr *pgconn.PgError
@@ -441,6 +567,12 @@ func (m *epManager) attempt(ctx context.Context, ch epChange) (bool, error) {
 	}
 	if err := tx.Commit(actx); err != nil {
 		m.drop()
+		if ch.CLI {
+			// The command committed the change while the lock was held, and before was read
+			// after it returned: only the lock's release failed.
+			m.record(ch, at, before, m.walLSN(ctx), false)
+			return true, nil
+		}
 		if pgconn.SafeToRetry(err) {
 			return false, nil
 		}
@@ -507,6 +639,9 @@ func (m *epManager) change(ctx context.Context, tx pgx.Tx, ch epChange) (time.Ti
 		tag, err = tx.Exec(ctx, `UPDATE outbox_endpoints SET state = 'disabled', disabled_at = $2, disabled_reason = 'torture',
 			paused_at = NULL, paused_reason = NULL, updated_at = $2 WHERE id = $1`, ch.ID, at)
 	case opEnable:
+		if ch.CLI {
+			return at, m.cli(ctx, "endpoint", "enable", ch.ID)
+		}
 		tag, err = tx.Exec(ctx, `UPDATE outbox_endpoints SET state = 'enabled', disabled_at = NULL, disabled_reason = NULL,
 			updated_at = $2 WHERE id = $1`, ch.ID, at)
 	case opRemove:
@@ -518,12 +653,28 @@ func (m *epManager) change(ctx context.Context, tx pgx.Tx, ch epChange) (time.Ti
 	return at, err
 }
 
+// cliError is a relay command the manager ran that failed.
+type cliError struct{ err error }
+
+func (e *cliError) Error() string { return e.err.Error() }
+
+// cli runs `outbox-relay args... --dsn` as an operator would; its output goes into the error.
+func (m *epManager) cli(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, m.bin, append(args, "--dsn", m.dsn)...).CombinedOutput()
+	if err != nil {
+		return &cliError{fmt.Errorf("outbox-relay %s: %w: %s", strings.Join(args, " "), err, out)}
+	}
+	return nil
+}
+
 // record enters a committed change into the timeline and the current state.
 func (m *epManager) record(ch epChange, at time.Time, before, after pglogrepl.LSN, settled bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v := ch.V
-	v.At, v.Before, v.After = at, before, after
+	// Lo belongs to the relay's own disable (gone.go), which ch.V may have been copied from:
+	// the manager's changes are placed by before.
+	v.At, v.Before, v.After, v.Lo = at, before, after, 0
 	m.tl[ch.ID] = append(m.tl[ch.ID], v)
 	if v.Exists {
 		m.cur[ch.ID] = v

@@ -11,50 +11,55 @@ import (
 )
 
 // The endpoints run's checks, over (event, endpoint) pairs. For each committed transaction and
-// each endpoint, the version of the endpoint in force at the transaction's time (endpoints.go)
-// says what rule 4 of issue 24 allows:
+// each endpoint, the version of the endpoint in force at the transaction's commit (the last
+// change committed before it, in commit order: epVersion.after) says what rule 4 of issue 24
+// allows, with the guarantees of issue 38:
 //
 //   - not routed: no version yet (committed before the endpoint's creation), removed, disabled,
-//     or outside its subscription; also paused and then disabled or removed before any resume
-//     (held, then settled without sending). Any delivery of the pair is a violation.
+//     or outside its subscription; also paused and then removed before any resume (held, then
+//     dropped). Any delivery of the pair is a violation.
 //   - routed while enabled: it must be delivered.
 //   - routed while paused: it must be delivered, and not before the resume (the first later
-//     version enabled): a delivery the receiver recorded before the resume's time is one made
-//     while paused. The receiver's clock and the server's are the host's.
-//   - either way, if a later version disables or removes the endpoint, the relay may settle the
-//     pair without sending (abandoned): it is optional, neither lost if missing nor wrong if
-//     delivered. A disable keeps what the endpoint held in its backlog and delivers it after a
-//     later enable (a removal drops it), so such a delivery is no failure either; it stays
-//     optional, since a resend from before the disable is not routed to it again. A pair
-//     routed while paused and disabled before any resume is delivered, if at all, after the
-//     first later resume or enable.
+//     version enabled, a resume or an enable): a delivery the receiver recorded before the
+//     resume's time is one made while paused. The receiver's clock and the server's are the
+//     host's.
+//   - a later disable changes neither: the endpoint keeps what it was owed at the disable and
+//     gets it after the enable, first and in order (the run enables every disabled endpoint at
+//     its end), so the pair stays required.
+//   - a later removal lets the relay drop the pair: it is optional from the removal's commit,
+//     neither lost if missing nor wrong if delivered (the relay learns of the removal a little
+//     later; such late deliveries are counted).
 //
 // Then: lost = a required pair never delivered; order = per (endpoint, aggregate), first
 // deliveries of routed pairs in commit order (an optional pair may be missing from the
-// sequence, never out of place); duplicates are allowed and counted.
+// sequence, never out of place); duplicates are allowed and counted, per endpoint.
 //
 // Confirm: confirm.go's argument, per pair. A correct relay settles a transaction only once
-// each endpoint its events route to has answered for them, or abandoned them because the
-// endpoint was disabled or removed; so a sample of the slot that passed the transaction while
-// one of its pairs was undelivered below the sample's mark is a violation, unless that pair's
-// excuse (the disable or removal that lets it be abandoned) committed before the sample. A
-// pair held by a pause and then dropped holds the slot the same way until its excuse.
+// each endpoint its events route to has answered for them, kept them in its backlog (a spill,
+// a disable), or dropped them because the endpoint was removed; so a sample of the slot that
+// passed the transaction while one of its pairs was neither delivered below the sample's mark
+// nor in a backlog is a violation, unless that pair's excuse (the removal) committed before the
+// sample. A pair held by a pause and then dropped holds the slot the same way until its excuse.
 
 // pairRule is what rule 4 says of one (event, endpoint) pair.
 type pairRule struct {
 	Routed    bool
 	Why       string    // why it is not routed
-	Required  bool      // routed, and no later disable or removal may have abandoned it
+	Required  bool      // routed, and no later removal may have dropped it
 	NotBefore time.Time // routed while paused: the resume's time (far future if none); else zero
-	// Excuse is the time of the first disable or removal after the commit, from which the
-	// relay may abandon the pair; zero if none.
+	// Excuse is the time of the first removal after the commit (or of a disable never
+	// followed by an enable), from which the relay may drop the pair; zero if none.
 	Excuse time.Time
+	// Uncertain: the transaction committed inside the window of a change the relay made
+	// itself (a 410's disable) and the two sides route it differently: optional, allowed
+	// either way, and it never holds the slot.
+	Uncertain bool
 }
 
 // holds reports whether the pair keeps its transaction from being confirmed until delivered,
 // at a sample taken at time at.
 func (p pairRule) holds(at time.Time) bool {
-	return (p.Routed || p.Why == whyPausedDropped) && (p.Excuse.IsZero() || p.Excuse.After(at))
+	return (p.Routed || p.Why == whyPausedDropped) && !p.Uncertain && (p.Excuse.IsZero() || p.Excuse.After(at))
 }
 
 // Reasons a pair is not routed.
@@ -71,10 +76,80 @@ var whys = []string{whyBeforeCreation, whyRemoved, whyDisabled, whyOutside, whyP
 // never is the NotBefore of a pair held by a pause that never ended.
 var never = time.Unix(1<<40, 0)
 
-// rule classifies the pair of e, committed by a transaction at time at, and the endpoint of
-// versions vs.
-func rule(vs []epVersion, at time.Time, e event) pairRule {
-	k := sort.Search(len(vs), func(i int) bool { return !vs[i].At.Before(at) }) - 1
+// txPos is where a transaction committed, as far as the run knows: its commit LSN from a
+// delivery's X-Event-Sequence (0 if none was delivered), the bounds its writer read around
+// COMMIT (txRecord.Before, After; 0 if not read), and the time of its first insert.
+type txPos struct {
+	At                    time.Time
+	Commit, Before, After pglogrepl.LSN
+}
+
+// posOf is tx's position, with its commit LSN c (0: unknown).
+func posOf(tx txRecord, c pglogrepl.LSN) txPos {
+	return txPos{At: tx.At, Commit: c, Before: tx.Before, After: tx.After}
+}
+
+// place reports whether the change v committed after the transaction at p, in commit order as
+// the relay routes (issue 38: a change applies at its commit, to its whole transaction), and
+// whether the run can tell (sure). v.Before was read while the change held its EXCLUSIVE lock
+// on outbox_events, so no transaction with events commits between v.Before and the change's
+// commit: a commit record at or past v.Before is after the change, one below it before. The
+// commit LSN decides when a delivery told it, else the writer's bounds when they settle it,
+// else the clock method of endpoints.go (equivalent, by the same lock). A change the relay made
+// itself (v.Lo set) is only bounded by the WAL: inside its window the run cannot tell.
+func (v epVersion) place(p txPos) (after, sure bool) {
+	if v.Lo != 0 {
+		switch {
+		case p.Commit != 0:
+			return p.Commit < v.Lo, p.Commit < v.Lo || p.Commit >= v.After
+		case p.After != 0 && p.After <= v.Lo:
+			return true, true
+		case p.Before != 0 && p.Before >= v.After:
+			return false, true
+		}
+		return false, false
+	}
+	if v.Before != 0 {
+		switch {
+		case p.Commit != 0:
+			return p.Commit < v.Before, true
+		case p.After != 0 && p.After <= v.Before:
+			return true, true
+		case p.Before != 0 && p.Before >= v.Before:
+			return false, true
+		}
+	}
+	return !v.At.Before(p.At), true
+}
+
+// rule classifies the pair of e, committed by a transaction at p, and the endpoint of
+// versions vs. Since issue 38 a disable keeps what the endpoint was owed and delivers it after
+// the enable, first and in order: only a removal (or a disable never followed by an enable)
+// lets the relay settle a routed pair without sending it. A pair whose transaction cannot be
+// placed against one of the changes is uncertain unless both placements agree.
+func rule(vs []epVersion, p txPos, e event) pairRule {
+	last := func(uncertainBefore bool) int {
+		k := len(vs) - 1
+		for ; k >= 0; k-- {
+			after, sure := vs[k].place(p)
+			if !after && (sure || uncertainBefore) {
+				break
+			}
+		}
+		return k
+	}
+	k, k2 := last(false), last(true)
+	r := ruleAt(vs, k, e)
+	if k2 != k {
+		if r2 := ruleAt(vs, k2, e); r2 != r {
+			return pairRule{Routed: true, Uncertain: true}
+		}
+	}
+	return r
+}
+
+// ruleAt is rule with vs[k] the version in force at the commit (k < 0: none).
+func ruleAt(vs []epVersion, k int, e event) pairRule {
 	switch {
 	case k < 0:
 		return pairRule{Why: whyBeforeCreation}
@@ -85,34 +160,45 @@ func rule(vs []epVersion, at time.Time, e event) pairRule {
 	case !vs[k].subscribed(e):
 		return pairRule{Why: whyOutside}
 	}
-	p := pairRule{Routed: true}
-	later := vs[k+1:]
-	for _, v := range later {
-		if !v.Exists || v.State == stDisabled {
-			p.Excuse = v.At
-			break
-		}
-	}
+	r := pairRule{Routed: true, Excuse: excuse(vs[k+1:])}
 	if vs[k].State == stPaused {
-		// Held by the pause. A disable keeps what the endpoint held (in its backlog) for a
-		// later enable, so the pair may be delivered once the endpoint is enabled again, by
-		// a resume or an enable; a removal before that drops it.
-		p.NotBefore = never
-		for _, v := range later {
+		// Held by the pause, delivered once the endpoint is enabled again (a resume, or an
+		// enable after a disable); a removal before that drops it.
+		r.NotBefore = never
+		for _, v := range vs[k+1:] {
 			if !v.Exists {
-				return pairRule{Why: whyPausedDropped, Excuse: p.Excuse}
+				return pairRule{Why: whyPausedDropped, Excuse: r.Excuse}
 			}
 			if v.State == stEnabled {
-				p.NotBefore = v.At
+				r.NotBefore = v.At
 				break
 			}
 		}
-		if !p.Excuse.IsZero() && p.NotBefore.Equal(never) {
-			return pairRule{Why: whyPausedDropped, Excuse: p.Excuse} // disabled, never enabled again
+		if !r.Excuse.IsZero() && r.NotBefore.Equal(never) {
+			return pairRule{Why: whyPausedDropped, Excuse: r.Excuse} // disabled, never enabled again
 		}
 	}
-	p.Required = p.Excuse.IsZero()
-	return p
+	r.Required = r.Excuse.IsZero()
+	return r
+}
+
+// excuse is the time from which the relay may settle a pair routed before the versions later
+// without sending it: the first removal, or a disable with no enable after it (the run
+// enables every disabled endpoint at its end, so that is only an enable the run could not
+// make); zero if none.
+func excuse(later []epVersion) time.Time {
+	var disabled time.Time
+	for _, v := range later {
+		switch {
+		case !v.Exists:
+			return v.At // a disable before it kept the pair (in the backlog) until then
+		case v.State == stDisabled && disabled.IsZero():
+			disabled = v.At
+		case v.State != stDisabled:
+			disabled = time.Time{}
+		}
+	}
+	return disabled
 }
 
 // epRecord is what an endpoints run collected, for its checks.
@@ -130,14 +216,15 @@ type epRecord struct {
 type epVerdict struct {
 	Endpoints int // endpoints that ever existed
 	Committed int // events
-	// Pairs by rule: required, optional (routed, a later disable or removal may abandon them),
+	// Pairs by rule: required, optional (routed, a later removal may drop them),
 	// and not routed by reason; the paused ones among the routed.
-	Required, Optional, Paused int
-	NotRouted                  map[string]int
+	// Uncertain counts the optional pairs a 410's disable left uncertain (pairRule).
+	Required, Optional, Paused, Uncertain int
+	NotRouted                             map[string]int
 	// Delivered pairs: required, optional, and routed while paused (delivered after the resume).
 	Delivered, OptionalDelivered, PausedDelivered int
-	// LateOptional counts optional pairs first delivered after the disable or removal that let
-	// the relay abandon them (allowed: the relay learns of the change later; reported).
+	// LateOptional counts optional pairs first delivered after the removal that let the relay
+	// drop them (allowed: the relay learns of the change later; reported).
 	LateOptional int
 	Lost         []string
 	// Phantoms: deliveries of ids that never committed; UnknownEndpoint: deliveries recorded
@@ -162,6 +249,23 @@ type epVerdict struct {
 	OrderingErrors    []string
 	Samples, Backward int
 	LastCommit        pglogrepl.LSN
+	// Focus is each violation above with the (endpoint, aggregate) it concerns, for the
+	// evidence file of a failed run (evidence.go).
+	Focus []focus
+}
+
+// focus is one violation and where to look: its description, the endpoint, aggregate and
+// event, and the time it happened (delivery, commit or sample).
+type focus struct {
+	What                string
+	Endpoint, Aggregate string
+	Event               string
+	At                  time.Time
+}
+
+// focus notes the violation just appended to list.
+func (v *epVerdict) focus(list []string, endpoint, aggregate, event string, at time.Time) {
+	v.Focus = append(v.Focus, focus{What: list[len(list)-1], Endpoint: endpoint, Aggregate: aggregate, Event: event, At: at})
 }
 
 func (v epVerdict) ok() bool {
@@ -180,8 +284,8 @@ type routedPair struct {
 }
 
 // classifyPairs returns the routed pairs, by transaction and endpoint id, and counts the others
-// by reason.
-func classifyPairs(txs []txRecord, tl timeline) ([]routedPair, map[string]int) {
+// by reason. commits are the transactions' commit LSNs (0 or nil: unknown).
+func classifyPairs(txs []txRecord, commits []pglogrepl.LSN, tl timeline) ([]routedPair, map[string]int) {
 	ids := make([]string, 0, len(tl))
 	for id := range tl {
 		ids = append(ids, id)
@@ -190,9 +294,13 @@ func classifyPairs(txs []txRecord, tl timeline) ([]routedPair, map[string]int) {
 	var out []routedPair
 	notRouted := map[string]int{}
 	for i, tx := range txs {
+		var c pglogrepl.LSN
+		if i < len(commits) {
+			c = commits[i]
+		}
 		for _, e := range tx.Events {
 			for _, id := range ids {
-				p := rule(tl[id], tx.At, e)
+				p := rule(tl[id], posOf(tx, c), e)
 				if p.Routed || p.Why == whyPausedDropped {
 					out = append(out, routedPair{key: pairKey(id, e.ID), tx: i, rule: p})
 				}
@@ -205,10 +313,11 @@ func classifyPairs(txs []txRecord, tl timeline) ([]routedPair, map[string]int) {
 	return out, notRouted
 }
 
-// requiredPairs lists the pairKeys that must be delivered.
-func requiredPairs(txs []txRecord, tl timeline) []string {
+// requiredPairs lists the pairKeys that must be delivered, placing the transactions by the
+// commit LSNs of the deliveries ds so far.
+func requiredPairs(txs []txRecord, ds []delivery, tl timeline) []string {
 	var out []string
-	routed, _ := classifyPairs(txs, tl)
+	routed, _ := classifyPairs(txs, commitsOf(txs, ds), tl)
 	for _, p := range routed {
 		if p.rule.Required {
 			out = append(out, p.key)
@@ -220,15 +329,17 @@ func requiredPairs(txs []txRecord, tl timeline) []string {
 // checkEndpoints evaluates the endpoints run's invariants.
 func checkEndpoints(r epRecord) epVerdict {
 	v := epVerdict{Endpoints: len(r.Timeline), PerEndpoint: map[string]*endpointDups{}}
-	routed, notRouted := classifyPairs(r.Txs, r.Timeline)
-	v.NotRouted = notRouted
-	x := epIndex{r: r, committed: map[string]event{}, txOf: map[string]int{}, rules: make(map[string]pairRule, len(routed)),
+	x := epIndex{r: r, committed: map[string]event{}, txOf: map[string]int{},
 		first: map[string]int{}, last: map[string]int{}}
 	for i, tx := range r.Txs {
 		for _, e := range tx.Events {
 			x.committed[e.ID], x.txOf[e.ID] = e, i
 		}
 	}
+	x.commits, v.SequenceErrors = commitLSNs(r.Txs, r.Deliveries, x.committed)
+	routed, notRouted := classifyPairs(r.Txs, x.commits, r.Timeline)
+	v.NotRouted = notRouted
+	x.rules = make(map[string]pairRule, len(routed))
 	v.Committed = len(x.committed)
 	for _, rp := range routed {
 		x.rules[rp.key] = rp.rule
@@ -241,6 +352,9 @@ func checkEndpoints(r epRecord) epVerdict {
 		}
 		if rp.rule.Routed && !rp.rule.NotBefore.IsZero() {
 			v.Paused++
+		}
+		if rp.rule.Uncertain {
+			v.Uncertain++
 		}
 	}
 	var phantoms []string
@@ -256,10 +370,12 @@ func checkEndpoints(r epRecord) epVerdict {
 			ep, _, _ := strings.Cut(rp.key, " ")
 			txAt := r.Txs[rp.tx].At
 			v.Lost = append(v.Lost, fmt.Sprintf("%s, committed at %s; %s", rp.key, txAt.Format(stamp), around(r.Timeline[ep], txAt)))
+			_, id, _ := strings.Cut(rp.key, " ")
+			v.focus(v.Lost, ep, x.committed[id].Aggregate, id, txAt)
 		}
 	}
 	v.PhantomsRolledBack, v.PhantomsAborted, v.PhantomsUnknown = classifyPhantoms(phantoms, r.RolledBack, r.Aborted)
-	v.confirm(r, routed, x.first, x.committed)
+	v.confirm(r, routed, x.first, x.commits)
 	return v
 }
 
@@ -268,6 +384,7 @@ type epIndex struct {
 	r         epRecord
 	committed map[string]event
 	txOf      map[string]int      // event id → its transaction's index
+	commits   []pglogrepl.LSN     // the transactions' commit LSNs (0: none delivered)
 	rules     map[string]pairRule // routed pairs, by pairKey
 	first     map[string]int      // pairKey → index of its first delivery
 	last      map[string]int      // endpoint + aggregate → seq of its latest first delivery
@@ -281,17 +398,20 @@ func (v *epVerdict) delivery(x *epIndex, i int, d delivery) {
 		return
 	}
 	key := pairKey(d.Endpoint, d.ID)
-	txAt := x.r.Txs[x.txOf[d.ID]].At
+	ti := x.txOf[d.ID]
+	txAt := x.r.Txs[ti].At
 	p, ok := x.rules[key]
 	if !ok {
-		p = rule(vs, txAt, e)
+		p = rule(vs, posOf(x.r.Txs[ti], x.commits[ti]), e)
 	}
 	if !p.Routed {
 		v.Outside = append(v.Outside, fmt.Sprintf("%s (%s, %s, tenant %q, committed at %s) delivered to %s: %s; %s",
 			d.ID, e.Aggregate, e.EventType, e.Tenant, txAt.Format(stamp), d.Endpoint, p.Why, around(vs, txAt)))
+		v.focus(v.Outside, d.Endpoint, e.Aggregate, d.ID, d.At)
 	} else if d.At.Before(p.NotBefore) {
 		v.WhilePaused = append(v.WhilePaused, fmt.Sprintf("%s delivered to %s at %s, committed while it was paused, "+
 			"before its resume at %s", d.ID, d.Endpoint, d.At.Format(stamp), fmtResume(p.NotBefore)))
+		v.focus(v.WhilePaused, d.Endpoint, e.Aggregate, d.ID, d.At)
 	}
 	n := v.PerEndpoint[d.Endpoint]
 	if n == nil {
@@ -313,7 +433,7 @@ func (v *epVerdict) delivery(x *epIndex, i int, d delivery) {
 		v.Delivered++
 	default:
 		v.OptionalDelivered++
-		if d.At.After(p.Excuse) {
+		if !p.Uncertain && d.At.After(p.Excuse) {
 			v.LateOptional++
 		}
 	}
@@ -324,6 +444,7 @@ func (v *epVerdict) delivery(x *epIndex, i int, d delivery) {
 	if prev, ok := x.last[agg]; ok && e.Seq < prev {
 		v.OrderViolations = append(v.OrderViolations, fmt.Sprintf("%s at %s: seq %d first delivered after seq %d",
 			e.Aggregate, d.Endpoint, e.Seq, prev))
+		v.focus(v.OrderViolations, d.Endpoint, e.Aggregate, d.ID, d.At)
 	}
 	x.last[agg] = max(x.last[agg], e.Seq)
 }
@@ -357,7 +478,7 @@ func fmtResume(t time.Time) string {
 }
 
 // confirm runs the confirm check over pairs, as the header comment says.
-func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]int, committed map[string]event) {
+func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]int, commits []pglogrepl.LSN) {
 	holds := make([][]holder, len(r.Txs))
 	after := make([]pglogrepl.LSN, len(r.Txs))
 	for i, tx := range r.Txs {
@@ -370,8 +491,6 @@ func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]in
 		}
 		holds[rp.tx] = append(holds[rp.tx], holder{first: idx, rule: rp.rule, key: rp.key})
 	}
-	commits, seqErrs := commitLSNs(r.Txs, r.Deliveries, committed)
-	v.SequenceErrors = seqErrs
 	v.OrderingErrors = orderingErrors(r.Txs, commits, r.Timeline)
 	for _, c := range commits {
 		v.LastCommit = max(v.LastCommit, c)
@@ -392,8 +511,23 @@ func (v *epVerdict) confirm(r epRecord, routed []routedPair, first map[string]in
 		}
 		return out
 	}
-	v.ConfirmViolations = describe(pairConfirmViolations(r.Samples, after, holds, r.Backlog), "After(tx)")
-	v.ConfirmSeqViolations = describe(pairConfirmViolations(r.Samples, commits, holds, r.Backlog), "commit LSN")
+	byAfter := pairConfirmViolations(r.Samples, after, holds, r.Backlog)
+	byCommit := pairConfirmViolations(r.Samples, commits, holds, r.Backlog)
+	v.ConfirmViolations = describe(byAfter, "After(tx)")
+	v.ConfirmSeqViolations = describe(byCommit, "commit LSN")
+	for i, list := range [][]confirmViolation{byAfter, byCommit} {
+		descs := [][]string{v.ConfirmViolations, v.ConfirmSeqViolations}[i]
+		for k, c := range list {
+			ep, id, _ := strings.Cut(c.Pair, " ")
+			var agg string
+			for _, e := range r.Txs[c.Tx].Events {
+				if e.ID == id {
+					agg = e.Aggregate
+				}
+			}
+			v.focus(descs[:k+1], ep, agg, id, r.Samples[c.Sample].At)
+		}
+	}
 }
 
 // holder is a pair that holds its transaction: the log index of its first delivery
@@ -453,6 +587,9 @@ func orderingErrors(txs []txRecord, commits []pglogrepl.LSN, tl timeline) []stri
 		}
 		for _, id := range ids {
 			for _, ver := range tl[id] {
+				if ver.Lo != 0 {
+					continue // the relay's own change: no clock_timestamp() to check
+				}
 				switch {
 				case ver.After != 0 && tx.At.Before(ver.At) && c >= ver.After:
 					out = append(out, fmt.Sprintf("writer %d tx at %s commits at %s, past the %s of %s at %s (committed below %s)",
@@ -492,4 +629,16 @@ func (v epVerdict) dupsByEndpoint(n int) string {
 		parts = append(parts, fmt.Sprintf("%d more", len(ids)-n))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// commitsOf is the commit LSNs the deliveries ds tell of the transactions txs (0: none).
+func commitsOf(txs []txRecord, ds []delivery) []pglogrepl.LSN {
+	committed := map[string]event{}
+	for _, tx := range txs {
+		for _, e := range tx.Events {
+			committed[e.ID] = e
+		}
+	}
+	commits, _ := commitLSNs(txs, ds, committed)
+	return commits
 }

@@ -27,7 +27,7 @@ func at(s float64) time.Time { return epT0.Add(time.Duration(s * float64(time.Se
 // Transactions (commit LSN 0/i50, read around it [0/i00, 0/(i+1)00) for tx i-1):
 //
 //	tx0 at 2    e1 order/1 order.created t00 seq 1     a: required; b: outside (aggregate type); c: before creation
-//	tx1 at 3.5  e2 invoice/2 invoice.paid t01 seq 1    b: optional (disabled at 5); a, c: outside (tenant)
+//	tx1 at 3.5  e2 invoice/2 invoice.paid t01 seq 1    b: required (owed at the disable at 5, kept for the enable at 7); a, c: outside (tenant)
 //	tx2 at 4.5  e3 order/1 order.paid t00 seq 2        a: paused, required, not before 6; c: optional (removed at 8)
 //	            e9 invoice/6 invoice.created t00 seq 1 a: outside (pattern); c: optional
 //	tx3 at 5.5  e4 invoice/2 invoice.paid t01 seq 2    b: disabled
@@ -99,7 +99,7 @@ func cleanEpRecord() epRecord {
 		dl("e7", "ep-a", 9.1), // 8
 	}
 	// Each sample passes a transaction only once its holding pairs are below the mark; tx1's
-	// only pair (e2 at ep-b) holds until ep-b's disable at 5, and is delivered at 1 anyway.
+	// only pair (e2 at ep-b) holds it until delivered (entry 1), the disable at 5 aside.
 	samples := []sample{
 		{LSN: 0x201, Mark: 1, At: at(2.2)}, // passes tx0 (e1@a is entry 0)
 		{LSN: 0x301, Mark: 2, At: at(3.7)}, // passes tx1 (e2@b is entry 1)
@@ -145,16 +145,27 @@ func TestCheckEndpointsFindsEachViolation(t *testing.T) {
 	}{
 		{"clean run", func(r *epRecord) {}, nil, ""},
 		{"duplicates are allowed", func(r *epRecord) { add(r, r.Deliveries[0]); add(r, r.Deliveries[4]) }, nil, ""},
-		{"an optional pair may be abandoned after its endpoint is disabled or removed", func(r *epRecord) {
+		{"an optional pair may be dropped after its endpoint is removed", func(r *epRecord) {
 			drop(r, 7) // e5@c, ep-c removed at 8
 			drop(r, 3) // e9@c
 			drop(r, 2) // e3@c
-			drop(r, 1) // e2@b, ep-b disabled at 5
-			// Left: e1@a 0, e3@a 1, e5@a 2, e6@b 3, e7@a 4; the samples that pass their
-			// transactions come after ep-b's disable and ep-c's removal.
-			r.Samples = []sample{{LSN: 0x201, Mark: 1, At: at(2.2)}, {LSN: 0x401, Mark: 2, At: at(8.1)},
-				{LSN: 0x601, Mark: 4, At: at(8.2)}, {LSN: 0x701, Mark: 5, At: at(9.2)}}
+			// Left: e1@a 0, e2@b 1, e3@a 2, e5@a 3, e6@b 4, e7@a 5; the samples that pass tx2
+			// and tx4 come after ep-c's removal.
+			r.Samples = []sample{{LSN: 0x201, Mark: 1, At: at(2.2)}, {LSN: 0x301, Mark: 2, At: at(3.7)},
+				{LSN: 0x401, Mark: 3, At: at(8.1)}, {LSN: 0x601, Mark: 5, At: at(8.2)}, {LSN: 0x701, Mark: 6, At: at(9.2)}}
 		}, nil, ""},
+		{"an optional pair holds the slot until its endpoint is removed", func(r *epRecord) {
+			drop(r, 3) // e9@c
+			drop(r, 2) // e3@c
+			// Left: e1@a 0, e2@b 1, e3@a 2, e5@a 3, e6@b 4, e5@c 5, e7@a 6; tx2 passed at 7.9,
+			// before ep-c's removal at 8, its e3@c undelivered.
+			r.Samples = []sample{{LSN: 0x201, Mark: 1, At: at(2.2)}, {LSN: 0x301, Mark: 2, At: at(3.7)},
+				{LSN: 0x401, Mark: 3, At: at(7.9)}, {LSN: 0x601, Mark: 6, At: at(8.2)}, {LSN: 0x701, Mark: 7, At: at(9.2)}}
+		}, []string{"confirm", "confirm-seq"}, ""},
+		{"a pair owed at a disable, never delivered after the enable", func(r *epRecord) {
+			drop(r, 1) // e2@b: the disable at 5 kept it for the enable at 7
+			r.Samples = r.Samples[:1]
+		}, []string{"lost"}, "ep-b e2"},
 		{"a required pair never delivered, the slot held back", func(r *epRecord) {
 			drop(r, 8) // e7@a
 			r.Samples = r.Samples[:4]
@@ -210,14 +221,18 @@ func TestCheckEndpointsFindsEachViolation(t *testing.T) {
 		{"slot passed the commit record, not After(tx), with a pair undelivered", func(r *epRecord) {
 			r.Samples = slices.Insert(r.Samples, 2, sample{LSN: 0x351, Mark: 3, At: at(6)})
 		}, []string{"confirm-seq"}, ""},
-		{"an optional pair holds the slot until its endpoint is disabled", func(r *epRecord) {
-			r.Samples[1].Mark = 1 // 0/301 at 3.7 passes tx1 before e2@b (entry 1); ep-b is disabled only at 5
+		{"a pair owed at a disable holds the slot until delivered", func(r *epRecord) {
+			r.Samples[1].Mark = 1 // 0/301 at 3.7 passes tx1 before e2@b (entry 1)
 		}, []string{"confirm", "confirm-seq"}, ""},
-		{"an optional pair no longer holds the slot once its endpoint is disabled", func(r *epRecord) {
-			drop(r, 1) // e2@b never delivered: abandoned at the disable
-			// Left: e1@a 0, e3@c 1, e9@c 2, e3@a 3, e5@a 4, e6@b 5, e5@c 6, e7@a 7.
-			r.Samples = []sample{{LSN: 0x201, Mark: 1, At: at(2.2)}, {LSN: 0x301, Mark: 1, At: at(5.1)},
-				{LSN: 0x401, Mark: 4, At: at(6.2)}, {LSN: 0x601, Mark: 7, At: at(7.8)}, {LSN: 0x701, Mark: 8, At: at(9.2)}}
+		{"a pair owed at a disable may wait in the backlog while the slot passes", func(r *epRecord) {
+			// e2@b, undelivered at 5.1 (the disable at 5), is in ep-b's backlog then.
+			r.Backlog = &backlogIndex{ids: map[string]int32{}}
+			r.Samples[1] = sample{LSN: 0x301, Mark: 1, BacklogMark: 1, At: at(5.1), Backlog: []int32{r.Backlog.id(pairKey("ep-b", "e2"))}}
+			for i := range r.Samples {
+				if i != 1 {
+					r.Samples[i].BacklogMark = r.Samples[i].Mark
+				}
+			}
 		}, nil, ""},
 		{"a pair held by a pause holds the slot until its endpoint is removed", func(r *epRecord) {
 			// Passes tx3 at 6.3, before ep-d's removal at 6.5; nothing of tx3 was delivered, so
@@ -230,8 +245,10 @@ func TestCheckEndpointsFindsEachViolation(t *testing.T) {
 			r.Timeline["ep-a"][1].Before, r.Timeline["ep-a"][1].After = 0x300, 0x400 // pause at 4: after tx1, before tx2
 		}, nil, ""},
 		{"a transaction placed before a change but committed after it", func(r *epRecord) {
-			r.Timeline["ep-a"][1].Before, r.Timeline["ep-a"][1].After = 0x100, 0x200 // tx1 (0/250 at 3.5) before it?
-		}, []string{"ordering"}, ""},
+			// The commit LSN decides: tx0 (0/150) and tx1 (0/250) come after this pause, so
+			// e1's delivery to ep-a at 2.1 is one made while paused.
+			r.Timeline["ep-a"][1].Before, r.Timeline["ep-a"][1].After = 0x100, 0x200
+		}, []string{"ordering", "while-paused"}, ""},
 		{"a transaction placed after a change but committed before it", func(r *epRecord) {
 			r.Timeline["ep-a"][1].Before, r.Timeline["ep-a"][1].After = 0x400, 0x500 // tx2 (0/350 at 4.5) after it?
 		}, []string{"ordering"}, ""},
@@ -262,7 +279,7 @@ func TestCheckEndpointsFindsEachViolation(t *testing.T) {
 func TestCheckEndpointsCountsPairs(t *testing.T) {
 	v := checkEndpoints(cleanEpRecord())
 	// 9 events × 4 endpoints = 36 pairs.
-	want := epVerdict{Committed: 9, Endpoints: 4, Required: 5, Optional: 4, Paused: 1, Delivered: 5, OptionalDelivered: 4,
+	want := epVerdict{Committed: 9, Endpoints: 4, Required: 6, Optional: 3, Paused: 1, Delivered: 6, OptionalDelivered: 3,
 		PausedDelivered: 1}
 	if v.Committed != want.Committed || v.Endpoints != want.Endpoints || v.Required != want.Required ||
 		v.Optional != want.Optional || v.Paused != want.Paused || v.Delivered != want.Delivered ||
@@ -331,5 +348,35 @@ func TestCheckEndpointsCountsDuplicatesPerEndpoint(t *testing.T) {
 	}
 	if s, want := v.dupsByEndpoint(2), "ep-a 2 of 4 (50.00%), ep-b 1 of 2 (50.00%), 1 more"; s != want {
 		t.Fatalf("summary %q, want %q", s, want)
+	}
+}
+
+// Transactions are placed against changes by commit LSN; against the relay's own disable
+// after a 410, bounded only by [Lo, After], those inside the window are uncertain.
+func TestRuleByCommitOrder(t *testing.T) {
+	v := epVersion{Exists: true, State: stEnabled, EventTypes: []string{"*"}}
+	add, gone, enable := v, v, v
+	add.Op, add.At, add.Before = opAdd, at(1), 0x100
+	gone.Op, gone.At, gone.State, gone.Lo, gone.After = opGone, at(4.5), stDisabled, 0x300, 0x500
+	enable.Op, enable.At, enable.Before = opEnable, at(6), 0x600
+	vs := []epVersion{add, gone, enable}
+	e := event{EventType: "order.created", AggType: "order"}
+	tests := []struct {
+		name string
+		p    txPos
+		want pairRule
+	}{
+		{"before the add by LSN, though later by the clock", txPos{At: at(2), Commit: 0xf0}, pairRule{Why: whyBeforeCreation}},
+		{"before the 410's window: owed at the disable", txPos{At: at(5), Commit: 0x250}, pairRule{Routed: true, Required: true}},
+		{"inside the window", txPos{At: at(4), Commit: 0x400}, pairRule{Routed: true, Uncertain: true}},
+		{"inside the window by the writer's bounds", txPos{At: at(4), Before: 0x2f0, After: 0x400}, pairRule{Routed: true, Uncertain: true}},
+		{"before the window by the writer's bounds", txPos{At: at(4), Before: 0x200, After: 0x2f0}, pairRule{Routed: true, Required: true}},
+		{"after the window: disabled", txPos{At: at(3), Commit: 0x550}, pairRule{Why: whyDisabled}},
+		{"after the enable", txPos{At: at(3), Commit: 0x650}, pairRule{Routed: true, Required: true}},
+	}
+	for _, tt := range tests {
+		if got := rule(vs, tt.p, e); got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
 	}
 }

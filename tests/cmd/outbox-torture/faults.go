@@ -177,6 +177,9 @@ type faultStats struct {
 	Replays   []int64         // events re-sent, per replay-since
 	Failures  []string        // a fault that did not heal
 	Log       []injected      // every fault, in order
+	// Blocked are the spans in which the relays could not write to PostgreSQL (a pg-restart, a
+	// partition): their done-marks wait, retried with backoff, and a kill then drops them.
+	Blocked []span
 }
 
 // injected is one fault as it happened.
@@ -202,6 +205,7 @@ func (t *harness) inject(ctx context.Context, f fault) {
 			return
 		}
 		t.faults.PGDown = append(t.faults.PGDown, time.Since(start))
+		t.faults.Blocked = append(t.faults.Blocked, span{What: "pg-restart", From: start, To: time.Now()})
 	case faultPartition:
 		t.partition(ctx, f.Hold)
 	case faultSlotDrop:
@@ -295,6 +299,7 @@ func (t *harness) partition(ctx context.Context, hold time.Duration) {
 	}
 	t.proxy.Thaw()
 	thawed := time.Now()
+	t.faults.Blocked = append(t.faults.Blocked, span{What: "partition", From: start, To: thawed})
 	if noticed < 0 {
 		t.faults.Failures = append(t.faults.Failures, fmt.Sprintf(
 			"partition: relay-%d still answered ready after %s with its connections frozen (replication timeout %s)",

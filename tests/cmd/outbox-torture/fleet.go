@@ -40,6 +40,8 @@ type relayProc struct {
 	done    chan struct{} // closed once it has exited and been waited for
 	err     error         // Wait's result, valid after done
 	ours    bool          // we signalled it: its exit is expected
+	// startedAt and exitedAt (valid after done) place it in a failed run's evidence.
+	startedAt, exitedAt time.Time
 }
 
 func (p *relayProc) exited() bool {
@@ -62,6 +64,23 @@ type fleet struct {
 	procs   []*relayProc
 	next    int
 	crashes []string // exits we did not cause
+	// kills are the processes SIGKILLed (and those that crashed), by when they exited: the
+	// done-marks they held were dropped (pending.go).
+	kills []killed
+}
+
+// killed is a relay process that ended without flushing what it held.
+type killed struct {
+	Relay int
+	At    time.Time
+	What  string
+}
+
+// killList returns the processes killed (or crashed) so far.
+func (f *fleet) killList() []killed {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]killed(nil), f.kills...)
 }
 
 func newFleet(bin, dir string, args []string) *fleet {
@@ -104,7 +123,7 @@ func (f *fleet) start() (*relayProc, error) {
 	id := f.next
 	f.mu.Unlock()
 	p := &relayProc{id: id, addr: addr, logPath: filepath.Join(f.dir, fmt.Sprintf("relay-%d.log", id)),
-		done: make(chan struct{})}
+		done: make(chan struct{}), startedAt: time.Now()}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
@@ -117,11 +136,27 @@ func (f *fleet) start() (*relayProc, error) {
 		logf.Close()
 		return nil, fmt.Errorf("start relay: %w", err)
 	}
-	go func() { p.err = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	go func() { p.err = p.cmd.Wait(); p.exitedAt = time.Now(); logf.Close(); close(p.done) }()
 	f.mu.Lock()
 	f.procs = append(f.procs, p)
 	f.mu.Unlock()
 	return p, nil
+}
+
+// pids maps the OS pid of every process that has not exited to its id.
+func (f *fleet) pids() map[int]int {
+	out := map[int]int{}
+	for _, p := range f.alive() {
+		out[p.cmd.Process.Pid] = p.id
+	}
+	return out
+}
+
+// all returns every process started, oldest first.
+func (f *fleet) all() []*relayProc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*relayProc(nil), f.procs...)
 }
 
 // alive returns the processes that have not exited, oldest first.
@@ -198,6 +233,9 @@ func (f *fleet) kill(p *relayProc) {
 	f.mu.Unlock()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+	f.mu.Lock()
+	f.kills = append(f.kills, killed{Relay: p.id, At: p.exitedAt, What: fmt.Sprintf("relay-%d SIGKILLed", p.id)})
+	f.mu.Unlock()
 }
 
 // reap forgets processes that exited, recording those we did not end as crashes, and returns
@@ -214,6 +252,7 @@ func (f *fleet) reap() int {
 		if !p.ours {
 			f.crashes = append(f.crashes, fmt.Sprintf("relay-%d exited on its own (%v); its log ends:\n%s",
 				p.id, p.err, tail(p.logPath, 15)))
+			f.kills = append(f.kills, killed{Relay: p.id, At: p.exitedAt, What: fmt.Sprintf("relay-%d crashed", p.id)})
 		}
 	}
 	f.procs = kept

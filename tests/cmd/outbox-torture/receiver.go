@@ -55,6 +55,7 @@ type delivery struct {
 	Attempt   int
 	At        time.Time
 	Endpoint  string // the endpoint whose URL (/ep/<id>) received it, in an endpoints run; else ""
+	Relay     int    // the fleet's id of the relay process that sent it (procsock.go); 0: unknown
 }
 
 // pairKey names a delivery of event id to an endpoint ("" outside an endpoints run).
@@ -94,6 +95,18 @@ type receiver struct {
 	// that they lag long enough to spill to their backlog; blackedOut counts those answers.
 	blackouts  map[string]time.Time
 	blackedOut atomic.Int64
+	// gone: endpoints answered 410 Gone on every request until ungone (gone.go), so that the
+	// relay disables them, each with whether it answered one yet; goneAnswers counts those
+	// answers. goneHook, if set, runs before the first 410 of an episode is answered, under
+	// goneMu, which every 410 answer takes: the relay cannot hear a 410 before it returns.
+	gone        map[string]bool
+	goneAnswers atomic.Int64
+	goneMu      sync.Mutex
+	goneHook    atomic.Pointer[func(id string)]
+
+	// relayPIDs, once set (an endpoints run), gives the fleet's processes (OS pid → relay
+	// id), to tell which one sent a request (procsock.go).
+	relayPIDs atomic.Pointer[func() map[int]int]
 
 	// catchUp, if set (a broker run, broker.go), makes mark wait until the bridge has posted
 	// everything the broker holds now; false means it could not, and mark returns -1.
@@ -138,7 +151,12 @@ func (r *receiver) listen() error {
 	r.base = "http://" + ln.Addr().String()
 	r.URL = r.base + "/hook"
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(io.Discard, "", 0)} // resets make the server complain
+		ErrorLog: log.New(io.Discard, "", 0), // resets make the server complain
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			// Looked up in the handler that first records a delivery on c, not here, on
+			// the accept loop: the look-up reads /proc, and accepts must not queue behind it.
+			return context.WithValue(ctx, relayKey{}, &connRelay{c: c})
+		}}
 	go func() { _ = r.srv.Serve(ln) }()
 	return nil
 }
@@ -193,8 +211,54 @@ func (r *receiver) fault(m mode, share float64, d time.Duration) {
 func (r *receiver) heal() {
 	r.episode.Store(nil)
 	r.epMu.Lock()
-	r.blackouts = nil
+	r.blackouts, r.gone = nil, nil
 	r.epMu.Unlock()
+}
+
+// setGone makes endpoint id answer 410 Gone to every request (on), or stop doing so; it
+// reports whether the episode it ends answered any 410.
+func (r *receiver) setGone(id string, on bool) (answered bool) {
+	r.goneMu.Lock() // no 410 is being answered meanwhile
+	defer r.goneMu.Unlock()
+	r.epMu.Lock()
+	defer r.epMu.Unlock()
+	if r.gone == nil {
+		r.gone = map[string]bool{}
+	}
+	answered = r.gone[id]
+	if on {
+		r.gone[id] = false
+	} else {
+		delete(r.gone, id)
+	}
+	return answered
+}
+
+// goneAnswer reports whether endpoint id answers 410 now; if it does and this is the
+// episode's first answer, the hook runs first.
+func (r *receiver) goneAnswer(id string) bool {
+	r.epMu.Lock()
+	_, on := r.gone[id]
+	r.epMu.Unlock()
+	if !on {
+		return false
+	}
+	r.goneMu.Lock()
+	defer r.goneMu.Unlock()
+	r.epMu.Lock()
+	answered, on := r.gone[id]
+	r.epMu.Unlock()
+	if on && !answered {
+		if h := r.goneHook.Load(); h != nil {
+			(*h)(id)
+		}
+		r.epMu.Lock()
+		if _, still := r.gone[id]; still {
+			r.gone[id] = true
+		}
+		r.epMu.Unlock()
+	}
+	return true
 }
 
 // blackout answers 503 to every request to endpoint id for d.
@@ -241,6 +305,11 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		if r.blackedOutNow(endpoint) {
 			r.blackedOut.Add(1)
 			http.Error(w, "torture: endpoint blacked out", http.StatusServiceUnavailable)
+			return
+		}
+		if r.goneAnswer(endpoint) {
+			r.goneAnswers.Add(1)
+			http.Error(w, "torture: endpoint gone", http.StatusGone)
 			return
 		}
 	}
@@ -309,6 +378,25 @@ func reset(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
+// relayKey keys the connRelay of a request's connection.
+type relayKey struct{}
+
+// connRelay finds, once, the relay process that opened a connection (procsock.go).
+type connRelay struct {
+	c    net.Conn
+	once sync.Once
+	id   int
+}
+
+func (cr *connRelay) of(r *receiver) int {
+	cr.once.Do(func() {
+		if pids := r.relayPIDs.Load(); pids != nil {
+			cr.id = connOwner(cr.c, (*pids)())
+		}
+	})
+	return cr.id
+}
+
 // record logs the events of a request the inbox accepted: one, or each event of a CloudEvents
 // batch (TORTURE_BATCH), in the batch's order.
 func (r *receiver) record(req *http.Request, body []byte, endpoint string) {
@@ -328,10 +416,14 @@ func (r *receiver) record(req *http.Request, body []byte, endpoint string) {
 			Sequence:  req.Header.Get("X-Event-Sequence"),
 			Aggregate: req.Header.Get("X-Aggregate-Type") + "/" + req.Header.Get("X-Aggregate-Id")})
 	}
+	relay := 0
+	if cr, ok := req.Context().Value(relayKey{}).(*connRelay); ok {
+		relay = cr.of(r)
+	}
 	r.mu.Lock()
 	now := time.Now()
 	for _, d := range ds {
-		d.At, d.Endpoint = now, endpoint
+		d.At, d.Endpoint, d.Relay = now, endpoint, relay
 		r.log = append(r.log, d)
 		r.seen[pairKey(endpoint, d.ID)] = struct{}{}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -125,18 +126,28 @@ func endpointRows(row func(string, string, *bool), r *result) {
 		"%d not committed (retried or dropped), %d COMMIT outcomes settled by look-up", r.Config.EndpointCount,
 		r.Config.Tenants, v.Endpoints, strings.Join(changes, ", "), c.NotCommitted, c.Settled), is(len(c.Failures) == 0))
 	row("backlog", fmt.Sprintf("%d endpoint blackouts (%d requests answered 503); the relays logged %d spills to a "+
-		"backlog and %d catch-ups (spill after %s)", r.Blackouts, r.BlackedOut, r.Spills, r.Rejoins, r.Config.SpillAfter), nil)
+		"backlog and %d catch-ups (spill after %s); %d removals drawn among blacked-out endpoints (events queued)",
+		r.Blackouts, r.BlackedOut, r.Spills, r.Rejoins, r.Config.SpillAfter, c.RemovedQueued), nil)
+	row("410 Gone", fmt.Sprintf("%d endpoints disabled by the relay after answering 410 (%d requests), then enabled "+
+		"with `endpoint enable`; %d pairs uncertain (committed while the relay's disable was under way)",
+		c.Gone, r.GoneAnswers, v.Uncertain), nil)
 	var why []string
 	for _, w := range whys {
 		why = append(why, fmt.Sprintf("%s %d", w, v.NotRouted[w]))
 	}
 	row("(event, endpoint) pairs at commit", fmt.Sprintf("%d required (%d of them routed while paused), %d optional "+
-		"(a later disable or removal may abandon them); not routed: %s", v.Required, v.Paused, v.Optional,
+		"(a later removal may drop them); not routed: %s", v.Required, v.Paused, v.Optional,
 		strings.Join(why, ", ")), nil)
-	row("lost", fmt.Sprintf("%d of %d required pairs; %d of %d optional delivered (%d after the disable or removal); "+
+	row("lost", fmt.Sprintf("%d of %d required pairs; %d of %d optional delivered (%d after the removal); "+
 		"%d routed while paused delivered after the resume", len(v.Lost), v.Required, v.OptionalDelivered, v.Optional,
 		v.LateOptional, v.PausedDelivered),
 		is(len(v.Lost) == 0 && r.Drained))
+	settled := "not checked (not drained)"
+	if r.Drained {
+		settled = fmt.Sprintf("%d rows left pending once drained (-1: unread); %d more pending after a kill (advisory marks)",
+			r.Pending, r.PendingAfterKill)
+	}
+	row("outbox_events settled", settled, is(r.Pending == 0 && r.Drained))
 	phantoms := len(v.PhantomsRolledBack) + len(v.PhantomsAborted) + len(v.PhantomsUnknown)
 	row("phantoms", fmt.Sprintf("%d (rolled back %d, cut off %d, never written %d); %d to an endpoint never created, "+
 		"%d requests to no endpoint's path", phantoms, len(v.PhantomsRolledBack), len(v.PhantomsAborted),
@@ -231,7 +242,7 @@ func writeDetails(w io.Writer, r *result) {
 			{"deliveries while paused", e.WhilePaused}, {"order violations", e.OrderViolations},
 			{"confirm violations", e.ConfirmViolations}, {"confirm violations by commit LSN", e.ConfirmSeqViolations},
 			{"X-Event-Sequence and payload errors", e.SequenceErrors}, {"ordering (clock method against the WAL)", e.OrderingErrors},
-			{"endpoint manager failures", r.Changes.Failures}}
+			{"endpoint manager failures", r.Changes.Failures}, {"rows of outbox_events left pending", pendingWhats(r.PendingRows)}}
 	}
 	lists := []list{
 		{"lost", v.Lost},
@@ -261,8 +272,12 @@ func writeDetails(w io.Writer, r *result) {
 		}
 	}
 	if !r.OK() {
-		fmt.Fprintf(w, "\nReproduce the schedule with TORTURE_SEED=%d TORTURE_EVENTS=%d TORTURE_DURATION=%s; logs in %s\n",
-			r.Seed, r.Config.Events, r.Config.Duration, r.LogDir)
+		fmt.Fprintf(w, "\nReproduce the schedule with TORTURE_SEED=%d TORTURE_EVENTS=%d TORTURE_DURATION=%s; logs in %s "+
+			"(relay-<n>.log per relay process, postgres.log)\n", r.Seed, r.Config.Events, r.Config.Duration, r.LogDir)
+		if r.Endpoints != nil {
+			fmt.Fprintf(w, "Failures, timeline and every delivery: %s; interleaving around each violation: %s\n",
+				filepath.Join(r.LogDir, "endpoints.txt"), r.Evidence)
+		}
 	}
 }
 
@@ -278,4 +293,12 @@ func maxDuration(ds []time.Duration) time.Duration {
 		return 0
 	}
 	return slices.Max(ds)
+}
+
+func pendingWhats(rows []pendingRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.What
+	}
+	return out
 }

@@ -40,6 +40,8 @@ type result struct {
 	Seed   uint64
 	Config config
 	LogDir string // relay and server logs; kept when the run fails
+	// Evidence is the file with each violation's interleaving (evidence.go); "" if none.
+	Evidence string
 
 	Load, Drain, Total time.Duration
 	Drained            bool // every committed event delivered within the drain timeout
@@ -64,13 +66,22 @@ type result struct {
 	Second       *secondResult // the second pipeline's check, with TORTURE_PIPELINES=2
 	// An endpoints run's checks and endpoint changes (TORTURE_ENDPOINTS=1); its Verdict stays
 	// empty.
-	Endpoints       *epVerdict
-	Changes         changeStats
-	UnknownRequests int64 // requests to a path that names no endpoint
+	Endpoints *epVerdict
+	Changes   changeStats
+	// Pending counts the rows of outbox_events an endpoints run left `pending` once drained
+	// (-1: could not read them) that no relay's death explains; PendingRows describes the oldest
+	// few (pendingListed).
+	Pending     int
+	PendingRows []pendingRow
+	// PendingAfterKill counts the rows left pending that a relay's death explains (their
+	// done-marks dropped: advisory marks, pending.go); they are not violations.
+	PendingAfterKill int
+	UnknownRequests  int64 // requests to a path that names no endpoint
 	// Blackouts started (endpoints.go), requests answered 503 by them, and how often the
 	// relays' logs say an endpoint spilled to its backlog and caught up with it again.
 	Blackouts       int
 	BlackedOut      int64
+	GoneAnswers     int64 // requests answered 410 Gone by the 410 fault (gone.go)
 	Spills, Rejoins int
 }
 
@@ -78,7 +89,7 @@ type result struct {
 func (r *result) OK() bool {
 	return r.Verdict.invariantsOK() && r.Drained && r.CaughtUpOK && r.BadSignatures == 0 &&
 		len(r.Faults.Failures)+len(r.Crashes)+len(r.Shutdown)+len(r.WriterErrors) == 0 &&
-		(r.Second == nil || r.Second.ok()) && (r.Endpoints == nil || r.Endpoints.ok() && len(r.Changes.Failures) == 0)
+		(r.Second == nil || r.Second.ok()) && (r.Endpoints == nil || r.Endpoints.ok() && len(r.Changes.Failures) == 0 && r.Pending == 0)
 }
 
 // harness is the state of one torture run.
@@ -188,7 +199,7 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 	}
 	if cfg.Endpoints {
 		args = endpointArgs(relayDSN, slotName, cfg.SpillAfter)
-		t.eps = newEpManager(cfg, t.outDSN, t.recv, t.logf)
+		t.eps = newEpManager(cfg, t.outDSN, bin, t.recv, t.logf)
 		defer t.eps.drop()
 		t.logf("endpoints: creating %d over %d tenants before the first relay starts", cfg.EndpointCount, cfg.Tenants)
 		if err := t.eps.setup(ctx); err != nil {
@@ -208,6 +219,10 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 	}
 	t.fleet = newFleet(bin, logDir, args)
 	defer t.fleet.killAll()
+	if cfg.Endpoints {
+		pids := t.fleet.pids
+		t.recv.relayPIDs.Store(&pids)
+	}
 
 	res, err = t.execute(ctx, inPool)
 	if res != nil {
@@ -218,6 +233,10 @@ func torture(ctx context.Context, cfg config, progress io.Writer) (res *result, 
 		t.logf("relay and server logs kept in %s", logDir)
 		if res != nil && res.Endpoints != nil {
 			t.dumpEndpoints(logDir, res)
+			if p := t.writeEvidence(logDir, res); p != "" {
+				res.Evidence = p
+				t.logf("the interleaving evidence of each violation is in %s", p)
+			}
 		}
 	}
 	return res, err
@@ -248,15 +267,15 @@ func (t *harness) dumpEndpoints(dir string, res *result) {
 	b.WriteString("## timeline\n")
 	for _, id := range ids {
 		for _, ver := range tl[id] {
-			fmt.Fprintf(&b, "%s %s %s state=%s tenant=%q event_types=%v aggregate_types=%v exists=%v commit=[%s,%s)\n", id,
-				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists, ver.Before, ver.After)
+			fmt.Fprintf(&b, "%s %s %s state=%s tenant=%q event_types=%v aggregate_types=%v exists=%v commit=[%s,%s) lo=%s\n", id,
+				ver.At.Format(stamp), ver.Op, ver.State, ver.Tenant, ver.EventTypes, ver.AggTypes, ver.Exists, ver.Before, ver.After, ver.Lo)
 		}
 	}
 	// Every delivery, in the receiver's order, to follow an order or confirm failure's pair
 	// through the relays' logs.
-	b.WriteString("## deliveries (receiver time, endpoint, event, aggregate, seq, X-Event-Sequence, attempt)\n")
+	b.WriteString("## deliveries (receiver time, endpoint, event, aggregate, seq, X-Event-Sequence, attempt, relay process; 0: unknown)\n")
 	for _, d := range t.recv.deliveries() {
-		fmt.Fprintf(&b, "%s %s %s %s %d %s %d\n", d.At.Format(stamp), d.Endpoint, d.ID, d.Aggregate, d.Seq, d.Sequence, d.Attempt)
+		fmt.Fprintf(&b, "%s %s %s %s %d %s %d %d\n", d.At.Format(stamp), d.Endpoint, d.ID, d.Aggregate, d.Seq, d.Sequence, d.Attempt, d.Relay)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "endpoints.txt"), []byte(b.String()), 0o644); err == nil {
 		t.logf("the endpoints run's failures and timeline are in %s", filepath.Join(dir, "endpoints.txt"))
@@ -331,6 +350,17 @@ func (t *harness) execute(ctx context.Context, inPool *pgxpool.Pool) (*result, e
 	res.Drained = t.drain(ctx, res)
 	if res.Drained {
 		res.CaughtUp, res.CaughtUpOK = t.catchUp(ctx)
+		if t.eps != nil {
+			n, rows := t.waitSettled(ctx)
+			afterKill, violations := t.sortPending(rows)
+			res.Pending, res.PendingAfterKill, res.PendingRows = n, len(afterKill), violations[:min(len(violations), pendingListed)]
+			if n > len(rows) { // past pendingMax: unsorted, violations
+				res.Pending = n - len(afterKill)
+			} else if n >= 0 {
+				res.Pending = len(violations)
+			}
+			t.logPendingAfterKill(afterKill)
+		}
 	}
 	if t.recv2 != nil {
 		res.Second = t.checkSecond(ctx)
@@ -393,11 +423,19 @@ func (t *harness) load(ctx context.Context, res *result) {
 			res.Blackouts = t.eps.blackouts(loadCtx)
 		}
 	}()
+	gonesDone := make(chan struct{})
+	go func() {
+		defer close(gonesDone)
+		if t.eps != nil {
+			t.eps.gones(loadCtx, ctx)
+		}
+	}()
 	wg.Wait()
 	stopLoad()
 	<-faultsDone
 	<-changesDone
 	<-blackoutsDone
+	<-gonesDone
 	t.recv.heal()
 	if t.eps != nil {
 		t.eps.finish(ctx)
@@ -454,7 +492,7 @@ func (t *harness) drain(ctx context.Context, res *result) bool {
 	var ids []string
 	if t.eps != nil {
 		tl, _ := t.eps.snapshot()
-		ids = requiredPairs(t.ledger.txs, tl) // (event, endpoint) pairs
+		ids = requiredPairs(t.ledger.txs, t.recv.deliveries(), tl) // (event, endpoint) pairs
 	} else {
 		for _, tx := range t.ledger.txs {
 			for _, e := range tx.Events {
@@ -586,6 +624,7 @@ func (t *harness) fill(res *result) {
 	}
 	res.UnknownRequests = t.recv.unknownEndpoint.Load()
 	res.BlackedOut = t.recv.blackedOut.Load()
+	res.GoneAnswers = t.recv.goneAnswers.Load()
 	if t.eps != nil {
 		res.Spills, res.Rejoins = countSpills(t.fleet.dir)
 	}

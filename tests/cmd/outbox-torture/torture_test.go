@@ -182,6 +182,8 @@ func TestTortureEndpointsShort(t *testing.T) {
 		t.Errorf("only %d samples of the slot: the confirm check saw too little", v.Samples)
 	}
 	t.Logf("%d blackouts; the relays logged %d spills to a backlog and %d catch-ups", res.Blackouts, res.Spills, res.Rejoins)
+	t.Logf("outbox_events once drained: %d rows left pending, %d more pending after a kill (advisory marks)", res.Pending,
+		res.PendingAfterKill)
 	if res.Spills == 0 || res.Rejoins == 0 {
 		t.Errorf("%d spills and %d catch-ups: the backlog went unchecked", res.Spills, res.Rejoins)
 	}
