@@ -52,8 +52,11 @@ type Config struct {
 	Pipeline string
 	// Shadow makes delivery best effort: after MaxAttempts failed attempts (which must then be
 	// positive) the event is recorded as abandoned (Store.Abandoned, a log line,
-	// outbox_relay_events_abandoned_total) and settled; its aggregate is never parked. False
-	// (the default): dead letters park, as described at MaxAttempts.
+	// outbox_relay_events_abandoned_total) and settled; its aggregate is never parked. An
+	// abandoned event can be sent once more, after later events of its aggregate, by the relay
+	// that next reads it (after a restart or takeover, before the slot confirmed past it or its
+	// backlog page was deleted): the record is best effort and is not looked up. False (the
+	// default): dead letters park, as described at MaxAttempts.
 	Shadow bool
 	// RateLimit, if positive, bounds the attempts started in any one-second window to this
 	// many, retries included. Zero (the default): unlimited.

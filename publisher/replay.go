@@ -197,7 +197,7 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 		}
 		if len(p.ms) == 0 {
 			s.Done = true
-			e.holdWrite("record replay progress", func(ctx context.Context) error { return st.SinceProgress(ctx, s) }, func() {
+			e.sinceProgress(l, tx, s, func() {
 				e.m.ReplayPending.Set(0)
 				e.log.Info().Int64("replay", s.ID).Int64("events", s.Sent).Msg("replay since complete")
 				e.acker.AckControl(tx)
@@ -223,11 +223,26 @@ func (e *engine) sincePage(l *lane, tx *cdc.Tx, s store.SinceState) {
 			}
 			s.Sent, s.After = s.Sent+int64(read), p.next
 			e.m.ReplayPending.Set(float64(max(s.Total-s.Sent, 0)))
-			e.holdWrite("record replay progress", func(ctx context.Context) error { return st.SinceProgress(ctx, s) }, func() {
+			e.sinceProgress(l, tx, s, func() {
 				e.log.Info().Int64("replay", s.ID).Int64("sent", s.Sent).Int64("events", s.Total).Msg("replay since progress")
 				e.sincePage(l, tx, s)
 			})
 		})
+	})
+}
+
+// sinceProgress records a replay's progress s, then does then, only while this relay leads: one
+// cut off from the slot waits until it streams again, and stops there if another relay carried
+// the request out meanwhile (sinceDone), instead of recording its stale progress over the
+// other's (which would show the request incomplete). A write under way when the relay is cut
+// off cannot undo a completion either: the store leaves a complete request as it is.
+func (e *engine) sinceProgress(l *lane, tx *cdc.Tx, s store.SinceState, then func()) {
+	st := l.store
+	e.waitUntil(e.leading, func() {
+		if e.sinceDone(tx, s.ID) {
+			return
+		}
+		e.holdWrite("record replay progress", func(ctx context.Context) error { return st.SinceProgress(ctx, s) }, then)
 	})
 }
 

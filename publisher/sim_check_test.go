@@ -29,7 +29,9 @@ import (
 //   - nothing outside its subscription: no delivery of a pair that was not routed at commit;
 //   - nothing while paused: a pair routed while its endpoint was paused is not delivered before
 //     the change that ended the pause was committed;
-//   - order: per (endpoint, aggregate), first deliveries in commit order (duplicates allowed);
+//   - order: per (endpoint, aggregate), first deliveries in commit order (duplicates allowed;
+//     a shadow's event that one relay gave up and another sent again may come after later
+//     ones, as documented: sentAgainAfterGiveUp);
 //   - confirm: the slot's confirmed position never passes a transaction with a pair that is
 //     neither delivered, nor in the endpoint's backlog, nor dead-lettered (a later removal
 //     excusing it);
@@ -50,8 +52,8 @@ import (
 type pairKey struct{ endpoint, id string }
 
 // delivered records that a destination applied event id (resent: re-sent by a replay --since).
-func (w *world) delivered(ep, id string, resent bool) {
-	w.deliveries = append(w.deliveries, delivery{endpoint: ep, id: id, at: w.now, resent: resent})
+func (w *world) delivered(proc int, ep, id string, resent bool) {
+	w.deliveries = append(w.deliveries, delivery{endpoint: ep, id: id, at: w.now, resent: resent, proc: proc})
 	w.tracef("delivered %q %s resent %v", ep, id, resent)
 	if resent {
 		return
@@ -129,6 +131,17 @@ func (w *world) excused(id string, ev *eventInfo) bool {
 		}
 	}
 	return false
+}
+
+// sentAgainAfterGiveUp reports whether d is a shadow pipeline's event that one relay gave up
+// (abandoned after its last attempt) and another relay sent afterwards. The shadow's contract
+// (docs/guides/pipelines.md, Config.Shadow) lets that one go out after later events of its
+// aggregate: its abandon is recorded best effort, and a relay that reads it again (from the
+// slot or the backlog, before the slot confirmed past it or its page was deleted) sends it.
+// The relay that gave it up never sends it again.
+func (w *world) sentAgainAfterGiveUp(d delivery) bool {
+	g, ok := w.gaveUp[d.id]
+	return ok && w.opts.shadow && w.eps == nil && g.proc != d.proc && !d.at.Before(g.at)
 }
 
 // endpointIDs are every endpoint that ever existed ("" without endpoints).
@@ -313,7 +326,11 @@ func (w *world) checkEnd() {
 		first[pairKey{d.endpoint, d.id}] = true
 		k := aggKey{d.endpoint, ev.m.AggregateType + "/" + ev.m.AggregateID}
 		pos := w.position(ev)
-		if prev, ok := last[k]; ok && pos.Less(prev) {
+		if prev, ok := last[k]; ok && pos.Less(prev) && w.sentAgainAfterGiveUp(d) {
+			w.tracef("order: %q got event %s (%v) of %s after %s (%v): a shadow gave it up before, another relay sent it again",
+				d.endpoint, d.id, pos, k.agg, lastID[k], prev)
+			continue
+		} else if ok && pos.Less(prev) {
 			w.failf("order: %q got event %s (%v) of %s after %s (%v)", d.endpoint, d.id, pos, k.agg, lastID[k], prev)
 		}
 		last[k], lastID[k] = pos, d.id

@@ -166,6 +166,7 @@ type world struct {
 	got        map[pairKey]bool      // the deliveries' (endpoint, event) pairs, re-sends by a replay --since apart
 	sinces     []simSince            // the replay --since requests committed
 	abandoned  map[string]bool       // events a shadow pipeline abandoned
+	gaveUp     map[string]giveUp     // when and by which process a shadow first gave each event up
 	tries      map[string]int        // the most attempts a lone event had (simDest.tried)
 	events     map[string]*eventInfo // every committed event, by id
 	aggs       []string
@@ -204,6 +205,13 @@ type delivery struct {
 	endpoint, id string
 	at           time.Time
 	resent       bool // re-sent by a replay --since
+	proc         int  // the relay process that sent it
+}
+
+// giveUp is when and by which relay process a shadow pipeline gave an event up.
+type giveUp struct {
+	proc int
+	at   time.Time
 }
 
 const (
@@ -215,7 +223,7 @@ const (
 func runSim(seed uint64, full bool) *world {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	w := &world{seed: seed, rng: r, now: t0, start: t0, trace: &tracer{full: full}, abandoned: map[string]bool{}, opts: drawOpts(r),
+	w := &world{seed: seed, rng: r, now: t0, start: t0, trace: &tracer{full: full}, abandoned: map[string]bool{}, gaveUp: map[string]giveUp{}, opts: drawOpts(r),
 		recv: map[string]*receiver{}, events: map[string]*eventInfo{}, nextLSN: 0x1000, disables: map[string]int{}, notified: map[string]int{},
 		spilled: map[string]map[int]time.Time{}}
 	w.db = memstore.New(func() time.Time { return w.now })
@@ -795,7 +803,7 @@ func (p *proc) attempt(a *attempt) {
 	w.schedule(res.latency, "answer", func() {
 		if res.applied {
 			for i, m := range a.ms {
-				w.delivered(a.lane.id, m.ID, sent.items[i].resent || sent.items[i].kind == kindSince)
+				w.delivered(p.id, a.lane.id, m.ID, sent.items[i].resent || sent.items[i].kind == kindSince)
 				w.checkDup(p, a.lane.id, m.ID, sent.items[i], r.Delivered)
 			}
 		}
@@ -803,6 +811,9 @@ func (p *proc) attempt(a *attempt) {
 		if p.alive && w.opts.shadow && !r.Delivered && !r.Gone && a.n >= w.opts.maxAttempts && len(a.ms) == 1 {
 			// the shadow gives the event up now (its record is best effort, and may come later)
 			w.abandoned[a.ms[0].ID] = true
+			if _, ok := w.gaveUp[a.ms[0].ID]; !ok {
+				w.gaveUp[a.ms[0].ID] = giveUp{p.id, w.now}
+			}
 		}
 		if p.alive {
 			p.input(func(e *engine) { e.finished(a, r, w.now) })

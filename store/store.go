@@ -98,7 +98,9 @@ type Replays interface {
 	// request's commit LSN at that rises with insertion order.
 	SincePage(ctx context.Context, st SinceState, limit int, at pglogrepl.LSN) ([]*envelope.Message, SinceCursor, error)
 	// SinceProgress records that every row up to st.After was delivered (Sent of them), and
-	// whether the request is complete.
+	// whether the request is complete. A request recorded complete is left as it is (no
+	// error): a relay cut off from the slot may record stale progress after another relay
+	// completed it.
 	SinceProgress(ctx context.Context, st SinceState) error
 }
 

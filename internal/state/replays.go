@@ -230,14 +230,16 @@ func ReplayPage(ctx context.Context, db DB, s string, r ReplayRange, after Repla
 }
 
 // RecordReplayProgress records that every row of request st up to st.After was delivered (Sent
-// of them), and whether the request is complete.
+// of them), and whether the request is complete. A complete request stays as it is: a relay cut
+// off from the slot may record its stale progress after another relay completed the request.
 func RecordReplayProgress(ctx context.Context, db DB, s string, st Replay) error {
 	var id *string
 	if st.After.ID != "" {
 		id = &st.After.ID
 	}
 	_, err := db.Exec(ctx, schema.SQL(s, `UPDATE {outbox_replays} SET sent = $2, after_sequence = $3, after_insert = $4, after_id = $5,
-		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END WHERE id = $1`),
+		state = CASE WHEN $6 THEN 'done' ELSE 'running' END, finished_at = CASE WHEN $6 THEN now() END
+		WHERE id = $1 AND state <> 'done'`),
 		st.ID, st.Sent, st.After.Sequence, st.After.Insert, id, st.Done)
 	return err
 }

@@ -244,8 +244,8 @@ func (p pipeline) SinceProgress(_ context.Context, st store.SinceState) error {
 	p.db.mu.Lock()
 	defer p.db.mu.Unlock()
 	r := p.db.replays[st.ID]
-	if r == nil {
-		return nil // an UPDATE of no row
+	if r == nil || r.Done {
+		return nil // an UPDATE of no row; a complete request stays complete
 	}
 	r.Sent, r.After, r.Done = st.Sent, st.After, st.Done
 	return nil

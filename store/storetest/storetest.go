@@ -273,6 +273,13 @@ func testReplaysSince(t *testing.T, db DB) {
 	back, err := p.SinceState(ctx, id)
 	must(t, err)
 	equal(t, "progress read back", []any{back.Sent, back.After, back.Done}, []any{int64(4), st.After, true})
+	// a relay cut off from the slot records stale progress after another completed the request
+	stale := st
+	stale.Sent, stale.After, stale.Done = 2, store.SinceCursor{}, false
+	must(t, p.SinceProgress(ctx, stale))
+	back, err = p.SinceState(ctx, id)
+	must(t, err)
+	equal(t, "complete after a stale progress", []any{back.Sent, back.After, back.Done}, []any{int64(4), st.After, true})
 	if _, err := p.SinceState(ctx, id+1000); err == nil {
 		t.Fatal("a replay request that does not exist was read")
 	}
