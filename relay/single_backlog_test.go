@@ -41,7 +41,12 @@ func TestOneDestinationSpillsToItsBacklogWhileDown(t *testing.T) {
 	var spilled, failed int
 	ctx := context.Background()
 	_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_endpoint_backlog WHERE endpoint_id = ''`).Scan(&spilled)
-	_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_delivery_attempts WHERE endpoint_id = ''`).Scan(&failed)
+	// The delivery log is written in batches off the delivery path: its rows may come a moment
+	// after the slot confirmed.
+	waitFor(t, 30*time.Second, "the failed attempts in the delivery log", func() bool {
+		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_delivery_attempts WHERE endpoint_id = ''`).Scan(&failed)
+		return failed > 0
+	})
 	if spilled != 500 || failed == 0 {
 		t.Fatalf("backlog holds %d events (want 500), delivery log %d failed attempts", spilled, failed)
 	}
