@@ -162,7 +162,11 @@ func (e *engine) housekeep() {
 			e.rebuild(l)
 		}
 	}
-	if e.cfg.confirmed != nil && e.now.Sub(e.pruned) > time.Minute {
+	// Only the leader prunes: a relay cut off from the slot may prune, at the confirmed
+	// position its successor moved, a version that successor still has to apply (it reads
+	// the log at its start, then again) to read its backlog in that state (seed 12047: a pause
+	// pruned, the backlog's entries written while paused delivered).
+	if e.cfg.confirmed != nil && e.leading() && e.now.Sub(e.pruned) > time.Minute {
 		e.pruned = e.now
 		confirmed, ep := e.cfg.confirmed(), e.cfg.endpoints
 		e.bestEffort("prune the endpoint versions", func(ctx context.Context) error { return ep.Prune(ctx, confirmed) })

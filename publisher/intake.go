@@ -300,9 +300,12 @@ func (e *engine) dropConfirmed() {
 	}
 }
 
-// resyncParked parks here the aggregates another relay parked while it led the slot (a dead
-// letter it wrote), then calls then: what a lane holds of them is parked behind (the intake
-// waits for those writes), as what arrives later.
+// resyncParked makes each lane's parked aggregates those the store records, then calls then.
+// Those another relay parked while it led the slot (a dead letter it wrote) are parked here: what
+// a lane holds of them is parked behind (the intake waits for those writes), as what arrives
+// later. Those another relay unparked meanwhile (it delivered their replay) are no longer parked
+// here: kept, the lane would park their next events under an aggregate the store no longer
+// lists, which no replay would ever send (simulation seed 14463).
 func (e *engine) resyncParked(then func()) {
 	read := func(ctx context.Context) (any, error) {
 		if e.ep != nil {
@@ -316,40 +319,60 @@ func (e *engine) resyncParked(then func()) {
 	}
 	e.hold("read the parked aggregates", read, func(v any) {
 		parked := v.(map[string][]store.Aggregate)
-		for _, id := range sortedIDs(parked) {
-			l := e.byID[id]
-			if l == nil || !l.active {
-				continue // parked when it starts (setParked)
+		for _, l := range e.lanes {
+			if l.active { // else parked when it starts (setParked)
+				e.resyncLaneParked(l, parked[l.id])
 			}
-			// A replay under way is given up: another relay may have parked more events of its
-			// aggregate since it read them, which its end (Unpark) would forget. The aggregate
-			// is parked again, for a replay to come.
-			news := map[cdc.Aggregate]bool{}
-			for k := range l.replaying {
-				news[k], l.parked[k] = true, true
-			}
-			if len(news) > 0 {
-				e.log.Warn().Str("lane", l.name).Int("aggregates", len(news)).Msg("a replay under way was given up, since another " +
-					"relay led the slot meanwhile and may have parked more of its events; its aggregates stay parked: replay them " +
-					"again with " + e.replayCommand(l, "everything parked"))
-			}
-			clear(l.replaying)
-			l.replays++
-			for _, a := range parked[id] {
-				if k := cdc.Aggregate(a); !l.parked[k] {
-					news[k], l.parked[k] = true, true
-				}
-			}
-			if len(news) == 0 {
-				continue
-			}
-			e.tracef("parked by another relay %s %d", l.name, len(news))
-			e.m.ParkedAggregates.Add(float64(len(news)))
-			e.in.held++
-			e.parkNow(l, l.takeOut(func(it *item) bool { return !news[it.key()] }), func() { e.in.held-- })
 		}
 		then()
 	})
+}
+
+// resyncLaneParked makes l's parked aggregates stored, those the store records for it.
+func (e *engine) resyncLaneParked(l *lane, stored []store.Aggregate) {
+	inStore := make(map[cdc.Aggregate]bool, len(stored))
+	for _, a := range stored {
+		inStore[cdc.Aggregate(a)] = true
+	}
+	gone := 0
+	for k := range l.parked {
+		if !inStore[k] {
+			delete(l.parked, k)
+			gone++
+		}
+	}
+	if gone > 0 {
+		e.tracef("unparked by another relay %s %d", l.name, gone)
+		e.m.ParkedAggregates.Sub(float64(gone))
+	}
+	// A replay under way is given up: another relay may have parked more events of its
+	// aggregate since it read them, which its end (Unpark) would forget. The aggregate is
+	// parked again, for a replay to come, if the store still records it parked.
+	news := map[cdc.Aggregate]bool{}
+	for k := range l.replaying {
+		if inStore[k] {
+			news[k], l.parked[k] = true, true
+		}
+	}
+	if len(news) > 0 {
+		e.log.Warn().Str("lane", l.name).Int("aggregates", len(news)).Msg("a replay under way was given up, since another " +
+			"relay led the slot meanwhile and may have parked more of its events; its aggregates stay parked: replay them " +
+			"again with " + e.replayCommand(l, "everything parked"))
+	}
+	clear(l.replaying)
+	l.replays++
+	for k := range inStore {
+		if !l.parked[k] {
+			news[k], l.parked[k] = true, true
+		}
+	}
+	if len(news) == 0 {
+		return
+	}
+	e.tracef("parked by another relay %s %d", l.name, len(news))
+	e.m.ParkedAggregates.Add(float64(len(news)))
+	e.in.held++
+	e.parkNow(l, l.takeOut(func(it *item) bool { return !news[it.key()] }), func() { e.in.held-- })
 }
 
 // delivering reports whether the engine may start attempts: while its stream holds the slot in
