@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
 
 // The burst row (issue 38, point 4): the isolation row's 100 endpoints, each its tenant's
@@ -75,31 +73,11 @@ func (e *env) burstRun(ctx context.Context, x burstResult, burst int, hung bool)
 	if hung {
 		prefix = "burst_hung"
 	}
-	db, err := newBenchDB(ctx, e.cluster, prefix)
+	db, proxy, pool, release, err := e.victimSetup(ctx, prefix, burstVictim)
 	if err != nil {
 		return run, err
 	}
-	defer db.drop()
-	if err := db.createEndpoints(ctx, endpointCase{endpoints: isolationEndpoints}, e.recv.endpointURL()); err != nil {
-		return run, err
-	}
-	proxy, err := relaytest.NewProxy(strings.TrimPrefix(e.recv.base, "http://"))
-	if err != nil {
-		return run, err
-	}
-	defer proxy.Close()
-	if _, err := db.conn.Exec(ctx, `UPDATE outbox_endpoints SET url = $1 WHERE id = $2`,
-		"http://"+proxy.Addr()+"/ep/"+burstVictim, burstVictim); err != nil {
-		return run, fmt.Errorf("route %s through the proxy: %w", burstVictim, err)
-	}
-	if err := db.createSlot(ctx, relaySlot); err != nil {
-		return run, err
-	}
-	pool, err := steadyPool(ctx, db.dsn)
-	if err != nil {
-		return run, err
-	}
-	defer pool.Close()
+	defer release()
 	r, err := startRelay(ctx, e.relayBin, relayTarget{DSN: db.dsn, Slot: relaySlot, Publication: benchPublication,
 		DestArgs: []string{"--endpoints"}, Args: []string{"--max-buffered-events", fmt.Sprint(x.Buffer)}})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/relaytest"
 )
@@ -106,31 +107,11 @@ func (e *env) isolationRun(ctx context.Context, rate int, d time.Duration, black
 	if blackout {
 		prefix = "isolation_blackout"
 	}
-	db, err := newBenchDB(ctx, e.cluster, prefix)
+	db, proxy, pool, release, err := e.victimSetup(ctx, prefix, isolationVictim)
 	if err != nil {
 		return run, err
 	}
-	defer db.drop()
-	if err := db.createEndpoints(ctx, endpointCase{endpoints: isolationEndpoints}, e.recv.endpointURL()); err != nil {
-		return run, err
-	}
-	proxy, err := relaytest.NewProxy(strings.TrimPrefix(e.recv.base, "http://"))
-	if err != nil {
-		return run, err
-	}
-	defer proxy.Close()
-	if _, err := db.conn.Exec(ctx, `UPDATE outbox_endpoints SET url = $1 WHERE id = $2`,
-		"http://"+proxy.Addr()+"/ep/"+isolationVictim, isolationVictim); err != nil {
-		return run, fmt.Errorf("route %s through the proxy: %w", isolationVictim, err)
-	}
-	if err := db.createSlot(ctx, relaySlot); err != nil {
-		return run, err
-	}
-	pool, err := steadyPool(ctx, db.dsn)
-	if err != nil {
-		return run, err
-	}
-	defer pool.Close()
+	defer release()
 	r, err := startRelay(ctx, e.relayBin, relayTarget{DSN: db.dsn, Slot: relaySlot, Publication: benchPublication,
 		DestArgs: []string{"--endpoints"}, Args: e.cfg.IsolationArgs})
 	if err != nil {
@@ -423,4 +404,40 @@ func (x *isolationResult) isolationSamples() string {
 		parts = append(parts, fmt.Sprintf("%s %s", s.At.Round(time.Second), mb(s.Retained)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// victimSetup makes a fresh database with the 100 isolation endpoints, victim's routed through a
+// proxy that can freeze it, the relay's slot, and a pool for the steady writes; release frees
+// them (the isolation and burst rows).
+func (e *env) victimSetup(ctx context.Context, prefix, victim string) (*benchDB, *relaytest.Proxy, *pgxpool.Pool, func(), error) {
+	db, err := newBenchDB(ctx, e.cluster, prefix)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	var proxy *relaytest.Proxy
+	fail := func(err error) (*benchDB, *relaytest.Proxy, *pgxpool.Pool, func(), error) {
+		if proxy != nil {
+			_ = proxy.Close()
+		}
+		db.drop()
+		return nil, nil, nil, nil, err
+	}
+	if err := db.createEndpoints(ctx, endpointCase{endpoints: isolationEndpoints}, e.recv.endpointURL()); err != nil {
+		return fail(err)
+	}
+	if proxy, err = relaytest.NewProxy(strings.TrimPrefix(e.recv.base, "http://")); err != nil {
+		return fail(err)
+	}
+	if _, err := db.conn.Exec(ctx, `UPDATE outbox_endpoints SET url = $1 WHERE id = $2`,
+		"http://"+proxy.Addr()+"/ep/"+victim, victim); err != nil {
+		return fail(fmt.Errorf("route %s through the proxy: %w", victim, err))
+	}
+	if err := db.createSlot(ctx, relaySlot); err != nil {
+		return fail(err)
+	}
+	pool, err := steadyPool(ctx, db.dsn)
+	if err != nil {
+		return fail(err)
+	}
+	return db, proxy, pool, func() { pool.Close(); _ = proxy.Close(); db.drop() }, nil
 }
